@@ -1,0 +1,1 @@
+"""cuptistream: continuous GPU telemetry on NVIDIA CUPTI."""

@@ -1,0 +1,85 @@
+"""msgpack encoding of events and batches.
+
+Sources hand over *chunks*: lists of events encoded once, on the source's thread, into msgpack.
+A chunk's byte length is what the pipeline's memory budget counts, exactly. A batch is assembled
+from chunks without re-encoding: the chunks' array headers are stripped and one header for the
+whole batch is written in front of the concatenated elements (``msgspec.Raw``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from cuptistream.events import AnyEvent, Batch, EncodedBatch, Event
+
+_encoder = msgspec.msgpack.Encoder()
+_batch_decoder = msgspec.msgpack.Decoder(Batch)
+_events_decoder = msgspec.msgpack.Decoder(list[AnyEvent])
+_json_encoder = msgspec.json.Encoder()
+
+
+class Chunk:
+    """Events from one hand-off: their msgpack elements (without the array header) and count."""
+
+    __slots__ = ("count", "payload")
+
+    def __init__(self, payload: bytes, count: int) -> None:
+        self.payload = payload
+        self.count = count
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+
+def _array_header_length(first_byte: int) -> int:
+    if first_byte & 0xF0 == 0x90:
+        return 1  # fixarray
+    if first_byte == 0xDC:
+        return 3  # array 16
+    if first_byte == 0xDD:
+        return 5  # array 32
+    raise ValueError(f"not a msgpack array header: {first_byte:#x}")
+
+
+def array_header(count: int) -> bytes:
+    if count < 16:
+        return bytes((0x90 | count,))
+    if count < 0x10000:
+        return b"\xdc" + struct.pack(">H", count)
+    return b"\xdd" + struct.pack(">I", count)
+
+
+def encode_chunk(events: Sequence[Event]) -> Chunk:
+    """Encode a list of events once. Called on the emitting thread."""
+    encoded = _encoder.encode(events)
+    return Chunk(encoded[_array_header_length(encoded[0]) :], len(events))
+
+
+def encode_batch(header: EncodedBatch, chunks: Iterable[Chunk]) -> bytes:
+    """Encode a batch whose ``events`` field is filled from ``chunks`` (``header.events`` is ignored)."""
+    parts = list(chunks)
+    count = sum(c.count for c in parts)
+    header.events = msgspec.Raw(array_header(count) + b"".join(c.payload for c in parts))
+    return _encoder.encode(header)
+
+
+def decode_batch(data: bytes | memoryview) -> Batch:
+    """Decode one msgpack batch. Raises ``msgspec.DecodeError`` or ``ValidationError`` on bad input."""
+    return _batch_decoder.decode(data)
+
+
+def decode_events(data: bytes) -> list[AnyEvent]:
+    return _events_decoder.decode(data)
+
+
+def encode_batch_object(batch: Batch) -> bytes:
+    return _encoder.encode(batch)
+
+
+def to_json(obj: object) -> bytes:
+    """Compact JSON of an event, batch or envelope (msgspec's encoding of the Structs)."""
+    return _json_encoder.encode(obj)

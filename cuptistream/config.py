@@ -1,0 +1,260 @@
+"""The config model: YAML → typed msgspec Structs, with errors that name the key path.
+
+The top level has four sections: ``session``, ``pipeline``, ``sources`` and ``sinks``. Each entry of
+``sources`` and ``sinks`` names its component with ``type``; the component's own config Struct
+(a subclass of ``SourceConfig`` or ``SinkConfig``) validates the rest of the entry.
+``docs/config.md`` documents every key with its default.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import msgspec
+import yaml
+
+from cuptistream.errors import ConfigError
+from cuptistream.units import parse_duration, parse_size
+
+
+class Size(int):
+    """Bytes. YAML may say ``65536``, ``64KiB`` or ``10MB``."""
+
+
+class Duration(float):
+    """Seconds. YAML may say ``2``, ``0.5``, ``500ms`` or ``5min``."""
+
+
+FullPolicy = Literal["block", "drop_newest", "drop_oldest"]
+
+DEFAULT_JOB_ENV = [
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+    "MASTER_ADDR", "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID", "SLURM_NODEID",
+    "SLURM_LOCALID", "SLURM_STEP_ID", "KUBERNETES_POD_NAME", "HOSTNAME",
+]  # fmt: skip
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Base for every config Struct: unknown keys are errors."""
+
+
+class BatchConfig(Strict):
+    max_events: int = 8192
+    max_bytes: Size = Size(4 * 1024 * 1024)
+    max_latency: Duration = Duration(1.0)
+
+
+class QueueConfig(Strict):
+    max_bytes: Size = Size(64 * 1024 * 1024)
+    full_policy: FullPolicy = "drop_oldest"
+
+
+class SessionConfig(Strict):
+    attributes: dict[str, str] = {}
+    job_env: list[str] = DEFAULT_JOB_ENV
+
+
+class PipelineConfig(Strict):
+    memory_budget: Size = Size(256 * 1024 * 1024)
+    full_policy: FullPolicy = "drop_newest"
+    batch: BatchConfig = BatchConfig()
+    stats_interval: Duration = Duration(10.0)
+    shutdown_deadline: Duration = Duration(10.0)
+
+
+class ComponentConfig(Strict):
+    type: str
+    name: str = ""  # defaults to ``type``; must be unique among sources (or sinks)
+    enabled: bool = True
+
+
+class SourceConfig(ComponentConfig):
+    """Base of every source's config."""
+
+
+class SinkConfig(ComponentConfig):
+    """Base of every sink's config: the queue and batching every sink shares."""
+
+    queue: QueueConfig = QueueConfig()
+    batch: BatchConfig | None = None  # None: the pipeline's batch settings
+
+
+class Config(msgspec.Struct, kw_only=True):
+    session: SessionConfig = SessionConfig()
+    pipeline: PipelineConfig = PipelineConfig()
+    sources: list[SourceConfig] = []
+    sinks: list[SinkConfig] = []
+    origin: str = "<dict>"
+
+
+class _RawConfig(Strict):
+    session: SessionConfig = SessionConfig()
+    pipeline: PipelineConfig = PipelineConfig()
+    sources: list[dict[str, Any]] = []
+    sinks: list[dict[str, Any]] = []
+
+
+def _dec_hook(kind: type, value: Any) -> Any:
+    if kind is Size:
+        return Size(parse_size(value))
+    if kind is Duration:
+        return Duration(parse_duration(value))
+    raise NotImplementedError(kind)
+
+
+T = TypeVar("T")
+
+_AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$")
+_EXPECTED_GOT = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>[^`]+)`$")
+
+
+def _lookup(data: Any, path: str) -> Any:
+    for key in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        name, index = key
+        try:
+            data = data[int(index)] if index else data[name]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _short(value: Any) -> str:
+    text = msgspec.json.encode(value).decode() if _json_safe(value) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_safe(value: Any) -> bool:
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, msgspec.EncodeError):
+        return False
+    return True
+
+
+def _join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path.lstrip(".") or "<top level>"
+    return prefix + path
+
+
+def _message(error: msgspec.ValidationError, data: Any, prefix: str, model: type) -> str:
+    text = str(error)
+    match = _AT.match(text)
+    msg, path = (match.group("msg"), match.group("path")) if match else (text, "")
+    if unknown := _UNKNOWN.match(msg):
+        field = unknown.group("field")
+        target = _lookup_model(model, path)
+        known = ", ".join(f for f in getattr(target, "__struct_fields__", ()) if f != "type")
+        hint = f" (known keys: {known})" if known else ""
+        return f"{_join(prefix, path + '.' + field)}: unknown key{hint}"
+    if expected := _EXPECTED_GOT.match(msg):
+        got = _lookup(data, path)
+        return f"{_join(prefix, path)}: expected {expected.group('want')}, got {_short(got)}"
+    if msg.startswith("Object missing required field"):
+        field = msg.split("`")[1]
+        return f"{_join(prefix, path + '.' + field)}: required key is missing"
+    return f"{_join(prefix, path)}: {msg[0].lower() + msg[1:] if msg else 'invalid value'}"
+
+
+def _lookup_model(model: type, path: str) -> type | None:
+    """The Struct type found by following ``path`` through ``model``'s annotations (best effort)."""
+    import typing
+
+    current: Any = model
+    for name, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        hints = typing.get_type_hints(current) if isinstance(current, type) else {}
+        if index:
+            args = typing.get_args(current)
+            current = args[0] if args else None
+        else:
+            current = hints.get(name)
+        for arg in typing.get_args(current) or ():  # Optional[X] / list[X]
+            if isinstance(arg, type) and issubclass(arg, msgspec.Struct):
+                current = arg
+    return current if isinstance(current, type) else None
+
+
+def convert(data: Any, model: type[T], prefix: str = "") -> T:
+    """Validate ``data`` against ``model``. Raises ConfigError naming the key path."""
+    try:
+        return msgspec.convert(data, model, dec_hook=_dec_hook)
+    except msgspec.ValidationError as error:
+        raise ConfigError(_message(error, data, prefix, model)) from None
+
+
+def _check_unique_names(entries: list[Any], section: str) -> None:
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        name = entry.name or entry.type
+        if name in seen:
+            raise ConfigError(
+                f"{section}[{index}].name: {name!r} is already used by {section}[{seen[name]}]; "
+                "give each a distinct name"
+            )
+        seen[name] = index
+        entry.name = name
+
+
+def build(data: Any, origin: str = "<dict>") -> Config:
+    """Turn parsed YAML (a dict) into a Config, validating every component's entry."""
+    from cuptistream.registry import sink_class, source_class
+
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"<top level>: expected a mapping of sections, got {_short(data)}")
+    raw = convert(data, _RawConfig)
+    sources: list[SourceConfig] = []
+    for index, entry in enumerate(raw.sources):
+        path = f"sources[{index}]"
+        cls = source_class(_component_type(entry, path), path)
+        sources.append(convert(entry, cls.config_type, path))
+    sinks: list[SinkConfig] = []
+    for index, entry in enumerate(raw.sinks):
+        path = f"sinks[{index}]"
+        sink_cls = sink_class(_component_type(entry, path), path)
+        sinks.append(convert(entry, sink_cls.config_type, path))
+    _check_unique_names(sources, "sources")
+    _check_unique_names(sinks, "sinks")
+    if not any(s.enabled for s in sinks):
+        raise ConfigError("sinks: no sink is enabled; add one, e.g. `sinks: [{type: file, directory: out}]`")
+    return Config(session=raw.session, pipeline=raw.pipeline, sources=sources, sinks=sinks, origin=origin)
+
+
+def _component_type(entry: Any, path: str) -> str:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path}: expected a mapping with a `type` key, got {_short(entry)}")
+    kind = entry.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise ConfigError(f"{path}.type: required key is missing (e.g. `type: file`)")
+    return kind
+
+
+def parse_yaml(text: str, origin: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{origin}: {problem}{where}") from None
+
+
+def load(source: str | Path | dict[str, Any] | Config) -> Config:
+    """Load a Config from a YAML path, a dict, or pass a Config through."""
+    if isinstance(source, Config):
+        return source
+    if isinstance(source, dict):
+        return build(source)
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found; pass an existing YAML file with -c") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read config: {error.strerror}") from None
+    return build(parse_yaml(text, str(path)), origin=str(path))

@@ -1,0 +1,428 @@
+"""The event schema: one msgspec Struct per event family, a tagged union, and the batch envelope.
+
+These Structs are the single source of truth for what cuptistream emits. Every timestamp is in
+nanoseconds on the CUPTI clock; add ``Batch.clock.offset_ns`` to get Unix-epoch nanoseconds.
+``docs/events.md`` documents every field with its unit. Bump ``SCHEMA_VERSION`` on any
+incompatible change (a field renamed, retyped or removed); adding a field with a default is compatible.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """Base of every event. The ``type`` tag names the family in the encoded form."""
+
+
+# --- GPU work -------------------------------------------------------------------------------
+
+
+class Kernel(Event, tag="kernel"):
+    start: int
+    end: int
+    name: str
+    device_id: int
+    context_id: int
+    stream_id: int
+    correlation_id: int
+    grid: tuple[int, int, int] = (0, 0, 0)
+    block: tuple[int, int, int] = (0, 0, 0)
+    registers_per_thread: int = 0
+    static_shared_bytes: int = 0
+    dynamic_shared_bytes: int = 0
+    local_memory_per_thread: int = 0
+    graph_id: int = 0
+    graph_node_id: int = 0
+    demangled_name: str | None = None
+
+
+class Memcpy(Event, tag="memcpy"):
+    start: int
+    end: int
+    bytes: int
+    copy_kind: str  # "HtoD", "DtoH", "DtoD", "HtoH", "PtoP", ...
+    src_kind: str  # memory kind: "pageable", "pinned", "device", "managed", ...
+    dst_kind: str
+    device_id: int
+    context_id: int
+    stream_id: int
+    correlation_id: int
+    src_device_id: int | None = None  # peer copies only
+    dst_device_id: int | None = None
+    graph_id: int = 0
+    graph_node_id: int = 0
+
+
+class Memset(Event, tag="memset"):
+    start: int
+    end: int
+    bytes: int
+    value: int
+    memory_kind: str
+    device_id: int
+    context_id: int
+    stream_id: int
+    correlation_id: int
+    graph_id: int = 0
+    graph_node_id: int = 0
+
+
+class GraphLaunch(Event, tag="graph_launch"):
+    start: int
+    end: int
+    graph_id: int
+    device_id: int
+    context_id: int
+    stream_id: int
+    correlation_id: int
+
+
+class GraphNode(Event, tag="graph_node"):
+    """A graph or graph node was created, cloned or destroyed (resource callbacks)."""
+
+    operation: str  # "graph_create", "node_create", "node_clone", "graph_destroy", ...
+    timestamp: int
+    graph_id: int
+    node_id: int = 0
+    node_type: str = ""
+    original_node_id: int = 0  # for clones
+
+
+# --- host API calls and annotations ---------------------------------------------------------
+
+
+class ApiCall(Event, tag="api"):
+    domain: str  # "runtime" or "driver"
+    name: str
+    cbid: int
+    start: int
+    end: int
+    process_id: int
+    thread_id: int
+    correlation_id: int
+    return_value: int = 0
+
+
+class NvtxRange(Event, tag="nvtx_range"):
+    name: str
+    start: int
+    end: int
+    thread_id: int
+    range_id: int = 0
+    depth: int = 0  # push/pop nesting depth on the thread, 0 = outermost; start/end ranges have 0
+    domain: str = ""
+    category: int = 0
+    color: int | None = None  # ARGB
+    payload: int | float | None = None
+
+
+class NvtxMarker(Event, tag="nvtx_marker"):
+    name: str
+    timestamp: int
+    thread_id: int
+    domain: str = ""
+    category: int = 0
+    color: int | None = None
+    payload: int | float | None = None
+
+
+class ExternalCorrelation(Event, tag="external_correlation"):
+    external_kind: str  # "custom0", "custom1", "custom2", "openacc", ...
+    external_id: int
+    correlation_id: int
+
+
+# --- synchronization, memory ----------------------------------------------------------------
+
+
+class Synchronization(Event, tag="synchronization"):
+    sync_type: str  # "event_synchronize", "stream_wait_event", "stream_synchronize", "context_synchronize"
+    start: int
+    end: int
+    context_id: int
+    stream_id: int
+    correlation_id: int
+    cuda_event_id: int = 0
+
+
+class CudaEvent(Event, tag="cuda_event"):
+    event_id: int
+    context_id: int
+    stream_id: int
+    correlation_id: int
+    device_timestamp: int = 0
+
+
+class MemoryAllocation(Event, tag="memory"):
+    operation: str  # "alloc" or "free"
+    timestamp: int
+    address: int
+    bytes: int
+    memory_kind: str
+    device_id: int
+    context_id: int
+    stream_id: int
+    correlation_id: int
+    source: str = ""  # "runtime", "driver", "pool", ...
+
+
+class MemoryPool(Event, tag="memory_pool"):
+    operation: str  # "created", "destroyed", "trimmed"
+    timestamp: int
+    address: int
+    pool_type: str
+    size: int
+    release_threshold: int
+    device_id: int
+    utilized_size: int = 0
+    correlation_id: int = 0
+
+
+class UnifiedMemory(Event, tag="unified_memory"):
+    counter: str  # "bytes_transfer_htod", "cpu_page_fault_count", "gpu_page_fault", ...
+    start: int
+    end: int
+    value: int
+    address: int
+    src_id: int
+    dst_id: int
+    process_id: int = 0
+
+
+class Environment(Event, tag="environment"):
+    """One device-environment sample. A field is None where that sample did not carry it."""
+
+    device_id: int
+    timestamp: int
+    power_mw: int | None = None
+    power_limit_mw: int | None = None
+    temperature_c: int | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    fan_speed_percent: int | None = None
+    throttle_reasons: int | None = None
+
+
+# --- process, device and CUPTI lifecycle ----------------------------------------------------
+
+
+class ResourceChange(Event, tag="resource"):
+    """Context, stream and module lifecycle (resource domain, or the activity context/stream kinds)."""
+
+    operation: str  # "context_create", "context_destroy", "stream_create", "module_load", ...
+    timestamp: int
+    device_id: int = 0
+    context_id: int = 0
+    stream_id: int = 0
+    module_id: int = 0
+    cubin_crc: int = 0
+    cubin_size: int = 0
+    name: str = ""
+
+
+class Device(Event, tag="device"):
+    device_id: int
+    name: str
+    uuid: str
+    compute_capability: tuple[int, int]
+    sm_count: int = 0
+    global_memory_bytes: int = 0
+    core_clock_khz: int = 0
+
+
+class Jit(Event, tag="jit"):
+    operation: str  # "cache_load", "cache_store", "compile"
+    start: int
+    end: int
+    device_id: int
+    correlation_id: int
+    cache_path: str = ""
+    cache_size: int = 0
+
+
+class Overhead(Event, tag="overhead"):
+    """Time CUPTI or the driver spent on instrumentation (buffer flush, instrumentation, ...)."""
+
+    overhead_kind: str
+    object_kind: str
+    object_id: int
+    start: int
+    end: int
+
+
+class Error(Event, tag="error"):
+    """A state-callback error or warning, a fatal error, or a failure of a cuptistream component."""
+
+    severity: str  # "fatal", "error", "warning"
+    origin: str  # "cupti_state", "source:<name>", "sink:<name>", "pipeline"
+    message: str
+    timestamp: int
+    result_code: int = 0
+
+
+class Activity(Event, tag="activity"):
+    """Any other activity kind, field for field as CUPTI reported it."""
+
+    kind: str
+    fields: dict[str, int | float | str | None]
+
+
+# --- sampling -------------------------------------------------------------------------------
+
+
+class PcSample(msgspec.Struct, kw_only=True, omit_defaults=True):
+    cubin_crc: int
+    function_name: str
+    function_index: int
+    pc_offset: int
+    stalls: dict[str, int]  # stall reason name -> samples
+
+
+class PcSampleBatch(Event, tag="pc_samples"):
+    timestamp: int
+    device_id: int
+    context_id: int
+    range_id: int
+    samples: list[PcSample]
+    total_samples: int
+    non_user_samples: int = 0
+    dropped_samples: int = 0
+    hardware_buffer_full: bool = False
+
+
+class SassRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    cubin_crc: int
+    function_name: str
+    function_index: int
+    pc_offset: int
+    values: dict[str, list[int]]  # metric name -> one value per instance
+
+
+class SassMetricBatch(Event, tag="sass_metrics"):
+    timestamp: int
+    device_id: int
+    context_id: int
+    records: list[SassRecord]
+
+
+# --- accounting -----------------------------------------------------------------------------
+
+
+class Loss(Event, tag="loss"):
+    """Events or records that were lost, and where. Every drop anywhere is reported as one of these."""
+
+    stage: str  # "cupti", "intake", "sink:<name>", "pc_sampling", "sass", ...
+    reason: str  # "cupti_buffer_dropped", "queue_full", "delivery_failed", "deadline", ...
+    count: int  # events (or records/samples: see ``unit``) lost in [since, until]
+    since: int  # Unix-epoch ns
+    until: int  # Unix-epoch ns
+    unit: str = "events"
+
+
+class StageStats(msgspec.Struct, kw_only=True):
+    events_in: int = 0
+    events_out: int = 0
+    events_dropped: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    queued_bytes: int = 0
+
+
+class SelfStats(Event, tag="self_stats"):
+    """Cumulative counters since the session started, per stage (``intake``, ``sink:<name>``)."""
+
+    timestamp: int  # Unix-epoch ns
+    stages: dict[str, StageStats]
+
+
+AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged decode
+    Kernel,
+    Memcpy,
+    Memset,
+    GraphLaunch,
+    GraphNode,
+    ApiCall,
+    NvtxRange,
+    NvtxMarker,
+    ExternalCorrelation,
+    Synchronization,
+    CudaEvent,
+    MemoryAllocation,
+    MemoryPool,
+    UnifiedMemory,
+    Environment,
+    ResourceChange,
+    Device,
+    Jit,
+    Overhead,
+    Error,
+    Activity,
+    PcSampleBatch,
+    SassMetricBatch,
+    Loss,
+    SelfStats,
+]
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    for cls in AnyEvent.__args__  # type: ignore[attr-defined]
+}
+
+
+# --- the batch envelope ---------------------------------------------------------------------
+
+
+class DeviceInfo(msgspec.Struct, kw_only=True):
+    device_id: int
+    name: str
+    uuid: str
+
+
+class Resource(msgspec.Struct, kw_only=True):
+    """Who produced a batch. Built once per session."""
+
+    host: str
+    pid: int
+    process_name: str
+    command_line: list[str]
+    devices: list[DeviceInfo] = []
+    job: dict[str, str] = {}  # RANK, LOCAL_RANK, WORLD_SIZE, SLURM_JOB_ID, ... from the environment
+
+
+class ClockSync(msgspec.Struct, kw_only=True):
+    """One reading of the CUPTI clock and the Unix clock taken back to back."""
+
+    cupti_ns: int
+    unix_ns: int
+
+    @property
+    def offset_ns(self) -> int:
+        """Add to a CUPTI timestamp to get Unix-epoch ns."""
+        return self.unix_ns - self.cupti_ns
+
+
+class Batch(msgspec.Struct, kw_only=True):
+    schema_version: int
+    session_id: str
+    seq: int  # 0, 1, 2, ... per session; a gap means batches were lost
+    resource: Resource
+    attributes: dict[str, str]
+    clock: ClockSync
+    events: list[AnyEvent]
+
+
+class EncodedBatch(msgspec.Struct, kw_only=True):
+    """A Batch whose events are already msgpack-encoded. Encodes to the same bytes as the Batch."""
+
+    schema_version: int
+    session_id: str
+    seq: int
+    resource: Resource
+    attributes: dict[str, str]
+    clock: ClockSync
+    events: msgspec.Raw
