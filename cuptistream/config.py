@@ -54,13 +54,13 @@ class QueueConfig(Strict):
 
 class SessionConfig(Strict):
     attributes: dict[str, str] = {}
-    job_env: list[str] = DEFAULT_JOB_ENV
+    job_env: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_JOB_ENV))
 
 
 class PipelineConfig(Strict):
     memory_budget: Size = Size(256 * 1024 * 1024)
     full_policy: FullPolicy = "drop_newest"
-    batch: BatchConfig = BatchConfig()
+    batch: BatchConfig = msgspec.field(default_factory=BatchConfig)
     stats_interval: Duration = Duration(10.0)
     shutdown_deadline: Duration = Duration(10.0)
 
@@ -78,21 +78,21 @@ class SourceConfig(ComponentConfig):
 class SinkConfig(ComponentConfig):
     """Base of every sink's config: the queue and batching every sink shares."""
 
-    queue: QueueConfig = QueueConfig()
+    queue: QueueConfig = msgspec.field(default_factory=QueueConfig)
     batch: BatchConfig | None = None  # None: the pipeline's batch settings
 
 
 class Config(msgspec.Struct, kw_only=True):
-    session: SessionConfig = SessionConfig()
-    pipeline: PipelineConfig = PipelineConfig()
+    session: SessionConfig = msgspec.field(default_factory=SessionConfig)
+    pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
     sources: list[SourceConfig] = []
     sinks: list[SinkConfig] = []
     origin: str = "<dict>"
 
 
 class _RawConfig(Strict):
-    session: SessionConfig = SessionConfig()
-    pipeline: PipelineConfig = PipelineConfig()
+    session: SessionConfig = msgspec.field(default_factory=SessionConfig)
+    pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
     sources: list[dict[str, Any]] = []
     sinks: list[dict[str, Any]] = []
 
