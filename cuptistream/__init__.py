@@ -1,1 +1,50 @@
-"""cuptistream: continuous GPU telemetry on NVIDIA CUPTI."""
+"""cuptistream: continuous, config-driven GPU telemetry on NVIDIA CUPTI.
+
+Public API:
+- ``session(config)``: a context manager that collects telemetry while it is open;
+- ``read(path)``: iterate the events that the file sink wrote;
+- ``correlate(...)``: tag GPU work with external correlation ids;
+- ``load_config(path)``: validate a config;
+- ``events``: the event schema.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cuptistream import events
+from cuptistream.config import Config
+from cuptistream.config import load as load_config
+from cuptistream.errors import ConfigError, NoGpuError, SinkUnavailableError, UserError
+from cuptistream.runtime import Session, session
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "NoGpuError",
+    "Session",
+    "SinkUnavailableError",
+    "UserError",
+    "correlate",
+    "events",
+    "load_config",
+    "read",
+    "session",
+]
+
+if TYPE_CHECKING:
+    from cuptistream.correlate import correlate
+    from cuptistream.reader import read
+
+
+def __getattr__(name: str) -> Any:
+    # Imported lazily: reading files needs no trio, correlating needs CUPTI.
+    if name == "read":
+        from cuptistream.reader import read
+
+        return read
+    if name == "correlate":
+        from cuptistream.correlate import correlate
+
+        return correlate
+    raise AttributeError(name)

@@ -8,7 +8,7 @@ in ``config_type`` and registers under the entry-point group ``cuptistream.sourc
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
@@ -52,6 +52,9 @@ class Source(abc.ABC):
     """
 
     config_type: ClassVar[type[SourceConfig]] = SourceConfig
+    # Set by a CUPTI source in start(): returns the CUPTI clock in ns (cuptiGetTimestamp), so the
+    # session can record the offset to the Unix epoch in every batch envelope.
+    clock: Callable[[], int] | None = None
 
     def __init__(self, config: SourceConfig, emitter: Emitter) -> None:
         self.config = config

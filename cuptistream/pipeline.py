@@ -1,0 +1,290 @@
+"""The trio pipeline: intake → distributor → one lane per sink, plus loss and self-stats reporting.
+
+It runs in its own thread (``PipelineThread``) so the observed program keeps its main thread.
+Shutdown order: the session stops its sources, then calls ``stop()``; the distributor drains the
+intake into the lanes, the final loss and self-stats events go to every lane, the lanes deliver what
+they hold and close their sinks, all within ``shutdown_deadline``. What could not be delivered by
+then is counted in the returned ``ShutdownReport``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import trio
+
+from cuptistream.codec import Chunk, encode_chunk
+from cuptistream.component import Sink
+from cuptistream.config import Config
+from cuptistream.events import (
+    SCHEMA_VERSION,
+    ClockSync,
+    EncodedBatch,
+    Event,
+    Loss,
+    Resource,
+    SelfStats,
+    StageStats,
+)
+from cuptistream.intake import Intake
+from cuptistream.sink_runner import SinkLane
+
+
+@dataclass
+class ShutdownReport:
+    """Totals for the whole session, complete once the pipeline has stopped."""
+
+    events_in: int = 0
+    intake_dropped: int = 0
+    sinks: dict[str, StageStats] = field(default_factory=dict)
+    losses: dict[str, int] = field(default_factory=dict)  # "stage/reason" -> count, all units
+    undelivered: dict[str, int] = field(default_factory=dict)  # sink -> events left at the deadline
+    deadline_hit: bool = False
+
+    def summary(self) -> str:
+        parts = [f"{self.events_in} events in"]
+        for name, stats in self.sinks.items():
+            parts.append(f"{name}: {stats.events_out} delivered, {stats.events_dropped} dropped")
+        if self.intake_dropped:
+            parts.append(f"intake dropped {self.intake_dropped}")
+        if self.deadline_hit:
+            parts.append(f"shutdown deadline hit, undelivered {self.undelivered}")
+        return "; ".join(parts)
+
+
+class Pipeline:
+    def __init__(
+        self,
+        config: Config,
+        sinks: list[Sink],
+        session_id: str,
+        resource: Resource,
+        clock_sync: Callable[[], ClockSync],
+    ) -> None:
+        self.config = config
+        self._clock_sync = clock_sync
+        self.intake = Intake(config.pipeline.memory_budget, config.pipeline.full_policy, self._event_ns)
+        self._resource = resource
+        self._session_id = session_id
+        self._attributes = dict(config.session.attributes)
+        sink_configs = {s.name: s for s in config.sinks}
+        self.lanes = [
+            SinkLane(
+                sink,
+                sink_configs[sink.name].queue,
+                sink_configs[sink.name].batch or config.pipeline.batch,
+                self._header,
+                self._lane_error,
+            )
+            for sink in sinks
+        ]
+        self._lane_errors: list[tuple[str, str]] = []
+        self._loss_window_start = time.time_ns()
+        self._all_losses: Counter[tuple[str, str, str]] = Counter()
+        self._started = time.time_ns()
+
+    def _event_ns(self) -> int:
+        return self._clock_sync().cupti_ns
+
+    def _header(self, seq: int) -> EncodedBatch:
+        return EncodedBatch(
+            schema_version=SCHEMA_VERSION,
+            session_id=self._session_id,
+            seq=seq,
+            resource=self._resource,
+            attributes=self._attributes,
+            clock=self._clock_sync(),
+            events=msgspec.Raw(b"\x90"),
+        )
+
+    def _lane_error(self, origin: str, message: str) -> None:
+        self.intake.report_error(origin, message)
+
+    # --- accounting ---------------------------------------------------------------------------
+
+    def _collect_losses(self) -> list[Event]:
+        now = time.time_ns()
+        losses = self.intake.pop_losses()
+        for lane in self.lanes:
+            losses.update(lane.losses)
+            lane.losses.clear()
+        self._all_losses.update(losses)
+        events: list[Event] = [
+            Loss(stage=stage, reason=reason, count=count, since=self._loss_window_start, until=now, unit=unit)
+            for (stage, reason, unit), count in sorted(losses.items())
+            if count
+        ]
+        self._loss_window_start = now
+        return events
+
+    def _self_stats(self) -> SelfStats:
+        intake = self.intake
+        stages = {
+            "intake": StageStats(
+                events_in=intake.events_in,
+                events_out=intake.events_out,
+                events_dropped=sum(n for (stage, _, unit), n in self._all_losses.items()
+                                   if stage == "intake" and unit == "events"),
+                bytes_in=intake.bytes_in,
+                bytes_out=intake.bytes_out,
+                queued_bytes=intake.queued_bytes,
+            )
+        }  # fmt: skip
+        for lane in self.lanes:
+            stages[lane.stage] = lane.snapshot()
+        return SelfStats(timestamp=time.time_ns(), stages=stages)
+
+    def _accounting_chunk(self) -> Chunk:
+        events = self._collect_losses()
+        events.append(self._self_stats())
+        return encode_chunk(events)
+
+    # --- tasks --------------------------------------------------------------------------------
+
+    async def _distribute(self, stopping: trio.Event) -> None:
+        token = trio.lowlevel.current_trio_token()
+        ready = trio.Event()
+
+        def wake() -> None:  # runs in the trio thread; must not raise
+            ready.set()
+
+        def waker() -> None:
+            try:
+                token.run_sync_soon(wake)
+            except trio.RunFinishedError:
+                pass
+
+        self.intake.set_waker(waker)
+        while True:
+            ready = trio.Event()
+            chunks, control = self.intake.take()
+            if control:
+                chunks.append(encode_chunk(control))
+            for chunk in chunks:
+                for lane in self.lanes:
+                    await lane.offer(chunk, bypass_bound=chunk is chunks[-1] and bool(control))
+                await trio.lowlevel.checkpoint()  # let the lanes deliver before their queues fill
+            if chunks:
+                continue
+            if stopping.is_set():
+                return
+            with trio.move_on_after(0.25):  # re-check ``stopping`` even when nothing arrives
+                await ready.wait()
+
+    async def _report_periodically(self) -> None:
+        while True:
+            await trio.sleep(self.config.pipeline.stats_interval)
+            chunk = self._accounting_chunk()
+            for lane in self.lanes:
+                await lane.offer(chunk, bypass_bound=True)
+
+    async def run(self, started: Callable[[BaseException | None], None], stop_requested: trio.Event) -> ShutdownReport:
+        report = ShutdownReport()
+        try:
+            for lane in self.lanes:
+                await lane.sink.open()
+        except BaseException as error:
+            started(error)
+            raise
+        started(None)
+        distributor_done = trio.Event()
+        lanes_done = [trio.Event() for _ in self.lanes]
+        reporter = trio.CancelScope()
+
+        async def run_lane(lane: SinkLane, done: trio.Event) -> None:
+            await lane.run()
+            await lane.sink.close()
+            done.set()
+
+        async def report_loop() -> None:
+            with reporter:
+                await self._report_periodically()
+
+        async def distribute() -> None:
+            await self._distribute(stop_requested)
+            distributor_done.set()
+
+        async with trio.open_nursery() as nursery:
+            for lane, done in zip(self.lanes, lanes_done):
+                nursery.start_soon(run_lane, lane, done)
+            nursery.start_soon(report_loop)
+            nursery.start_soon(distribute)
+            await stop_requested.wait()
+            self.intake.close()
+            with trio.move_on_after(self.config.pipeline.shutdown_deadline) as deadline:
+                await distributor_done.wait()
+                reporter.cancel()
+                final = self._accounting_chunk()
+                for lane in self.lanes:
+                    await lane.offer(final, bypass_bound=True)
+                    lane.close()
+                for done in lanes_done:
+                    await done.wait()
+            if deadline.cancelled_caught:
+                report.deadline_hit = True
+                for lane in self.lanes:
+                    report.undelivered[lane.sink.name] = lane.abandon("shutdown_deadline")
+            nursery.cancel_scope.cancel()
+        self._all_losses.update(self.intake.pop_losses())
+        for lane in self.lanes:
+            self._all_losses.update(lane.losses)
+            report.sinks[lane.sink.name] = lane.snapshot()
+        report.events_in = self.intake.events_in
+        report.intake_dropped = sum(n for (s, _, u), n in self._all_losses.items() if s == "intake" and u == "events")
+        report.losses = {f"{s}/{r}": n for (s, r, _), n in sorted(self._all_losses.items()) if n}
+        return report
+
+
+class PipelineThread:
+    """Runs a Pipeline under ``trio.run`` in a daemon thread; start() waits until sinks are open."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self._thread = threading.Thread(target=self._main, name="cuptistream-pipeline", daemon=True)
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self.report: ShutdownReport | None = None
+        self.crash: BaseException | None = None
+
+    def _main(self) -> None:
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            self._stop = trio.Event()
+            self.report = await self.pipeline.run(self._on_started, self._stop)
+
+        try:
+            trio.run(main)
+        except BaseException as error:  # reported to the session; the program goes on
+            if self._started.is_set():
+                self.crash = error
+        finally:
+            self._started.set()
+
+    def _on_started(self, error: BaseException | None) -> None:
+        self._start_error = error
+        self._started.set()
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+
+    def stop(self, timeout: float) -> ShutdownReport | None:
+        """Ask the pipeline to drain and wait for it (at most ``timeout`` seconds)."""
+        if self._token is not None and self._stop is not None and self._thread.is_alive():
+            stop = self._stop
+            try:
+                self._token.run_sync_soon(stop.set)
+            except trio.RunFinishedError:
+                pass
+        self._thread.join(timeout)
+        return self.report

@@ -1,0 +1,164 @@
+"""One sink's lane in the pipeline: its own byte-bounded queue, its batching, and its delivery loop.
+
+Each sink has a lane, so a slow sink only fills its own queue; the queue's full policy then decides
+whether the distributor waits (``block``: backpressure reaches the intake and its policy) or the lane
+drops (``drop_newest`` / ``drop_oldest``, counted per sink).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+
+import trio
+
+from cuptistream.codec import Chunk, encode_batch
+from cuptistream.component import DeliveryError, OutgoingBatch, Sink
+from cuptistream.config import BatchConfig, QueueConfig
+from cuptistream.events import EncodedBatch, StageStats
+
+
+class SinkLane:
+    def __init__(
+        self,
+        sink: Sink,
+        queue: QueueConfig,
+        batching: BatchConfig,
+        make_header: Callable[[int], EncodedBatch],
+        report_error: Callable[[str, str], None],
+    ) -> None:
+        self.sink = sink
+        self.stage = f"sink:{sink.name}"
+        self._max_bytes = queue.max_bytes
+        self._policy = queue.full_policy
+        self._batching = batching
+        self._make_header = make_header
+        self._report_error = report_error
+        self._queue: deque[tuple[Chunk, int]] = deque()  # (chunk, monotonic ns when queued)
+        self._queued_bytes = 0
+        self._queued_events = 0
+        self._changed = trio.Event()  # set when data arrives, space frees, or the lane closes
+        self._closing = False
+        self._seq = 0
+        self.counters = StageStats()
+        self.losses: Counter[tuple[str, str, str]] = Counter()
+
+    # --- the distributor's side --------------------------------------------------------------
+
+    async def offer(self, chunk: Chunk, bypass_bound: bool = False) -> None:
+        self.counters.events_in += chunk.count
+        self.counters.bytes_in += chunk.nbytes
+        if not bypass_bound and not await self._make_room(chunk):
+            self._drop(chunk.count, "queue_full")
+            return
+        self._queue.append((chunk, time.monotonic_ns()))
+        self._queued_bytes += chunk.nbytes
+        self._queued_events += chunk.count
+        self._notify()
+
+    async def _make_room(self, chunk: Chunk) -> bool:
+        while self._queue and self._queued_bytes + chunk.nbytes > self._max_bytes:
+            if self._policy == "drop_newest":
+                return False
+            if self._policy == "drop_oldest":
+                old, _ = self._pop()
+                self._drop(old.count, "queue_full")
+                continue
+            changed = self._changed
+            await changed.wait()
+        return True
+
+    def close(self) -> None:
+        self._closing = True
+        self._notify()
+
+    # --- the lane's own task -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Deliver batches until closed and drained."""
+        latency_ns = int(self._batching.max_latency * 1e9)
+        while True:
+            if not self._queue:
+                if self._closing:
+                    return
+                await self._wait_change()
+                continue
+            full = (
+                self._queued_events >= self._batching.max_events
+                or self._queued_bytes >= self._batching.max_bytes
+                or 2 * self._queued_bytes >= self._max_bytes  # deliver early before the queue fills
+            )
+            age_ns = time.monotonic_ns() - self._queue[0][1]
+            if not (full or self._closing or age_ns >= latency_ns):
+                with trio.move_on_after((latency_ns - age_ns) / 1e9):
+                    await self._wait_change()
+                continue
+            await self._deliver(self._take_batch())
+
+    def _take_batch(self) -> tuple[list[Chunk], int]:
+        chunks: list[Chunk] = []
+        events = nbytes = 0
+        first_ns = self._queue[0][1]
+        while self._queue and (
+            not chunks
+            or (events + self._queue[0][0].count <= self._batching.max_events
+                and nbytes + self._queue[0][0].nbytes <= self._batching.max_bytes)
+        ):  # fmt: skip
+            chunk, _ = self._pop()
+            chunks.append(chunk)
+            events += chunk.count
+            nbytes += chunk.nbytes
+        return chunks, first_ns
+
+    async def _deliver(self, taken: tuple[list[Chunk], int]) -> None:
+        chunks, first_ns = taken
+        count = sum(c.count for c in chunks)
+        data = encode_batch(self._make_header(self._seq), chunks)
+        batch = OutgoingBatch(data=data, seq=self._seq, event_count=count, first_chunk_ns=first_ns)
+        self._seq += 1
+        try:
+            await self.sink.write(batch)
+        except DeliveryError as error:
+            self._drop(count, "delivery_failed")
+            self._report_error(self.stage, f"batch {batch.seq} ({count} events) not delivered: {error}")
+        except Exception as error:  # a sink bug must not take the pipeline down
+            self._drop(count, "sink_error")
+            self._report_error(self.stage, f"sink failed on batch {batch.seq}: {type(error).__name__}: {error}")
+        else:
+            self.counters.events_out += count
+            self.counters.bytes_out += len(data)
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _pop(self) -> tuple[Chunk, int]:
+        chunk, queued_ns = self._queue.popleft()
+        self._queued_bytes -= chunk.nbytes
+        self._queued_events -= chunk.count
+        self._notify()
+        return chunk, queued_ns
+
+    def _drop(self, count: int, reason: str) -> None:
+        self.counters.events_dropped += count
+        self.losses[self.stage, reason, "events"] += count
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _wait_change(self) -> None:
+        await self._changed.wait()
+
+    def abandon(self, reason: str) -> int:
+        """Drop whatever is still queued (shutdown deadline passed). Returns the events dropped."""
+        dropped = self._queued_events
+        if dropped:
+            self._drop(dropped, reason)
+        self._queue.clear()
+        self._queued_bytes = self._queued_events = 0
+        return dropped
+
+    def snapshot(self) -> StageStats:
+        stats = StageStats(**{f: getattr(self.counters, f) for f in StageStats.__struct_fields__})
+        stats.queued_bytes = self._queued_bytes
+        return stats
