@@ -1,0 +1,113 @@
+"""The JSON Lines layout, shared by the file sink (``format: jsonl``), the stdout sink and ``cat``.
+
+Each batch is one envelope line followed by one line per event::
+
+    {"type":"batch","schema_version":1,"session_id":"…","seq":0,"resource":{…},"attributes":{…},
+     "clock":{…},"event_count":2}
+    {"type":"kernel","start":…,"end":…,"name":"…",…}
+    {"type":"memcpy",…}
+
+Event lines are msgspec's JSON of the event Structs, tagged with ``type``, so they decode back into
+the same events. ``event_count`` lets a reader tell a complete batch from one cut short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import msgspec
+
+from cuptistream.events import AnyEvent, Batch, ClockSync, Resource
+
+
+class Envelope(msgspec.Struct, tag_field="type", tag="batch", kw_only=True):
+    """The first line of every batch: the Batch without its events, plus how many follow."""
+
+    schema_version: int
+    session_id: str
+    seq: int
+    resource: Resource
+    attributes: dict[str, str]
+    clock: ClockSync
+    event_count: int
+
+
+_encoder = msgspec.json.Encoder()
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+_events_decoder = msgspec.json.Decoder(list[AnyEvent])
+
+
+def encode_batch(batch: Batch) -> bytes:
+    """The JSON Lines of one batch, each line ending in ``\\n``."""
+    envelope = Envelope(
+        schema_version=batch.schema_version,
+        session_id=batch.session_id,
+        seq=batch.seq,
+        resource=batch.resource,
+        attributes=batch.attributes,
+        clock=batch.clock,
+        event_count=len(batch.events),
+    )
+    lines = [_encoder.encode(envelope)]
+    lines.extend(_encoder.encode(event) for event in batch.events)
+    lines.append(b"")
+    return b"\n".join(lines)
+
+
+class JsonlError(ValueError):
+    """A line that is not part of cuptistream's JSON Lines layout."""
+
+
+@dataclass(frozen=True)
+class Incomplete:
+    """A batch cut short at the end of the data: it starts at ``offset`` and runs to the end."""
+
+    offset: int
+
+
+def iter_batches(data: bytes) -> Iterator[Batch | Incomplete]:
+    """Parse JSON Lines back into Batches; yield one ``Incomplete`` last if the data ends mid-batch.
+
+    Raises ``JsonlError`` (with the line number) on a line that is not ours.
+    """
+    offset = 0
+    line_number = 1
+    end = len(data)
+    while offset < end:
+        start = offset
+        newline = data.find(b"\n", offset)
+        if newline < 0:
+            yield Incomplete(start)  # the envelope line itself was cut short
+            return
+        try:
+            envelope = _envelope_decoder.decode(data[offset:newline])
+        except msgspec.DecodeError as error:
+            raise JsonlError(f"line {line_number} is not a cuptistream batch envelope ({error})") from None
+        offset = newline + 1
+        # Find the end of the batch's event lines: event_count newlines further on.
+        events_start = offset
+        for _ in range(envelope.event_count):
+            newline = data.find(b"\n", offset)
+            if newline < 0:
+                yield Incomplete(start)
+                return
+            offset = newline + 1
+        block = data[events_start:offset]
+        try:
+            # JSON strings never hold a raw newline, so the lines join into one array cheaply.
+            events = _events_decoder.decode(b"[" + block[:-1].replace(b"\n", b",") + b"]") if block else []
+        except msgspec.DecodeError as error:
+            raise JsonlError(
+                f"events after line {line_number} are not cuptistream events ({error})"
+            ) from None
+        yield Batch(
+            schema_version=envelope.schema_version,
+            session_id=envelope.session_id,
+            seq=envelope.seq,
+            resource=envelope.resource,
+            attributes=envelope.attributes,
+            clock=envelope.clock,
+            events=events,
+        )
+        line_number += 1 + envelope.event_count

@@ -1,0 +1,210 @@
+"""Segment files: an append-only directory of files that rotate by size and age.
+
+A ``SegmentWriter`` appends payloads (each compressed into its own zstd frame, see ``framing``) to
+``<final name>.tmp`` and renames the file to its final name when it rotates or closes, so a final
+name always means "complete". A crashed writer leaves its ``.tmp`` behind; every complete frame in
+it can still be read (``framing.iter_frames`` reports the torn tail).
+
+File names sort in write order: ``{prefix}-{host}-{pid}-{start_unix_ms}-{index:06d}{suffix}``, where
+``start_unix_ms`` is when the writer was created and ``index`` counts its segments from 0.
+
+fsync policy:
+
+- ``never``: leave it to the OS.
+- ``batch``: fsync after every append, so each acknowledged write survives a power loss.
+- ``rotate``: fsync once before each rename.
+
+Wherever the policy is not ``never``, the directory is fsynced after a rename so the new name is
+durable too. The writer is plain blocking code: callers in trio run it in ``trio.to_thread``. It is
+not thread-safe; use one writer from one thread at a time.
+
+The Kafka sink reuses it as its spool: ``list_segments`` lists finished segments in write order,
+``seal_orphans`` finishes the ``.tmp`` files a crashed writer left, and ``delete_segment`` removes
+one once it has been replayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Literal
+
+from cuptistream.framing import FrameEncoder
+
+FsyncPolicy = Literal["never", "batch", "rotate"]
+TEMP_SUFFIX = ".tmp"
+
+
+def _safe_host() -> str:
+    """The host name, reduced to characters that are safe in a file name."""
+    host = socket.gethostname().split(".")[0] or "localhost"
+    return "".join(c if c.isalnum() or c in "_" else "_" for c in host)
+
+
+def segment_key(path: Path, suffix: str) -> tuple[int, int, str]:
+    """Sort key in write order across writers: (start_unix_ms, index, name).
+
+    Plain name order is write order for one writer; across restarts the pid (part of the name) is
+    not monotonic, so a spool replays by the writer's start time first.
+    """
+    name = path.name.removesuffix(TEMP_SUFFIX).removesuffix(suffix)
+    parts = name.rsplit("-", 2)
+    try:
+        return int(parts[-2]), int(parts[-1]), path.name
+    except (IndexError, ValueError):
+        return 0, 0, path.name
+
+
+def list_segments(
+    directory: str | Path, prefix: str, suffix: str, *, include_temp: bool = False
+) -> list[Path]:
+    """Finished segments (and, with ``include_temp``, live or orphaned ``.tmp`` ones) in write order."""
+    found = []
+    for entry in Path(directory).iterdir():
+        name = entry.name
+        if not name.startswith(prefix + "-") or not entry.is_file():
+            continue
+        if name.endswith(suffix) or (include_temp and name.endswith(suffix + TEMP_SUFFIX)):
+            found.append(entry)
+    return sorted(found, key=lambda p: segment_key(p, suffix))
+
+
+def delete_segment(path: str | Path) -> None:
+    """Remove a segment that has been replayed. A segment already gone is not an error."""
+    Path(path).unlink(missing_ok=True)
+
+
+def seal_orphans(directory: str | Path, prefix: str, suffix: str, *, keep: Path | None = None) -> list[Path]:
+    """Rename ``.tmp`` files left by a crashed writer to their final names and return the new paths.
+
+    ``keep`` is a live writer's own temp file, which is left alone. A sealed file may end in a torn
+    tail; readers keep every complete frame and report the rest.
+    """
+    sealed = []
+    for path in list_segments(directory, prefix, suffix, include_temp=True):
+        if path.name.endswith(TEMP_SUFFIX) and path != keep:
+            final = path.with_name(path.name.removesuffix(TEMP_SUFFIX))
+            os.replace(path, final)
+            sealed.append(final)
+    return sealed
+
+
+class SegmentWriter:
+    """Appends payloads to rotating segment files in ``directory``.
+
+    ``zstd_level=None`` writes payloads as they are (e.g. plain JSON Lines); otherwise each payload
+    becomes one zstd frame. ``rotate_bytes`` and ``rotate_age`` (seconds) of 0 disable that trigger.
+    A file is created on the first append after a rotation, so no empty segments appear.
+    Raises ``OSError`` from the file system as is; callers turn it into their own errors.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        prefix: str,
+        suffix: str,
+        rotate_bytes: int = 256 * 1024 * 1024,
+        rotate_age: float = 3600.0,
+        fsync: FsyncPolicy = "rotate",
+        file_mode: int = 0o600,
+        zstd_level: int | None = 3,
+    ) -> None:
+        self.directory = Path(directory)
+        self.prefix = prefix
+        self.suffix = suffix
+        self.rotate_bytes = rotate_bytes
+        self.rotate_age = rotate_age
+        self.fsync = fsync
+        self.file_mode = file_mode
+        self._encoder = FrameEncoder(zstd_level) if zstd_level is not None else None
+        self._stem = f"{prefix}-{_safe_host()}-{os.getpid()}-{time.time_ns() // 1_000_000}"
+        self._index = 0
+        self._fd: int | None = None
+        self._final: Path | None = None
+        self._size = 0
+        self._opened_at = 0.0
+        self.bytes_written = 0  # all segments, after compression
+        self.files_finished = 0
+
+    @property
+    def temp_path(self) -> Path | None:
+        """The file being written now (``<final>.tmp``), or None between segments."""
+        return self._final.with_name(self._final.name + TEMP_SUFFIX) if self._final else None
+
+    def append(self, payload: bytes) -> int:
+        """Write one payload (one frame) and return the bytes written. Rotates first if due."""
+        if self._fd is not None and self._due():
+            self.rotate()
+        data = self._encoder.frame(payload) if self._encoder else payload
+        if self._fd is None:
+            self._open()
+        assert self._fd is not None
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked (e.g. a signal); finish the frame
+                view = view[os.write(self._fd, view) :]
+            if self.fsync == "batch":
+                os.fsync(self._fd)
+        except OSError:
+            # Cut off a partial frame (e.g. disk full) so later appends stay readable.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            raise
+        self._size += len(data)
+        self.bytes_written += len(data)
+        if self.rotate_bytes and self._size >= self.rotate_bytes:
+            self.rotate()
+        return len(data)
+
+    def rotate(self) -> Path | None:
+        """Finish the current segment: fsync (by policy), close, rename. Returns its final path."""
+        if self._fd is None or self._final is None:
+            return None
+        temp, final = self.temp_path, self._final
+        assert temp is not None
+        try:
+            if self.fsync != "never":
+                os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+            self._fd, self._final = None, None
+        os.replace(temp, final)
+        if self.fsync != "never":
+            _fsync_directory(self.directory)
+        self.files_finished += 1
+        return final
+
+    def close(self) -> Path | None:
+        """Finish the current segment, if any. The writer may be used again afterwards."""
+        return self.rotate()
+
+    def _due(self) -> bool:
+        return bool(self.rotate_age) and time.monotonic() - self._opened_at >= self.rotate_age
+
+    def _open(self) -> None:
+        final = self.directory / f"{self._stem}-{self._index:06d}{self.suffix}"
+        temp = final.with_name(final.name + TEMP_SUFFIX)
+        # O_EXCL: never append to someone else's file; the mode is passed here, and fchmod below
+        # makes it exact whatever the umask is.
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, self.file_mode)
+        try:
+            os.fchmod(fd, self.file_mode)
+        except OSError:
+            os.close(fd)
+            raise
+        self._index += 1
+        self._fd, self._final = fd, final
+        self._size = 0
+        self._opened_at = time.monotonic()
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,137 @@
+"""The file sink: batches into rotating segment files, read back with ``cuptistream.reader.read``.
+
+``format: msgpack`` (the default) writes each batch's msgpack, exactly as the pipeline encoded it,
+as one zstd frame. ``format: jsonl`` writes the JSON Lines layout of ``cuptistream.jsonl``, one zstd
+frame per batch or, with ``compression: none``, plain text. Each batch is written and flushed before
+``write`` returns; fsync follows ``fsync`` (see ``cuptistream.segments``). Files are written as
+``<name>.tmp`` and renamed when they rotate (by ``rotate_bytes`` or ``rotate_age``, checked on each
+write) or when the sink closes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Literal
+
+import trio
+
+from cuptistream import jsonl
+from cuptistream.component import DeliveryError, OutgoingBatch, Sink
+from cuptistream.config import Duration, SinkConfig, Size
+from cuptistream.errors import SinkUnavailableError
+from cuptistream.segments import FsyncPolicy, SegmentWriter
+
+_SUFFIXES = {
+    ("msgpack", "zstd"): ".msgpack.zst",
+    ("jsonl", "zstd"): ".jsonl.zst",
+    ("jsonl", "none"): ".jsonl",
+}
+
+
+class FileSinkConfig(SinkConfig, kw_only=True):
+    directory: str = "cuptistream-out"
+    prefix: str = "cuptistream"
+    format: Literal["msgpack", "jsonl"] = "msgpack"
+    compression: Literal["zstd", "none"] = "zstd"
+    zstd_level: int = 3
+    fsync: FsyncPolicy = "rotate"
+    rotate_bytes: Size = Size(256 * 1024 * 1024)  # 0: never rotate by size
+    rotate_age: Duration = Duration(3600.0)  # 0: never rotate by age
+    file_mode: int | str = 0o600  # an int, or an octal string such as "0640"
+
+    def __post_init__(self) -> None:
+        # Errors raised here reach the user as "sinks[N]: <message>".
+        if self.format == "msgpack" and self.compression == "none":
+            raise ValueError("compression: none is only allowed with format: jsonl; use compression: zstd")
+        if not 1 <= self.zstd_level <= 22:
+            raise ValueError(f"zstd_level: expected 1..22, got {self.zstd_level}")
+        if not self.prefix or "/" in self.prefix:
+            raise ValueError(f"prefix: expected a non-empty name without '/', got {self.prefix!r}")
+        self.file_mode = _parse_mode(self.file_mode)
+
+    @property
+    def mode(self) -> int:
+        return int(self.file_mode)
+
+    @property
+    def suffix(self) -> str:
+        return _SUFFIXES[(self.format, self.compression)]
+
+
+def _parse_mode(value: int | str) -> int:
+    try:
+        mode = int(value, 8) if isinstance(value, str) else value
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f'file_mode: expected permission bits such as 0o600 or "0640", got {value!r}')
+    return mode
+
+
+class FileSink(Sink):
+    config_type = FileSinkConfig
+
+    def __init__(self, config: FileSinkConfig) -> None:
+        super().__init__(config)
+        self.config: FileSinkConfig = config
+        self._writer: SegmentWriter | None = None
+        self._closed = False
+        self.batches_written = 0
+
+    async def open(self) -> None:
+        await trio.to_thread.run_sync(self._open)
+
+    def _open(self) -> None:
+        config = self.config
+        directory = os.path.abspath(config.directory)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            # A real file is the only reliable writability check (ACLs, read-only mounts, quotas).
+            with tempfile.TemporaryFile(dir=directory):
+                pass
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise SinkUnavailableError(
+                f"sinks[{self.name}]: cannot write to {directory}: {reason}; choose another directory"
+            ) from None
+        self._writer = SegmentWriter(
+            directory,
+            prefix=config.prefix,
+            suffix=config.suffix,
+            rotate_bytes=int(config.rotate_bytes),
+            rotate_age=float(config.rotate_age),
+            fsync=config.fsync,
+            file_mode=config.mode,
+            zstd_level=config.zstd_level if config.compression == "zstd" else None,
+        )
+
+    async def write(self, batch: OutgoingBatch) -> None:
+        await trio.to_thread.run_sync(self._write, batch)
+
+    def _write(self, batch: OutgoingBatch) -> None:
+        if self._writer is None or self._closed:
+            raise DeliveryError(f"sinks[{self.name}]: write while the sink is not open")
+        payload = batch.data if self.config.format == "msgpack" else jsonl.encode_batch(batch.batch)
+        try:
+            self._writer.append(payload)
+        except OSError as error:
+            raise DeliveryError(f"sinks[{self.name}]: cannot write batch {batch.seq}: {error}") from error
+        self.batches_written += 1
+
+    async def close(self) -> None:
+        if self._writer is None or self._closed:
+            return
+        self._closed = True
+        try:
+            await trio.to_thread.run_sync(self._writer.close)
+        except OSError as error:
+            raise DeliveryError(f"sinks[{self.name}]: cannot finish the last file: {error}") from error
+
+    def stats(self) -> dict[str, int]:
+        writer = self._writer
+        return {
+            "bytes_written": writer.bytes_written if writer else 0,
+            "files_written": writer.files_finished if writer else 0,
+            "batches_written": self.batches_written,
+        }

@@ -1,0 +1,28 @@
+"""The null sink: counts what it is given and discards it. For benchmarks and dry runs."""
+
+from __future__ import annotations
+
+from cuptistream.component import OutgoingBatch, Sink
+from cuptistream.config import SinkConfig
+
+
+class NullSinkConfig(SinkConfig, kw_only=True):
+    """No settings of its own."""
+
+
+class NullSink(Sink):
+    config_type = NullSinkConfig
+
+    def __init__(self, config: SinkConfig) -> None:
+        super().__init__(config)
+        self.batches = 0
+        self.events = 0
+        self.bytes = 0
+
+    async def write(self, batch: OutgoingBatch) -> None:
+        self.batches += 1
+        self.events += batch.event_count
+        self.bytes += len(batch.data)
+
+    def stats(self) -> dict[str, int]:
+        return {"batches": self.batches, "events": self.events, "bytes": self.bytes}
