@@ -72,12 +72,11 @@ class Pipeline:
         self._resource = resource
         self._session_id = session_id
         self._attributes = dict(config.session.attributes)
-        sink_configs = {s.name: s for s in config.sinks}
         self.lanes = [
             SinkLane(
                 sink,
-                sink_configs[sink.name].queue,
-                sink_configs[sink.name].batch or config.pipeline.batch,
+                sink.config.queue,
+                sink.config.batch or config.pipeline.batch,
                 self._header,
                 self._lane_error,
             )

@@ -36,8 +36,11 @@ def _note(message: str) -> None:
 class Session:
     """One telemetry session in this process. Not reusable: start() once, stop() once."""
 
-    def __init__(self, config: ConfigLike, *, quiet: bool = False) -> None:
+    def __init__(self, config: ConfigLike, *, quiet: bool = False, sinks: list[Sink] | None = None) -> None:
+        """``sinks``: ready-made Sink instances to use instead of building the config's sinks (for
+        embedding cuptistream with sinks constructed in code)."""
         self.config = config_module.load(config)
+        self._given_sinks = sinks
         self.session_id = uuid.uuid4().hex[:16]
         self.quiet = quiet
         self.sources: list[Source] = []
@@ -52,7 +55,9 @@ class Session:
 
     def start(self) -> Session:
         cfg = self.config
-        sinks: list[Sink] = [sink_class(s.type)(s) for s in cfg.sinks if s.enabled]
+        sinks = self._given_sinks
+        if sinks is None:
+            sinks = [sink_class(s.type)(s) for s in cfg.sinks if s.enabled]
         resource = current_resource(cfg.session.job_env)
         pipeline = Pipeline(cfg, sinks, self.session_id, resource, self.clock_sync)
         self._pipeline_thread = PipelineThread(pipeline)
@@ -150,6 +155,6 @@ def _raise_system_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 
-def session(config: ConfigLike, *, quiet: bool = False) -> Session:
+def session(config: ConfigLike, *, quiet: bool = False, sinks: list[Sink] | None = None) -> Session:
     """A telemetry session for ``with``: starts on entry, drains on exit (also on an exception)."""
-    return Session(config, quiet=quiet)
+    return Session(config, quiet=quiet, sinks=sinks)

@@ -1,0 +1,117 @@
+"""The ``cuptistream`` command: run, cat, validate, kinds.
+
+Every error a user can cause is printed as one line (``cuptistream: <problem>; <fix>``) with a
+non-zero exit code, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import NoReturn
+
+from cuptistream.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"cuptistream: {message}; see `cuptistream --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cuptistream", description="Continuous GPU telemetry on NVIDIA CUPTI.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    run = commands.add_parser(
+        "run",
+        help="run a Python program with a telemetry session active",
+        description="Run `python script.py ...`, `python -m module ...` or `python -c code` in this "
+        "process with a session active; the program's exit code is kept.",
+    )
+    run.add_argument("-c", "--config", required=True, help="YAML config (see configs/)")
+    run.add_argument("--quiet", action="store_true", help="no summary line on stderr")
+    run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py args...")
+
+    cat = commands.add_parser("cat", help="print events from files or Kafka as JSON Lines")
+    cat.add_argument("path", help="a file-sink file or directory, or kafka://host:port/topic")
+    cat.add_argument("--strict", action="store_true", help="exit 1 if a file has a torn tail")
+
+    validate = commands.add_parser("validate", help="check a config file")
+    validate.add_argument("config", help="YAML config")
+
+    commands.add_parser("kinds", help="list the activity kinds CUPTI supports on this machine")
+    return parser
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from cuptistream.config import load
+
+    cfg = load(args.config)
+    sources = ", ".join(s.name for s in cfg.sources) or "none"
+    sinks = ", ".join(s.name for s in cfg.sinks)
+    print(f"{args.config}: valid (sources: {sources}; sinks: {sinks})")
+    return 0
+
+
+def _cmd_cat(args: argparse.Namespace) -> int:
+    from cuptistream import jsonl
+
+    out = sys.stdout.buffer
+    if args.path.startswith("kafka://"):
+        from cuptistream.kafka_reader import iter_kafka_batches
+
+        for batch in iter_kafka_batches(args.path):
+            out.write(jsonl.encode_batch(batch))
+        return 0
+
+    from cuptistream.reader import TornTailWarning, read
+
+    reader = read(args.path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TornTailWarning)  # reported below, once per file
+        for batch in reader.batches():
+            out.write(jsonl.encode_batch(batch))
+    out.flush()
+    for torn in reader.torn_tails:
+        print(f"cuptistream: {torn.describe()}; every complete frame before it was printed", file=sys.stderr)
+    return 1 if args.strict and reader.torn_tails else 0
+
+
+def _cmd_kinds(args: argparse.Namespace) -> int:
+    from cuptistream.cupti.kinds import list_kinds
+
+    for kind in list_kinds():
+        print(kind.describe())
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from cuptistream.launch import parse_program, run_program
+
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    target = parse_program(program)
+    return run_program(args.config, target, quiet=args.quiet)
+
+
+_COMMANDS = {"run": _cmd_run, "cat": _cmd_cat, "validate": _cmd_validate, "kinds": _cmd_kinds}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except UserError as error:
+        print(f"cuptistream: {error}", file=sys.stderr)
+        return error.exit_code
+    except BrokenPipeError:
+        return 0  # `cuptistream cat ... | head`
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The trio pipeline: full policies with exact loss counts, fan-out, shutdown drain and deadline."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import cuptistream
+from cuptistream.config import QueueConfig
+from cuptistream.events import Kernel, SelfStats
+from tests.pipeline_helpers import MemorySink
+
+
+def _kernels(start: int, count: int) -> list[Kernel]:
+    return [
+        Kernel(start=i, end=i + 5, name=f"k{i % 7}", device_id=0, context_id=1, stream_id=2, correlation_id=i)
+        for i in range(start, start + count)
+    ]
+
+
+def _config(intake_policy: str = "drop_newest", budget: str = "64MiB", deadline: str = "10s") -> dict:
+    return {
+        "pipeline": {
+            "memory_budget": budget,
+            "full_policy": intake_policy,
+            "batch": {"max_events": 500, "max_latency": "50ms"},
+            "stats_interval": "100ms",
+            "shutdown_deadline": deadline,
+        },
+        "sinks": [{"type": "null"}],  # replaced by the in-memory sinks below
+    }
+
+
+def _emit(session: cuptistream.Session, total: int, chunk: int = 100) -> None:
+    for start in range(0, total, chunk):
+        session.emitter.emit(_kernels(start, chunk))
+
+
+@pytest.mark.parametrize("policy", ["drop_newest", "drop_oldest"])
+def test_lane_drop_policies_count_every_dropped_event(policy: str) -> None:
+    slow = MemorySink("slow", delay=0.02, queue=QueueConfig(max_bytes=40_000, full_policy=policy))
+    with cuptistream.session(_config(), sinks=[slow], quiet=True) as session:
+        _emit(session, 20_000)
+    report = session.report
+    assert report is not None
+    delivered = len(slow.kernels())
+    dropped = report.sinks["slow"].events_dropped
+    assert dropped > 0, "the sink was not overloaded; the test proves nothing"
+    assert delivered + dropped == 20_000
+    # The loss events the sink received account for every drop reported before the final one.
+    assert slow.lost("sink:slow") == report.losses["sink:slow/queue_full"] == dropped
+    ids = [k.correlation_id for k in slow.kernels()]
+    assert ids == sorted(ids), "a lane must keep the order of what it delivers"
+    if policy == "drop_oldest":
+        assert ids[-1] == 19_999, "drop_oldest keeps the newest events"
+
+
+def test_block_everywhere_loses_nothing() -> None:
+    slow = MemorySink("slow", delay=0.005, queue=QueueConfig(max_bytes=20_000, full_policy="block"))
+    with cuptistream.session(_config("block", budget="20KiB"), sinks=[slow], quiet=True) as session:
+        _emit(session, 5_000)
+    assert [k.correlation_id for k in slow.kernels()] == list(range(5_000))
+    assert session.report is not None and session.report.losses == {}
+
+
+def test_blocked_lane_pushes_back_to_the_intake_policy() -> None:
+    slow = MemorySink("slow", delay=0.02, queue=QueueConfig(max_bytes=20_000, full_policy="block"))
+    with cuptistream.session(_config("drop_newest", budget="20KiB"), sinks=[slow], quiet=True) as session:
+        _emit(session, 20_000)
+    report = session.report
+    assert report is not None
+    assert report.intake_dropped > 0
+    assert len(slow.kernels()) + report.intake_dropped == 20_000
+    assert report.sinks["slow"].events_dropped == 0
+    assert slow.lost("intake") == report.intake_dropped
+
+
+def test_fan_out_delivers_everything_to_two_sinks_and_a_slow_one_does_not_stall_the_other() -> None:
+    fast = MemorySink("fast", queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    slow = MemorySink("slow", delay=0.05, queue=QueueConfig(max_bytes=30_000, full_policy="drop_newest"))
+    other = MemorySink("other", queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    with cuptistream.session(_config(), sinks=[fast, other], quiet=True) as session:
+        _emit(session, 30_000)
+    assert [k.correlation_id for k in fast.kernels()] == list(range(30_000))
+    assert [k.correlation_id for k in other.kernels()] == list(range(30_000))
+    assert fast.closed and other.closed
+    with cuptistream.session(_config(), sinks=[fast, slow], quiet=True) as session:
+        _emit(session, 30_000)
+    assert len(fast.kernels()) == 60_000  # the slow sink's drops did not touch the fast one
+    assert session.report is not None and session.report.sinks["slow"].events_dropped > 0
+
+
+def test_shutdown_drains_what_is_queued() -> None:
+    slow = MemorySink("slow", delay=0.01, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    with cuptistream.session(_config(), sinks=[slow], quiet=True) as session:
+        _emit(session, 10_000)
+    assert len(slow.kernels()) == 10_000
+    assert slow.closed
+    # The last batch carries the final accounting: a SelfStats event with the intake totals.
+    stats = [e for b in slow.batches for e in b.events if isinstance(e, SelfStats)]
+    assert stats and stats[-1].stages["intake"].events_in == 10_000
+    assert [b.seq for b in slow.batches] == list(range(len(slow.batches)))
+
+
+def test_shutdown_deadline_reports_what_was_not_delivered() -> None:
+    stuck = MemorySink("stuck", delay=3600, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    with cuptistream.session(_config(deadline="300ms"), sinks=[stuck], quiet=True) as session:
+        _emit(session, 1_000)
+    report = session.report
+    assert report is not None and report.deadline_hit
+    # One batch is stuck inside write(); the rest is still queued and counted as undelivered.
+    assert 0 < report.undelivered["stuck"] <= 1_000
+    assert report.losses["sink:stuck/shutdown_deadline"] == report.undelivered["stuck"]
+
+
+def test_emit_from_many_threads_is_counted_exactly() -> None:
+    sink = MemorySink("sink", queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    with cuptistream.session(_config("block"), sinks=[sink], quiet=True) as session:
+        threads = [
+            threading.Thread(target=lambda t=t: [session.emitter.emit(_kernels(t * 10_000 + i, 100))
+                                                 for i in range(0, 10_000, 100)])
+            for t in range(4)
+        ]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sorted(k.correlation_id for k in sink.kernels()) == list(range(40_000))
