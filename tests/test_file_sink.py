@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from cuptistream.sinks.file import FileSink, FileSinkConfig
 from helpers.batchgen import batch_bytes, outgoing
 
 from cuptistream import segments
@@ -18,7 +19,6 @@ from cuptistream.errors import ConfigError, SinkUnavailableError
 from cuptistream.framing import iter_frames
 from cuptistream.reader import read
 from cuptistream.segments import SegmentWriter
-from cuptistream.sinks.file import FileSink, FileSinkConfig
 
 
 def make_config(**settings: object) -> FileSinkConfig:
@@ -47,7 +47,10 @@ def test_million_events_round_trip_byte_exact(tmp_path: Path) -> None:
     counts = [min(per_batch, total - start) for start in range(0, total, per_batch)]
     originals = [batch_bytes(seq, count) for seq, count in enumerate(counts)]
     sink = FileSink(make_config(directory=str(tmp_path), rotate_bytes="16MiB"))
-    run_sink(sink, [OutgoingBatch(data, seq, n) for seq, (data, n) in enumerate(zip(originals, counts))])
+    run_sink(
+        sink,
+        [OutgoingBatch(data, seq, n) for seq, (data, n) in enumerate(zip(originals, counts, strict=True))],
+    )
 
     files = sorted(tmp_path.iterdir())
     assert len(files) > 1 and all(f.name.endswith(".msgpack.zst") for f in files)  # it rotated

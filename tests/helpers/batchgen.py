@@ -42,31 +42,49 @@ def make_events(seq: int, count: int, kinds: bool = False) -> list[Event]:
         if pick == 8:
             events.append(
                 Memcpy(
-                    start=start, end=start + rng.randrange(1, 10**6), bytes=rng.randrange(2**40),
-                    copy_kind="HtoD", src_kind="pinned", dst_kind="device", device_id=rng.randrange(8),
-                    context_id=1, stream_id=rng.randrange(64), correlation_id=seq * count + i,
+                    start=start,
+                    end=start + rng.randrange(1, 10**6),
+                    bytes=rng.randrange(2**40),
+                    copy_kind="HtoD",
+                    src_kind="pinned",
+                    dst_kind="device",
+                    device_id=rng.randrange(8),
+                    context_id=1,
+                    stream_id=rng.randrange(64),
+                    correlation_id=seq * count + i,
                     src_device_id=None if i % 3 else 1,
-                )  # fmt: skip
+                )
             )
         elif pick == 9:
             events.append(
                 NvtxRange(
-                    name=f"step {i}", start=start, end=start + 5000, thread_id=rng.randrange(2**63),
-                    depth=i % 4, color=0xFF00FF00 if i % 2 else None, payload=i * 0.5 if i % 5 else None,
-                )  # fmt: skip
+                    name=f"step {i}",
+                    start=start,
+                    end=start + 5000,
+                    thread_id=rng.randrange(2**63),
+                    depth=i % 4,
+                    color=0xFF00FF00 if i % 2 else None,
+                    payload=i * 0.5 if i % 5 else None,
+                )
             )
         else:
             name = _NAMES[rng.randrange(len(_NAMES))]
             events.append(
                 Kernel(
-                    start=start, end=start + rng.randrange(1, 2**32), name=name,
-                    device_id=rng.randrange(8), context_id=rng.randrange(1, 4), stream_id=rng.randrange(2**32),
+                    start=start,
+                    end=start + rng.randrange(1, 2**32),
+                    name=name,
+                    device_id=rng.randrange(8),
+                    context_id=rng.randrange(1, 4),
+                    stream_id=rng.randrange(2**32),
                     correlation_id=seq * count + i,
                     grid=(rng.randrange(1, 65536), rng.randrange(1, 64), 1),
                     block=(rng.choice((32, 128, 256, 1024)), 1, 1),
-                    registers_per_thread=rng.randrange(256), dynamic_shared_bytes=rng.randrange(3) * 4096,
-                    graph_id=rng.randrange(3), demangled_name=name if i % 7 == 0 else None,
-                )  # fmt: skip
+                    registers_per_thread=rng.randrange(256),
+                    dynamic_shared_bytes=rng.randrange(3) * 4096,
+                    graph_id=rng.randrange(3),
+                    demangled_name=name if i % 7 == 0 else None,
+                )
             )
     return events
 

@@ -8,15 +8,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder, for helpers.*
 
-from helpers.batchgen import batch_bytes  # noqa: E402
+from helpers.batchgen import batch_bytes
 
-from cuptistream.segments import SegmentWriter  # noqa: E402
+from cuptistream.segments import SegmentWriter
 
 
 def main() -> None:
     directory, rotate_bytes = sys.argv[1], int(sys.argv[2])
     writer = SegmentWriter(
-        directory, prefix="kill", suffix=".msgpack.zst", rotate_bytes=rotate_bytes, rotate_age=0, fsync="never"
+        directory,
+        prefix="kill",
+        suffix=".msgpack.zst",
+        rotate_bytes=rotate_bytes,
+        rotate_age=0,
+        fsync="never",
     )
     seq = 0
     while True:
