@@ -152,12 +152,30 @@ def _message(error: msgspec.ValidationError, data: Any, prefix: str, model: type
         hint = f" (known keys: {known})" if known else ""
         return f"{_join(prefix, path + '.' + field)}: unknown key{hint}"
     if expected := _EXPECTED_GOT.match(msg):
+        want = expected.group("want")
+        if "[...]" in path:  # msgspec does not name the mapping key; find the offending entry
+            path = _name_mapping_key(data, path, want)
         got = _lookup(data, path)
-        return f"{_join(prefix, path)}: expected {expected.group('want')}, got {_short(got)}"
+        want = {"object": "a mapping", "array": "a list"}.get(want, want)
+        return f"{_join(prefix, path)}: expected {want}, got {_short(got)}"
     if msg.startswith("Object missing required field"):
         field = msg.split("`")[1]
         return f"{_join(prefix, path + '.' + field)}: required key is missing"
     return f"{_join(prefix, path)}: {msg[0].lower() + msg[1:] if msg else 'invalid value'}"
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+
+
+def _name_mapping_key(data: Any, path: str, want: str) -> str:
+    head, _, tail = path.partition("[...]")
+    mapping = _lookup(data, head)
+    accepted = _PY_TYPES.get(want)
+    if isinstance(mapping, dict) and accepted and not tail:
+        for key, value in mapping.items():
+            if not isinstance(value, accepted) or (bool not in accepted and isinstance(value, bool)):
+                return f"{head}.{key}"
+    return path
 
 
 def _lookup_model(model: type, path: str) -> type | None:

@@ -1,0 +1,112 @@
+"""Config loading: every shipped config validates; malformed configs give one line naming the path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuptistream.config import load
+from cuptistream.errors import ConfigError
+from cuptistream.units import parse_duration, parse_size
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def test_there_are_configs() -> None:
+    names = {p.name for p in CONFIGS}
+    assert {"default.yaml", "test-synthetic.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_validates(path: Path) -> None:
+    config = load(path)
+    assert config.sinks, f"{path.name} has no sink"
+    assert all(s.name for s in config.sinks)
+
+
+def test_sizes_and_durations() -> None:
+    assert parse_size("10MiB") == 10 * 1024 * 1024
+    assert parse_size("10MB") == 10_000_000
+    assert parse_size(4096) == 4096
+    assert parse_size("1.5KiB") == 1536
+    assert parse_duration("500ms") == pytest.approx(0.5)
+    assert parse_duration("2min") == 120
+    assert parse_duration(3) == 3.0
+    config = load({"pipeline": {"memory_budget": "1GiB", "batch": {"max_latency": "250ms"}},
+                   "sinks": [{"type": "null"}]})  # fmt: skip
+    assert config.pipeline.memory_budget == 1 << 30
+    assert config.pipeline.batch.max_latency == pytest.approx(0.25)
+
+
+NULL = {"type": "null"}
+MALFORMED: list[tuple[object, str]] = [
+    ({"sinks": [NULL, {"type": "null", "batch": {"max_bytes": "10 potatoes"}}]}, "sinks[1].batch.max_bytes: "),
+    ({"sinks": [NULL, {"type": "null", "batch": {"max_events": "many"}}]}, 'sinks[1].batch.max_events: expected int, got "many"'),
+    ({"sinks": [{"type": "null", "colour": "red"}]}, "sinks[0].colour: unknown key"),
+    ({"sinks": [{"type": "nope"}]}, "sinks[0].type: unknown sink 'nope'"),
+    ({"sinks": [{"name": "x"}]}, "sinks[0].type: required key is missing"),
+    ({"sinks": ["file"]}, 'sinks[0]: expected a mapping, got "file"'),
+    ({"sinks": []}, "sinks: no sink is enabled"),
+    ({"sinks": [NULL], "pipeline": {"full_policy": "panic"}}, "pipeline.full_policy: "),
+    ({"sinks": [NULL], "pipeline": {"memory_budget": -5}}, "pipeline.memory_budget: "),
+    ({"sinks": [NULL], "pipeline": {"memory_budget": "lots"}}, "pipeline.memory_budget: expected a size"),
+    ({"sinks": [NULL], "pipeline": {"stats_interval": "soon"}}, "pipeline.stats_interval: expected a duration"),
+    ({"sinks": [NULL], "pipeline": {"shutdown_deadline": True}}, "pipeline.shutdown_deadline: "),
+    ({"sinks": [NULL], "pipeline": {"batch": []}}, "pipeline.batch: expected a mapping"),
+    ({"sinks": [NULL], "pipelines": {}}, "pipelines: unknown key"),
+    ({"sinks": [NULL], "session": {"attributes": {"team": ["a"]}}}, "session.attributes.team: expected str"),
+    ({"sinks": [NULL], "session": {"job_env": "RANK"}}, "session.job_env: expected a list"),
+    ({"sinks": [NULL], "sources": [{"type": "synthetic", "rate": "fast"}]}, 'sources[0].rate: expected float, got "fast"'),
+    ({"sinks": [NULL], "sources": [{"type": "warp"}]}, "sources[0].type: unknown source 'warp'"),
+    ({"sinks": [NULL], "sources": [{"type": "synthetic", "evnts": 5}]}, "sources[0].evnts: unknown key"),
+    ({"sinks": [NULL, NULL]}, "sinks[1].name: 'null' is already used by sinks[0]"),
+    ({"sinks": [{"type": "null", "queue": {"full_policy": "wait"}}]}, "sinks[0].queue.full_policy: "),
+    ({"sinks": [{"type": "null", "queue": {"max_bytes": [1]}}]}, "sinks[0].queue.max_bytes: expected a size"),
+    ({"sinks": [{"type": "file", "directory": 7}]}, "sinks[0].directory: expected str, got 7"),
+    ({"sinks": [NULL], "sources": [{"type": "synthetic", "enabled": "yes"}]}, 'sources[0].enabled: expected bool, got "yes"'),
+    ("just a string", "<top level>: expected a mapping"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "expected"), MALFORMED, ids=[m[1][:40] for m in MALFORMED])
+def test_malformed_config_gives_one_line_naming_the_path(data: object, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        from cuptistream.config import build
+
+        build(data)
+    message = str(caught.value)
+    assert message.startswith(expected), message
+    assert "\n" not in message
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("sinks:\n  - type: file\n    directory: [unclosed\n")
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert "line" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("sinks: [{type: file, batch: {max_bytes: 10 MB}}]\n", "sinks[0].batch.max_bytes"),
+        ("sinks: [{type: null}]\npipeline: {full_policy: sometimes}\n", "pipeline.full_policy"),
+    ],
+)
+def test_validate_cli_prints_one_line_and_exits_2(tmp_path: Path, yaml_text: str, expected: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text.replace("10 MB", "10 potatoes"))
+    result = subprocess.run(
+        [sys.executable, "-m", "cuptistream.cli", "validate", str(path)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr
