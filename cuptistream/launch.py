@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import runpy
-import shutil
 import sys
 import traceback
 from dataclasses import dataclass
@@ -31,7 +30,10 @@ def _is_python(executable: str) -> bool:
 
 
 def parse_program(command: list[str]) -> Program:
-    """Accept ``python script.py ...``, ``python -m mod ...``, ``python -c code ...`` or ``script.py ...``."""
+    """Accept ``python script.py ...``, ``python -m mod ...``, ``python -c code ...`` or ``script.py ...``.
+
+    The program runs in this process, so under the interpreter cuptistream is installed in,
+    whichever ``python`` the command names."""
     if not command:
         raise UserError("run: no program given; use `cuptistream run -c cfg.yaml -- python script.py`")
     if command[0].endswith(".py"):
@@ -41,10 +43,6 @@ def parse_program(command: list[str]) -> Program:
             f"run: {command[0]!r} is not a Python interpreter; cuptistream run takes "
             "`python script.py ...` or `python -m module ...`"
         )
-    resolved = shutil.which(command[0])
-    if resolved and os.path.realpath(resolved) != os.path.realpath(sys.executable):
-        print(f"cuptistream: running the program with {sys.executable} (the interpreter cuptistream is "
-              f"installed in), not {command[0]}", file=sys.stderr)  # fmt: skip
     rest = command[1:]
     if not rest:
         raise UserError("run: python needs a script, -m module or -c code")
