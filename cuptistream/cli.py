@@ -84,8 +84,12 @@ def _cmd_cat(args: argparse.Namespace) -> int:
 def _cmd_kinds(args: argparse.Namespace) -> int:
     from cuptistream.cupti.kinds import list_kinds
 
-    for kind in list_kinds():
-        print(kind.describe())
+    kinds = list_kinds()
+    print(f"{'kind':<26} {'supported':<9} {'event':<20} record")
+    for kind in kinds:
+        supported = "yes" if kind.supported else "no"
+        note = f"  ({kind.note})" if kind.note else ""
+        print(f"{kind.name:<26} {supported:<9} {kind.event:<20} {kind.record}{note}")
     return 0
 
 

@@ -164,7 +164,12 @@ def _message(error: msgspec.ValidationError, data: Any, prefix: str, model: type
     return f"{_join(prefix, path)}: {msg[0].lower() + msg[1:] if msg else 'invalid value'}"
 
 
-_PY_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,)}
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+}
 
 
 def _name_mapping_key(data: Any, path: str, want: str) -> str:

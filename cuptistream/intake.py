@@ -95,7 +95,15 @@ class Intake(Emitter):
         except Exception:
             timestamp = time.time_ns()
         self.emit_control(
-            [Error(severity=severity, origin=origin, message=message, timestamp=timestamp, result_code=result_code)]
+            [
+                Error(
+                    severity=severity,
+                    origin=origin,
+                    message=message,
+                    timestamp=timestamp,
+                    result_code=result_code,
+                )
+            ]
         )
 
     def emit_control(self, events: Sequence[Event]) -> None:

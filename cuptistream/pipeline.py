@@ -182,7 +182,9 @@ class Pipeline:
             for lane in self.lanes:
                 await lane.offer(chunk, bypass_bound=True)
 
-    async def run(self, started: Callable[[BaseException | None], None], stop_requested: trio.Event) -> ShutdownReport:
+    async def run(
+        self, started: Callable[[BaseException | None], None], stop_requested: trio.Event
+    ) -> ShutdownReport:
         report = ShutdownReport()
         try:
             for lane in self.lanes:
@@ -209,7 +211,7 @@ class Pipeline:
             distributor_done.set()
 
         async with trio.open_nursery() as nursery:
-            for lane, done in zip(self.lanes, lanes_done):
+            for lane, done in zip(self.lanes, lanes_done, strict=True):
                 nursery.start_soon(run_lane, lane, done)
             nursery.start_soon(report_loop)
             nursery.start_soon(distribute)
@@ -234,7 +236,9 @@ class Pipeline:
             self._all_losses.update(lane.losses)
             report.sinks[lane.sink.name] = lane.snapshot()
         report.events_in = self.intake.events_in
-        report.intake_dropped = sum(n for (s, _, u), n in self._all_losses.items() if s == "intake" and u == "events")
+        report.intake_dropped = sum(
+            n for (s, _, u), n in self._all_losses.items() if s == "intake" and u == "events"
+        )
         report.losses = {f"{s}/{r}": n for (s, r, _), n in sorted(self._all_losses.items()) if n}
         return report
 

@@ -32,7 +32,7 @@ def _load(group: str, kind: str, path: str) -> type:
         names = ", ".join(available(group)) or "none installed"
         raise ConfigError(f"{path}.type: unknown {what} {kind!r} (available: {names})")
     try:
-        return eps[kind].load()  # type: ignore[no-any-return]
+        return eps[kind].load()
     except ImportError as error:
         raise ConfigError(
             f"{path}.type: {kind!r} needs a package that is not installed ({error.name}); "

@@ -124,7 +124,9 @@ class SinkLane:
             self._report_error(self.stage, f"batch {batch.seq} ({count} events) not delivered: {error}")
         except Exception as error:  # a sink bug must not take the pipeline down
             self._drop(count, "sink_error")
-            self._report_error(self.stage, f"sink failed on batch {batch.seq}: {type(error).__name__}: {error}")
+            self._report_error(
+                self.stage, f"sink failed on batch {batch.seq}: {type(error).__name__}: {error}"
+            )
         else:
             self.counters.events_out += count
             self.counters.bytes_out += len(data)

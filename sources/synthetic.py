@@ -37,7 +37,9 @@ class SyntheticSource(Source):
         while not self._stopping.is_set():
             if cfg.duration is not None and time.monotonic() - began >= cfg.duration:
                 break
-            count = cfg.chunk_events if cfg.events == 0 else min(cfg.chunk_events, cfg.events - self.generated)
+            count = (
+                cfg.chunk_events if cfg.events == 0 else min(cfg.chunk_events, cfg.events - self.generated)
+            )
             if count <= 0:
                 break
             base = self.generated

@@ -31,4 +31,6 @@ class MemorySink(Sink):
         return [e for b in self.batches for e in b.events if isinstance(e, Kernel)]
 
     def lost(self, stage: str) -> int:
-        return sum(e.count for b in self.batches for e in b.events if isinstance(e, Loss) and e.stage == stage)
+        return sum(
+            e.count for b in self.batches for e in b.events if isinstance(e, Loss) and e.stage == stage
+        )

@@ -121,7 +121,9 @@ def test_unwritable_sink_fails_before_the_program_runs(tmp_path: Path) -> None:
 
 def test_cat_prints_json_lines(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "{type: synthetic, events: 300}")
-    subprocess.run([*CLI, "run", "-c", str(cfg), "--quiet", "--", "python", "-c", "pass"], check=True, timeout=60)
+    subprocess.run(
+        [*CLI, "run", "-c", str(cfg), "--quiet", "--", "python", "-c", "pass"], check=True, timeout=60
+    )
     result = subprocess.run([*CLI, "cat", str(tmp_path / "out")], capture_output=True, text=True, timeout=60,
                             env={**os.environ})  # fmt: skip
     assert result.returncode == 0
