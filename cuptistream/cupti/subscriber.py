@@ -96,6 +96,11 @@ def describe_cupti_failure(error: BaseException) -> str:
     return f"CUPTI call failed: {text}"
 
 
+def address_of(data: Any) -> int:
+    """The raw address of a callback's ``cbdata`` struct, whether CUPTI handed a pointer or an object."""
+    return data if isinstance(data, int) else int(data.ptr)
+
+
 def is_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says CUPTI cannot run on this machine at all (as opposed to a call failing)."""
     return type(error).__name__ == "NotSupportedError" or "driver is not found" in str(error)
@@ -207,8 +212,8 @@ class Subscriber:
     def _dispatch(self, userdata: Any, domain: int, cbid: int, data: Any) -> None:
         # Runs inside the CUDA call on the application's thread: look up, call, never raise.
         try:
-            if isinstance(data, int):  # a bare cbdata pointer: wrap it in the domain's struct view
-                data = self._data_types[domain].from_ptr(data)
+            if isinstance(data, int) and domain in self._data_types:
+                data = self._data_types[domain].from_ptr(data)  # a bare pointer: wrap it like cupti-python
             routes = self._routes
             for key in ((domain, cbid), (domain, None)):
                 handlers = routes.get(key)

@@ -1,0 +1,78 @@
+"""The ``state`` source: CUPTI's own fatal errors, errors and warnings as ``Error`` events.
+
+CUPTI reports problems it meets in the background (a buffer it could not allocate, a device it
+cannot profile, ...) only at the next CUPTI call, unless a client subscribes to
+``CUPTI_CB_DOMAIN_STATE``. This source does, and turns each notification into an ``Error`` event with
+``origin="cupti_state"``, the severity (``fatal``, ``error``, ``warning``), CUPTI's message and its
+result code.
+
+State notifications are rare and a fatal one may be the last thing the process says, so each is
+handed to the emitter at once (``report_error`` never blocks and never raises) rather than batched.
+
+Failure modes: ``start()`` raises ``SubscriberBusy`` when another tool holds CUPTI's callback
+subscriber, ``CuptiUnavailable`` without a driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from cuptistream.component import Source
+from cuptistream.config import SourceConfig
+from cuptistream.cupti import subscriber
+from cuptistream.cupti.subscriber import Domain, Registration, address_of
+
+ORIGIN = "cupti_state"
+SEVERITIES = {1: "fatal", 2: "error", 3: "warning"}  # CUPTI_CBID_STATE_FATAL_ERROR, _ERROR, _WARNING
+
+
+class StateConfig(SourceConfig):
+    warnings: bool = True  # also report CUPTI's warnings, not only errors
+
+
+class _StateData(ctypes.Structure):
+    # CUpti_StateData (cupti_callbacks.h): a union holding ``notification {result; message}``.
+    _fields_ = [("result", ctypes.c_int32), ("message", ctypes.c_char_p)]
+
+
+def result_name(code: int) -> str:
+    """``CUPTI_ERROR_UNKNOWN`` for 999; the number alone if cupti-python does not know it."""
+    try:
+        from cupti import cupti
+
+        return "CUPTI_" + cupti.Result(code).name
+    except (ImportError, ValueError):
+        return f"CUPTI result {code}"
+
+
+class StateSource(Source):
+    config_type = StateConfig
+    config: StateConfig
+
+    def __init__(
+        self, config: SourceConfig, emitter: Any, *, sub: subscriber.Subscriber | None = None
+    ) -> None:
+        super().__init__(config, emitter)
+        self._subscriber = sub or subscriber.get()
+        self._registration: Registration | None = None
+        self.notifications = 0
+
+    def start(self) -> None:
+        self._registration = self._subscriber.register(Domain.STATE, self._on_state)
+
+    def _on_state(self, domain: int, cbid: int, data: Any) -> None:
+        severity = SEVERITIES.get(cbid)
+        if severity is None or (severity == "warning" and not self.config.warnings):
+            return
+        state = _StateData.from_address(address_of(data))
+        text = (state.message or b"").decode(errors="replace").strip() or "no message"
+        self.notifications += 1
+        self.emitter.report_error(
+            ORIGIN, f"{result_name(state.result)} ({state.result}): {text}", severity, state.result
+        )
+
+    def stop(self) -> None:
+        if self._registration is not None:
+            self._registration.remove()
+            self._registration = None
