@@ -35,7 +35,7 @@ class Envelope(msgspec.Struct, tag_field="type", tag="batch", kw_only=True):
 
 _encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(Envelope)
-_events_decoder = msgspec.json.Decoder(list[AnyEvent])
+_event_decoder = msgspec.json.Decoder(AnyEvent)
 
 
 def encode_batch(batch: Batch) -> bytes:
@@ -49,10 +49,7 @@ def encode_batch(batch: Batch) -> bytes:
         clock=batch.clock,
         event_count=len(batch.events),
     )
-    lines = [_encoder.encode(envelope)]
-    lines.extend(_encoder.encode(event) for event in batch.events)
-    lines.append(b"")
-    return b"\n".join(lines)
+    return _encoder.encode(envelope) + b"\n" + _encoder.encode_lines(batch.events)
 
 
 class JsonlError(ValueError):
@@ -93,14 +90,14 @@ def iter_batches(data: bytes) -> Iterator[Batch | Incomplete]:
                 yield Incomplete(start)
                 return
             offset = newline + 1
-        block = data[events_start:offset]
         try:
-            # JSON strings never hold a raw newline, so the lines join into one array cheaply.
-            events = _events_decoder.decode(b"[" + block[:-1].replace(b"\n", b",") + b"]") if block else []
+            events = _event_decoder.decode_lines(data[events_start:offset])
         except msgspec.DecodeError as error:
             raise JsonlError(
                 f"events after line {line_number} are not cuptistream events ({error})"
             ) from None
+        if len(events) != envelope.event_count:
+            raise JsonlError(f"batch at line {line_number} has blank lines among its events")
         yield Batch(
             schema_version=envelope.schema_version,
             session_id=envelope.session_id,

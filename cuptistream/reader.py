@@ -1,8 +1,13 @@
 """The public reader: the events in files written by the file sink (or a crashed writer's leftovers).
 
->>> from cuptistream.reader import read
->>> for event in read("cuptistream-out"):          # a directory or one file
-...     print(event.type if hasattr(event, "type") else type(event).__name__)
+    from cuptistream.events import Kernel
+    from cuptistream.reader import read
+
+    reader = read("cuptistream-out")              # a directory of segments, or one file
+    kernels = [e for e in reader if isinstance(e, Kernel)]
+    for batch in reader.batches():                # or whole Batches, with resource and clock
+        ...
+    reader.torn_tails                             # [] unless a writer died mid-write
 
 ``read`` handles all three formats by suffix: ``.msgpack.zst``, ``.jsonl.zst`` and ``.jsonl``, each
 optionally followed by ``.tmp`` (a segment still being written, or left by a killed writer).

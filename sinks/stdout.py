@@ -31,18 +31,19 @@ class StdoutSink(Sink):
         self.bytes_written = 0
 
     async def write(self, batch: OutgoingBatch) -> None:
-        data = jsonl.encode_batch(batch.batch)
-        await trio.to_thread.run_sync(self._write, data)
+        written = await trio.to_thread.run_sync(self._write, batch)
         self.batches_written += 1
-        self.bytes_written += len(data)
+        self.bytes_written += written
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, batch: OutgoingBatch) -> int:
+        data = jsonl.encode_batch(batch.batch)  # decoding and encoding happen off the trio thread too
         stream = self._stream or sys.stdout.buffer
         try:
             stream.write(data)
             stream.flush()
         except (BrokenPipeError, ValueError) as error:  # ValueError: stdout was closed
             raise DeliveryError(f"sinks[{self.name}]: cannot write to stdout: {error}") from error
+        return len(data)
 
     def stats(self) -> dict[str, int]:
         return {"batches_written": self.batches_written, "bytes_written": self.bytes_written}

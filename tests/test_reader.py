@@ -105,12 +105,14 @@ def test_jsonl_layout_is_an_envelope_then_one_line_per_event() -> None:
 
 
 def test_files_that_are_not_ours_give_one_line_user_errors(tmp_path: Path) -> None:
+    envelope = jsonl.encode_batch(outgoing(0, 0).batch)
     cases = {
         "notes.txt": b"hello",
         "a.msgpack.zst": b"definitely not zstd",
         "b.msgpack.zst": zstandard.ZstdCompressor().compress(b"\x01\x02 not msgpack of a batch"),
         "c.jsonl": b'{"hello": "world"}\n',
         "d.jsonl.zst": zstandard.ZstdCompressor().compress(b"[1, 2, 3]\n"),
+        "e.jsonl": envelope.replace(b'"event_count":0', b'"event_count":1') + b"\n",  # blank "event"
     }
     for name, content in cases.items():
         (tmp_path / name).write_bytes(content)
