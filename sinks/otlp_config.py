@@ -73,11 +73,12 @@ class OtlpSinkConfig(SinkConfig):
     def __post_init__(self) -> None:
         if not self.signals:
             raise ValueError("signals: enable at least one of traces, metrics, logs")
+        for key in ("endpoint", "traces_endpoint", "metrics_endpoint", "logs_endpoint"):
+            if getattr(self, key):
+                check_url(getattr(self, key), key)
         for signal in self.signals:
-            url = self.signal_url(signal)
-            if url is None:
+            if self.signal_url(signal) is None:
                 raise ValueError(f"endpoint: required for {signal} (or set {signal}_endpoint)")
-            check_url(url, f"{signal}_endpoint" if getattr(self, f"{signal}_endpoint") else "endpoint")
         for limit in ("max_request_bytes", "max_kernel_names", "max_function_names"):
             if getattr(self, limit) <= 0:
                 raise ValueError(f"{limit}: must be positive")
