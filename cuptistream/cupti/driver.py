@@ -1,0 +1,205 @@
+"""Loading libcupti, checking results, and CUPTI's process-wide attach/detach.
+
+Everything here goes through ctypes against the *same* libcupti that cupti-python uses (found with
+cuda-pathfinder, which returns the already-loaded copy), so a raw call here and a cupti-python call
+elsewhere talk to one CUPTI.
+
+Failure modes:
+
+- ``NoGpuError`` (one line) when there is no CUDA driver or no GPU. cupti-python raises
+  ``NotSupportedError: CUDA driver is not found`` in that case; ``translate_errors`` turns that into
+  the same one-line error.
+- ``CuptiError`` when a CUPTI call returns a non-success code; its message names the call and the
+  result (``CUPTI_ERROR_NOT_COMPATIBLE``, ...).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
+from cuptistream.errors import NoGpuError, UserError
+
+NO_GPU_HINT = "run on a machine with an NVIDIA GPU and driver, or use the `replay` source"
+
+# CUptiResult values we branch on (cupti_result.h; stable across CUPTI 12 and 13).
+SUCCESS = 0
+ERROR_INVALID_KIND = 21
+ERROR_NOT_COMPATIBLE = 14
+ERROR_NOT_SUPPORTED = 27
+ERROR_MAX_LIMIT_REACHED = 12
+ERROR_UNKNOWN = 999
+
+FLAG_FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
+
+
+class CuptiError(RuntimeError):
+    """A CUPTI call returned an error code."""
+
+    def __init__(self, call: str, code: int) -> None:
+        self.call = call
+        self.code = code
+        super().__init__(f"{call} failed: {result_name(code)} ({code})")
+
+
+def result_name(code: int) -> str:
+    """``CUPTI_ERROR_NOT_COMPATIBLE`` for 14, etc. Falls back to the number."""
+    try:
+        from cupti import cupti
+
+        return "CUPTI_" + cupti.Result(code).name
+    except (ImportError, ValueError):
+        return f"CUPTI result {code}"
+
+
+@cache
+def driver_problem() -> str | None:
+    """None when a CUDA driver with at least one GPU is present, else why not (one line)."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return f"no NVIDIA driver found (libcuda.so.1 cannot be loaded); {NO_GPU_HINT}"
+    if (rc := libcuda.cuInit(0)) != 0:
+        return f"the CUDA driver failed to initialise (cuInit returned {rc}); {NO_GPU_HINT}"
+    count = ctypes.c_int(0)
+    if libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return f"the CUDA driver sees no GPU; {NO_GPU_HINT}"
+    return None
+
+
+def require_gpu() -> None:
+    """Raise ``NoGpuError`` unless a driver and a GPU are present."""
+    if (problem := driver_problem()) is not None:
+        raise NoGpuError(problem)
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn cupti-python's "CUDA driver is not found" into a one-line ``NoGpuError``."""
+    try:
+        yield
+    except Exception as error:
+        if type(error).__name__ == "NotSupportedError" or "driver is not found" in str(error):
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "CUDA driver is not found"
+            raise NoGpuError(f"CUPTI is unavailable: {first}; {NO_GPU_HINT}") from None
+        raise
+
+
+@cache
+def libcupti() -> ctypes.CDLL:
+    """The process's libcupti (the copy cupti-python loads), with the signatures we call declared."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        path = load_nvidia_dynamic_lib("cupti").abs_path
+    except Exception as error:
+        raise NoGpuError(f"libcupti cannot be loaded ({error}); install `nvidia-cuda-cupti`") from None
+    lib = ctypes.CDLL(path)
+    u32p, szp = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_size_t)
+    signatures: dict[str, list[object]] = {
+        "cuptiGetVersion": [u32p],
+        "cuptiGetTimestamp": [ctypes.POINTER(ctypes.c_uint64)],
+        "cuptiActivityEnable": [ctypes.c_int],
+        "cuptiActivityDisable": [ctypes.c_int],
+        "cuptiActivityFlushAll": [ctypes.c_uint32],
+        "cuptiActivityFlushPeriod": [ctypes.c_uint32],
+        "cuptiActivityGetNumDroppedRecords": [ctypes.c_void_p, ctypes.c_uint32, szp],
+        "cuptiActivityGetNextRecord": [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)],
+        "cuptiActivitySetAttribute": [ctypes.c_int, szp, ctypes.c_void_p],
+        "cuptiActivityEnableRuntimeApi": [ctypes.c_uint32, ctypes.c_uint8],
+        "cuptiActivityEnableDriverApi": [ctypes.c_uint32, ctypes.c_uint8],
+        "cuptiActivityRegisterCallbacks": [ctypes.c_void_p, ctypes.c_void_p],
+        "cuptiFinalize": [],
+    }
+    for name, argtypes in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def call(name: str, *args: object) -> None:
+    """Call ``name`` in libcupti; raise ``CuptiError`` on a non-success result."""
+    code = getattr(libcupti(), name)(*args)
+    if code != SUCCESS:
+        raise CuptiError(name, code)
+
+
+def cupti_version() -> int:
+    """CUPTI's API version (``cuptiGetVersion``): e.g. 130001 for CUDA 13.0, 26 for CUDA 12.8."""
+    value = ctypes.c_uint32(0)
+    call("cuptiGetVersion", ctypes.byref(value))
+    return value.value
+
+
+def timestamp() -> int:
+    """CUPTI's clock in ns (``cuptiGetTimestamp``), the clock every activity record uses."""
+    value = ctypes.c_uint64(0)
+    call("cuptiGetTimestamp", ctypes.byref(value))
+    return value.value
+
+
+def struct_size(kind: int) -> int | None:
+    """The size of the record CUPTI writes for ``kind`` (``cuptiActivityGetStructSize``, CUPTI >= 13),
+    or None where this CUPTI cannot say."""
+    fn = getattr(libcupti(), "cuptiActivityGetStructSize", None)
+    if fn is None:
+        return None
+    size = ctypes.c_size_t(0)
+    fn.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t)]
+    fn.restype = ctypes.c_int
+    return size.value if fn(kind, 0, ctypes.byref(size)) == SUCCESS and size.value else None
+
+
+def nvtx_injection_path() -> str:
+    """The value for ``NVTX_INJECTION64_PATH``: NVTX calls reach CUPTI (marker kind, NVTX callbacks)
+    only when this is set in the environment before the program's first NVTX call."""
+    from cuda.pathfinder import load_nvidia_dynamic_lib
+
+    return load_nvidia_dynamic_lib("cupti").abs_path
+
+
+# --- attach / detach ---------------------------------------------------------------------------
+#
+# CUPTI attaches lazily on the first call and detaches with cuptiFinalize (guide §2.3.7), which
+# tears down *all* CUPTI state in the process. Sources that use CUPTI bracket their use with
+# acquire()/release(); the last release finalizes, so a later session attaches afresh.
+
+_users: dict[str, int] = {}
+_users_lock = threading.Lock()
+
+
+def acquire(user: str) -> None:
+    with _users_lock:
+        _users[user] = _users.get(user, 0) + 1
+
+
+def release(user: str, finalize: bool = True) -> bool:
+    """Drop one use by ``user``. Returns True when this call detached CUPTI (``cuptiFinalize``)."""
+    with _users_lock:
+        count = _users.get(user, 0) - 1
+        if count > 0:
+            _users[user] = count
+        else:
+            _users.pop(user, None)
+        if _users or not finalize:
+            return False
+        call("cuptiFinalize")
+    try:  # the callback subscriber's handle died with CUPTI; let it know without calling CUPTI
+        from cuptistream.cupti import subscriber
+
+        subscriber.get().forget()
+    except Exception:
+        pass
+    return True
+
+
+def unsupported(kind_name: str, device: str, error: CuptiError) -> UserError:
+    """The one-line error for a kind this GPU/CUPTI cannot enable."""
+    return UserError(
+        f"activity kind {kind_name!r} is not supported on {device} "
+        f"({result_name(error.code)}); remove it from sources[].kinds"
+    )

@@ -1,0 +1,191 @@
+"""Activity kinds by name: their CUPTI enum value, the event type they become, and their record layouts.
+
+``KINDS`` is the table behind ``sources[].kinds`` in YAML and behind ``cuptistream kinds``. The
+enum values are CUPTI's ABI (``CUpti_ActivityKind``) and do not change between releases; the record
+*layout* does (Kernel9 … Kernel13), so each kind lists the cupti-python dtypes that can describe it,
+newest first, and ``decode.RecordLayouts`` picks one by the size CUPTI reports for the record.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fnmatch
+import re
+from dataclasses import dataclass
+from functools import cache
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    name: str  # the YAML name
+    kind: int  # CUpti_ActivityKind
+    event: str  # the event type tag it becomes (``activity`` = the generic ``Activity`` event)
+    dtypes: tuple[str, ...]  # cupti-python dtype names (``activity_<x>_dtype``), newest first
+    note: str = ""
+
+
+_SPECS = [
+    KindSpec("memcpy", 1, "memcpy", ("memcpy7", "memcpy6", "memcpy5")),
+    KindSpec("memset", 2, "memset", ("memset5", "memset4")),
+    KindSpec("kernel", 3, "kernel", ("kernel13", "kernel12", "kernel11", "kernel10", "kernel9"),
+             "serializes kernels; prefer concurrent_kernel"),
+    KindSpec("driver", 4, "api", ("api",), "filtered by driver_api"),
+    KindSpec("runtime", 5, "api", ("api",), "filtered by runtime_api"),
+    KindSpec("device", 8, "device", ("device6", "device5")),
+    KindSpec("context", 9, "resource", ("context4", "context3")),
+    KindSpec("concurrent_kernel", 10, "kernel", ("kernel13", "kernel12", "kernel11", "kernel10", "kernel9")),
+    KindSpec("name", 11, "activity", ("name",), "names given through NVTX"),
+    KindSpec("marker", 12, "nvtx_range", ("marker2",), "NVTX; needs NVTX_INJECTION64_PATH"),
+    KindSpec("marker_data", 13, "activity", ("marker_data2", "marker_data")),
+    KindSpec("overhead", 17, "overhead", ("overhead3",)),
+    KindSpec("cdp_kernel", 18, "activity", ("cdp_kernel",)),
+    KindSpec("preemption", 19, "activity", ("preemption",)),
+    KindSpec("environment", 20, "environment", ("environment",)),
+    KindSpec("memcpy2", 22, "memcpy", ("memcpy_pto_p4",), "peer-to-peer copies"),
+    KindSpec("unified_memory_counter", 25, "unified_memory",
+             ("unified_memory_counter3", "unified_memory_counter2")),
+    KindSpec("function", 26, "activity", ("function",)),
+    KindSpec("module", 27, "activity", ("module",)),
+    KindSpec("device_attribute", 28, "activity", ("device_attribute",)),
+    KindSpec("openacc_data", 33, "activity", ("open_acc_data",)),
+    KindSpec("openacc_launch", 34, "activity", ("open_acc_launch",)),
+    KindSpec("openacc_other", 35, "activity", ("open_acc_other",)),
+    KindSpec("cuda_event", 36, "cuda_event", ("cuda_event2", "cuda_event")),
+    KindSpec("stream", 37, "resource", ("stream",)),
+    KindSpec("synchronization", 38, "synchronization", ("synchronization2", "synchronization")),
+    KindSpec("external_correlation", 39, "external_correlation", ("external_correlation",)),
+    KindSpec("memory", 45, "activity", ("memory",)),
+    KindSpec("openmp", 47, "activity", ("open_mp",)),
+    KindSpec("internal_launch_api", 48, "api", ("api",)),
+    KindSpec("memory2", 49, "memory", ("memory4",)),
+    KindSpec("memory_pool", 50, "memory_pool", ("memory_pool3", "memory_pool2")),
+    KindSpec("graph_trace", 51, "graph_launch", ("graph_trace2",)),
+    KindSpec("jit", 52, "jit", ("jit2",)),
+    KindSpec("device_graph_trace", 53, "activity", ("device_graph_trace",)),
+    KindSpec("mem_decompress", 54, "activity", ("mem_decompress",)),
+    KindSpec("confidential_compute_rotation", 55, "activity", ("confidential_compute_rotation",)),
+    KindSpec("graph_host_node", 56, "activity", ("graph_host_node",)),
+    KindSpec("compute_engine_ctx_switch", 57, "activity", ("compute_engine_ctx_switch",)),
+    KindSpec("host_launch", 58, "activity", ("host_launch",)),
+    KindSpec("green_context", 59, "activity", ("green_context3", "green_context2", "green_context")),
+]  # fmt: skip
+
+KINDS: dict[str, KindSpec] = {s.name: s for s in _SPECS}
+BY_VALUE: dict[int, KindSpec] = {s.kind: s for s in _SPECS}
+
+DEFAULT_KINDS = [
+    "concurrent_kernel", "memcpy", "memset", "runtime", "driver", "marker", "external_correlation",
+]  # fmt: skip
+
+# Launch, memcpy, memset and sync calls only: unfiltered API tracing cost 3-5x per launch (DESIGN §5).
+DEFAULT_RUNTIME_API = [
+    "cudaLaunch*", "cudaGraphLaunch", "cudaMemcpy*", "cudaMemset*", "cuda*Synchronize",
+    "cudaStreamWaitEvent",
+]  # fmt: skip
+DEFAULT_DRIVER_API = [
+    "cuLaunch*", "cuGraphLaunch", "cuMemcpy*", "cuMemset*", "cu*Synchronize", "cuStreamWaitEvent",
+]  # fmt: skip
+
+
+def kind_value(name: str) -> int:
+    """CUPTI's enum value for a YAML kind name. Raises KeyError for an unknown name."""
+    return KINDS[name].kind
+
+
+# --- API function names ------------------------------------------------------------------------
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+
+
+def function_name(cbid_enum_name: str) -> str:
+    """``cudaLaunchKernel_v7000`` → ``cudaLaunchKernel``; ``cuLaunchKernel`` stays as it is."""
+    return _VERSION_SUFFIX.sub("", cbid_enum_name)
+
+
+@cache
+def api_names(domain: str) -> dict[int, str]:
+    """cbid → function name for ``runtime`` or ``driver``, from cupti-python's cbid enums."""
+    from cupti import cupti
+
+    enum = cupti.RuntimeApiTraceCbid if domain == "runtime" else cupti.DriverApiTraceCbid
+    skip = {"INVALID", "SIZE", "FORCE_INT"}
+    return {int(m): function_name(m.name) for m in enum if m.name not in skip}
+
+
+def select_cbids(domain: str, patterns: list[str]) -> list[int]:
+    """The cbids whose function name matches one of ``patterns`` (fnmatch, case-sensitive).
+
+    ``cudaLaunchKernel`` also selects its per-thread-stream twin ``cudaLaunchKernel_ptsz``.
+    """
+    selected = []
+    for cbid, name in api_names(domain).items():
+        base = name.removesuffix("_ptsz").removesuffix("_ptds")
+        if any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(base, p) for p in patterns):
+            selected.append(cbid)
+    return sorted(selected)
+
+
+def unmatched_patterns(domain: str, patterns: list[str]) -> list[str]:
+    """Patterns that match no function: most likely typos, reported as config errors."""
+    return [p for p in patterns if not select_cbids(domain, [p])]
+
+
+# --- what this machine supports ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """One row of ``cuptistream kinds``."""
+
+    name: str
+    kind: int
+    event: str
+    record: str  # the record struct CUPTI writes here, e.g. ``kernel11``; "" where unknown
+    record_size: int  # bytes; 0 where unknown
+    supported: bool  # whether CUPTI let us enable it on this device
+    note: str = ""
+
+
+def device_name(ordinal: int = 0) -> str:
+    """The GPU's name (``cuDeviceGetName``), for error messages; "GPU <n>" where unavailable."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        device = ctypes.c_int(0)
+        buf = ctypes.create_string_buffer(256)
+        if (
+            libcuda.cuInit(0) == 0
+            and libcuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+            and libcuda.cuDeviceGetName(buf, 256, device) == 0
+        ):
+            return f"{buf.value.decode(errors='replace')} (device {ordinal})"
+    except OSError:
+        pass
+    return f"GPU {ordinal}"
+
+
+def list_kinds() -> list[KindInfo]:
+    """Every named kind, with the record layout CUPTI writes here and whether it can be enabled.
+
+    Each kind is enabled and immediately disabled to ask CUPTI; nothing is traced. Raises
+    ``NoGpuError`` where there is no driver or GPU.
+    """
+    from cuptistream.cupti import driver
+    from cuptistream.cupti.decode import choose_dtype
+
+    driver.require_gpu()
+    lib = driver.libcupti()
+    rows = []
+    for spec in _SPECS:
+        size = driver.struct_size(spec.kind) or 0
+        chosen = choose_dtype(spec.kind, size) if size else None
+        code = lib.cuptiActivityEnable(spec.kind)
+        if code == driver.SUCCESS:
+            lib.cuptiActivityDisable(spec.kind)
+        note = spec.note if code == driver.SUCCESS else driver.result_name(code)
+        rows.append(
+            KindInfo(
+                name=spec.name, kind=spec.kind, event=spec.event, record=chosen[0] if chosen else "",
+                record_size=size, supported=code == driver.SUCCESS, note=note,
+            )
+        )  # fmt: skip
+    return rows

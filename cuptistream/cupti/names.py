@@ -1,0 +1,87 @@
+"""Strings that activity records point to (kernel, marker and cache-path names), resolved once each.
+
+Records carry ``const char *`` pointers into CUPTI's memory. ``LiveNames`` reads them with ctypes
+and caches by pointer, so each distinct name costs one read per session; ``TableNames`` serves a
+captured pointer → string table (replay). ``Demangler`` wraps libstdc++'s ``__cxa_demangle``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from functools import cache
+from typing import Protocol
+
+
+class Names(Protocol):
+    def __call__(self, pointer: int) -> str: ...
+
+
+class LiveNames:
+    """Reads NUL-terminated strings from this process's memory, once per distinct pointer.
+
+    Only valid while CUPTI keeps the strings alive: resolve before ``cuptiFinalize``. ``seen``
+    holds every string read, which is what a fixture capture stores.
+    """
+
+    def __init__(self) -> None:
+        self.seen: dict[int, str] = {}
+
+    def __call__(self, pointer: int) -> str:
+        if not pointer:
+            return ""
+        text = self.seen.get(pointer)
+        if text is None:
+            text = ctypes.string_at(pointer).decode("utf-8", "replace")
+            self.seen[pointer] = text
+        return text
+
+
+class TableNames:
+    """Serves strings from a pointer → string table (a captured fixture)."""
+
+    def __init__(self, table: dict[int, str]) -> None:
+        self.table = table
+        self.missing = 0
+
+    def __call__(self, pointer: int) -> str:
+        if not pointer:
+            return ""
+        text = self.table.get(pointer)
+        if text is None:
+            self.missing += 1
+            return f"<unresolved 0x{pointer:x}>"
+        return text
+
+
+@cache
+def _cxa_demangle() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    path = ctypes.util.find_library("stdc++") or "libstdc++.so.6"
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    fn = lib.__cxa_demangle
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_void_p
+    return fn
+
+
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+
+
+@cache
+def demangle(name: str) -> str:
+    """The demangled form of an Itanium C++ name; the name itself where it is not mangled."""
+    fn = _cxa_demangle()
+    if fn is None or not name.startswith("_Z"):
+        return name
+    status = ctypes.c_int(0)
+    out = fn(name.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not out:
+        return name
+    try:
+        return ctypes.string_at(out).decode("utf-8", "replace")
+    finally:
+        _libc.free(out)

@@ -1,0 +1,308 @@
+"""The activity source: CUPTI activity buffers → events.
+
+Threads:
+
+- CUPTI (its worker or the application's thread) calls the buffer callbacks, which only hand
+  buffers over (``cuptistream.cupti.buffers``).
+- One decode thread walks each buffer in bulk (``cuptistream.cupti.decode``), emits the events and
+  returns the buffer to the pool.
+- One flush thread calls ``cuptiActivityFlushAll(0)`` every ``flush_interval`` so events arrive
+  within about that long, even from a process that launches little.
+
+``stop()`` disables the kinds, forces a flush, and returns only after every buffer has been decoded
+and emitted; then, where no other CUPTI user remains and ``detach`` is set, it calls
+``cuptiFinalize`` so the process runs without CUPTI until a later session attaches again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+from typing import Any
+
+import msgspec
+
+from cuptistream.component import Emitter, Source
+from cuptistream.config import Duration, Size, SourceConfig
+from cuptistream.cupti import capture, driver, kinds
+from cuptistream.cupti.buffers import BufferCallbacks, BufferPool
+from cuptistream.cupti.decode import Decoder, LayoutError, RecordLayouts
+from cuptistream.cupti.names import LiveNames
+from cuptistream.errors import UserError
+
+# CUpti_ActivityAttribute: name -> (value, C type of the value)
+ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
+    "device_buffer_size": (0, ctypes.c_size_t),
+    "device_buffer_size_cdp": (1, ctypes.c_size_t),
+    "device_buffer_pool_limit": (2, ctypes.c_size_t),
+    "profiling_semaphore_pool_size": (3, ctypes.c_size_t),
+    "profiling_semaphore_pool_limit": (4, ctypes.c_size_t),
+    "zeroed_out_buffer": (5, ctypes.c_uint8),
+    "device_buffer_pre_allocate_value": (6, ctypes.c_size_t),
+    "profiling_semaphore_pre_allocate_value": (7, ctypes.c_size_t),
+    "mem_allocation_type_host_pinned": (8, ctypes.c_uint8),
+    "per_thread_buffer": (9, ctypes.c_uint8),
+    "device_buffer_size_device_graphs": (10, ctypes.c_size_t),
+}
+
+_STOP = object()
+_EVENTS_PER_EMIT = 8192
+
+
+class ActivitySourceConfig(SourceConfig):
+    kinds: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_KINDS))
+    # Function-name patterns (fnmatch) of the API calls recorded by the runtime/driver kinds; ["*"]: all.
+    runtime_api: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_RUNTIME_API))
+    driver_api: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_DRIVER_API))
+    buffer_size: Size = Size(4 * 1024 * 1024)  # host buffer handed to CUPTI
+    buffer_pool_limit: int = 16  # at most this many host buffers (memory bound: limit x size)
+    buffer_prealloc: int = 2
+    device_buffer_size: Size | None = None  # CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE
+    device_buffer_pool_limit: int | None = None  # CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT
+    per_thread_buffers: bool = False  # CUPTI_ACTIVITY_ATTR_PER_THREAD_BUFFER
+    attributes: dict[str, int] = {}  # any other attribute by name, see ATTRIBUTES
+    flush_period: Duration = Duration(0.0)  # cuptiActivityFlushPeriod; 0 leaves CUPTI's heuristics
+    flush_interval: Duration = Duration(1.0)  # our own cuptiActivityFlushAll(0); 0 turns it off
+    demangle: bool = False  # add demangled_name to kernels
+    detach: bool = True  # cuptiFinalize at stop when no other CUPTI user remains
+    capture: str = ""  # also write the raw buffers to this capture file (fixtures, replay)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.kinds if k not in kinds.KINDS]
+        if unknown:
+            raise ValueError(
+                f"unknown activity kind {unknown[0]!r} (known: {', '.join(sorted(kinds.KINDS))})"
+            )
+        for key in self.attributes:
+            if key not in ATTRIBUTES:
+                raise ValueError(f"unknown CUPTI activity attribute {key!r} (known: {', '.join(ATTRIBUTES)})")
+        for domain, patterns in (("runtime", self.runtime_api), ("driver", self.driver_api)):
+            if patterns != ["*"] and (bad := kinds.unmatched_patterns(domain, patterns)):
+                raise ValueError(f"{domain}_api pattern {bad[0]!r} matches no {domain} API function")
+        if self.buffer_size < 64 * 1024:
+            raise ValueError("buffer_size must be at least 64KiB")
+
+
+class ActivitySource(Source):
+    config_type = ActivitySourceConfig
+    config: ActivitySourceConfig
+
+    def __init__(self, config: SourceConfig, emitter: Emitter) -> None:
+        super().__init__(config, emitter)
+        self._enabled: list[int] = []
+        self._thread: threading.Thread | None = None
+        self._flusher: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._captured: list[capture.CapturedBuffer] = []
+        self.stats: dict[str, int] = {"buffers": 0, "records": 0, "events": 0, "dropped": 0}
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.config
+        driver.require_gpu()
+        with driver.translate_errors():
+            driver.acquire("activity")
+            try:
+                self._start(cfg)
+            except BaseException:
+                self._undo()
+                raise
+
+    def _start(self, cfg: ActivitySourceConfig) -> None:
+        self.device = kinds.device_name(0)
+        self.cupti_version = driver.cupti_version()
+        self._set_attributes(cfg)
+        wanted = [kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)]
+        layouts = RecordLayouts()
+        for spec in wanted:
+            if (size := driver.struct_size(spec.kind)) is not None:
+                layouts.sizes[spec.kind] = size
+        self.names = LiveNames()
+        self.decoder = Decoder(self.names, layouts, demangle_names=cfg.demangle)
+        self.pool = BufferPool(cfg.buffer_size, cfg.buffer_pool_limit, cfg.buffer_prealloc)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.callbacks = BufferCallbacks(self.pool, self.queue)
+        self.callbacks.register()
+        self._apply_api_filters(cfg)
+        for spec in wanted:
+            try:
+                driver.call("cuptiActivityEnable", spec.kind)
+            except driver.CuptiError as error:
+                if error.code in (
+                    driver.ERROR_NOT_COMPATIBLE,
+                    driver.ERROR_NOT_SUPPORTED,
+                    driver.ERROR_INVALID_KIND,
+                ):
+                    raise driver.unsupported(spec.name, self.device, error) from None
+                raise UserError(
+                    f"cannot enable activity kind {spec.name!r} on {self.device}: {error}"
+                ) from None
+            self._enabled.append(spec.kind)
+        if cfg.flush_period > 0:
+            driver.call("cuptiActivityFlushPeriod", max(int(cfg.flush_period * 1000), 1))
+        self.clock = driver.timestamp
+        self._thread = threading.Thread(
+            target=self._decode_loop, name=f"cuptistream-{self.name}-decode", daemon=True
+        )
+        self._thread.start()
+        if cfg.flush_interval > 0:
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name=f"cuptistream-{self.name}-flush", daemon=True
+            )
+            self._flusher.start()
+
+    def _set_attributes(self, cfg: ActivitySourceConfig) -> None:
+        values: dict[str, int] = dict(cfg.attributes)
+        if cfg.device_buffer_size is not None:
+            values["device_buffer_size"] = int(cfg.device_buffer_size)
+        if cfg.device_buffer_pool_limit is not None:
+            values["device_buffer_pool_limit"] = cfg.device_buffer_pool_limit
+        if cfg.per_thread_buffers:
+            values["per_thread_buffer"] = 1
+        for key, value in values.items():
+            attr, ctype = ATTRIBUTES[key]
+            data = ctype(value)
+            size = ctypes.c_size_t(ctypes.sizeof(data))
+            try:
+                driver.call("cuptiActivitySetAttribute", attr, ctypes.byref(size), ctypes.byref(data))
+            except driver.CuptiError as error:
+                raise UserError(f"cannot set CUPTI activity attribute {key}={value}: {error}") from None
+
+    def _apply_api_filters(self, cfg: ActivitySourceConfig) -> None:
+        lib = driver.libcupti()
+        for domain, patterns, fn in (
+            ("runtime", cfg.runtime_api, lib.cuptiActivityEnableRuntimeApi),
+            ("driver", cfg.driver_api, lib.cuptiActivityEnableDriverApi),
+        ):
+            if domain not in cfg.kinds:
+                continue
+            everything = patterns == ["*"]
+            selected = set() if everything else set(kinds.select_cbids(domain, patterns))
+            for cbid in kinds.api_names(domain):
+                fn(cbid, 1 if everything or cbid in selected else 0)
+
+    def flush(self) -> None:
+        """Hand over what CUPTI holds now: flush completed buffers and wait until they are emitted."""
+        if self._thread is None:
+            return
+        driver.libcupti().cuptiActivityFlushAll(0)
+        done = threading.Event()
+        self.queue.put(done)
+        done.wait(timeout=30.0)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        lib = driver.libcupti()
+        for kind in self._enabled:
+            lib.cuptiActivityDisable(kind)
+        self._stopping.set()
+        if self._flusher is not None:
+            self._flusher.join()
+        lib.cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
+        self.queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+        dropped = self._read_dropped()
+        if dropped:
+            self._report_dropped(dropped)
+        if self.config.capture:
+            self._write_capture()
+        self._enabled.clear()
+        self._release()
+
+    def _undo(self) -> None:
+        lib = driver.libcupti()
+        for kind in self._enabled:
+            lib.cuptiActivityDisable(kind)
+        self._enabled.clear()
+        self._release()
+
+    def _release(self) -> None:
+        try:
+            driver.release("activity", finalize=self.config.detach)
+        except driver.CuptiError as error:
+            self.emitter.report_error(f"source:{self.name}", f"detach failed: {error}", severity="warning")
+
+    # --- worker threads -----------------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        lib = driver.libcupti()
+        while not self._stopping.wait(self.config.flush_interval):
+            lib.cuptiActivityFlushAll(0)
+
+    def _decode_loop(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is _STOP:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            address, valid, dropped = item
+            try:
+                self._handle(address, valid, dropped)
+            except Exception as error:  # never let one bad buffer stop the source
+                self.emitter.report_error(f"source:{self.name}", f"decoding a buffer failed: {error}")
+            finally:
+                if address:
+                    self.pool.give_back(address)
+
+    def _handle(self, address: int, valid: int, dropped: int) -> None:
+        if dropped:
+            self._report_dropped(dropped)
+        if not address or not valid:
+            return
+        view = self.pool.view(address)
+        self.stats["buffers"] += 1
+        if self.config.capture:
+            self._captured.append(capture.CapturedBuffer(data=bytes(view[:valid]), dropped=dropped))
+        before = self.decoder.records_decoded
+        try:
+            events = self.decoder.decode(view, valid, learn=self._learner(address, valid))
+        except LayoutError as error:
+            self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
+            self.emitter.report_error(f"source:{self.name}", str(error))
+            return
+        self.stats["records"] += self.decoder.records_decoded - before
+        self.stats["events"] += len(events)
+        for i in range(0, len(events), _EVENTS_PER_EMIT):
+            self.emitter.emit(events[i : i + _EVENTS_PER_EMIT])
+
+    def _learner(self, address: int, valid: int) -> Any:
+        """Ask CUPTI for the size of a record kind it did not report (via the next-record stride)."""
+        lib = driver.libcupti()
+
+        def learn(kind: int, offset: int) -> int | None:
+            record = ctypes.c_void_p(address + offset)
+            code = lib.cuptiActivityGetNextRecord(address, valid, ctypes.byref(record))
+            if code == driver.ERROR_MAX_LIMIT_REACHED:
+                return valid - offset
+            if code != driver.SUCCESS or not record.value:
+                return None
+            return int(record.value) - (address + offset)
+
+        return learn
+
+    # --- loss accounting ----------------------------------------------------------------------
+
+    def _read_dropped(self) -> int:
+        dropped = ctypes.c_size_t(0)
+        driver.libcupti().cuptiActivityGetNumDroppedRecords(None, 0, ctypes.byref(dropped))
+        return dropped.value
+
+    def _report_dropped(self, count: int) -> None:
+        self.stats["dropped"] += count
+        self.emitter.report_loss("cupti", "cupti_buffer_dropped", count, unit="records")
+
+    def _write_capture(self) -> None:
+        capture.write(
+            self.config.capture,
+            capture.Capture(
+                name=self.name, cupti_version=self.cupti_version, device=self.device,
+                struct_sizes=dict(self.decoder.layouts.sizes), strings=dict(self.names.seen),
+                buffers=self._captured,
+            ),
+        )  # fmt: skip
