@@ -6,7 +6,7 @@ taken at the start (so a live topic does not keep the reader forever). Within a 
 therefore within a key, messages come in the order they were written; partitions are interleaved.
 
 The Kafka sink delivers at least once, so a message may appear twice after an outage; the headers
-``session_id``, ``seq`` and ``part`` identify it (``KafkaMessage.ident``).
+key and the headers ``session_id``, ``seq`` and ``part`` identify it (``KafkaMessage.ident``).
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ class KafkaMessage:
     batch: Batch
 
     @property
-    def ident(self) -> tuple[str, int, str]:
-        """(session_id, seq, part): equal for a message and its at-least-once duplicates."""
+    def ident(self) -> tuple[bytes, str, int, str]:
+        """(key, session_id, seq, part): equal for a message and its at-least-once duplicates."""
         return (
+            self.key or b"",
             self.headers.get("session_id", b"").decode(),
             int(self.headers.get("seq", b"-1")),
             self.headers.get("part", b"0/1").decode(),
@@ -70,7 +71,9 @@ def iter_kafka_messages(url: str, timeout_s: float = 5.0) -> Iterator[KafkaMessa
             fetch_max_bytes=64 * 1024 * 1024,
         )
     except KafkaError as error:
-        raise UserError(f"{url}: no broker reachable within {timeout_s:g}s ({type(error).__name__})") from None
+        raise UserError(
+            f"{url}: no broker reachable within {timeout_s:g}s ({type(error).__name__})"
+        ) from None
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
@@ -92,7 +95,9 @@ def iter_kafka_messages(url: str, timeout_s: float = 5.0) -> Iterator[KafkaMessa
             for tp, messages in records.items():
                 for message in messages:
                     headers = {k: bytes(v) for k, v in (message.headers or [])}
-                    yield KafkaMessage(tp.partition, message.offset, message.key, headers, _decode(headers, message.value))
+                    yield KafkaMessage(
+                        tp.partition, message.offset, message.key, headers, _decode(headers, message.value)
+                    )
             waiting = {tp for tp in waiting if consumer.position(tp) < end[tp]}
     finally:
         consumer.close()

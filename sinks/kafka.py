@@ -207,4 +207,3 @@ def _any_reachable(servers: list[str], timeout: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-

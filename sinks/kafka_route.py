@@ -46,7 +46,10 @@ class Message(msgspec.Struct, array_like=True):
 def _route_struct(tag: str) -> type:
     # Unknown fields are skipped while decoding, so this reads just the tag and device_id.
     return msgspec.defstruct(
-        f"_Route_{tag}", [("device_id", Optional[int], None)], tag_field="type", tag=tag  # noqa: UP045
+        f"_Route_{tag}",
+        [("device_id", Optional[int], None)],  # noqa: UP045 - a runtime type object for defstruct
+        tag_field="type",
+        tag=tag,
     )
 
 

@@ -95,8 +95,11 @@ class Spool:
         self.bytes = sum(p.stat().st_size for p in leftover)
         self._waiting = len(leftover)
         if leftover:
-            log.info("kafka spool: %d segments (%d bytes) left by an earlier run; replaying them first",
-                     len(leftover), self.bytes)
+            log.info(
+                "kafka spool: %d segments (%d bytes) left by an earlier run; replaying them first",
+                len(leftover),
+                self.bytes,
+            )
         self._writer = SegmentWriter(
             self.directory,
             prefix=PREFIX,

