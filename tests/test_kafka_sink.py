@@ -21,7 +21,7 @@ encode = msgspec.msgpack.encode
 
 
 def make_config(broker: TansuBroker | None, **overrides: object) -> KafkaSinkConfig:
-    entry = {"type": "kafka", "name": "kafka", "topic": "gpu", "connect_timeout": "3s"}
+    entry: dict[str, object] = {"type": "kafka", "name": "kafka", "topic": "gpu", "connect_timeout": "3s"}
     if broker is not None:
         entry["bootstrap_servers"] = broker.bootstrap
     entry.update(overrides)
