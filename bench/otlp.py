@@ -22,13 +22,15 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig, _traces_request
-from cuptistream.sinks.otlp_common import resource
-from cuptistream.sinks.otlp_encoding import encode
-from cuptistream.sinks.otlp_traces import SpanAssembler
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from cuptistream.config import convert
 from cuptistream.events import Event, NvtxRange
+from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
+from cuptistream.sinks.otlp_common import resource, scope
+from cuptistream.sinks.otlp_encoding import to_json
+from cuptistream.sinks.otlp_traces import SpanAssembler
+from cuptistream.sinks.otlp_wire import traces_request
 from tests.otlp_batches import TID, api, kernel, make_batch, outgoing
 
 
@@ -88,7 +90,9 @@ def encode_only(work: list, encoding: str) -> tuple[float, int]:  # type: ignore
         b.__dict__.pop("batch", None)
         decoded = b.batch
         ready = assembler.add(decoded)
-        body = encode(_traces_request(resource(decoded), cfg, ready), encoding)
+        body = traces_request(resource(decoded), scope(cfg.scope_name), ready)
+        if encoding == "json":
+            body = to_json(ExportTraceServiceRequest.FromString(body))
         gzip.compress(body, compresslevel=6, mtime=0)
         spans += len(ready)
     return time.perf_counter() - started, spans

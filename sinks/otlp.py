@@ -42,7 +42,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint, ResourceMetrics, ScopeMetrics
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import SinkConfig
@@ -51,11 +50,12 @@ from cuptistream.events import Batch
 
 from .otlp_common import resource, scope
 from .otlp_config import OtlpSinkConfig, Signal, TlsConfig
-from .otlp_encoding import from_json, split
+from .otlp_encoding import encode, from_json, split, to_json
 from .otlp_logs import log_records
 from .otlp_metrics import MetricsAggregator, Series, metrics_message
 from .otlp_traces import SpanAssembler
 from .otlp_transport import Transport
+from .otlp_wire import traces_request
 
 __all__ = ["OtlpSink", "OtlpSinkConfig"]
 
@@ -179,7 +179,7 @@ class OtlpSink(Sink):
         return self._resource[1]
 
     def _encode(self, batch: Batch) -> list[_Request]:
-        res = self._session_resource(batch)
+        res, enc = self._session_resource(batch), self.cfg.encoding
         requests: list[_Request] = []
         if "traces" in self._transports:
             requests += self._encode_spans(self.spans.add(batch))
@@ -187,22 +187,32 @@ class OtlpSink(Sink):
             self.metrics.add(batch)
             points, self._dirty_series = self.metrics.export()
             requests += self._requests(
-                "metrics", points, lambda items: _metrics_request(res, self.cfg, items)
+                "metrics",
+                points,
+                lambda items: encode(_metrics_request(res, self.cfg, items), self.cfg.encoding),
             )
         if "logs" in self._transports:
             records = log_records(batch, time.time_ns())
-            requests += self._requests("logs", records, lambda items: _logs_request(res, self.cfg, items))
+            requests += self._requests(
+                "logs", records, lambda items: encode(_logs_request(res, self.cfg, items), enc)
+            )
         return requests
 
-    def _encode_spans(self, spans: list[Span]) -> list[_Request]:
+    def _encode_spans(self, spans: list[bytes]) -> list[_Request]:
         assert self._resource is not None
-        res = self._resource[1]
-        return self._requests("traces", spans, lambda items: _traces_request(res, self.cfg, items))
+        res, sc = self._resource[1], scope(self.cfg.scope_name)
+        if self.cfg.encoding == "json":
+            return self._requests(
+                "traces",
+                spans,
+                lambda items: to_json(ExportTraceServiceRequest.FromString(traces_request(res, sc, items))),
+            )
+        return self._requests("traces", spans, lambda items: traces_request(res, sc, items))
 
     def _requests(
-        self, signal: Signal, items: Sequence[Any], build: Callable[[Sequence[Any]], Message]
+        self, signal: Signal, items: Sequence[Any], encode_items: Callable[[Sequence[Any]], bytes]
     ) -> list[_Request]:
-        bodies, too_large = split(items, build, self.cfg.encoding, self.cfg.max_request_bytes)
+        bodies, too_large = split(items, encode_items, self.cfg.max_request_bytes)
         if too_large:
             self.counters[f"{_ITEMS[signal]}_dropped"] += too_large
             log.warning(
@@ -276,14 +286,6 @@ class OtlpSink(Sink):
             return 0, ""  # a 2xx with a body we cannot read: the request was accepted
         partial = response.partial_success
         return int(getattr(partial, _REJECTED_FIELD[signal])), str(partial.error_message)
-
-
-def _traces_request(res: Resource, cfg: OtlpSinkConfig, spans: Sequence[Span]) -> ExportTraceServiceRequest:
-    return ExportTraceServiceRequest(
-        resource_spans=[
-            ResourceSpans(resource=res, scope_spans=[ScopeSpans(scope=scope(cfg.scope_name), spans=spans)])
-        ]
-    )
 
 
 def _metrics_request(

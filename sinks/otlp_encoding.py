@@ -54,9 +54,9 @@ def encode(message: Message, encoding: str) -> bytes:
 
 
 def split(
-    items: Sequence[T], build: Callable[[Sequence[T]], Message], encoding: str, limit: int
+    items: Sequence[T], encode_items: Callable[[Sequence[T]], bytes], limit: int
 ) -> tuple[list[tuple[bytes, int]], int]:
-    """Encode ``build(items)`` as request bodies of at most ``limit`` bytes each.
+    """Encode ``items`` as request bodies of at most ``limit`` bytes each.
 
     Returns ``[(body, item_count), ...]`` and the number of items that do not fit on their own
     (those are left out). Over the limit, the items are cut into even parts, and any part still over
@@ -64,17 +64,17 @@ def split(
     """
     if not items:
         return [], 0
-    body = encode(build(items), encoding)
+    body = encode_items(items)
     if len(body) <= limit:
         return [(body, len(items))], 0
     if len(items) == 1:
         return [], 1
-    parts = min(len(items), -(-len(body) // limit))
+    parts = min(len(items), -(-len(body) // limit))  # >= 2, so every part is smaller than items
     size = -(-len(items) // parts)
     out: list[tuple[bytes, int]] = []
     too_large = 0
     for start in range(0, len(items), size):
-        bodies, big = split(items[start : start + size], build, encoding, limit)  # parts >= 2: shrinks
+        bodies, big = split(items[start : start + size], encode_items, limit)
         out += bodies
         too_large += big
     return out, too_large

@@ -30,7 +30,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from cuptistream.events import (
     ApiCall,
@@ -45,7 +45,8 @@ from cuptistream.events import (
     Synchronization,
 )
 
-from .otlp_common import AttrValue, derive_id, key_values
+from . import otlp_wire as wire
+from .otlp_common import AttrValue, derive_id
 
 GpuWork = Kernel | Memcpy | Memset | Synchronization | GraphLaunch
 SPAN_EVENTS = (Kernel, Memcpy, Memset, Synchronization, GraphLaunch, ApiCall, NvtxRange)
@@ -100,7 +101,8 @@ class _ThreadRanges:
 
 
 class SpanAssembler:
-    """Turns batches into spans, holding each span until its parent is known or it has waited long enough.
+    """Turns batches into encoded spans (``Span`` bytes), holding each until its parent is known
+    or it has waited long enough.
 
     ``add`` returns the spans ready now; ``flush`` returns every span still waiting.
     """
@@ -131,7 +133,7 @@ class SpanAssembler:
     def pending(self) -> int:
         return len(self._pending)
 
-    def add(self, batch: Batch) -> list[Span]:
+    def add(self, batch: Batch) -> list[bytes]:
         self.session_id = batch.session_id
         for dev in batch.resource.devices:
             self.devices[dev.device_id] = (dev.uuid, dev.name)
@@ -143,7 +145,7 @@ class SpanAssembler:
                 self.devices[event.device_id] = (event.uuid, event.name)
         return self._release(force_all=False)
 
-    def flush(self) -> list[Span]:
+    def flush(self) -> list[bytes]:
         return self._release(force_all=True)
 
     # --- identity ----------------------------------------------------------------------------
@@ -178,7 +180,7 @@ class SpanAssembler:
 
     # --- resolution --------------------------------------------------------------------------
 
-    def _release(self, force_all: bool) -> list[Span]:
+    def _release(self, force_all: bool) -> list[bytes]:
         pending = self._pending  # in arrival order
         overflow = {id(i) for i in pending[: max(0, len(pending) - self.max_pending)]}
         deadline = self.clock() - self.reorder_window_s
@@ -282,21 +284,10 @@ class SpanAssembler:
 
     # --- protobuf ----------------------------------------------------------------------------
 
-    def _span(self, item: _Item) -> Span:
+    def _span(self, item: _Item) -> bytes:
         name, attrs, status = self._describe(item.event)
-        span = Span(
-            trace_id=item.trace_id,
-            span_id=item.span_id,
-            parent_span_id=item.parent_id,
-            name=name,
-            kind=Span.SPAN_KIND_INTERNAL,
-            start_time_unix_nano=item.start,
-            end_time_unix_nano=max(item.end, item.start),
-            attributes=key_values(attrs),
-        )
-        if status is not None:
-            span.status.CopyFrom(status)
-        return span
+        end = max(item.end, item.start)
+        return wire.span(item.trace_id, item.span_id, item.parent_id, name, item.start, end, attrs, status)
 
     def _device(self, device_id: int) -> dict[str, AttrValue | None]:
         uuid, name = self.devices.get(device_id, (None, None))
