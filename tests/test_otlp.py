@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 import trio
-from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
 from google.protobuf import json_format
 
 from cuptistream.component import DeliveryError
 from cuptistream.config import build, convert
 from cuptistream.errors import ConfigError
 from cuptistream.events import Batch
+from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
 from tests.otlp_batches import (
     OFFSET,
     SPAN_COUNTS,
@@ -440,3 +440,35 @@ def test_per_signal_endpoints(receiver: OtlpReceiver) -> None:
     sink = sink_for("http://127.0.0.1:1", signals=["logs"], logs_endpoint=receiver.endpoint + "/v1/logs")
     assert deliver(sink, make_batch(other_events())) == []
     assert len(receiver.log_records()) == 2
+
+
+def test_wire_encoded_span_matches_the_official_classes() -> None:
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+    from cuptistream.sinks import otlp_wire
+
+    status = Status(code=Status.STATUS_CODE_ERROR, message="cudaMalloc returned 2")
+    attributes = {
+        "s": "ü",
+        "i": -3,
+        "big": 2**62,
+        "f": 0.25,
+        "b": True,
+        "z": 0,
+        "arr": ["a", "b"],
+        "none": None,
+    }
+    data = otlp_wire.span(b"\x01" * 16, b"\x02" * 8, b"\x03" * 8, "name", 5, 2**63 + 7, attributes, status)
+    span = Span.FromString(data)
+    assert (span.trace_id, span.span_id, span.parent_span_id) == (b"\x01" * 16, b"\x02" * 8, b"\x03" * 8)
+    assert (span.name, span.kind, span.start_time_unix_nano, span.end_time_unix_nano) == (
+        "name",
+        1,
+        5,
+        2**63 + 7,
+    )
+    assert attrs(span) == {"s": "ü", "i": -3, "big": 2**62, "f": 0.25, "b": True, "z": 0, "arr": ["a", "b"]}
+    assert span.status == status
+    assert (
+        Span.FromString(otlp_wire.span(b"\x01" * 16, b"\x02" * 8, b"", "n", 0, 0, {})).parent_span_id == b""
+    )
