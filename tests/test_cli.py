@@ -129,3 +129,31 @@ def test_cat_prints_json_lines(tmp_path: Path) -> None:
     assert result.returncode == 0
     kernel_lines = [line for line in result.stdout.splitlines() if line.startswith('{"type":"kernel"')]
     assert len(kernel_lines) == 300
+
+
+def test_default_config_without_gpu_disables_cupti_sources_and_keeps_the_program_running(tmp_path: Path) -> None:
+    from conftest import HAVE_GPU
+
+    if HAVE_GPU:
+        pytest.skip("this machine has a GPU; the no-GPU path is what is tested here")
+    from cuptistream.events import Error
+
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([*CLI, "run", "-c", str(root / "configs/default.yaml"), "--", "python", "-c",
+                             "print('program ran'); raise SystemExit(3)"],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 3 and "program ran" in result.stdout
+    assert "source 'activity' disabled: no NVIDIA driver found" in result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [e for e in read(tmp_path / "cuptistream-out") if isinstance(e, Error)]
+    assert {e.origin for e in errors} == {"source:activity", "source:callbacks", "source:state"}
+
+
+def test_kinds_without_gpu_says_so_in_one_line() -> None:
+    from conftest import HAVE_GPU
+
+    if HAVE_GPU:
+        pytest.skip("this machine has a GPU")
+    result = subprocess.run([*CLI, "kinds"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert result.stderr.count("\n") == 1 and "no NVIDIA driver" in result.stderr
