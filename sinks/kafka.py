@@ -113,19 +113,20 @@ class KafkaSink(Sink):
         await trio.to_thread.run_sync(delivery.spool_messages, messages)
 
     async def close(self) -> None:
-        """Deliver what is held, up to the caller's deadline (else ``delivery_timeout``).
-
-        Whatever is still unacked then goes to the spool (spool mode) or is counted as dropped.
+        """Deliver what is held: for up to ``delivery_timeout``, or until cancelled (the pipeline's
+        shutdown deadline). Whatever is still unacked then goes to the spool (spool mode, replayed by
+        the next run) or is counted in ``undelivered_events`` and ``dropped_events``.
         """
-        if self._delivery is None:
+        delivery = self._delivery
+        if delivery is None:
             return
-        deadline = trio.current_effective_deadline()
-        if math.isinf(deadline):
-            timeout = float(self.config.delivery_timeout)
-        else:
-            timeout = max(0.0, deadline - trio.current_time() - 0.5)  # leave time to spool the rest
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._delivery.close, timeout)
+        try:
+            await trio.to_thread.run_sync(
+                delivery.wait_idle, float(self.config.delivery_timeout), abandon_on_cancel=True
+            )
+        finally:
+            with trio.CancelScope(shield=True):  # quick: stop, then spool or count the rest
+                await trio.to_thread.run_sync(delivery.close, 0.0)
 
     def stats(self) -> dict[str, int]:
         if self._delivery is None:

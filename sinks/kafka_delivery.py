@@ -46,8 +46,11 @@ _PERMANENT = (
     kerrors.UnsupportedCompressionTypeError,
     kerrors.InvalidRequiredAcksError,
 )
-# The producer's idempotence state is broken (e.g. the broker lost it): make a new producer, retry.
+# The producer's idempotence state is broken (e.g. a restarted broker lost it), or kafka-python gave
+# up after delivery_timeout (a producer that lived through a broker restart can stay stuck, seen with
+# tansu): make a new producer, then retry.
 _PRODUCER_STATE = (
+    kerrors.KafkaTimeoutError,
     kerrors.OutOfOrderSequenceNumberError,
     kerrors.UnknownProducerIdError,
     kerrors.InvalidProducerEpochError,
@@ -162,6 +165,17 @@ class Delivery:
         """Nothing held in memory and nothing waiting in the spool."""
         with self._cond:
             return self._idle_locked()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until everything is delivered (True), ``timeout`` passes or ``close`` begins."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._idle_locked():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping:
+                    return False
+                self._cond.wait(min(remaining, 0.5))
+            return True
 
     def close(self, timeout: float) -> None:
         """Deliver what is held within ``timeout`` seconds, then stop.
@@ -357,6 +371,7 @@ class Delivery:
                     self._cond.wait(self._backoff_max / 4)
         with self._cond:
             self._producer = producer
+            self._reset_producer = False
             self.counters["producer_restarts"] += 1
 
     def _idle_locked(self) -> bool:
