@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from cuptistream.component import OutgoingBatch
 from cuptistream.config import convert
 from cuptistream.events import Event, NvtxRange
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
@@ -47,7 +48,7 @@ class _Sink(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def batches(count: int, events_per_batch: int) -> list:  # type: ignore[type-arg]
+def batches(count: int, events_per_batch: int) -> list[OutgoingBatch]:
     out = []
     corr = 1
     t = 0
@@ -64,7 +65,7 @@ def batches(count: int, events_per_batch: int) -> list:  # type: ignore[type-arg
     return out
 
 
-def run_once(endpoint: str, work: list, encoding: str) -> tuple[float, int]:  # type: ignore[type-arg]
+def run_once(endpoint: str, work: list[OutgoingBatch], encoding: str) -> tuple[float, int]:
     cfg = {"type": "otlp", "endpoint": endpoint, "encoding": encoding, "signals": ["traces"]}
     sink = OtlpSink(convert(cfg, OtlpSinkConfig))
     for b in work:
@@ -81,7 +82,7 @@ def run_once(endpoint: str, work: list, encoding: str) -> tuple[float, int]:  # 
     return time.perf_counter() - started, sink.stats()["spans_sent"]
 
 
-def encode_only(work: list, encoding: str) -> tuple[float, int]:  # type: ignore[type-arg]
+def encode_only(work: list[OutgoingBatch], encoding: str) -> tuple[float, int]:
     cfg = convert({"type": "otlp", "endpoint": "http://127.0.0.1:1", "encoding": encoding}, OtlpSinkConfig)
     assembler = SpanAssembler()
     spans = 0
