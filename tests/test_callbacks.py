@@ -17,18 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cuptistream.sources.callbacks import (
-    CallbacksConfig,
-    CallbackSource,
-    EventAttributes,
-    _CallbackData,
-    _GraphData,
-    _ModuleResourceData,
-    _NvtxData,
-    _ResourceData,
-    _SynchronizeData,
-    api_cbids,
-)
 
 import cuptistream
 from cuptistream.codec import Chunk, decode_events
@@ -43,6 +31,18 @@ from cuptistream.events import (
     NvtxRange,
     ResourceChange,
     Synchronization,
+)
+from cuptistream.sources.callbacks import (
+    CallbacksConfig,
+    CallbackSource,
+    EventAttributes,
+    _CallbackData,
+    _GraphData,
+    _ModuleResourceData,
+    _NvtxData,
+    _ResourceData,
+    _SynchronizeData,
+    api_cbids,
 )
 from tests.test_callbacks_subscriber import FakeCupti
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from cuptistream.sinks.file import FileSink, FileSinkConfig
 from helpers.batchgen import batch_bytes, outgoing
 
 from cuptistream import segments
@@ -19,6 +18,7 @@ from cuptistream.errors import ConfigError, SinkUnavailableError
 from cuptistream.framing import iter_frames
 from cuptistream.reader import read
 from cuptistream.segments import SegmentWriter
+from cuptistream.sinks.file import FileSink, FileSinkConfig
 
 
 def make_config(**settings: object) -> FileSinkConfig:

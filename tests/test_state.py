@@ -13,10 +13,10 @@ import warnings
 from typing import Any
 
 import pytest
-from cuptistream.sources.state import StateConfig, StateSource, _StateData
 
 from cuptistream import correlate as corr
 from cuptistream.cupti.subscriber import Subscriber
+from cuptistream.sources.state import StateConfig, StateSource, _StateData
 from tests.test_callbacks import MemoryEmitter
 from tests.test_callbacks_subscriber import FakeCupti
 

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import trio
-from cuptistream.sinks.null import NullSink, NullSinkConfig
 from helpers.batchgen import outgoing
 
 from cuptistream import jsonl
 from cuptistream.config import convert
+from cuptistream.sinks.null import NullSink, NullSinkConfig
 
 CHILD = Path(__file__).parent / "helpers" / "stdout_sink_child.py"
 

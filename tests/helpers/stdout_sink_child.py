@@ -15,11 +15,11 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder, for helpers.*
 
-from cuptistream.sinks.stdout import StdoutSink, StdoutSinkConfig
 from helpers.batchgen import outgoing
 
 from cuptistream.component import DeliveryError
 from cuptistream.config import convert
+from cuptistream.sinks.stdout import StdoutSink, StdoutSinkConfig
 
 
 async def main(count: int) -> None:
