@@ -116,7 +116,9 @@ class Cuda:
 
     def load(self, cubin: bytes) -> int:
         module = ctypes.c_void_p()
-        self.check(self.lib.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin)), "cuModuleLoadData")
+        self.check(
+            self.lib.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin)), "cuModuleLoadData"
+        )
         return int(module.value or 0)
 
     def unload(self, module: int) -> None:
@@ -125,19 +127,37 @@ class Cuda:
     def function(self, module: int, name: str) -> int:
         fn = ctypes.c_void_p()
         self.check(
-            self.lib.cuModuleGetFunction(ctypes.byref(fn), ctypes.c_void_p(module), name.encode()), "cuModuleGetFunction"
+            self.lib.cuModuleGetFunction(ctypes.byref(fn), ctypes.c_void_p(module), name.encode()),
+            "cuModuleGetFunction",
         )
         return int(fn.value or 0)
 
     def launch(self, fn: int, grid: int, block: int, *args: Any) -> None:
         holders = [a if isinstance(a, ctypes._SimpleCData) else ctypes.c_uint64(a) for a in args]
-        params = (ctypes.c_void_p * len(holders))(*[ctypes.cast(ctypes.byref(h), ctypes.c_void_p) for h in holders])
+        params = (ctypes.c_void_p * len(holders))(
+            *[ctypes.cast(ctypes.byref(h), ctypes.c_void_p) for h in holders]
+        )
         self.check(
-            self.lib.cuLaunchKernel(
-                ctypes.c_void_p(fn), grid, 1, 1, block, 1, 1, 0, None, params, None
-            ),
+            self.lib.cuLaunchKernel(ctypes.c_void_p(fn), grid, 1, 1, block, 1, 1, 0, None, params, None),
             "cuLaunchKernel",
         )
 
     def sync(self) -> None:
         self.check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def plain_subscribe_workaround() -> None:
+    """On the GPU machine (libcupti 13.0.85) cupti-python's ``subscribe_v2`` returned
+    CUPTI_ERROR_INVALID_PARAMETER (2026-11-21); hide it so the subscriber uses ``cuptiSubscribe``.
+    Reported to the subscriber's owner; remove once subscriber.py handles it."""
+    from cupti import cupti
+
+    from cuptistream.cupti import subscriber
+
+    class _NoV2:
+        def __getattr__(self, name: str) -> Any:
+            if name == "subscribe_v2":
+                raise AttributeError(name)
+            return getattr(cupti, name)
+
+    subscriber.get()._cupti = _NoV2()

@@ -20,8 +20,16 @@ from typing import Any
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sampling_common import KERNELS, OTHER_KERNEL, CollectingEmitter, Cuda, compile_cubin
+from sampling_common import (
+    KERNELS,
+    OTHER_KERNEL,
+    CollectingEmitter,
+    Cuda,
+    compile_cubin,
+    plain_subscribe_workaround,
+)
 
+from cuptistream.config import convert
 from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti import sampling_decode
 from cuptistream.cupti.sampling_decode import RecordingMemory
@@ -44,12 +52,19 @@ def _capture_pc(memory: Any, address: int, stall_names: dict[int, str], names: A
     data = sampling_decode.decode_pc_data(rec, address, stall_names, {})
     if data.total_num_pcs and len(captures["pc"]) < 3:
         captures["pc"].append(
-            {"address": address, "stall_names": stall_names, "memory": rec.to_json(), "decoded": msgspec.to_builtins(data)}
+            {
+                "address": address,
+                "stall_names": stall_names,
+                "memory": rec.to_json(),
+                "decoded": msgspec.to_builtins(data),
+            }
         )
     return data
 
 
-def _capture_sass(memory: Any, address: int, num: int, inst: int, metric_names: dict[int, str], names: Any = None) -> Any:
+def _capture_sass(
+    memory: Any, address: int, num: int, inst: int, metric_names: dict[int, str], names: Any = None
+) -> Any:
     rec = RecordingMemory()
     out = sampling_decode.decode_sass_records(rec, address, num, inst, metric_names, {})
     if len(captures["sass"]) < 2:
@@ -90,11 +105,14 @@ def pc_sampling_part(cuda: Cuda, result: dict[str, Any]) -> None:
 
     mod = cuda.load(cubin_a)
     dep, strided = cuda.function(mod, "dep_chain"), cuda.function(mod, "strided")
-    base = {"dep_chain_ms": timed(cuda, dep, 5, *dep_args), "strided_ms": timed(cuda, strided, 5, *strided_args)}
+    base = {
+        "dep_chain_ms": timed(cuda, dep, 5, *dep_args),
+        "strided_ms": timed(cuda, strided, 5, *strided_args),
+    }
     cuda.unload(mod)
 
     emitter = CollectingEmitter()
-    cfg = msgspec.convert(
+    cfg = convert(
         {"type": "pc_sampling", "sampling_period": 14, "duty_cycle": {"on": 1, "off": 0}, "get_data_interval": 0.2,
          "cubin_dir": "/tmp/cubins"},
         pc_mod.PcSamplingConfig,
@@ -107,7 +125,10 @@ def pc_sampling_part(cuda: Cuda, result: dict[str, Any]) -> None:
     phases: dict[str, Any] = {}
     mod = cuda.load(cubin_a)
     dep, strided = cuda.function(mod, "dep_chain"), cuda.function(mod, "strided")
-    phases["A1"] = {"dep_chain_ms": timed(cuda, dep, 10, *dep_args), "strided_ms": timed(cuda, strided, 10, *strided_args)}
+    phases["A1"] = {
+        "dep_chain_ms": timed(cuda, dep, 10, *dep_args),
+        "strided_ms": timed(cuda, strided, 10, *strided_args),
+    }
     cuda.unload(mod)
     mod = cuda.load(cubin_b)
     other = cuda.function(mod, "other_module_kernel")
@@ -164,7 +185,7 @@ def sass_part(cuda: Cuda, result: dict[str, Any]) -> None:
     counted = cuda.function(mod, "counted")
     out = cuda.alloc(132 * 128 * 4)
     emitter = CollectingEmitter()
-    cfg = msgspec.convert(
+    cfg = convert(
         {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": True}, sass_mod.SassConfig
     )
     src = sass_mod.SassMetricsSource(cfg, emitter)
@@ -190,7 +211,11 @@ def sass_part(cuda: Cuda, result: dict[str, Any]) -> None:
     warps = 132 * 128 // 32
     per_window = []
     for b in batches:
-        values = {r.pc_offset: sum(r.values.get("smsp__sass_inst_executed", [0])) for r in b.records if r.function_name == "counted"}
+        values = {
+            r.pc_offset: sum(r.values.get("smsp__sass_inst_executed", [0]))
+            for r in b.records
+            if r.function_name == "counted"
+        }
         per_window.append(values)
     result["sass"] = {
         "chip": src.chip,
@@ -199,7 +224,9 @@ def sass_part(cuda: Cuda, result: dict[str, Any]) -> None:
         "windows": len(batches),
         "warps_x_launches": warps * launches,
         "per_window_pc_values": per_window,
-        "loop_pcs_equal_100x": [sum(1 for v in w.values() if v == warps * launches * 100) for w in per_window],
+        "loop_pcs_equal_100x": [
+            sum(1 for v in w.values() if v == warps * launches * 100) for w in per_window
+        ],
         "kernel_ms_patched": timings,
         "kernel_ms_unpatched": base,
         "losses": emitter.losses,
@@ -210,9 +237,13 @@ def sass_part(cuda: Cuda, result: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    plain_subscribe_workaround()
+    from cuptistream.cupti import driver, subscriber
+
+    driver.acquire("smoke")  # keep CUPTI attached between the parts (no cuptiFinalize in between)
     cuda = Cuda(0)
     result: dict[str, Any] = {"arch": cuda.arch(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for part in (pc_sampling_part, sass_part):
+    for part in (sass_part, pc_sampling_part):
         try:
             part(cuda, result)
         except Exception as error:  # keep the other part's numbers
@@ -220,12 +251,17 @@ def main() -> None:
 
             result[f"{part.__name__}_error"] = traceback.format_exc()
             print(f"{part.__name__} failed: {error}", flush=True)
+    result["handler_errors"] = [subscriber.get().handler_errors(), subscriber.get().last_handler_error()]
     (OUT / "smoke.json").write_text(json.dumps(result, indent=1, default=str))
     (OUT / "pc_sampling_capture.json").write_text(json.dumps(captures["pc"], default=str))
     (OUT / "sass_capture.json").write_text(json.dumps(captures["sass"], default=str))
     summary = {k: v for k, v in result.items() if k not in ("sass",)}
     print(json.dumps(summary, default=str)[:6000])
-    print(json.dumps({k: v for k, v in result.get("sass", {}).items() if k != "metrics_sample"}, default=str)[:3000])
+    print(
+        json.dumps({k: v for k, v in result.get("sass", {}).items() if k != "metrics_sample"}, default=str)[
+            :3000
+        ]
+    )
 
 
 if __name__ == "__main__":

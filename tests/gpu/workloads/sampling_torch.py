@@ -20,10 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 sys.path.insert(0, str(Path(__file__).parent))
-from sampling_common import CollectingEmitter
+from sampling_common import CollectingEmitter, plain_subscribe_workaround
 
 try:
     from cuptistream.sources import pc_sampling as pc_mod
@@ -34,13 +32,18 @@ except ImportError:
 
 import torch
 
+from cuptistream.config import convert
+
 CONFIGS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "base": [],
-    "pcs": [(pc_mod, {"type": "pc_sampling"})],
+    "pcs": [(pc_mod, {"type": "pc_sampling", "watchdog_timeout": 8})],
     "pcs_always": [(pc_mod, {"type": "pc_sampling", "duty_cycle": {"on": 1, "off": 0}})],
     "pcs_serialized": [(pc_mod, {"type": "pc_sampling", "mode": "serialized"})],
     "sass": [(sass_mod, {"type": "sass", "period": 3, "initial_delay": 2})],
-    "both": [(pc_mod, {"type": "pc_sampling"}), (sass_mod, {"type": "sass", "period": 3, "initial_delay": 2})],
+    "both": [
+        (pc_mod, {"type": "pc_sampling"}),
+        (sass_mod, {"type": "sass", "period": 3, "initial_delay": 2}),
+    ],
 }
 
 
@@ -64,11 +67,12 @@ def main() -> None:
         step()
     torch.cuda.synchronize()
 
+    plain_subscribe_workaround()
     emitter = CollectingEmitter()
     sources = []
     for module, raw in CONFIGS[mode]:
         src_cls = module.PcSamplingSource if module is pc_mod else module.SassMetricsSource
-        src = src_cls(msgspec.convert(raw, src_cls.config_type), emitter)
+        src = src_cls(convert(raw, src_cls.config_type), emitter)
         src.start()
         sources.append(src)
 
@@ -79,6 +83,9 @@ def main() -> None:
             time.sleep(1)
             if time.monotonic() - last_step[0] > 20:
                 print(json.dumps({"mode": mode, "wedged": True, "errors": emitter.errors}), flush=True)
+                import faulthandler
+
+                faulthandler.dump_traceback(all_threads=True)
                 os._exit(3)
 
     threading.Thread(target=watchdog, daemon=True).start()

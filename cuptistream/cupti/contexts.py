@@ -1,0 +1,99 @@
+"""Finding CUDA contexts for the sampling sources, and reading resource-callback module data.
+
+PC sampling and SASS metrics are enabled per context. A source learns of contexts created after it
+starts from the resource domain (``CONTEXT_CREATED``); for contexts that exist already it asks the
+driver for the calling thread's current context and every device's active primary context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import Structure, c_char_p, c_size_t, c_uint32, c_void_p
+from functools import cache
+
+from cuptistream.cupti.pcsampling_api import CuptiError, library, result_string
+
+# CUpti_CallbackIdResource (cupti_callbacks.h; stable across CUPTI 12 and 13). 5 is CU_INIT_FINISHED.
+CONTEXT_CREATED = 1
+CONTEXT_DESTROY_STARTING = 2
+MODULE_LOADED = 6
+MODULE_UNLOAD_STARTING = 7
+
+
+class ModuleResourceData(Structure):
+    """``CUpti_ModuleResourceData``: what ``resourceDescriptor`` points to for module callbacks."""
+
+    _fields_ = [("moduleId", c_uint32), ("cubinSize", c_size_t), ("pCubin", c_char_p)]
+
+
+def module_data(address: int) -> tuple[int, int, int]:
+    """(module id, cubin size, cubin address) from a module callback's ``resourceDescriptor``."""
+    data = ModuleResourceData.from_address(address)
+    pointer = ctypes.cast(data.pCubin, c_void_p).value or 0
+    return int(data.moduleId), int(data.cubinSize), int(pointer)
+
+
+@cache
+def _libcuda() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+def current_context() -> int:
+    """The calling thread's current CUDA context, or 0."""
+    cuda = _libcuda()
+    if cuda is None:
+        return 0
+    ctx = c_void_p()
+    return int(ctx.value or 0) if cuda.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 else 0
+
+
+def active_primary_contexts() -> list[int]:
+    """Each device's primary context that is active now (the one PyTorch and the runtime use)."""
+    cuda = _libcuda()
+    if cuda is None or cuda.cuInit(0) != 0:
+        return []
+    count = ctypes.c_int(0)
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return []
+    found = []
+    for ordinal in range(count.value):
+        device = ctypes.c_int(0)
+        flags, active = ctypes.c_uint(0), ctypes.c_int(0)
+        if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+            continue
+        if (
+            cuda.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) != 0
+            or not active
+        ):
+            continue
+        ctx = c_void_p()
+        # Retain only to read the handle; release at once so we never keep the context alive.
+        if cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device) == 0:
+            cuda.cuDevicePrimaryCtxRelease_v2(device)
+            if ctx.value:
+                found.append(int(ctx.value))
+    return found
+
+
+def context_ids(ctx: int) -> tuple[int, int]:
+    """(device id, CUPTI context id) of ``ctx``: the ids activity records use."""
+    lib = library()
+    device, context = c_uint32(0), c_uint32(0)
+    for name, out in (("cuptiGetDeviceId", device), ("cuptiGetContextId", context)):
+        fn = getattr(lib, name)
+        fn.argtypes = [c_void_p, ctypes.POINTER(c_uint32)]
+        fn.restype = ctypes.c_int
+        code = fn(ctx, ctypes.byref(out))
+        if code != 0:
+            raise CuptiError(name, code, result_string(code))
+    return int(device.value), int(context.value)
+
+
+def make_current(ctx: int) -> None:
+    """Make ``ctx`` current on the calling thread (SASS SetConfig checks the caller's context)."""
+    cuda = _libcuda()
+    if cuda is not None:
+        cuda.cuCtxSetCurrent(c_void_p(ctx))

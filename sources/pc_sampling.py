@@ -1,0 +1,518 @@
+"""PC sampling source (type ``pc_sampling``): continuous, duty-cycled, per CUDA context.
+
+Collects with CUPTI's PC Sampling API (``cupti_pcsampling.h``, guide §2.10) and emits
+``PcSampleBatch`` events: per PC, the cubin CRC, function, pc offset and named stall-reason counts.
+
+How it runs:
+- Each CUDA context (found at start, or created later: resource callback) is enabled once, with
+  start/stop control on. A worker thread opens an ``on`` window (``cuptiPCSamplingStart``), closes it
+  after ``duty_cycle.on`` (``cuptiPCSamplingStop``) and drains with ``cuptiPCSamplingGetData``, then
+  waits ``duty_cycle.off``. ``duty_cycle.off: 0`` samples all the time, draining every
+  ``get_data_interval``.
+- Drains also happen on every module unload (continuous mode needs it, guide §2.10.4), when a
+  context is destroyed, and at stop (``cuptiPCSamplingDisable`` writes the rest to the buffer we gave).
+- Losses are reported, never silent: hardware-dropped samples, a full hardware buffer
+  (``CUPTI_ERROR_OUT_OF_MEMORY``), PCs left uncollected. On a loss the source adapts: first a shorter
+  drain interval, then a longer sampling period (each step announced by a warning Error event).
+- CUPTI samples one context per GPU (guide §2.10.7): a second context on the same GPU gets a
+  warning event and is not sampled.
+- A CUPTI call that does not return within ``watchdog_timeout`` disables the source with an Error
+  event (``cuptistream.cupti.watchdog``).
+
+Defaults come from the H100 measurements in ``docs/gpu-validation.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import difflib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from cuptistream.component import Source
+from cuptistream.config import Duration, Size, SourceConfig, Strict
+from cuptistream.cupti import pcsampling_api as pcs
+from cuptistream.cupti.contexts import (
+    CONTEXT_CREATED,
+    CONTEXT_DESTROY_STARTING,
+    MODULE_LOADED,
+    MODULE_UNLOAD_STARTING,
+    active_primary_contexts,
+    context_ids,
+    current_context,
+    module_data,
+)
+from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
+from cuptistream.cupti.watchdog import Watchdog
+from cuptistream.errors import ConfigError
+from cuptistream.events import PcSampleBatch, ResourceChange
+
+STAGE = "pc_sampling"
+
+
+class DutyCycle(Strict):
+    on: Duration = Duration(1.0)  # sampling window
+    off: Duration = Duration(9.0)  # pause between windows; 0 = sample all the time
+
+
+class PcSamplingConfig(SourceConfig):
+    mode: Literal["continuous", "serialized"] = "continuous"
+    stall_reasons: list[str] = []  # names (or unique parts of names); empty = every reason
+    sampling_period: Annotated[int, msgspec.Meta(ge=5, le=31)] = 20  # 2**n cycles between samples per SM
+    max_sampling_period: Annotated[int, msgspec.Meta(ge=5, le=31)] = 26  # adaptation stops here
+    scratch_buffer_size: Size = Size(4 * 1024 * 1024)
+    hardware_buffer_size: Size = Size(64 * 1024 * 1024)
+    worker_sleep_span: Duration = Duration(0.1)  # CUPTI's worker thread wakes this often
+    get_data_interval: Duration = Duration(1.0)  # drain this often while a window is open
+    min_get_data_interval: Duration = Duration(0.1)
+    collect_pcs: Annotated[int, msgspec.Meta(ge=1)] = 4096  # PCs per GetData
+    duty_cycle: DutyCycle = msgspec.field(default_factory=DutyCycle)
+    adapt: bool = True
+    cubin_dir: str | None = None  # write each loaded cubin here once, as <crc>.cubin
+    watchdog_timeout: Duration = Duration(30.0)
+
+
+@dataclass
+class _Context:
+    """One sampled CUDA context."""
+
+    ctx: int
+    device_id: int
+    context_id: int
+    stall_names: dict[int, str]
+    buffer: pcs.SamplingBuffer  # for GetData
+    final: pcs.SamplingBuffer  # given to CUPTI as SAMPLING_DATA_BUFFER; Disable fills it
+    period: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started: bool = False
+    window_end: float = 0.0
+    next_start: float = 0.0
+    next_drain: float = 0.0
+
+
+def select_stall_reasons(wanted: list[str], available: dict[int, str]) -> list[int]:
+    """Indexes of the stall reasons named in ``wanted``: exact names, or a part of exactly one name
+    (``long_scoreboard``). Raises ConfigError naming close matches."""
+    if not wanted:
+        return sorted(available)
+    by_name = {name: index for index, name in available.items()}
+    chosen: list[int] = []
+    for want in wanted:
+        if want in by_name:
+            chosen.append(by_name[want])
+            continue
+        partial = [name for name in by_name if want in name]
+        exact_suffix = [name for name in partial if name.endswith(want) and not name.endswith("_not_issued")]
+        pick = partial if len(partial) == 1 else exact_suffix
+        if len(pick) == 1:
+            chosen.append(by_name[pick[0]])
+            continue
+        short = {name.rsplit("stalled_", 1)[-1]: name for name in by_name}  # long_scoreboard -> full name
+        close = [short[c] for c in difflib.get_close_matches(want, list(short), n=5, cutoff=0.6)]
+        close = (
+            close or difflib.get_close_matches(want, list(by_name), n=5, cutoff=0.5) or sorted(partial)[:5]
+        )
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"pc_sampling.stall_reasons: unknown stall reason {want!r} on this GPU{hint}")
+    return sorted(set(chosen))
+
+
+class PcSamplingSource(Source):
+    config_type = PcSamplingConfig
+    config: PcSamplingConfig
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from cuptistream.cupti import driver, subscriber
+
+        driver.require_gpu()
+        self._origin = f"source:{self.name}"
+        self._contexts: dict[int, _Context] = {}
+        self._device_owner: dict[int, int] = {}  # device id -> sampled ctx
+        self._refused: set[int] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._interval = float(self.config.get_data_interval)
+        self._last_adapt = 0.0
+        self._names: dict[int, str] = {}  # function-name cache by pointer
+        self._cubins: set[int] = set()
+        self._cubin_queue: list[tuple[int, bytes]] = []
+        self.stats = {"batches": 0, "samples": 0, "dropped": 0, "get_data_calls": 0}
+        self._watchdog = Watchdog(
+            float(self.config.watchdog_timeout), self._on_wedged, f"cuptistream-{self.name}-watchdog"
+        )
+        driver.acquire(self.name)
+        self._registrations = []
+        try:
+            for cbid, handler in (
+                (CONTEXT_CREATED, self._on_context_created),
+                (CONTEXT_DESTROY_STARTING, self._on_context_destroy),
+                (MODULE_LOADED, self._on_module_loaded),
+                (MODULE_UNLOAD_STARTING, self._on_module_unload),
+            ):
+                self._registrations.append(
+                    subscriber.register(subscriber.Domain.RESOURCE, handler, cbid=cbid)
+                )
+            for ctx in {current_context(), *active_primary_contexts()} - {0}:
+                self._attach(ctx)
+        except BaseException:
+            self._release()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
+        self._thread.start()
+
+    def flush(self) -> None:
+        for state in list(self._contexts.values()):
+            self._drain(state)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        self._thread.join(timeout=float(self.config.watchdog_timeout))
+        for state in list(self._contexts.values()):
+            self._detach(state)
+        self._write_cubins()
+        self._release()
+
+    def _release(self) -> None:
+        from cuptistream.cupti import driver
+
+        for reg in self._registrations:
+            reg.remove()
+        self._registrations = []
+        self._watchdog.close()
+        try:
+            driver.release(self.name)
+        except Exception as error:  # release is best effort
+            self.emitter.report_error(self._origin, f"releasing CUPTI failed: {error}", severity="warning")
+
+    # --- contexts -----------------------------------------------------------------------------
+
+    def _attach(self, ctx: int) -> None:
+        """Enable and configure PC sampling on ``ctx`` (callable from a resource callback)."""
+        with self._lock:
+            if ctx in self._contexts or ctx in self._refused or self._watchdog.wedged.is_set():
+                return
+            device_id, context_id = context_ids(ctx)
+            owner = self._device_owner.get(device_id)
+            if owner is not None:
+                self._refused.add(ctx)
+                self.emitter.report_error(
+                    self._origin,
+                    f"GPU {device_id} already has PC sampling on context {self._contexts[owner].context_id}; "
+                    f"CUPTI samples one context per GPU, so context {context_id} is not sampled",
+                    severity="warning",
+                )
+                return
+            cfg = self.config
+            duty = cfg.duty_cycle.off > 0
+            try:
+                with self._watchdog.call("cuptiPCSamplingEnable"):
+                    pcs.enable(ctx)
+                stall_names = pcs.stall_reasons(ctx)
+                selected = select_stall_reasons(cfg.stall_reasons, stall_names)
+                final = pcs.SamplingBuffer(cfg.collect_pcs, len(selected))
+                buffer = pcs.SamplingBuffer(cfg.collect_pcs, len(selected))
+                indexes = (ctypes.c_uint32 * len(selected))(*selected)
+                pcs.set_attributes(
+                    ctx,
+                    [
+                        pcs.attribute(pcs.ATTR_COLLECTION_MODE, collectionMode=_mode(cfg.mode)),
+                        pcs.attribute(pcs.ATTR_SAMPLING_PERIOD, samplingPeriod=cfg.sampling_period),
+                        pcs.attribute(
+                            pcs.ATTR_STALL_REASON,
+                            stallReasonData=pcs._StallReasonData(len(selected), indexes),
+                        ),
+                        pcs.attribute(
+                            pcs.ATTR_SCRATCH_BUFFER_SIZE, scratchBufferSize=int(cfg.scratch_buffer_size)
+                        ),
+                        pcs.attribute(
+                            pcs.ATTR_HARDWARE_BUFFER_SIZE, hardwareBufferSize=int(cfg.hardware_buffer_size)
+                        ),
+                        pcs.attribute(
+                            pcs.ATTR_WORKER_THREAD_PERIODIC_SLEEP_SPAN,
+                            workerThreadPeriodicSleepSpan=max(1, round(cfg.worker_sleep_span * 1000)),
+                        ),
+                        # Without a duty cycle sampling runs from Enable: no Start call from our thread.
+                        pcs.attribute(pcs.ATTR_ENABLE_START_STOP_CONTROL, enableStartStopControl=int(duty)),
+                        pcs.attribute(
+                            pcs.ATTR_OUTPUT_DATA_FORMAT, outputDataFormat=pcs.OUTPUT_DATA_FORMAT_PARSED
+                        ),
+                        pcs.attribute(pcs.ATTR_SAMPLING_DATA_BUFFER, samplingDataBuffer=final.address),
+                    ],
+                )
+            except ConfigError:
+                self._disable_quietly(ctx)
+                raise
+            except pcs.CuptiError as error:
+                self._disable_quietly(ctx)
+                self._refused.add(ctx)
+                self.emitter.report_error(
+                    self._origin,
+                    f"PC sampling cannot run on context {context_id}: {error}",
+                    result_code=error.code,
+                )
+                return
+            now = time.monotonic()
+            state = _Context(ctx, device_id, context_id, stall_names, buffer, final, cfg.sampling_period)
+            state.started = not duty  # enabled means sampling when there is no start/stop control
+            state.window_end = float("inf") if not duty else 0.0
+            state.next_start = now
+            state.next_drain = now + self._interval
+            self._contexts[ctx] = state
+            self._device_owner[device_id] = ctx
+        self._wake.set()
+
+    def _disable_quietly(self, ctx: int) -> None:
+        with contextlib.suppress(pcs.CuptiError):
+            pcs.disable(ctx)
+
+    def _detach(self, state: _Context) -> None:
+        """Stop, drain and disable one context; what Disable leaves in the final buffer is emitted."""
+        if (
+            not state.lock.acquire(timeout=float(self.config.watchdog_timeout))
+            or self._watchdog.wedged.is_set()
+        ):
+            return
+        try:
+            if state.started and self.config.duty_cycle.off > 0:
+                self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
+            state.started = False
+            self._drain_locked(state)
+            state.final.reset()
+            self._guarded("cuptiPCSamplingDisable", pcs.disable, state.ctx)
+            data = decode_pc_data(LiveMemory(), state.final.address, state.stall_names, self._names)
+            self._publish(state, data, at_end=True)
+        except pcs.CuptiError as error:
+            self.emitter.report_error(self._origin, f"disabling PC sampling: {error}", result_code=error.code)
+        finally:
+            state.lock.release()
+            with self._lock:
+                self._contexts.pop(state.ctx, None)
+                if self._device_owner.get(state.device_id) == state.ctx:
+                    del self._device_owner[state.device_id]
+
+    # --- resource callbacks (application thread, inside the CUDA call) -------------------------
+
+    def _on_context_created(self, domain: int, cbid: int, data: Any) -> None:
+        if not self._stopping.is_set():
+            self._attach(int(data.context))
+
+    def _on_context_destroy(self, domain: int, cbid: int, data: Any) -> None:
+        state = self._contexts.get(int(data.context))
+        if state is not None:
+            self._detach(state)
+
+    def _on_module_loaded(self, domain: int, cbid: int, data: Any) -> None:
+        self._module_event("module_load", data)
+
+    def _on_module_unload(self, domain: int, cbid: int, data: Any) -> None:
+        # Continuous mode: drain before the module goes, so no PC is attributed to a later module
+        # loaded at the same address (guide §2.10.4).
+        state = self._contexts.get(int(data.context))
+        if state is not None:
+            self._drain(state)
+        self._module_event("module_unload", data)
+
+    def _module_event(self, operation: str, data: Any) -> None:
+        module_id, size, cubin = module_data(int(data.resource_descriptor))
+        crc = 0
+        if cubin and size:
+            try:
+                crc = _crc_at(cubin, size)
+            except pcs.CuptiError as error:
+                self.emitter.report_error(self._origin, f"cubin CRC: {error}", severity="warning")
+            if self.config.cubin_dir and crc and crc not in self._cubins:
+                self._cubins.add(crc)
+                self._cubin_queue.append((crc, ctypes.string_at(cubin, size)))
+        state = self._contexts.get(int(data.context))
+        self.emitter.emit(
+            [
+                ResourceChange(
+                    operation=operation,
+                    timestamp=_now(),
+                    device_id=state.device_id if state else 0,
+                    context_id=state.context_id if state else 0,
+                    module_id=module_id,
+                    cubin_crc=crc,
+                    cubin_size=size,
+                )
+            ]
+        )
+
+    def _write_cubins(self) -> None:
+        queue, self._cubin_queue = self._cubin_queue, []
+        if not queue or not self.config.cubin_dir:
+            return
+        os.makedirs(self.config.cubin_dir, exist_ok=True)
+        for crc, blob in queue:
+            path = os.path.join(self.config.cubin_dir, f"{crc:016x}.cubin")
+            if not os.path.exists(path):
+                tmp = path + ".tmp"
+                with open(tmp, "wb") as f:
+                    f.write(blob)
+                os.replace(tmp, path)
+
+    # --- the worker: duty cycle and periodic drains -------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set() and not self._watchdog.wedged.is_set():
+            now = time.monotonic()
+            wake_at = now + 1.0
+            for state in list(self._contexts.values()):
+                try:
+                    wake_at = min(wake_at, self._tick(state, now))
+                except pcs.CuptiError as error:
+                    self.emitter.report_error(self._origin, str(error), result_code=error.code)
+                    wake_at = now + max(self._interval, 1.0)
+            self._write_cubins()
+            self._wake.wait(max(0.0, wake_at - time.monotonic()))
+            self._wake.clear()
+
+    def _tick(self, state: _Context, now: float) -> float:
+        """Advance one context's duty cycle; return when it next needs attention."""
+        cfg = self.config
+        always_on = cfg.duty_cycle.off <= 0
+        with state.lock:
+            if state.ctx not in self._contexts:
+                return now + 1.0
+            if not state.started and now >= state.next_start:
+                self._guarded("cuptiPCSamplingStart", pcs.start, state.ctx)
+                state.started = True
+                state.window_end = now + float(cfg.duty_cycle.on)
+                state.next_drain = now + self._interval
+            elif state.started and not always_on and now >= state.window_end:
+                self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
+                state.started = False
+                state.next_start = now + float(cfg.duty_cycle.off)
+                self._drain_locked(state)
+            elif state.started and now >= state.next_drain:
+                self._drain_locked(state)
+                state.next_drain = now + self._interval
+            if state.started:
+                return min(state.next_drain, state.window_end if not always_on else state.next_drain)
+            return state.next_start
+
+    def _drain(self, state: _Context) -> None:
+        if self._watchdog.wedged.is_set():
+            return
+        with state.lock:
+            if state.ctx in self._contexts:
+                self._drain_locked(state)
+
+    def _drain_locked(self, state: _Context) -> None:
+        """GetData until CUPTI has no more PCs for us (bounded), emitting each buffer's worth."""
+        for _ in range(64):
+            state.buffer.reset()
+            with self._watchdog.call("cuptiPCSamplingGetData"):
+                code = pcs.get_data(state.ctx, state.buffer.data)
+            self.stats["get_data_calls"] += 1
+            if code == pcs.ERROR_OUT_OF_MEMORY:
+                self.emitter.report_loss(STAGE, "hardware_buffer_full", 1, unit="buffers")
+                self._adapt(state, "the hardware buffer filled")
+                return
+            if code != pcs.SUCCESS:
+                raise pcs.CuptiError("cuptiPCSamplingGetData", code, pcs.result_string(code))
+            data = decode_pc_data(LiveMemory(), state.buffer.address, state.stall_names, self._names)
+            self._publish(state, data)
+            if not data.remaining_num_pcs or not data.total_num_pcs:
+                return
+        self._adapt(state, f"{data.remaining_num_pcs} PCs were still waiting after 64 drains")
+
+    def _publish(self, state: _Context, data: PcData, at_end: bool = False) -> None:
+        if data.samples or data.total_samples or data.dropped_samples:
+            self.emitter.emit(
+                [
+                    PcSampleBatch(
+                        timestamp=_now(),
+                        device_id=state.device_id,
+                        context_id=state.context_id,
+                        range_id=data.range_id,
+                        samples=data.samples,
+                        total_samples=data.total_samples,
+                        non_user_samples=data.non_user_samples,
+                        dropped_samples=data.dropped_samples,
+                        hardware_buffer_full=data.hardware_buffer_full,
+                    )
+                ]
+            )
+            self.stats["batches"] += 1
+            self.stats["samples"] += data.total_samples
+        lost = False
+        if data.dropped_samples:
+            self.stats["dropped"] += data.dropped_samples
+            self.emitter.report_loss(STAGE, "hardware_dropped", data.dropped_samples, unit="samples")
+            lost = True
+        if data.hardware_buffer_full:
+            self.emitter.report_loss(STAGE, "hardware_buffer_full", 1, unit="buffers")
+            lost = True
+        if at_end and data.remaining_num_pcs:
+            self.emitter.report_loss(STAGE, "not_collected_at_disable", data.remaining_num_pcs, unit="pcs")
+        if lost and not at_end:
+            self._adapt(state, "samples were lost")
+
+    def _adapt(self, state: _Context, why: str) -> None:
+        """Shorter drain interval first; once at the floor, a longer sampling period."""
+        cfg = self.config
+        now = time.monotonic()
+        if not cfg.adapt or now - self._last_adapt < self._interval:
+            return
+        self._last_adapt = now
+        if self._interval > cfg.min_get_data_interval:
+            self._interval = max(float(cfg.min_get_data_interval), self._interval / 2)
+            change = f"draining every {self._interval:.3g} s"
+        elif state.period < cfg.max_sampling_period:
+            try:
+                pcs.set_attributes(
+                    state.ctx, [pcs.attribute(pcs.ATTR_SAMPLING_PERIOD, samplingPeriod=state.period + 1)]
+                )
+            except pcs.CuptiError as error:
+                change = f"could not lengthen the sampling period ({error})"
+            else:
+                state.period += 1
+                change = f"sampling period now 2^{state.period} cycles"
+        else:
+            return
+        self.emitter.report_error(self._origin, f"PC sampling adapts: {why}; {change}", severity="warning")
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _guarded(self, name: str, fn: Any, ctx: int) -> None:
+        with self._watchdog.call(name):
+            fn(ctx)
+
+    def _on_wedged(self, call: str, seconds: float) -> None:
+        self.emitter.report_error(
+            self._origin,
+            f"{call} has not returned after {seconds:.0f} s; PC sampling is disabled for the rest of this "
+            "session (no further CUPTI calls are made by this source)",
+        )
+
+
+def _mode(mode: str) -> int:
+    return pcs.MODE_CONTINUOUS if mode == "continuous" else pcs.MODE_KERNEL_SERIALIZED
+
+
+def _crc_at(address: int, size: int) -> int:
+    params = pcs.GetCubinCrcParams(
+        size=pcs.params_size(pcs.GetCubinCrcParams, "cubinCrc"), cubinSize=size, cubin=address
+    )
+    pcs.call("cuptiGetCubinCrc", params)
+    return int(params.cubinCrc)
+
+
+def _now() -> int:
+    from cuptistream.cupti import driver
+
+    try:
+        return driver.timestamp()
+    except Exception:
+        return time.time_ns()

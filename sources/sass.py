@@ -1,0 +1,247 @@
+"""SASS metrics source (type ``sass``): per-instruction metrics in short, periodic windows.
+
+Uses CUPTI's SASS Metrics API (``cupti_sass_metrics.h``, guide §2.11). Patched kernels run much
+slower (about 190x for a tight loop on the H100, DESIGN.md §5), so collection is duty-cycled: every
+``period`` a worker thread opens a window on the configured device's context —
+
+    SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable
+
+— and emits one ``SassMetricBatch`` per window. Records CUPTI drops at Disable become Loss events.
+
+Metric names are checked against ``cuptiSassMetricsGetMetrics`` for the chip at start; an unknown
+name fails the source with a one-line error listing close matches. A CUPTI call that does not return
+within ``watchdog_timeout`` (a wedged flush has been reported under PyTorch) disables the source
+with an Error event; see ``docs/gpu-validation.md`` for what was seen on the H100.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+import time
+from typing import Any, Literal
+
+import msgspec
+
+from cuptistream.component import Source
+from cuptistream.config import Duration, SourceConfig
+from cuptistream.cupti import sass_api as sass
+from cuptistream.cupti.contexts import (
+    CONTEXT_CREATED,
+    CONTEXT_DESTROY_STARTING,
+    active_primary_contexts,
+    context_ids,
+    current_context,
+    make_current,
+)
+from cuptistream.cupti.pcsampling_api import CuptiError
+from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
+from cuptistream.cupti.watchdog import Watchdog
+from cuptistream.errors import ConfigError
+from cuptistream.events import SassMetricBatch
+
+STAGE = "sass"
+
+
+class SassConfig(SourceConfig):
+    metrics: list[str] = msgspec.field(default_factory=lambda: ["smsp__sass_inst_executed"])
+    granularity: Literal["gpu", "sm", "smsp"] = "gpu"
+    lazy_patching: bool = True  # patch a kernel at its first launch in a window, not the whole module
+    device: int = 0
+    window: Duration = Duration(0.5)  # how long kernels stay patched
+    period: Duration = Duration(60.0)  # a window opens this often
+    initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
+    windows: int = 0  # stop after this many windows; 0 = no limit
+    watchdog_timeout: Duration = Duration(30.0)
+
+
+def resolve_metrics(wanted: list[str], available: dict[str, tuple[int, str]], chip: str) -> dict[int, str]:
+    """Metric id → name for ``wanted``; raises ConfigError for an unknown name, listing close matches."""
+    if not wanted:
+        raise ConfigError("sass.metrics: list at least one metric, e.g. smsp__sass_inst_executed")
+    chosen: dict[int, str] = {}
+    for name in wanted:
+        if name not in available:
+            close = difflib.get_close_matches(name, list(available), n=5, cutoff=0.5)
+            hint = f"; close matches: {', '.join(close)}" if close else f"; {len(available)} metrics exist"
+            raise ConfigError(f"sass.metrics: {name!r} is not a SASS metric on {chip}{hint}")
+        chosen[available[name][0]] = name
+    return chosen
+
+
+class SassMetricsSource(Source):
+    config_type = SassConfig
+    config: SassConfig
+
+    def start(self) -> None:
+        from cuptistream.cupti import driver, subscriber
+
+        driver.require_gpu()
+        cfg = self.config
+        self._origin = f"source:{self.name}"
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # one window at a time; stop() waits for it
+        self._ctx = 0
+        self._configured = False
+        self._names: dict[int, str] = {}
+        self.windows_done = 0
+        self.stats = {"windows": 0, "records": 0, "dropped": 0}
+        driver.acquire(self.name)
+        self._registrations = []
+        self._watchdog = Watchdog(
+            float(cfg.watchdog_timeout), self._on_wedged, f"cuptistream-{self.name}-watchdog"
+        )
+        try:
+            sass.profiler_initialize()
+            self.chip = sass.chip_name(cfg.device)
+            self.metric_names = resolve_metrics(cfg.metrics, sass.metrics(self.chip), self.chip)
+            for cbid, handler in (
+                (CONTEXT_CREATED, self._on_context_created),
+                (CONTEXT_DESTROY_STARTING, self._on_context_destroy),
+            ):
+                self._registrations.append(
+                    subscriber.register(subscriber.Domain.RESOURCE, handler, cbid=cbid)
+                )
+            for ctx in (current_context(), *active_primary_contexts()):
+                if ctx and self._adopt(ctx):
+                    break
+        except BaseException:
+            self._release()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=float(self.config.window) + float(self.config.watchdog_timeout))
+        if self._configured and not self._watchdog.wedged.is_set() and self._lock.acquire(timeout=1.0):
+            try:
+                self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, self.config.device)
+            except CuptiError as error:
+                self.emitter.report_error(
+                    self._origin, str(error), severity="warning", result_code=error.code
+                )
+            finally:
+                self._configured = False
+                self._lock.release()
+        self._release()
+
+    def _release(self) -> None:
+        from cuptistream.cupti import driver
+
+        for reg in self._registrations:
+            reg.remove()
+        self._registrations = []
+        self._watchdog.close()
+        try:
+            driver.release(self.name)
+        except Exception as error:
+            self.emitter.report_error(self._origin, f"releasing CUPTI failed: {error}", severity="warning")
+
+    # --- contexts -----------------------------------------------------------------------------
+
+    def _adopt(self, ctx: int) -> bool:
+        if self._ctx:
+            return False
+        try:
+            device_id, _ = context_ids(ctx)
+        except CuptiError:
+            return False
+        if device_id != self.config.device:
+            return False
+        self._ctx = ctx
+        return True
+
+    def _on_context_created(self, domain: int, cbid: int, data: Any) -> None:
+        self._adopt(int(data.context))
+
+    def _on_context_destroy(self, domain: int, cbid: int, data: Any) -> None:
+        if int(data.context) == self._ctx:
+            # A window in flight finishes (or times out) before the context goes.
+            with self._lock:
+                self._ctx = 0
+
+    # --- windows ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        cfg = self.config
+        next_window = time.monotonic() + float(cfg.initial_delay)
+        while not self._stopping.wait(max(0.0, next_window - time.monotonic())):
+            if self._watchdog.wedged.is_set() or (cfg.windows and self.windows_done >= cfg.windows):
+                return
+            next_window = time.monotonic() + float(cfg.period)
+            if not self._ctx:
+                continue
+            try:
+                self.window()
+            except CuptiError as error:
+                self.emitter.report_error(
+                    self._origin, f"SASS window failed: {error}", result_code=error.code
+                )
+                next_window = time.monotonic() + max(float(cfg.period), 10.0)
+
+    def window(self) -> None:
+        """One collection window on the adopted context (also callable directly, e.g. by tests)."""
+        cfg = self.config
+        with self._lock:
+            ctx = self._ctx
+            if not ctx:
+                return
+            _, context_id = context_ids(ctx)
+            make_current(ctx)  # this worker thread has no context of its own
+            if not self._configured:
+                configs = [(metric_id, sass.GRANULARITY[cfg.granularity]) for metric_id in self.metric_names]
+                self._call("cuptiSassMetricsSetConfig", sass.set_config, cfg.device, configs)
+                self._configured = True
+            self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
+            try:
+                self._stopping.wait(float(cfg.window))
+                records, instances = self._call(
+                    "cuptiSassMetricsGetDataProperties", sass.data_properties, ctx
+                )
+                out = []
+                if records and instances:
+                    buffer = sass.FlushBuffer(records, instances)
+                    self._call("cuptiSassMetricsFlushData", sass.flush, ctx, buffer)
+                    out = decode_sass_records(
+                        LiveMemory(), buffer.address, records, instances, self.metric_names, self._names
+                    )
+                    sass.free_function_names(buffer)
+            finally:
+                dropped = self._call("cuptiSassMetricsDisable", sass.disable, ctx)
+            self.windows_done += 1
+            self.stats["windows"] += 1
+            self.stats["records"] += len(out)
+            if out:
+                self.emitter.emit(
+                    [
+                        SassMetricBatch(
+                            timestamp=_now(), device_id=cfg.device, context_id=context_id, records=out
+                        )
+                    ]
+                )
+            if dropped:
+                self.stats["dropped"] += dropped
+                self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
+
+    def _call(self, name: str, fn: Any, *args: Any) -> Any:
+        if self._watchdog.wedged.is_set():
+            raise CuptiError(name, -1, "skipped: an earlier CUPTI call wedged")
+        with self._watchdog.call(name):
+            return fn(*args)
+
+    def _on_wedged(self, call: str, seconds: float) -> None:
+        self.emitter.report_error(
+            self._origin,
+            f"{call} has not returned after {seconds:.0f} s; SASS metrics are disabled for the rest of this "
+            "session (no further CUPTI calls are made by this source)",
+        )
+
+
+def _now() -> int:
+    from cuptistream.cupti import driver
+
+    try:
+        return driver.timestamp()
+    except Exception:
+        return time.time_ns()
