@@ -97,7 +97,9 @@ def main() -> None:
             seconds, stats = trio.run(one_run, config, batches)
             assert stats["acked_events"] == args.events and stats["dropped_events"] == 0, stats
             rates.append(args.events / seconds)
-            print(f"run {run}: {seconds:.2f} s, {rates[-1]:,.0f} events/s, {stats['acked_messages']} messages")
+            print(
+                f"run {run}: {seconds:.2f} s, {rates[-1]:,.0f} events/s, {stats['acked_messages']} messages"
+            )
     finally:
         broker.kill()
     print(
