@@ -67,13 +67,12 @@ class ReplaySource(Source):
 
     def _run(self) -> None:
         loop = 0
-        while not self._stopping.is_set() or self.config.loops:
+        while True:
             for cap in self.captures:
                 self._replay(cap)
             loop += 1
-            if self.config.loops and loop >= self.config.loops:
-                return
-            if self._stopping.is_set():
+            finite = self.config.loops > 0
+            if (finite and loop >= self.config.loops) or (not finite and self._stopping.is_set()):
                 return
 
     def _replay(self, cap: capture.Capture) -> None:

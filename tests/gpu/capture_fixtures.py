@@ -71,7 +71,9 @@ def oracle(cap: capture.Capture) -> dict:
             if spec.event == "memcpy":
                 memcpy_bytes += obj.bytes
             if spec.event in FIELDS and spec.name not in first:
-                first[spec.name] = {f: (v if isinstance(v := getattr(obj, f), str) else int(v)) for f in FIELDS[spec.event]}
+                first[spec.name] = {
+                    f: (v if isinstance(v := getattr(obj, f), str) else int(v)) for f in FIELDS[spec.event]
+                }
     return {
         "records_by_kind": dict(by_kind), "kernel_names": dict(kernel_names), "memcpy_bytes": memcpy_bytes,
         "first": first,
@@ -97,7 +99,12 @@ def run_scenario(name: str, out: Path, kinds_: list[str], body, **extra) -> dict
         file_bytes=path.stat().st_size, buffers=len(cap.buffers), cupti_version=cap.cupti_version,
         device=cap.device, struct_sizes=cap.struct_sizes,
     )  # fmt: skip
-    print(name, json.dumps({k: result[k] for k in ("records_by_kind", "decoded_events", "file_bytes", "losses", "errors")}))
+    print(
+        name,
+        json.dumps(
+            {k: result[k] for k in ("records_by_kind", "decoded_events", "file_bytes", "losses", "errors")}
+        ),
+    )
     return result
 
 
@@ -112,7 +119,9 @@ def main(out: Path) -> None:
         lambda: exact_counts.run(500, 1 << 20, 5, 20, 3, ctx=ctx),
     )  # fmt: skip
     expected["graph_trace"] = run_scenario(
-        "graph_trace", out, ["graph_trace", "runtime", "driver", "memset", "cuda_event", "stream"],
+        "graph_trace",
+        out,
+        ["graph_trace", "runtime", "driver", "memset", "cuda_event", "stream"],
         lambda: exact_counts.run(10, 1 << 12, 2, 30, 4, ctx=ctx),
     )
     from tests.gpu.workloads import torch_mlp

@@ -1,6 +1,6 @@
 """Print what this machine's CUPTI writes (version, record sizes, chosen layouts, kinds that enable).
 
-    python -m tests.gpu.probe
+python -m tests.gpu.probe
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ def main() -> None:
     driver.require_gpu()
     print("device", kinds.device_name(0), "cupti", driver.cupti_version(), "lib", driver.libcupti()._name)
     for info in kinds.list_kinds():
-        print(f"  {info.name:30} kind={info.kind:2} record={info.record or '?':24} size={info.record_size:4} "
-              f"supported={info.supported} {info.note}")
-    missing = [s.name for s in kinds.KINDS.values() if driver.struct_size(s.kind) and not choose_dtype(s.kind, driver.struct_size(s.kind) or 0)]
+        print(
+            f"  {info.name:30} kind={info.kind:2} record={info.record or '?':24} size={info.record_size:4} "
+            f"supported={info.supported} {info.note}"
+        )
+    missing = [
+        s.name
+        for s in kinds.KINDS.values()
+        if driver.struct_size(s.kind) and not choose_dtype(s.kind, driver.struct_size(s.kind) or 0)
+    ]
     print("kinds with a size but no matching dtype:", missing)
     print("timestamp", driver.timestamp())
     print("ctypes ok", ctypes.sizeof(ctypes.c_size_t))

@@ -77,8 +77,10 @@ def test_exact_counts_under_cuptistream_run(tmp_path: Path) -> None:
         e.correlation_id for e in events if isinstance(e, ApiCall) and ("Launch" in e.name)
     )
     assert all(launches[k.correlation_id] == 1 for k in kernels), "a kernel without exactly one launch record"
-    print(f"kernels={len(kernels)} named={len(named)} graph={len(graph_kernels)} memcpy_bytes="
-          f"{sum(c.bytes for c in copies)} nvtx={len(ranges)} api={sum(launches.values())}")
+    print(
+        f"kernels={len(kernels)} named={len(named)} graph={len(graph_kernels)} memcpy_bytes="
+        f"{sum(c.bytes for c in copies)} nvtx={len(ranges)} api={sum(launches.values())}"
+    )
 
 
 def test_kineto_agreement(tmp_path: Path) -> None:

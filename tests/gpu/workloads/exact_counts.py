@@ -50,7 +50,9 @@ def setup():
     return dev, stream, kernels, buf
 
 
-def run(launches: int, copy_bytes: int, nvtx_depth: int, graph_replays: int, graph_kernels: int = 3, ctx=None) -> dict:
+def run(
+    launches: int, copy_bytes: int, nvtx_depth: int, graph_replays: int, graph_kernels: int = 3, ctx=None
+) -> dict:
     from cuda.bindings import driver as cu
     from cuda.core import LaunchConfig, launch
 

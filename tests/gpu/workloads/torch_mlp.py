@@ -16,7 +16,10 @@ def make():
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(256, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
         torch.nn.Linear(512, 10),
     ).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -1,0 +1,98 @@
+"""The replay source: captured H100 buffers through the decoder, the emitter, the real pipeline and
+the file sink, with no GPU. Counts are checked against what the GPU run recorded."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+
+import cuptistream
+from cuptistream.errors import ConfigError, UserError
+from cuptistream.events import Kernel
+from sources.replay import ReplayConfig, ReplaySource
+from tests.gpu.workloads.collect import Collect
+
+FIXTURES = Path(__file__).parent / "fixtures"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+
+
+def _expected_total(loops: int = 1) -> int:
+    return loops * sum(sum(e["decoded_events"].values()) for e in EXPECTED.values())
+
+
+def test_replay_emits_every_captured_event_once_per_loop() -> None:
+    sink = Collect()
+    source = ReplaySource(ReplayConfig(type="replay", loops=2), sink)
+    source.start()
+    source.stop()  # a finite replay completes before stop returns
+    assert len(sink.events) == source.events_emitted == _expected_total(loops=2)
+    assert sink.errors == []
+
+
+def test_replay_through_session_and_file_sink(tmp_path: Path) -> None:
+    cfg = {
+        "sources": [{"type": "replay", "path": str(FIXTURES / "exact_counts.cupti")}],
+        "sinks": [{"type": "file", "directory": str(tmp_path / "out")}],
+    }
+    with cuptistream.session(cfg, quiet=True):
+        pass
+    events = list(cuptistream.read(tmp_path / "out"))
+    kernels = collections.Counter(e.name for e in events if isinstance(e, Kernel))
+    assert dict(kernels) == EXPECTED["exact_counts"]["kernel_names"]
+    types = collections.Counter(type(e).__name__ for e in events)
+    for name, count in EXPECTED["exact_counts"]["decoded_events"].items():
+        assert types[name] == count
+
+
+def test_endless_replay_stops_when_asked() -> None:
+    sink = Collect()
+    source = ReplaySource(ReplayConfig(type="replay", loops=0, interval=0.001), sink)
+    source.start()
+    source.stop()
+    assert source._thread is None
+    assert len(sink.events) <= _expected_total(loops=2)
+
+
+def test_missing_capture_is_one_line_error(tmp_path: Path) -> None:
+    source = ReplaySource(ReplayConfig(type="replay", path=str(tmp_path)), Collect())
+    with pytest.raises(UserError, match=r"no capture files \(\*\.cupti\)"):
+        source.start()
+    bad = tmp_path / "bad.cupti"
+    bad.write_bytes(b"not zstd")
+    with pytest.raises(UserError, match="not a cuptistream capture file"):
+        ReplaySource(ReplayConfig(type="replay", path=str(bad)), Collect()).start()
+
+
+def test_bad_replay_and_activity_config_name_the_key() -> None:
+    with pytest.raises(ConfigError, match="loops must be 0"):
+        cuptistream.load_config({"sources": [{"type": "replay", "loops": -1}], "sinks": [{"type": "null"}]})
+    with pytest.raises(ConfigError, match="unknown activity kind 'kernal'"):
+        cuptistream.load_config(
+            {"sources": [{"type": "activity", "kinds": ["kernal"]}], "sinks": [{"type": "null"}]}
+        )
+    with pytest.raises(ConfigError, match="runtime_api pattern 'cudaLaunchKernal' matches no"):
+        cuptistream.load_config(
+            {
+                "sources": [{"type": "activity", "runtime_api": ["cudaLaunchKernal"]}],
+                "sinks": [{"type": "null"}],
+            }
+        )
+
+
+def test_activity_source_without_gpu_is_one_line_no_gpu_error() -> None:
+    from cuptistream.cupti.driver import driver_problem
+    from cuptistream.errors import NoGpuError
+    from sources.activity import ActivitySource, ActivitySourceConfig
+
+    if driver_problem() is None:
+        pytest.skip("a GPU is present here")
+    with pytest.raises(NoGpuError, match="no NVIDIA driver found") as info:
+        ActivitySource(ActivitySourceConfig(type="activity"), Collect()).start()
+    assert "\n" not in str(info.value)
+    from cuptistream.cupti.kinds import list_kinds
+
+    with pytest.raises(NoGpuError):
+        list_kinds()
