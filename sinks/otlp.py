@@ -284,7 +284,7 @@ class OtlpSink(Sink):
                 response.ParseFromString(body)
         except (DecodeError, ValueError):
             return 0, ""  # a 2xx with a body we cannot read: the request was accepted
-        partial = response.partial_success
+        partial = getattr(response, "partial_success")  # noqa: B009 - response type varies per signal
         return int(getattr(partial, _REJECTED_FIELD[signal])), str(partial.error_message)
 
 
