@@ -282,7 +282,10 @@ class Recorder:
     # runtime and driver API ---------------------------------------------------------------------
 
     def on_api(self, domain: int, cbid: int, data: Any) -> None:
-        info = _CallbackData.from_address(address_of(data))
+        address = address_of(data)
+        if not address:
+            return
+        info = _CallbackData.from_address(address)
         key = (domain, info.correlationId)
         if info.callbackSite == _API_ENTER:
             self._open_calls[key] = self.ids.now()
@@ -296,8 +299,11 @@ class Recorder:
     # resource and synchronize ---------------------------------------------------------------------
 
     def on_resource(self, domain: int, cbid: int, data: Any) -> None:
+        address = address_of(data)
+        if not address:
+            return
         now = self.ids.now()
-        res = _ResourceData.from_address(address_of(data))
+        res = _ResourceData.from_address(address)
         context = res.context or 0
         if cbid in _GRAPH_OPS:
             self._graph(cbid, now, res.descriptor)
@@ -329,8 +335,11 @@ class Recorder:
         self._put((_GRAPH, _GRAPH_OPS[cbid], now, ids.graph(g.graph or 0), node_id, node_type, original))
 
     def on_synchronize(self, domain: int, cbid: int, data: Any) -> None:
+        address = address_of(data)
+        if not address:
+            return
         now = self.ids.now()
-        sync = _SynchronizeData.from_address(address_of(data))
+        sync = _SynchronizeData.from_address(address)
         context = sync.context or 0
         _, context_id = self.ids.context(context) if context else (0, 0)
         stream_id = self.ids.stream(context, sync.stream or 0) if cbid == 1 else 0
@@ -340,8 +349,9 @@ class Recorder:
 
     def on_nvtx(self, domain: int, cbid: int, data: Any) -> None:
         handler = self._nvtx.get(cbid)
-        if handler is not None:
-            info = _NvtxData.from_address(address_of(data))
+        address = address_of(data)
+        if handler is not None and address:
+            info = _NvtxData.from_address(address)
             params = info.functionParams or 0
             if params or cbid == _NVTX_POP:  # every other handled function has parameters
                 handler(params, info.functionReturnValue or 0)

@@ -65,7 +65,10 @@ class StateSource(Source):
         severity = SEVERITIES.get(cbid)
         if severity is None or (severity == "warning" and not self.config.warnings):
             return
-        state = _StateData.from_address(address_of(data))
+        address = address_of(data)
+        if not address:
+            return
+        state = _StateData.from_address(address)
         text = (state.message or b"").decode(errors="replace").strip() or "no message"
         self.notifications += 1
         self.emitter.report_error(

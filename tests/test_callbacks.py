@@ -312,6 +312,7 @@ def test_worker_failures_become_error_events() -> None:
 def test_handler_failures_are_reported_once_per_flush() -> None:
     h = Harness(domains=["nvtx"])
     h.source.start()
+    h.fake.fire(NVTX, 1, None)  # no cbdata (cupti-python passes None for some callbacks): ignored
     h.fake.fire(NVTX, 1, object())  # cbdata the handler cannot read: it raises inside the callback
     h.source.flush()
     h.source.stop()

@@ -43,6 +43,8 @@ for driver/runtime API, ``ResourceData``, ``SynchronizeData``, ``NvtxData``, ``S
 
 SUBSCRIBER_NAME = "cuptistream"
 _MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+_INVALID_PARAMETER = 1  # CUPTI_ERROR_INVALID_PARAMETER
+_PARAMS_SIZES = (40, 32)  # CUpti_SubscriberParams with and without allowMultipleSubscribers
 _OLD_NAME_LEN = 256  # >= CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN (64)
 
 
@@ -97,7 +99,10 @@ def describe_cupti_failure(error: BaseException) -> str:
 
 
 def address_of(data: Any) -> int:
-    """The raw address of a callback's ``cbdata`` struct, whether CUPTI handed a pointer or an object."""
+    """The raw address of a callback's ``cbdata`` struct, whether CUPTI handed a pointer or an object;
+    0 where there is none (cupti-python passes None for some resource callbacks)."""
+    if data is None:
+        return 0
     return data if isinstance(data, int) else int(data.ptr)
 
 
@@ -253,22 +258,8 @@ class Subscriber:
             domain: getattr(cupti, name) for domain, name in _DATA_TYPES.items() if hasattr(cupti, name)
         }
         try:
-            if hasattr(cupti, "subscribe_v2"):
-                old_name = ctypes.create_string_buffer(_OLD_NAME_LEN)
-                params = _SubscriberParams(
-                    structSize=_SubscriberParams.padding.offset + _SubscriberParams.padding.size,
-                    subscriberName=SUBSCRIBER_NAME.encode(),
-                    oldSubscriberName=ctypes.cast(old_name, ctypes.c_char_p),
-                    oldSubscriberSize=_OLD_NAME_LEN,
-                    allowMultipleSubscribers=0,
-                )
-                try:
-                    handle = cupti.subscribe_v2(self._dispatch_ref, None, ctypes.addressof(params))
-                except Exception as error:
-                    if getattr(error, "status", None) == _MULTIPLE_SUBSCRIBERS:
-                        raise SubscriberBusy(old_name.value.decode(errors="replace")) from None
-                    raise
-            else:
+            handle = self._subscribe_v2(cupti) if hasattr(cupti, "subscribe_v2") else None
+            if handle is None:
                 handle = cupti.subscribe(self._dispatch_ref, None)
         except UserError:
             raise
@@ -277,8 +268,29 @@ class Subscriber:
                 raise SubscriberBusy("") from None
             if is_unavailable(error):
                 raise CuptiUnavailable(describe_cupti_failure(error)) from None
-            raise
+            raise RuntimeError(f"cuptiSubscribe: {describe_cupti_failure(error)}") from None
         self._handle = int(handle)
+
+    def _subscribe_v2(self, cupti: Any) -> int | None:
+        """``cuptiSubscribe_v2``, which names us and the current holder. None where this CUPTI
+        rejects every known ``CUpti_SubscriberParams`` size (libcupti 13.0 rejects 13.x's 40 bytes)."""
+        old_name = ctypes.create_string_buffer(_OLD_NAME_LEN)
+        for size in _PARAMS_SIZES:
+            params = _SubscriberParams(
+                structSize=size,
+                subscriberName=SUBSCRIBER_NAME.encode(),
+                oldSubscriberName=ctypes.cast(old_name, ctypes.c_char_p),
+                oldSubscriberSize=_OLD_NAME_LEN,
+            )
+            try:
+                return int(cupti.subscribe_v2(self._dispatch_ref, None, ctypes.addressof(params)))
+            except Exception as error:
+                status = getattr(error, "status", None)
+                if status == _MULTIPLE_SUBSCRIBERS:
+                    raise SubscriberBusy(old_name.value.decode(errors="replace")) from None
+                if status != _INVALID_PARAMETER:
+                    raise
+        return None
 
     def _unsubscribe_quietly(self) -> None:
         handle, self._handle = self._handle, None

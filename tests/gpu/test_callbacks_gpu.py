@@ -102,4 +102,7 @@ def test_forced_cupti_error_is_reported_and_program_continues(run: tuple[dict[st
     did, events = run
     assert any("kind 9999:" in f and "accepted" not in f for f in did["forced"])
     errors = [e for e in events if isinstance(e, Error)]
-    assert not [e for e in errors if e.origin.startswith("source:")], errors  # no source failed
+    assert not [e for e in errors if e.origin.startswith("source:")], errors  # no callback failed
+    # Invalid kinds are refused by the API call itself; CUPTI raised no state callback for them
+    # (recorded in docs/gpu-validation.md), so any cupti_state Error here must be well formed.
+    assert all(e.severity in ("fatal", "error", "warning") for e in errors if e.origin == "cupti_state")
