@@ -43,6 +43,8 @@ import msgspec
 from cuptistream.component import Source
 from cuptistream.config import Duration, SourceConfig
 from cuptistream.cupti import subscriber
+from cuptistream.cupti.subscriber import API_ENTER as _API_ENTER
+from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Domain, Registration, address_of
 from cuptistream.errors import ConfigError
 from cuptistream.events import (
@@ -85,20 +87,6 @@ class CallbacksConfig(SourceConfig):
 
 
 # --- CUPTI's structs (cupti_callbacks.h) and NVTX's event attributes (nvToolsExt.h) ------------
-
-
-class _CallbackData(ctypes.Structure):
-    _fields_ = [
-        ("callbackSite", ctypes.c_int32),
-        ("functionName", ctypes.c_void_p),
-        ("functionParams", ctypes.c_void_p),
-        ("functionReturnValue", ctypes.c_void_p),
-        ("symbolName", ctypes.c_void_p),
-        ("context", ctypes.c_void_p),
-        ("contextUid", ctypes.c_uint32),
-        ("correlationData", ctypes.c_void_p),
-        ("correlationId", ctypes.c_uint32),
-    ]
 
 
 class _NvtxData(ctypes.Structure):
@@ -185,7 +173,6 @@ _GRAPH_OPS = {
     18: "graph_exec_create", 19: "graph_exec_destroy",
 }  # fmt: skip
 _SYNC_TYPES = {1: "stream_synchronize", 2: "context_synchronize"}
-_API_ENTER = 0
 
 # CUgraphNodeType (cuda.h)
 GRAPH_NODE_TYPES = [

@@ -4,11 +4,16 @@ Collects with CUPTI's PC Sampling API (``cupti_pcsampling.h``, guide §2.10) and
 ``PcSampleBatch`` events: per PC, the cubin CRC, function, pc offset and named stall-reason counts.
 
 How it runs:
-- Each CUDA context (found at start, or created later: resource callback) is enabled once, with
-  start/stop control on. A worker thread opens an ``on`` window (``cuptiPCSamplingStart``), closes it
-  after ``duty_cycle.on`` (``cuptiPCSamplingStop``) and drains with ``cuptiPCSamplingGetData``, then
-  waits ``duty_cycle.off``. ``duty_cycle.off: 0`` samples all the time, draining every
-  ``get_data_interval``.
+- Each CUDA context (found at start, or created later: resource callback) is enabled once. With a
+  duty cycle (``duty_cycle.off > 0``) start/stop control is on: an ``on`` window opens with
+  ``cuptiPCSamplingStart``, closes after ``duty_cycle.on`` with ``cuptiPCSamplingStop`` and a drain
+  (``cuptiPCSamplingGetData``), and the next opens ``duty_cycle.off`` later. ``duty_cycle.off: 0``
+  samples from Enable on, all the time, draining every ``get_data_interval``.
+- A worker thread keeps the schedule. With ``control: launch`` (the default) the calls themselves
+  run on the application's thread at the exit of its next kernel launch once one is due
+  (``cuptistream.cupti.launch_hook``): from our own thread, ``cuptiPCSamplingStart`` hung the launch
+  path under PyTorch. ``control: worker`` makes them from the worker thread, which suits programs
+  that launch from one thread and go idle.
 - Drains also happen on every module unload (continuous mode needs it, guide §2.10.4), when a
   context is destroyed, and at stop (``cuptiPCSamplingDisable`` writes the rest to the buffer we gave).
 - Losses are reported, never silent: hardware-dropped samples, a full hardware buffer
@@ -48,6 +53,7 @@ from cuptistream.cupti.contexts import (
     current_context,
     module_data,
 )
+from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
 from cuptistream.cupti.watchdog import Watchdog
 from cuptistream.errors import ConfigError
@@ -75,6 +81,7 @@ class PcSamplingConfig(SourceConfig):
     duty_cycle: DutyCycle = msgspec.field(default_factory=DutyCycle)
     adapt: bool = True
     cubin_dir: str | None = None  # write each loaded cubin here once, as <crc>.cubin
+    control: Literal["launch", "worker"] = "launch"  # which thread makes Start/Stop/GetData calls
     watchdog_timeout: Duration = Duration(30.0)
 
 
@@ -151,7 +158,10 @@ class PcSamplingSource(Source):
         )
         driver.acquire(self.name)
         self._registrations = []
+        self._hook: LaunchHook | None = None
         try:
+            if self.config.control == "launch":
+                self._hook = LaunchHook(self._on_launch_due)
             for cbid, handler in (
                 (CONTEXT_CREATED, self._on_context_created),
                 (CONTEXT_DESTROY_STARTING, self._on_context_destroy),
@@ -185,6 +195,8 @@ class PcSamplingSource(Source):
     def _release(self) -> None:
         from cuptistream.cupti import driver
 
+        if self._hook is not None:
+            self._hook.disarm()
         for reg in self._registrations:
             reg.remove()
         self._registrations = []
@@ -366,16 +378,41 @@ class PcSamplingSource(Source):
     def _run(self) -> None:
         while not self._stopping.is_set() and not self._watchdog.wedged.is_set():
             now = time.monotonic()
-            wake_at = now + 1.0
-            for state in list(self._contexts.values()):
-                try:
-                    wake_at = min(wake_at, self._tick(state, now))
-                except pcs.CuptiError as error:
-                    self.emitter.report_error(self._origin, str(error), result_code=error.code)
-                    wake_at = now + max(self._interval, 1.0)
+            if self._hook is None:
+                wake_at = min((self._tick_reporting(state, now) for state in list(self._contexts.values())),
+                              default=now + 1.0)  # fmt: skip
+            else:
+                wake_at = min((self._next_due(state) for state in list(self._contexts.values())),
+                              default=now + 1.0)  # fmt: skip
+                if wake_at <= now:
+                    self._hook.arm()  # the next launch runs _on_launch_due, then wakes us
+                    wake_at = now + 1.0
+                else:
+                    self._hook.disarm()
             self._write_cubins()
-            self._wake.wait(max(0.0, wake_at - time.monotonic()))
+            self._wake.wait(max(0.0, min(wake_at, now + 1.0) - time.monotonic()))
             self._wake.clear()
+
+    def _on_launch_due(self, ctx: int) -> None:
+        """The launch hook's action, on the application's thread: whatever is due on ``ctx``."""
+        state = self._contexts.get(ctx)
+        if state is not None and not self._watchdog.wedged.is_set():
+            self._tick_reporting(state, time.monotonic())
+        self._wake.set()
+
+    def _tick_reporting(self, state: _Context, now: float) -> float:
+        try:
+            return self._tick(state, now)
+        except pcs.CuptiError as error:
+            self.emitter.report_error(self._origin, str(error), result_code=error.code)
+            return now + max(self._interval, 1.0)
+
+    def _next_due(self, state: _Context) -> float:
+        if not state.started:
+            return state.next_start
+        if self.config.duty_cycle.off <= 0:
+            return state.next_drain
+        return min(state.next_drain, state.window_end)
 
     def _tick(self, state: _Context, now: float) -> float:
         """Advance one context's duty cycle; return when it next needs attention."""

@@ -4,7 +4,7 @@ Uses CUPTI's SASS Metrics API (``cupti_sass_metrics.h``, guide §2.11). Patched 
 slower (about 190x for a tight loop on the H100, DESIGN.md §5), so collection is duty-cycled: every
 ``period`` a worker thread opens a window on the configured device's context —
 
-    SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable
+    SetConfig → Enable → wait ``window`` → GetDataProperties → FlushData → Disable → UnsetConfig
 
 — and emits one ``SassMetricBatch`` per window. Records CUPTI drops at Disable become Loss events.
 
@@ -52,6 +52,9 @@ class SassConfig(SourceConfig):
     period: Duration = Duration(60.0)  # a window opens this often
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
+    # UnsetConfig after each window, SetConfig before the next: with lazy patching, a kernel already
+    # patched once ran unpatched in later windows when the config stayed set (H200, CUPTI 13.0).
+    reconfigure_each_window: bool = True
     watchdog_timeout: Duration = Duration(30.0)
 
 
@@ -209,6 +212,9 @@ class SassMetricsSource(Source):
                     sass.free_function_names(buffer)
             finally:
                 dropped = self._call("cuptiSassMetricsDisable", sass.disable, ctx)
+                if cfg.reconfigure_each_window:
+                    self._configured = False
+                    self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, cfg.device)
             self.windows_done += 1
             self.stats["windows"] += 1
             self.stats["records"] += len(out)

@@ -124,6 +124,25 @@ class _SubscriberParams(ctypes.Structure):
     ]
 
 
+API_ENTER, API_EXIT = 0, 1  # CUpti_ApiCallbackSite
+
+
+class ApiCallbackData(ctypes.Structure):
+    """``CUpti_CallbackData`` (cupti_callbacks.h): what runtime and driver API callbacks receive."""
+
+    _fields_ = [
+        ("callbackSite", ctypes.c_int32),
+        ("functionName", ctypes.c_void_p),
+        ("functionParams", ctypes.c_void_p),
+        ("functionReturnValue", ctypes.c_void_p),
+        ("symbolName", ctypes.c_void_p),
+        ("context", ctypes.c_void_p),
+        ("contextUid", ctypes.c_uint32),
+        ("correlationData", ctypes.c_void_p),
+        ("correlationId", ctypes.c_uint32),
+    ]
+
+
 class Registration:
     """A registered handler. ``remove()`` is idempotent and may be called from any thread."""
 

@@ -144,20 +144,3 @@ class Cuda:
 
     def sync(self) -> None:
         self.check(self.lib.cuCtxSynchronize(), "cuCtxSynchronize")
-
-
-def plain_subscribe_workaround() -> None:
-    """On the GPU machine (libcupti 13.0.85) cupti-python's ``subscribe_v2`` returned
-    CUPTI_ERROR_INVALID_PARAMETER (2026-11-21); hide it so the subscriber uses ``cuptiSubscribe``.
-    Reported to the subscriber's owner; remove once subscriber.py handles it."""
-    from cupti import cupti
-
-    from cuptistream.cupti import subscriber
-
-    class _NoV2:
-        def __getattr__(self, name: str) -> Any:
-            if name == "subscribe_v2":
-                raise AttributeError(name)
-            return getattr(cupti, name)
-
-    subscriber.get()._cupti = _NoV2()

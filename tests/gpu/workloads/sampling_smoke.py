@@ -26,7 +26,6 @@ from sampling_common import (
     CollectingEmitter,
     Cuda,
     compile_cubin,
-    plain_subscribe_workaround,
 )
 
 from cuptistream.config import convert
@@ -94,7 +93,7 @@ def timed(cuda: Cuda, fn: int, n: int, *launch: Any) -> float:
     return (time.perf_counter() - t0) / n * 1e3
 
 
-def pc_sampling_part(cuda: Cuda, result: dict[str, Any]) -> None:
+def pc_sampling_part(cuda: Cuda, result: dict[str, Any], key: str = "pc") -> None:
     arch = cuda.arch()
     cubin_a, cubin_b = compile_cubin(KERNELS, arch), compile_cubin(OTHER_KERNEL, arch)
     crc_a, crc_b = pcs.cubin_crc(cubin_a), pcs.cubin_crc(cubin_b)
@@ -160,7 +159,7 @@ def pc_sampling_part(cuda: Cuda, result: dict[str, Any]) -> None:
             by_fn[s.function_name].update(s.stalls)
             pcs_by_fn[s.function_name][s.pc_offset] += sum(s.stalls.values())
             crc_fn[(s.cubin_crc, s.function_name)] += sum(s.stalls.values())
-    result["pc"] = {
+    result[key] = {
         "base": base,
         "sampled": phases,
         "batches": len(batches),
@@ -179,15 +178,18 @@ def pc_sampling_part(cuda: Cuda, result: dict[str, Any]) -> None:
     }
 
 
-def sass_part(cuda: Cuda, result: dict[str, Any]) -> None:
+def sass_part(cuda: Cuda, result: dict[str, Any], lazy: bool = True, reconfigure: bool = True,
+              key: str = "sass") -> None:  # fmt: skip
     arch = cuda.arch()
     mod = cuda.load(compile_cubin(KERNELS, arch))
     counted = cuda.function(mod, "counted")
     out = cuda.alloc(132 * 128 * 4)
     emitter = CollectingEmitter()
     cfg = convert(
-        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": True}, sass_mod.SassConfig
-    )
+        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": lazy,
+         "reconfigure_each_window": reconfigure},
+        sass_mod.SassConfig,
+    )  # fmt: skip
     src = sass_mod.SassMetricsSource(cfg, emitter)
     src.start()
     from cuptistream.cupti import sass_api
@@ -217,7 +219,9 @@ def sass_part(cuda: Cuda, result: dict[str, Any]) -> None:
             if r.function_name == "counted"
         }
         per_window.append(values)
-    result["sass"] = {
+    result[key] = {
+        "lazy_patching": lazy,
+        "reconfigure_each_window": reconfigure,
         "chip": src.chip,
         "metric_count": len(available),
         "metrics_sample": sorted(available)[:80],
@@ -237,31 +241,41 @@ def sass_part(cuda: Cuda, result: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    plain_subscribe_workaround()
     from cuptistream.cupti import driver, subscriber
 
     driver.acquire("smoke")  # keep CUPTI attached between the parts (no cuptiFinalize in between)
     cuda = Cuda(0)
     result: dict[str, Any] = {"arch": cuda.arch(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for part in (sass_part, pc_sampling_part):
+    parts: list[tuple[str, Any]] = [
+        ("pc", lambda: pc_sampling_part(cuda, result)),
+        ("sass", lambda: sass_part(cuda, result)),  # lazy patching, UnsetConfig between windows
+        ("sass_module", lambda: sass_part(cuda, result, lazy=False, reconfigure=False, key="sass_module")),
+        ("pc_after_sass", lambda: pc_sampling_part(cuda, result, key="pc_after_sass")),
+    ]
+    for name, part in parts:
         try:
-            part(cuda, result)
-        except Exception as error:  # keep the other part's numbers
+            part()
+        except Exception as error:  # keep the other parts' numbers
             import traceback
 
-            result[f"{part.__name__}_error"] = traceback.format_exc()
-            print(f"{part.__name__} failed: {error}", flush=True)
+            result[f"{name}_error"] = traceback.format_exc()
+            print(f"{name} failed: {error}", flush=True)
     result["handler_errors"] = [subscriber.get().handler_errors(), subscriber.get().last_handler_error()]
     (OUT / "smoke.json").write_text(json.dumps(result, indent=1, default=str))
     (OUT / "pc_sampling_capture.json").write_text(json.dumps(captures["pc"], default=str))
     (OUT / "sass_capture.json").write_text(json.dumps(captures["sass"], default=str))
-    summary = {k: v for k, v in result.items() if k not in ("sass",)}
-    print(json.dumps(summary, default=str)[:6000])
-    print(
-        json.dumps({k: v for k, v in result.get("sass", {}).items() if k != "metrics_sample"}, default=str)[
-            :3000
-        ]
-    )
+    brief = {k: v for k, v in result.items() if not k.startswith(("sass", "pc"))}
+    print(json.dumps(brief, default=str)[:3000])
+    for key in ("pc", "pc_after_sass"):
+        pc = result.get(key, {})
+        keep = ("batches", "total_samples", "dropped", "non_user", "top_stalls", "crc_function_samples",
+                "modules", "errors", "losses", "stats", "sampled", "base")  # fmt: skip
+        print(key, json.dumps({k: pc.get(k) for k in keep}, default=str)[:4000])
+    for key in ("sass", "sass_module"):
+        sa = result.get(key, {})
+        print(
+            key, json.dumps({k: v for k, v in sa.items() if k not in ("metrics_sample",)}, default=str)[:2500]
+        )
 
 
 if __name__ == "__main__":

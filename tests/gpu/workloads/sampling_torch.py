@@ -1,8 +1,8 @@
 """A small torch MLP training loop with the sampling sources on or off; prints one JSON line.
 
-``python tests/gpu/workloads/sampling_torch.py MODE SECONDS`` where MODE is one of
-``base``, ``pcs`` (pc_sampling defaults), ``pcs_always`` (defaults but no duty cycle),
-``pcs_serialized``, ``sass`` (windows forced often: every 3 s) or ``both``.
+``python tests/gpu/workloads/sampling_torch.py MODE SECONDS`` where MODE is a key of ``CONFIGS``:
+``base`` (no sources), PC sampling at defaults or variants, SASS with windows forced often (every
+3 s), or ``both``.
 
 Steps/s is recorded per 0.5 s bucket; the result holds the median bucket rate, and for pcs the
 medians inside and outside sampling windows. A watchdog thread reports ``wedged`` and exits if no
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sampling_common import CollectingEmitter, plain_subscribe_workaround
+from sampling_common import CollectingEmitter
 
 try:
     from cuptistream.sources import pc_sampling as pc_mod
@@ -34,14 +34,31 @@ import torch
 
 from cuptistream.config import convert
 
+FAST_DUTY = {"on": 1, "off": 2}  # more Start/Stop toggles per run than the defaults
 CONFIGS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "base": [],
-    "pcs": [(pc_mod, {"type": "pc_sampling", "watchdog_timeout": 8})],
+    "pcs": [(pc_mod, {"type": "pc_sampling"})],
+    "pcs_fast_duty": [(pc_mod, {"type": "pc_sampling", "duty_cycle": FAST_DUTY})],
     "pcs_always": [(pc_mod, {"type": "pc_sampling", "duty_cycle": {"on": 1, "off": 0}})],
-    "pcs_serialized": [(pc_mod, {"type": "pc_sampling", "mode": "serialized"})],
+    "pcs_worker_always": [
+        (pc_mod, {"type": "pc_sampling", "control": "worker", "duty_cycle": {"on": 1, "off": 0}})
+    ],
+    "pcs_serialized": [(pc_mod, {"type": "pc_sampling", "mode": "serialized", "duty_cycle": FAST_DUTY})],
     "sass": [(sass_mod, {"type": "sass", "period": 3, "initial_delay": 2})],
+    "sass_module": [
+        (
+            sass_mod,
+            {
+                "type": "sass",
+                "period": 3,
+                "initial_delay": 2,
+                "lazy_patching": False,
+                "reconfigure_each_window": False,
+            },
+        )
+    ],
     "both": [
-        (pc_mod, {"type": "pc_sampling"}),
+        (pc_mod, {"type": "pc_sampling", "duty_cycle": FAST_DUTY}),
         (sass_mod, {"type": "sass", "period": 3, "initial_delay": 2}),
     ],
 }
@@ -67,7 +84,6 @@ def main() -> None:
         step()
     torch.cuda.synchronize()
 
-    plain_subscribe_workaround()
     emitter = CollectingEmitter()
     sources = []
     for module, raw in CONFIGS[mode]:
