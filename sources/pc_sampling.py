@@ -65,6 +65,9 @@ STAGE = "pc_sampling"
 class DutyCycle(Strict):
     on: Duration = Duration(1.0)  # sampling window
     off: Duration = Duration(9.0)  # pause between windows; 0 = sample all the time
+    # How a window opens and closes: cuptiPCSamplingStart/Stop on an enabled context, or
+    # cuptiPCSamplingEnable/Disable, which also removes what an enabled context costs between windows.
+    method: Literal["start_stop", "enable_disable"] = "start_stop"
 
 
 class PcSamplingConfig(SourceConfig):
@@ -96,7 +99,9 @@ class _Context:
     buffer: pcs.SamplingBuffer  # for GetData
     final: pcs.SamplingBuffer  # given to CUPTI as SAMPLING_DATA_BUFFER; Disable fills it
     period: int
+    stall_indexes: Any  # ctypes uint32 array of the selected reasons, kept alive for CUPTI
     lock: threading.Lock = field(default_factory=threading.Lock)
+    enabled: bool = True
     started: bool = False
     window_end: float = 0.0
     next_start: float = 0.0
@@ -225,42 +230,19 @@ class PcSamplingSource(Source):
                 )
                 return
             cfg = self.config
-            duty = cfg.duty_cycle.off > 0
             try:
                 with self._watchdog.call("cuptiPCSamplingEnable"):
                     pcs.enable(ctx)
                 stall_names = pcs.stall_reasons(ctx)
                 selected = select_stall_reasons(cfg.stall_reasons, stall_names)
-                final = pcs.SamplingBuffer(cfg.collect_pcs, len(selected))
-                buffer = pcs.SamplingBuffer(cfg.collect_pcs, len(selected))
-                indexes = (ctypes.c_uint32 * len(selected))(*selected)
-                pcs.set_attributes(
-                    ctx,
-                    [
-                        pcs.attribute(pcs.ATTR_COLLECTION_MODE, collectionMode=_mode(cfg.mode)),
-                        pcs.attribute(pcs.ATTR_SAMPLING_PERIOD, samplingPeriod=cfg.sampling_period),
-                        pcs.attribute(
-                            pcs.ATTR_STALL_REASON,
-                            stallReasonData=pcs._StallReasonData(len(selected), indexes),
-                        ),
-                        pcs.attribute(
-                            pcs.ATTR_SCRATCH_BUFFER_SIZE, scratchBufferSize=int(cfg.scratch_buffer_size)
-                        ),
-                        pcs.attribute(
-                            pcs.ATTR_HARDWARE_BUFFER_SIZE, hardwareBufferSize=int(cfg.hardware_buffer_size)
-                        ),
-                        pcs.attribute(
-                            pcs.ATTR_WORKER_THREAD_PERIODIC_SLEEP_SPAN,
-                            workerThreadPeriodicSleepSpan=max(1, round(cfg.worker_sleep_span * 1000)),
-                        ),
-                        # Without a duty cycle sampling runs from Enable: no Start call from our thread.
-                        pcs.attribute(pcs.ATTR_ENABLE_START_STOP_CONTROL, enableStartStopControl=int(duty)),
-                        pcs.attribute(
-                            pcs.ATTR_OUTPUT_DATA_FORMAT, outputDataFormat=pcs.OUTPUT_DATA_FORMAT_PARSED
-                        ),
-                        pcs.attribute(pcs.ATTR_SAMPLING_DATA_BUFFER, samplingDataBuffer=final.address),
-                    ],
-                )
+                state = _Context(
+                    ctx, device_id, context_id, stall_names,
+                    buffer=pcs.SamplingBuffer(cfg.collect_pcs, len(selected)),
+                    final=pcs.SamplingBuffer(cfg.collect_pcs, len(selected)),
+                    period=cfg.sampling_period,
+                    stall_indexes=(ctypes.c_uint32 * len(selected))(*selected),
+                )  # fmt: skip
+                self._configure(state)
             except ConfigError:
                 self._disable_quietly(ctx)
                 raise
@@ -274,9 +256,9 @@ class PcSamplingSource(Source):
                 )
                 return
             now = time.monotonic()
-            state = _Context(ctx, device_id, context_id, stall_names, buffer, final, cfg.sampling_period)
-            state.started = not duty  # enabled means sampling when there is no start/stop control
-            state.window_end = float("inf") if not duty else 0.0
+            # Without start/stop control an enabled context samples: its first window is open.
+            state.started = not self._start_stop
+            state.window_end = now + float(cfg.duty_cycle.on) if self._duty else float("inf")
             state.next_start = now
             state.next_drain = now + self._interval
             self._contexts[ctx] = state
@@ -287,6 +269,63 @@ class PcSamplingSource(Source):
         with contextlib.suppress(pcs.CuptiError):
             pcs.disable(ctx)
 
+    @property
+    def _duty(self) -> bool:
+        return self.config.duty_cycle.off > 0
+
+    @property
+    def _start_stop(self) -> bool:
+        return self._duty and self.config.duty_cycle.method == "start_stop"
+
+    def _configure(self, state: _Context) -> None:
+        """Every configuration attribute, on an enabled context (after each Enable)."""
+        cfg = self.config
+        pcs.set_attributes(
+            state.ctx,
+            [
+                pcs.attribute(pcs.ATTR_COLLECTION_MODE, collectionMode=_mode(cfg.mode)),
+                pcs.attribute(pcs.ATTR_SAMPLING_PERIOD, samplingPeriod=state.period),
+                pcs.attribute(
+                    pcs.ATTR_STALL_REASON,
+                    stallReasonData=pcs._StallReasonData(len(state.stall_indexes), state.stall_indexes),
+                ),
+                pcs.attribute(pcs.ATTR_SCRATCH_BUFFER_SIZE, scratchBufferSize=int(cfg.scratch_buffer_size)),
+                pcs.attribute(
+                    pcs.ATTR_HARDWARE_BUFFER_SIZE, hardwareBufferSize=int(cfg.hardware_buffer_size)
+                ),
+                pcs.attribute(
+                    pcs.ATTR_WORKER_THREAD_PERIODIC_SLEEP_SPAN,
+                    workerThreadPeriodicSleepSpan=max(1, round(cfg.worker_sleep_span * 1000)),
+                ),
+                pcs.attribute(
+                    pcs.ATTR_ENABLE_START_STOP_CONTROL, enableStartStopControl=int(self._start_stop)
+                ),
+                pcs.attribute(pcs.ATTR_OUTPUT_DATA_FORMAT, outputDataFormat=pcs.OUTPUT_DATA_FORMAT_PARSED),
+                pcs.attribute(pcs.ATTR_SAMPLING_DATA_BUFFER, samplingDataBuffer=state.final.address),
+            ],
+        )
+
+    def _reenable_locked(self, state: _Context) -> None:
+        """Open an enable_disable window: Enable and configure again."""
+        self._guarded("cuptiPCSamplingEnable", pcs.enable, state.ctx)
+        state.enabled = True
+        try:
+            self._configure(state)
+        except pcs.CuptiError:
+            self._disable_locked(state)
+            raise
+
+    def _disable_locked(self, state: _Context) -> None:
+        """Drain, Disable, and emit what Disable leaves in the final buffer."""
+        if not state.enabled:
+            return
+        self._drain_locked(state)
+        state.final.reset()
+        state.enabled = False
+        self._guarded("cuptiPCSamplingDisable", pcs.disable, state.ctx)
+        data = decode_pc_data(LiveMemory(), state.final.address, state.stall_names, self._names)
+        self._publish(state, data, at_end=True)
+
     def _detach(self, state: _Context) -> None:
         """Stop, drain and disable one context; what Disable leaves in the final buffer is emitted."""
         if (
@@ -295,14 +334,10 @@ class PcSamplingSource(Source):
         ):
             return
         try:
-            if state.started and self.config.duty_cycle.off > 0:
+            if state.started and self._start_stop:
                 self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
             state.started = False
-            self._drain_locked(state)
-            state.final.reset()
-            self._guarded("cuptiPCSamplingDisable", pcs.disable, state.ctx)
-            data = decode_pc_data(LiveMemory(), state.final.address, state.stall_names, self._names)
-            self._publish(state, data, at_end=True)
+            self._disable_locked(state)
         except pcs.CuptiError as error:
             self.emitter.report_error(self._origin, f"disabling PC sampling: {error}", result_code=error.code)
         finally:
@@ -376,6 +411,14 @@ class PcSamplingSource(Source):
     # --- the worker: duty cycle and periodic drains -------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._schedule()
+        except Exception as error:  # never die silently: say so, and leave the contexts to stop()
+            self.emitter.report_error(
+                self._origin, f"PC sampling schedule stopped: {type(error).__name__}: {error}"
+            )
+
+    def _schedule(self) -> None:
         while not self._stopping.is_set() and not self._watchdog.wedged.is_set():
             now = time.monotonic()
             if self._hook is None:
@@ -410,39 +453,42 @@ class PcSamplingSource(Source):
     def _next_due(self, state: _Context) -> float:
         if not state.started:
             return state.next_start
-        if self.config.duty_cycle.off <= 0:
+        if not self._duty:
             return state.next_drain
         return min(state.next_drain, state.window_end)
 
     def _tick(self, state: _Context, now: float) -> float:
         """Advance one context's duty cycle; return when it next needs attention."""
         cfg = self.config
-        always_on = cfg.duty_cycle.off <= 0
         with state.lock:
             if state.ctx not in self._contexts:
                 return now + 1.0
             if not state.started and now >= state.next_start:
-                self._guarded("cuptiPCSamplingStart", pcs.start, state.ctx)
+                if self._start_stop:
+                    self._guarded("cuptiPCSamplingStart", pcs.start, state.ctx)
+                else:
+                    self._reenable_locked(state)
                 state.started = True
                 state.window_end = now + float(cfg.duty_cycle.on)
                 state.next_drain = now + self._interval
-            elif state.started and not always_on and now >= state.window_end:
-                self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
+            elif state.started and self._duty and now >= state.window_end:
                 state.started = False
                 state.next_start = now + float(cfg.duty_cycle.off)
-                self._drain_locked(state)
+                if self._start_stop:
+                    self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
+                    self._drain_locked(state)
+                else:
+                    self._disable_locked(state)
             elif state.started and now >= state.next_drain:
                 self._drain_locked(state)
                 state.next_drain = now + self._interval
-            if state.started:
-                return min(state.next_drain, state.window_end if not always_on else state.next_drain)
-            return state.next_start
+            return self._next_due(state)
 
     def _drain(self, state: _Context) -> None:
         if self._watchdog.wedged.is_set():
             return
         with state.lock:
-            if state.ctx in self._contexts:
+            if state.ctx in self._contexts and state.enabled:
                 self._drain_locked(state)
 
     def _drain_locked(self, state: _Context) -> None:

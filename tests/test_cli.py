@@ -131,7 +131,9 @@ def test_cat_prints_json_lines(tmp_path: Path) -> None:
     assert len(kernel_lines) == 300
 
 
-def test_default_config_without_gpu_disables_cupti_sources_and_keeps_the_program_running(tmp_path: Path) -> None:
+def test_default_config_without_gpu_disables_cupti_sources_and_keeps_the_program_running(
+    tmp_path: Path,
+) -> None:
     from conftest import HAVE_GPU
 
     if HAVE_GPU:

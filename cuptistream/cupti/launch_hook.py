@@ -27,7 +27,11 @@ def launch_cbids(cupti: Any) -> dict[Domain, list[int]]:
     """Every runtime and driver API cbid that launches GPU work (kernels, cooperative, graphs)."""
     enums = {Domain.RUNTIME_API: cupti.runtime_api_trace_cbid, Domain.DRIVER_API: cupti.driver_api_trace_cbid}
     return {
-        domain: [int(m.value) for m in enums[domain] if m.name.startswith(_LAUNCH_PREFIXES[domain])]
+        domain: [
+            int(m.value)
+            for m in enums[domain]
+            if m.name.startswith(_LAUNCH_PREFIXES[domain]) and "HostFunc" not in m.name
+        ]
         for domain in enums
     }
 
@@ -62,13 +66,19 @@ class LaunchHook:
             self._pending = True
             if self._registrations:
                 return
-            try:
-                for domain, cbids in self._cbids.items():
-                    for cbid in cbids:
+            for domain, cbids in self._cbids.items():
+                for cbid in list(cbids):
+                    try:
                         self._registrations.append(subscriber.register(domain, self._on_launch, cbid=cbid))
-            except BaseException:
-                self._remove_locked()
-                raise
+                    except subscriber.SubscriberBusy:
+                        self._remove_locked()
+                        raise
+                    except Exception:
+                        # A cbid newer than this libcupti (13.0 rejected some that cupti-python 13.4
+                        # lists): this CUDA cannot make that call either. Skip it for good.
+                        cbids.remove(cbid)
+            if not self._registrations:
+                raise RuntimeError("CUPTI accepted no kernel-launch callback")
 
     def disarm(self) -> None:
         with self._lock:

@@ -159,6 +159,14 @@ def profiler_initialize() -> None:
     )
 
 
+def profiler_deinitialize() -> None:
+    """``cuptiProfilerDeInitialize``: releases the profiler state ``profiler_initialize`` set up."""
+    call(
+        "cuptiProfilerDeInitialize",
+        ProfilerInitializeParams(structSize=params_size(ProfilerInitializeParams, "pPriv")),
+    )
+
+
 def chip_name(device_index: int) -> str:
     params = ChipNameParams(structSize=params_size(ChipNameParams, "pChipName"), deviceIndex=device_index)
     call("cuptiDeviceGetChipName", params)
