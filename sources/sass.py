@@ -4,7 +4,7 @@ Uses CUPTI's SASS Metrics API (``cupti_sass_metrics.h``, guide §2.11). Patched 
 slower (about 190x for a tight loop on the H100, DESIGN.md §5), so collection is duty-cycled: every
 ``period`` a worker thread opens a window on the configured device's context —
 
-    SetConfig → Enable → wait ``window`` → GetDataProperties → FlushData → Disable → UnsetConfig
+    SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable
 
 — and emits one ``SassMetricBatch`` per window. Records CUPTI drops at Disable become Loss events.
 
@@ -52,9 +52,10 @@ class SassConfig(SourceConfig):
     period: Duration = Duration(60.0)  # a window opens this often
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
-    # UnsetConfig after each window, SetConfig before the next: with lazy patching, a kernel already
-    # patched once ran unpatched in later windows when the config stayed set (H200, CUPTI 13.0).
-    reconfigure_each_window: bool = True
+    # Stay enabled between windows (each window is a FlushData): exact counts in every window, but
+    # patched kernels stay slow all the time. Off, a kernel is collected in the first window it runs
+    # in only: CUPTI 13.0 did not patch it again after Disable (docs/gpu-validation.md).
+    keep_enabled: bool = False
     watchdog_timeout: Duration = Duration(30.0)
 
 
@@ -86,6 +87,7 @@ class SassMetricsSource(Source):
         self._lock = threading.Lock()  # one window at a time; stop() waits for it
         self._ctx = 0
         self._configured = False
+        self._enabled = False
         self._names: dict[int, str] = {}
         self.windows_done = 0
         self.stats = {"windows": 0, "records": 0, "dropped": 0}
@@ -119,6 +121,9 @@ class SassMetricsSource(Source):
         self._thread.join(timeout=float(self.config.window) + float(self.config.watchdog_timeout))
         if self._configured and not self._watchdog.wedged.is_set() and self._lock.acquire(timeout=1.0):
             try:
+                if self._enabled and self._ctx:
+                    make_current(self._ctx)
+                    self._report_dropped(self._disable(self._ctx))
                 self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, self.config.device)
             except CuptiError as error:
                 self.emitter.report_error(
@@ -196,7 +201,10 @@ class SassMetricsSource(Source):
                 configs = [(metric_id, sass.GRANULARITY[cfg.granularity]) for metric_id in self.metric_names]
                 self._call("cuptiSassMetricsSetConfig", sass.set_config, cfg.device, configs)
                 self._configured = True
-            self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
+            if not self._enabled:
+                self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
+                self._enabled = True
+            dropped = 0
             try:
                 self._stopping.wait(float(cfg.window))
                 records, instances = self._call(
@@ -211,10 +219,8 @@ class SassMetricsSource(Source):
                     )
                     sass.free_function_names(buffer)
             finally:
-                dropped = self._call("cuptiSassMetricsDisable", sass.disable, ctx)
-                if cfg.reconfigure_each_window:
-                    self._configured = False
-                    self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, cfg.device)
+                if not cfg.keep_enabled:
+                    dropped = self._disable(ctx)
             self.windows_done += 1
             self.stats["windows"] += 1
             self.stats["records"] += len(out)
@@ -226,9 +232,17 @@ class SassMetricsSource(Source):
                         )
                     ]
                 )
-            if dropped:
-                self.stats["dropped"] += dropped
-                self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
+            self._report_dropped(dropped)
+
+    def _disable(self, ctx: int) -> int:
+        self._enabled = False
+        return int(self._call("cuptiSassMetricsDisable", sass.disable, ctx))
+
+    def _report_dropped(self, dropped: int) -> None:
+        # Records of kernels that ran between the window's FlushData and Disable.
+        if dropped:
+            self.stats["dropped"] += dropped
+            self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
 
     def _call(self, name: str, fn: Any, *args: Any) -> Any:
         if self._watchdog.wedged.is_set():

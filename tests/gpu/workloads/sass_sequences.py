@@ -9,6 +9,8 @@ how many loop-body PCs read exactly warps x launches x 100, or the CUPTI error. 
 - ``reinit``: ``reset`` plus ProfilerDeInitialize / ProfilerInitialize between windows.
 - ``eager``: like ``keep`` with lazy patching off (every function patched at Enable).
 - ``eager_reset``: like ``reset`` with lazy patching off.
+- ``flush``: SetConfig and Enable(lazy) once; per window run → Flush; Disable after the last.
+- ``source``: the ``sass`` source with ``keep_enabled: true``, three ``window()`` calls.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def main() -> None:
     sequence = sys.argv[1]
     lazy = not sequence.startswith("eager")
     reset = sequence in ("reset", "reinit", "eager_reset")
+    stay = sequence == "flush"
+    if sequence == "source":
+        return source_windows()
     cuda = Cuda(0)
     mod = cuda.load(compile_cubin(KERNELS, cuda.arch()))
     counted = cuda.function(mod, "counted")
@@ -46,7 +51,8 @@ def main() -> None:
             if not configured:
                 sass.set_config(0, [(metric_id, sass.GRANULARITY["gpu"])])
                 configured = True
-            sass.enable(cuda.ctx.value, lazy)
+            if not (stay and window):
+                sass.enable(cuda.ctx.value, lazy)
             t0 = time.perf_counter()
             for _ in range(10):
                 cuda.launch(counted, 132, 128, out)
@@ -63,7 +69,8 @@ def main() -> None:
                 values = [sum(r.values["m"]) for r in decoded if r.function_name == "counted"]
                 row["loop_pcs_exact"] = sum(1 for v in values if v == expected)
                 row["other_pcs_exact"] = sum(1 for v in values if v == expected // 100)
-            row["dropped"] = sass.disable(cuda.ctx.value)
+            if not stay or window == 2:
+                row["dropped"] = sass.disable(cuda.ctx.value)
             if reset:
                 sass.unset_config(0)
                 configured = False
@@ -75,6 +82,50 @@ def main() -> None:
             row["where"] = traceback.format_exc().splitlines()[-3].strip()
         windows.append(row)
     print(json.dumps({"sequence": sequence, "expected_loop_pcs": 6, "windows": windows}))
+
+
+def source_windows() -> None:
+    import threading
+
+    from sampling_common import CollectingEmitter
+
+    from cuptistream.config import convert
+    from cuptistream.events import SassMetricBatch
+
+    try:
+        from cuptistream.sources import sass as sass_mod
+    except ImportError:
+        from sources import sass as sass_mod  # type: ignore[no-redef]
+
+    cuda = Cuda(0)
+    mod = cuda.load(compile_cubin(KERNELS, cuda.arch()))
+    counted = cuda.function(mod, "counted")
+    out = cuda.alloc(132 * 128 * 4)
+    emitter = CollectingEmitter()
+    cfg = {"type": "sass", "window": 0.5, "initial_delay": 3600, "keep_enabled": True}
+    src = sass_mod.SassMetricsSource(convert(cfg, sass_mod.SassConfig), emitter)
+    src.start()
+    for _ in range(3):
+        worker = threading.Thread(target=src.window)
+        worker.start()
+        time.sleep(0.1)
+        for _ in range(10):
+            cuda.launch(counted, 132, 128, out)
+        cuda.sync()
+        worker.join()
+    src.stop()
+    expected = 132 * 128 // 32 * 10 * 100
+    per_window = [
+        sum(
+            1
+            for r in e.records
+            if r.function_name == "counted" and sum(r.values["smsp__sass_inst_executed"]) == expected
+        )
+        for e in emitter.events
+        if isinstance(e, SassMetricBatch)
+    ]
+    print(json.dumps({"sequence": "source", "loop_pcs_exact_per_window": per_window, "losses": emitter.losses,
+                      "errors": emitter.errors}))  # fmt: skip
 
 
 if __name__ == "__main__":
