@@ -52,10 +52,6 @@ class SassConfig(SourceConfig):
     period: Duration = Duration(60.0)  # a window opens this often
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
-    # Stay enabled between windows (each window is a FlushData): exact counts in every window, but
-    # patched kernels stay slow all the time. Off, a kernel is collected in the first window it runs
-    # in only: CUPTI 13.0 did not patch it again after Disable (docs/gpu-validation.md).
-    keep_enabled: bool = False
     watchdog_timeout: Duration = Duration(30.0)
 
 
@@ -201,10 +197,8 @@ class SassMetricsSource(Source):
                 configs = [(metric_id, sass.GRANULARITY[cfg.granularity]) for metric_id in self.metric_names]
                 self._call("cuptiSassMetricsSetConfig", sass.set_config, cfg.device, configs)
                 self._configured = True
-            if not self._enabled:
-                self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
-                self._enabled = True
-            dropped = 0
+            self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
+            self._enabled = True
             try:
                 self._stopping.wait(float(cfg.window))
                 records, instances = self._call(
@@ -219,8 +213,7 @@ class SassMetricsSource(Source):
                     )
                     sass.free_function_names(buffer)
             finally:
-                if not cfg.keep_enabled:
-                    dropped = self._disable(ctx)
+                dropped = self._disable(ctx)
             self.windows_done += 1
             self.stats["windows"] += 1
             self.stats["records"] += len(out)

@@ -10,7 +10,6 @@ how many loop-body PCs read exactly warps x launches x 100, or the CUPTI error. 
 - ``eager``: like ``keep`` with lazy patching off (every function patched at Enable).
 - ``eager_reset``: like ``reset`` with lazy patching off.
 - ``flush``: SetConfig and Enable(lazy) once; per window run → Flush; Disable after the last.
-- ``source``: the ``sass`` source with ``keep_enabled: true``, three ``window()`` calls.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def main() -> None:
     lazy = not sequence.startswith("eager")
     reset = sequence in ("reset", "reinit", "eager_reset")
     stay = sequence == "flush"
-    if sequence == "source":
-        return source_windows()
+
     cuda = Cuda(0)
     mod = cuda.load(compile_cubin(KERNELS, cuda.arch()))
     counted = cuda.function(mod, "counted")
@@ -82,50 +80,6 @@ def main() -> None:
             row["where"] = traceback.format_exc().splitlines()[-3].strip()
         windows.append(row)
     print(json.dumps({"sequence": sequence, "expected_loop_pcs": 6, "windows": windows}))
-
-
-def source_windows() -> None:
-    import threading
-
-    from sampling_common import CollectingEmitter
-
-    from cuptistream.config import convert
-    from cuptistream.events import SassMetricBatch
-
-    try:
-        from cuptistream.sources import sass as sass_mod
-    except ImportError:
-        from sources import sass as sass_mod  # type: ignore[no-redef]
-
-    cuda = Cuda(0)
-    mod = cuda.load(compile_cubin(KERNELS, cuda.arch()))
-    counted = cuda.function(mod, "counted")
-    out = cuda.alloc(132 * 128 * 4)
-    emitter = CollectingEmitter()
-    cfg = {"type": "sass", "window": 0.5, "initial_delay": 3600, "keep_enabled": True}
-    src = sass_mod.SassMetricsSource(convert(cfg, sass_mod.SassConfig), emitter)
-    src.start()
-    for _ in range(3):
-        worker = threading.Thread(target=src.window)
-        worker.start()
-        time.sleep(0.1)
-        for _ in range(10):
-            cuda.launch(counted, 132, 128, out)
-        cuda.sync()
-        worker.join()
-    src.stop()
-    expected = 132 * 128 // 32 * 10 * 100
-    per_window = [
-        sum(
-            1
-            for r in e.records
-            if r.function_name == "counted" and sum(r.values["smsp__sass_inst_executed"]) == expected
-        )
-        for e in emitter.events
-        if isinstance(e, SassMetricBatch)
-    ]
-    print(json.dumps({"sequence": "source", "loop_pcs_exact_per_window": per_window, "losses": emitter.losses,
-                      "errors": emitter.errors}))  # fmt: skip
 
 
 if __name__ == "__main__":
