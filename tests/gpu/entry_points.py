@@ -10,8 +10,9 @@ what the installed package's ``package-dir`` mapping does.
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 

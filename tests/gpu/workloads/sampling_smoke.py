@@ -178,16 +178,14 @@ def pc_sampling_part(cuda: Cuda, result: dict[str, Any], key: str = "pc") -> Non
     }
 
 
-def sass_part(cuda: Cuda, result: dict[str, Any], lazy: bool = True, reconfigure: bool = True,
-              key: str = "sass") -> None:  # fmt: skip
+def sass_part(cuda: Cuda, result: dict[str, Any], lazy: bool = True, key: str = "sass") -> None:
     arch = cuda.arch()
     mod = cuda.load(compile_cubin(KERNELS, arch))
     counted = cuda.function(mod, "counted")
     out = cuda.alloc(132 * 128 * 4)
     emitter = CollectingEmitter()
     cfg = convert(
-        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": lazy,
-         "reconfigure_each_window": reconfigure},
+        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": lazy},
         sass_mod.SassConfig,
     )  # fmt: skip
     src = sass_mod.SassMetricsSource(cfg, emitter)
@@ -221,7 +219,6 @@ def sass_part(cuda: Cuda, result: dict[str, Any], lazy: bool = True, reconfigure
         per_window.append(values)
     result[key] = {
         "lazy_patching": lazy,
-        "reconfigure_each_window": reconfigure,
         "chip": src.chip,
         "metric_count": len(available),
         "metrics_sample": sorted(available)[:80],
@@ -248,8 +245,7 @@ def main() -> None:
     result: dict[str, Any] = {"arch": cuda.arch(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     parts: list[tuple[str, Any]] = [
         ("pc", lambda: pc_sampling_part(cuda, result)),
-        ("sass", lambda: sass_part(cuda, result)),  # lazy patching, UnsetConfig between windows
-        ("sass_module", lambda: sass_part(cuda, result, lazy=False, reconfigure=False, key="sass_module")),
+        ("sass", lambda: sass_part(cuda, result)),
         ("pc_after_sass", lambda: pc_sampling_part(cuda, result, key="pc_after_sass")),
     ]
     for name, part in parts:
@@ -271,7 +267,7 @@ def main() -> None:
         keep = ("batches", "total_samples", "dropped", "non_user", "top_stalls", "crc_function_samples",
                 "modules", "errors", "losses", "stats", "sampled", "base")  # fmt: skip
         print(key, json.dumps({k: pc.get(k) for k in keep}, default=str)[:4000])
-    for key in ("sass", "sass_module"):
+    for key in ("sass",):
         sa = result.get(key, {})
         print(
             key, json.dumps({k: v for k, v in sa.items() if k not in ("metrics_sample",)}, default=str)[:2500]

@@ -45,18 +45,6 @@ CONFIGS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     ],
     "pcs_serialized": [(pc_mod, {"type": "pc_sampling", "mode": "serialized", "duty_cycle": FAST_DUTY})],
     "sass": [(sass_mod, {"type": "sass", "period": 3, "initial_delay": 2})],
-    "sass_module": [
-        (
-            sass_mod,
-            {
-                "type": "sass",
-                "period": 3,
-                "initial_delay": 2,
-                "lazy_patching": False,
-                "reconfigure_each_window": False,
-            },
-        )
-    ],
     "both": [
         (pc_mod, {"type": "pc_sampling", "duty_cycle": FAST_DUTY}),
         (sass_mod, {"type": "sass", "period": 3, "initial_delay": 2}),
