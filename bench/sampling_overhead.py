@@ -186,6 +186,11 @@ def main() -> None:
     unknown = [n for n in names if n not in CONDITIONS]
     if unknown:
         sys.exit(f"unknown condition {unknown[0]!r}; choose from {', '.join(CONDITIONS)}")
+    # Keep CUPTI attached between windows, as a long-running process would: no cuptiFinalize (and
+    # no re-attach) at each window's end.
+    from cuptistream.cupti import driver
+
+    driver.acquire("bench")
     trainer = Trainer()
     for _ in range(50):
         trainer.step()

@@ -37,7 +37,7 @@ from cuptistream.cupti.contexts import (
 from cuptistream.cupti.pcsampling_api import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.cupti.watchdog import Watchdog
-from cuptistream.errors import ConfigError
+from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import SassMetricBatch
 
 STAGE = "sass"
@@ -77,6 +77,13 @@ class SassMetricsSource(Source):
         from cuptistream.cupti import driver, subscriber
 
         driver.require_gpu()
+        if driver.detached_once:
+            # Seen on the H200 with CUPTI 13.0: a SASS session after an earlier session's
+            # cuptiFinalize (PC sampling had run) crashed the process. Refuse rather than risk it.
+            raise UserError(
+                "SASS metrics cannot start after CUPTI was detached earlier in this process "
+                "(a crash was seen on CUPTI 13.0); start the sass source in the process's first session"
+            )
         cfg = self.config
         self._origin = f"source:{self.name}"
         self._stopping = threading.Event()

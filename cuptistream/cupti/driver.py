@@ -170,6 +170,7 @@ def nvtx_injection_path() -> str:
 
 _users: dict[str, int] = {}
 _users_lock = threading.Lock()
+detached_once = False  # cuptiFinalize has run in this process (the SASS source checks it)
 
 
 def acquire(user: str) -> None:
@@ -188,6 +189,8 @@ def release(user: str, finalize: bool = True) -> bool:
         if _users or not finalize:
             return False
         call("cuptiFinalize")
+        global detached_once
+        detached_once = True
     try:  # the callback subscriber's handle died with CUPTI; let it know without calling CUPTI
         from cuptistream.cupti import subscriber
 
