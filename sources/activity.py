@@ -23,6 +23,8 @@ from typing import Any
 
 import msgspec
 
+from cuptistream.correlate import activate as activate_correlation
+from cuptistream.correlate import deactivate as deactivate_correlation
 from cuptistream.component import Emitter, Source
 from cuptistream.config import Duration, Size, SourceConfig
 from cuptistream.cupti import capture, driver, kinds
@@ -109,6 +111,10 @@ class ActivitySource(Source):
             except BaseException:
                 self._undo()
                 raise
+        # cuptistream.correlate() pushes ids only while a source records them.
+        self._correlating = "external_correlation" in cfg.kinds
+        if self._correlating:
+            activate_correlation()
 
     def _start(self, cfg: ActivitySourceConfig) -> None:
         self.device = kinds.device_name(0)
@@ -221,6 +227,9 @@ class ActivitySource(Source):
         self._release()
 
     def _release(self) -> None:
+        if getattr(self, "_correlating", False):
+            self._correlating = False
+            deactivate_correlation()
         try:
             driver.release("activity", finalize=self.config.detach)
         except driver.CuptiError as error:
