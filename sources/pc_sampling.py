@@ -24,7 +24,7 @@ How it runs:
 - A CUPTI call that does not return within ``watchdog_timeout`` disables the source with an Error
   event (``cuptistream.cupti.watchdog``).
 
-Defaults come from the H100 measurements in ``docs/gpu-validation.md``.
+Defaults come from the H200 measurements in ``docs/gpu-validation.md`` and ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
