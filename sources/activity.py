@@ -23,10 +23,10 @@ from typing import Any
 
 import msgspec
 
-from cuptistream.correlate import activate as activate_correlation
-from cuptistream.correlate import deactivate as deactivate_correlation
 from cuptistream.component import Emitter, Source
 from cuptistream.config import Duration, Size, SourceConfig
+from cuptistream.correlate import activate as activate_correlation
+from cuptistream.correlate import deactivate as deactivate_correlation
 from cuptistream.cupti import capture, driver, kinds
 from cuptistream.cupti.buffers import BufferCallbacks, BufferPool
 from cuptistream.cupti.decode import Decoder, LayoutError, RecordLayouts

@@ -575,13 +575,6 @@ def api_cbids(enum_members: Iterable[Any], wanted: list[str], key: str) -> dict[
     return cbids
 
 
-def nvtx_injection_path() -> str:
-    """The libcupti that NVTX must load (``NVTX_INJECTION64_PATH``) for CUPTI to see NVTX calls."""
-    from cuda.pathfinder import load_nvidia_dynamic_lib
-
-    return str(load_nvidia_dynamic_lib("cupti").abs_path)
-
-
 def enable_nvtx_injection() -> str | None:
     """Point ``NVTX_INJECTION64_PATH`` at libcupti unless it is already set. Returns what it set.
 
@@ -590,6 +583,8 @@ def enable_nvtx_injection() -> str | None:
     """
     if os.environ.get("NVTX_INJECTION64_PATH"):
         return None
+    from cuptistream.cupti.driver import nvtx_injection_path
+
     path = nvtx_injection_path()
     os.environ["NVTX_INJECTION64_PATH"] = path
     return path
