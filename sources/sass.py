@@ -90,7 +90,6 @@ class SassMetricsSource(Source):
         self._lock = threading.Lock()  # one window at a time; stop() waits for it
         self._ctx = 0
         self._configured = False
-        self._enabled = False
         self._names: dict[int, str] = {}
         self.windows_done = 0
         self.stats = {"windows": 0, "records": 0, "dropped": 0}
@@ -124,9 +123,6 @@ class SassMetricsSource(Source):
         self._thread.join(timeout=float(self.config.window) + float(self.config.watchdog_timeout))
         if self._configured and not self._watchdog.wedged.is_set() and self._lock.acquire(timeout=1.0):
             try:
-                if self._enabled and self._ctx:
-                    make_current(self._ctx)
-                    self._report_dropped(self._disable(self._ctx))
                 self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, self.config.device)
             except CuptiError as error:
                 self.emitter.report_error(
@@ -205,7 +201,6 @@ class SassMetricsSource(Source):
                 self._call("cuptiSassMetricsSetConfig", sass.set_config, cfg.device, configs)
                 self._configured = True
             self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
-            self._enabled = True
             try:
                 self._stopping.wait(float(cfg.window))
                 records, instances = self._call(
@@ -220,7 +215,7 @@ class SassMetricsSource(Source):
                     )
                     sass.free_function_names(buffer)
             finally:
-                dropped = self._disable(ctx)
+                dropped = int(self._call("cuptiSassMetricsDisable", sass.disable, ctx))
             self.windows_done += 1
             self.stats["windows"] += 1
             self.stats["records"] += len(out)
@@ -232,17 +227,9 @@ class SassMetricsSource(Source):
                         )
                     ]
                 )
-            self._report_dropped(dropped)
-
-    def _disable(self, ctx: int) -> int:
-        self._enabled = False
-        return int(self._call("cuptiSassMetricsDisable", sass.disable, ctx))
-
-    def _report_dropped(self, dropped: int) -> None:
-        # Records of kernels that ran between the window's FlushData and Disable.
-        if dropped:
-            self.stats["dropped"] += dropped
-            self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
+            if dropped:  # records of kernels that ran between the window's FlushData and Disable
+                self.stats["dropped"] += dropped
+                self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
 
     def _call(self, name: str, fn: Any, *args: Any) -> Any:
         if self._watchdog.wedged.is_set():

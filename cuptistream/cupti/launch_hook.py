@@ -40,7 +40,7 @@ class LaunchHook:
     """``arm()`` from any thread; ``action(ctx)`` then runs once on the next launching thread.
 
     ``action`` gets the launch's context and runs inside the CUDA call: it may call CUPTI but must
-    be short. ``fired`` is set after each run, so the arming thread can ``disarm()`` promptly.
+    be short. The arming thread ``disarm()``s once nothing is due (the action can wake it).
     """
 
     def __init__(self, action: Callable[[int], None], cupti: Any = None) -> None:
@@ -54,12 +54,6 @@ class LaunchHook:
         self._running = threading.Lock()  # one action at a time, whichever thread launches
         self._registrations: list[Registration] = []
         self._pending = False
-        self.fired = threading.Event()
-        self.actions = 0
-
-    @property
-    def armed(self) -> bool:
-        return bool(self._registrations)
 
     def arm(self) -> None:
         with self._lock:
@@ -105,8 +99,6 @@ class LaunchHook:
             if not self._pending:
                 return
             self._pending = False
-            self.actions += 1
             self._action(int(info.context))
         finally:
             self._running.release()
-            self.fired.set()
