@@ -2,15 +2,19 @@
 
 Run on the GPU machine (needs torch and cupti-python)::
 
-    python bench/sampling_overhead.py --window 30 --rounds 3 --conditions base,both,pcs_serialized
+    python bench/sampling_overhead.py --window 60 --rounds 3 --conditions base,both,pcs_serialized
     python bench/sampling_overhead.py --soak 630 --conditions both     # one long session
 
 One process trains an MLP (1024-2048-2048-1024, batch 256, Adam) the whole time. Each window runs
-one condition inside a ``cuptistream.session`` (file sink, so the pipeline's own cost counts too);
-conditions rotate every window, so slow drift of the machine hits all of them alike. Steps/s is
-counted per window, excluding the session's start and stop; the result is the median, min and max
-per condition and the ratio of medians to ``base``. A watchdog thread dumps all stacks and exits
-with 3 if no step completes for 30 s (a hung launch path).
+one condition inside a ``cuptistream.session`` (file sink, so the pipeline's own cost counts too),
+and every condition window sits between two ``base`` windows (B X B Y B X ...). Steps/s is counted
+per window, excluding the session's start and stop. Per condition: median, min and max steps/s,
+and of its ratios to the mean of the two neighbouring base windows (the machine drifts by more
+than the costs measured here, and the neighbours' mean cancels slow drift). A watchdog thread dumps
+all stacks and exits with 3 if no step completes for 30 s (a hung launch path).
+
+Use windows as long as the sources' longest period (60 s: one SASS window and three PC sampling
+windows each at the defaults, as in a long run) so each window sees the steady state.
 
 ``--soak S`` instead runs one session of the first condition for S seconds and reports steps/s per
 10 s bucket, and from the files the sink wrote: every Loss event and Error event, by reason.
@@ -49,12 +53,20 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "pcs_enable_disable": [{**PC_SAMPLING, "duty_cycle": {"method": "enable_disable"}}],
     "pcs_always": [{**PC_SAMPLING, "duty_cycle": {"on": 1, "off": 0}}],
     "sass_often": [{**SASS, "period": 10, "initial_delay": 2}],
+    # Diagnostics: what a source costs while it collects nothing. The PC sampling ones close their
+    # first (10 ms) window and never open another; sass_idle never opens a window.
+    "pcs_idle": [{**PC_SAMPLING, "duty_cycle": {"on": 0.01, "off": 1e6}}],
+    "pcs_idle_disabled": [
+        {**PC_SAMPLING, "duty_cycle": {"on": 0.01, "off": 1e6, "method": "enable_disable"}}
+    ],
+    "sass_idle": [{**SASS, "initial_delay": 1e6}],
 }
 
 
 class Trainer:
-    def __init__(self) -> None:
+    def __init__(self, workload: str = "mlp") -> None:
         torch.manual_seed(0)
+        self.tiny = torch.zeros(1024, device="cuda") if workload == "tiny" else None
         self.model = torch.nn.Sequential(
             torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
             torch.nn.Linear(2048, 1024),
@@ -65,6 +77,9 @@ class Trainer:
         self.last_step = time.monotonic()
 
     def step(self) -> None:
+        if self.tiny is not None:  # one small kernel per step: the per-launch cost, nothing else
+            self.tiny.add_(1)
+            return
         self.opt.zero_grad(set_to_none=True)
         torch.nn.functional.mse_loss(self.model(self.x), self.y).backward()
         self.opt.step()
@@ -101,6 +116,28 @@ def watch(trainer: Trainer) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds per thread of this process, by Python thread name (CUPTI's own by kernel name)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = names.get(int(tid), comm)
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    delta = {name: round(after[name] - before.get(name, 0.0), 2) for name in after}
+    return {name: seconds for name, seconds in sorted(delta.items(), key=lambda kv: -kv[1]) if seconds > 0}
+
+
 def summarize_files(directory: str) -> dict[str, Any]:
     losses: Counter[str] = Counter()
     errors: Counter[str] = Counter()
@@ -119,35 +156,58 @@ def summarize_files(directory: str) -> dict[str, Any]:
     return {"events": dict(kinds), "pc_samples": samples, "losses": dict(losses), "errors": dict(errors)}
 
 
+def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tuple[float, dict[str, Any]]:
+    """One window of ``name`` in its own session: steps/s and what the sources and sinks saw."""
+    t0 = time.monotonic()
+    with cuptistream.session(session_config(CONDITIONS[name], directory), quiet=True) as s:
+        started = time.monotonic() - t0
+        cpu0 = thread_cpu()
+        steps, took = trainer.run_for(window)
+        cpu = cpu_delta(cpu0, thread_cpu())
+        t1 = time.monotonic()
+    stopped = time.monotonic() - t1
+    detail = {
+        "start_s": round(started, 3), "stop_s": round(stopped, 3), "cpu_s": cpu,
+        "source_stats": {src.name: getattr(src, "stats", None) for src in s.sources},
+        **summarize_files(directory), "report": s.report.summary() if s.report else None,
+    }  # fmt: skip
+    return steps / took, detail
+
+
 def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, root: str) -> dict[str, Any]:
-    rates: dict[str, list[float]] = {name: [] for name in names}
-    extra: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else list(reversed(names)):
-            directory = os.path.join(root, f"{name}-{r}")
-            t0 = time.monotonic()
-            with cuptistream.session(session_config(CONDITIONS[name], directory), quiet=True) as s:
-                started = time.monotonic() - t0
-                steps, took = trainer.run_for(window)
-                t1 = time.monotonic()
-            stopped = time.monotonic() - t1
-            rates[name].append(steps / took)
-            files = summarize_files(directory)
-            extra[name].append({"start_s": round(started, 3), "stop_s": round(stopped, 3), **files,
-                                "report": s.report.summary() if s.report else None})  # fmt: skip
-            print(json.dumps({"round": r, "condition": name, "steps_per_s": round(steps / took, 1),
-                              **extra[name][-1]})[:1500], flush=True)  # fmt: skip
-    base = statistics.median(rates["base"]) if rates.get("base") else None
-    table = {
-        name: {
-            "median": round(statistics.median(v), 1),
-            "min": round(min(v), 1),
-            "max": round(max(v), 1),
-            "ratio_to_base": round(statistics.median(v) / base, 4) if base else None,
-        }
-        for name, v in rates.items()
+    """Every condition window sits between two ``base`` windows (B X B Y B X ...), so each gets a
+    ratio to the mean of its neighbours: slow drift of the machine cancels out of it."""
+    others = [name for name in names if name != "base"]
+    order = [name for _ in range(rounds) for other in others for name in ("base", other)] + ["base"]
+    rates: list[float] = []
+    for i, name in enumerate(order):
+        rate, detail = run_window(trainer, name, window, os.path.join(root, f"{i:03d}-{name}"))
+        rates.append(rate)
+        print(json.dumps({"window": i, "condition": name, "steps_per_s": round(rate, 1), **detail})[:2500],
+              flush=True)  # fmt: skip
+    by_name: dict[str, list[float]] = {name: [] for name in ["base", *others]}
+    ratios: dict[str, list[float]] = {name: [] for name in others}
+    for i, name in enumerate(order):
+        by_name[name].append(rates[i])
+        if name != "base":
+            ratios[name].append(rates[i] / ((rates[i - 1] + rates[i + 1]) / 2))
+    table: dict[str, dict[str, float]] = {}
+    for name, v in by_name.items():
+        row = {"median": round(statistics.median(v), 1), "min": round(min(v), 1), "max": round(max(v), 1)}
+        if name in ratios:
+            r = ratios[name]
+            row["ratio_median"] = round(statistics.median(r), 4)
+            row["ratio_min"] = round(min(r), 4)
+            row["ratio_max"] = round(max(r), 4)
+        table[name] = row
+    return {
+        "window_s": window,
+        "rounds": rounds,
+        "order": order,
+        "table": table,
+        "rates": rates,
+        "ratios": ratios,
     }
-    return {"window_s": window, "rounds": rounds, "table": table, "windows": rates}
 
 
 def soak(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, Any]:
@@ -178,6 +238,8 @@ def main() -> None:
     parser.add_argument("--conditions", default="base,both,pcs_serialized")
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workload", choices=["mlp", "tiny"], default="mlp",
+                        help="mlp: the training step; tiny: one 1024-float add per step")  # fmt: skip
     parser.add_argument("--soak", type=float, default=0.0, help="one session of the first condition")
     parser.add_argument("--out", default="", help="write the result JSON here")
     parser.add_argument("--keep", default="", help="sink directories go here (default: a temp dir)")
@@ -191,13 +253,13 @@ def main() -> None:
     from cuptistream.cupti import driver
 
     driver.acquire("bench")
-    trainer = Trainer()
+    trainer = Trainer(args.workload)
     for _ in range(50):
         trainer.step()
     torch.cuda.synchronize()
     watch(trainer)
     root = args.keep or tempfile.mkdtemp(prefix="cs-overhead-")
-    meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "workload": args.workload,
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     if args.soak:
         result = {**meta, "soak": soak(trainer, names[0], args.soak, root)}

@@ -29,6 +29,7 @@ Defaults come from the H200 measurements in ``docs/gpu-validation.md`` and ``doc
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import difflib
@@ -64,7 +65,7 @@ STAGE = "pc_sampling"
 
 class DutyCycle(Strict):
     on: Duration = Duration(1.0)  # sampling window
-    off: Duration = Duration(9.0)  # pause between windows; 0 = sample all the time
+    off: Duration = Duration(19.0)  # pause between windows; 0 = sample all the time
     # How a window opens and closes: cuptiPCSamplingStart/Stop on an enabled context, or
     # cuptiPCSamplingEnable/Disable, which also removes what an enabled context costs between windows.
     method: Literal["start_stop", "enable_disable"] = "start_stop"
@@ -96,16 +97,33 @@ class _Context:
     device_id: int
     context_id: int
     stall_names: dict[int, str]
-    buffer: pcs.SamplingBuffer  # for GetData
     final: pcs.SamplingBuffer  # given to CUPTI as SAMPLING_DATA_BUFFER; Disable fills it
+    buffer_shape: tuple[int, int]  # (PCs, stall reasons) per GetData buffer
     period: int
+    wanted_period: int  # _adapt asks, the next tick sets it
     stall_indexes: Any  # ctypes uint32 array of the selected reasons, kept alive for CUPTI
     lock: threading.Lock = field(default_factory=threading.Lock)
+    spare: list[pcs.SamplingBuffer] = field(default_factory=list)  # GetData buffers not in use
+    buffers: int = 0  # GetData buffers allocated (at most _BUFFERS_PER_CONTEXT)
     enabled: bool = True
     started: bool = False
     window_end: float = 0.0
     next_start: float = 0.0
     next_drain: float = 0.0
+
+
+@dataclass
+class _Filled:
+    """A buffer CUPTI filled (GetData, or Disable's final buffer), waiting to be decoded."""
+
+    state: _Context
+    buffer: pcs.SamplingBuffer
+    at_end: bool = False
+
+
+# GetData buffers per context: one being filled while up to three wait for the worker to decode.
+# Each holds collect_pcs x (PC record + stall reasons), about 1.5 MB at the defaults.
+_BUFFERS_PER_CONTEXT = 4
 
 
 def select_stall_reasons(wanted: list[str], available: dict[int, str]) -> list[int]:
@@ -157,7 +175,14 @@ class PcSamplingSource(Source):
         self._names: dict[int, str] = {}  # function-name cache by pointer
         self._cubins: set[int] = set()
         self._cubin_queue: list[tuple[int, bytes]] = []
-        self.stats = {"batches": 0, "samples": 0, "dropped": 0, "get_data_calls": 0}
+        self._filled: collections.deque[_Filled] = collections.deque()  # GetData/Disable output to decode
+        self._decode_lock = threading.Lock()
+        # Counters, and seconds spent in GetData and in decoding (what the bench reads to see the cost).
+        self.stats: dict[str, float] = {
+            "batches": 0, "samples": 0, "dropped": 0, "pcs": 0, "get_data_calls": 0,
+            "get_data_s": 0.0, "decode_s": 0.0, "launch_actions": 0, "launch_action_s": 0.0,
+            "function_names": 0,
+        }  # fmt: skip
         self._watchdog = Watchdog(
             float(self.config.watchdog_timeout), self._on_wedged, f"cuptistream-{self.name}-watchdog"
         )
@@ -187,6 +212,7 @@ class PcSamplingSource(Source):
     def flush(self) -> None:
         for state in list(self._contexts.values()):
             self._drain(state)
+        self._decode_filled()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -194,6 +220,7 @@ class PcSamplingSource(Source):
         self._thread.join(timeout=float(self.config.watchdog_timeout))
         for state in list(self._contexts.values()):
             self._detach(state)
+        self._decode_filled()
         self._write_cubins()
         self._release()
 
@@ -237,9 +264,10 @@ class PcSamplingSource(Source):
                 selected = select_stall_reasons(cfg.stall_reasons, stall_names)
                 state = _Context(
                     ctx, device_id, context_id, stall_names,
-                    buffer=pcs.SamplingBuffer(cfg.collect_pcs, len(selected)),
                     final=pcs.SamplingBuffer(cfg.collect_pcs, len(selected)),
+                    buffer_shape=(cfg.collect_pcs, len(selected)),
                     period=cfg.sampling_period,
+                    wanted_period=cfg.sampling_period,
                     stall_indexes=(ctypes.c_uint32 * len(selected))(*selected),
                 )  # fmt: skip
                 self._configure(state)
@@ -307,6 +335,7 @@ class PcSamplingSource(Source):
 
     def _reenable_locked(self, state: _Context) -> None:
         """Open an enable_disable window: Enable and configure again."""
+        self._decode_filled()  # the last window's final buffer, before CUPTI may write it again
         self._guarded("cuptiPCSamplingEnable", pcs.enable, state.ctx)
         state.enabled = True
         try:
@@ -323,8 +352,7 @@ class PcSamplingSource(Source):
         state.final.reset()
         state.enabled = False
         self._guarded("cuptiPCSamplingDisable", pcs.disable, state.ctx)
-        data = decode_pc_data(LiveMemory(), state.final.address, state.stall_names, self._names)
-        self._publish(state, data, at_end=True)
+        self._hand_off(_Filled(state, state.final, at_end=True))
 
     def _detach(self, state: _Context) -> None:
         """Stop, drain and disable one context; what Disable leaves in the final buffer is emitted."""
@@ -432,16 +460,20 @@ class PcSamplingSource(Source):
                     wake_at = now + 1.0
                 else:
                     self._hook.disarm()
+            self._decode_filled()
             self._write_cubins()
             self._wake.wait(max(0.0, min(wake_at, now + 1.0) - time.monotonic()))
             self._wake.clear()
 
     def _on_launch_due(self, ctx: int) -> None:
         """The launch hook's action, on the application's thread: whatever is due on ``ctx``."""
+        began = time.perf_counter()
         state = self._contexts.get(ctx)
         if state is not None and not self._watchdog.wedged.is_set():
             self._tick_reporting(state, time.monotonic())
         self._wake.set()
+        self.stats["launch_actions"] += 1
+        self.stats["launch_action_s"] += time.perf_counter() - began
 
     def _tick_reporting(self, state: _Context, now: float) -> float:
         try:
@@ -463,6 +495,7 @@ class PcSamplingSource(Source):
         with state.lock:
             if state.ctx not in self._contexts:
                 return now + 1.0
+            self._apply_period_locked(state)
             if not state.started and now >= state.next_start:
                 if self._start_stop:
                     self._guarded("cuptiPCSamplingStart", pcs.start, state.ctx)
@@ -492,23 +525,56 @@ class PcSamplingSource(Source):
                 self._drain_locked(state)
 
     def _drain_locked(self, state: _Context) -> None:
-        """GetData until CUPTI has no more PCs for us (bounded), emitting each buffer's worth."""
+        """GetData until CUPTI has no more PCs for us (bounded). Only the C calls run here, on
+        whichever thread drains (often the application's, inside a launch); the worker decodes."""
         for _ in range(64):
-            state.buffer.reset()
+            buffer = self._take_buffer(state)
+            buffer.reset()
+            began = time.perf_counter()
             with self._watchdog.call("cuptiPCSamplingGetData"):
-                code = pcs.get_data(state.ctx, state.buffer.data)
+                code = pcs.get_data(state.ctx, buffer.data)
             self.stats["get_data_calls"] += 1
-            if code == pcs.ERROR_OUT_OF_MEMORY:
+            self.stats["get_data_s"] += time.perf_counter() - began
+            if code != pcs.SUCCESS:
+                state.spare.append(buffer)
+                if code != pcs.ERROR_OUT_OF_MEMORY:
+                    raise pcs.CuptiError("cuptiPCSamplingGetData", code, pcs.result_string(code))
                 self.emitter.report_loss(STAGE, "hardware_buffer_full", 1, unit="buffers")
                 self._adapt(state, "the hardware buffer filled")
                 return
-            if code != pcs.SUCCESS:
-                raise pcs.CuptiError("cuptiPCSamplingGetData", code, pcs.result_string(code))
-            data = decode_pc_data(LiveMemory(), state.buffer.address, state.stall_names, self._names)
-            self._publish(state, data)
-            if not data.remaining_num_pcs or not data.total_num_pcs:
+            remaining, total = int(buffer.data.remainingNumPcs), int(buffer.data.totalNumPcs)
+            self._hand_off(_Filled(state, buffer))
+            if not remaining or not total:
                 return
-        self._adapt(state, f"{data.remaining_num_pcs} PCs were still waiting after 64 drains")
+        self._adapt(state, f"{remaining} PCs were still waiting after 64 drains")
+
+    def _take_buffer(self, state: _Context) -> pcs.SamplingBuffer:
+        """A free GetData buffer; if all are waiting to be decoded, decode them here (back-pressure)."""
+        if not state.spare and state.buffers >= _BUFFERS_PER_CONTEXT:
+            self._decode_filled()
+        if state.spare:
+            return state.spare.pop()
+        state.buffers += 1
+        return pcs.SamplingBuffer(*state.buffer_shape)
+
+    def _hand_off(self, filled: _Filled) -> None:
+        self._filled.append(filled)
+        self._wake.set()
+
+    def _decode_filled(self) -> None:
+        """Decode and emit every filled buffer, in order, and return GetData buffers to their pool."""
+        with self._decode_lock:
+            while self._filled:
+                filled = self._filled.popleft()
+                began = time.perf_counter()
+                state = filled.state
+                data = decode_pc_data(LiveMemory(), filled.buffer.address, state.stall_names, self._names)
+                if filled.buffer is not state.final:
+                    state.spare.append(filled.buffer)
+                self._publish(state, data, at_end=filled.at_end)
+                self.stats["pcs"] += data.total_num_pcs
+                self.stats["function_names"] = len(self._names)
+                self.stats["decode_s"] += time.perf_counter() - began
 
     def _publish(self, state: _Context, data: PcData, at_end: bool = False) -> None:
         if data.samples or data.total_samples or data.dropped_samples:
@@ -552,19 +618,28 @@ class PcSamplingSource(Source):
         if self._interval > cfg.min_get_data_interval:
             self._interval = max(float(cfg.min_get_data_interval), self._interval / 2)
             change = f"draining every {self._interval:.3g} s"
-        elif state.period < cfg.max_sampling_period:
-            try:
-                pcs.set_attributes(
-                    state.ctx, [pcs.attribute(pcs.ATTR_SAMPLING_PERIOD, samplingPeriod=state.period + 1)]
-                )
-            except pcs.CuptiError as error:
-                change = f"could not lengthen the sampling period ({error})"
-            else:
-                state.period += 1
-                change = f"sampling period now 2^{state.period} cycles"
+        elif state.wanted_period < cfg.max_sampling_period:
+            # Applied by the next tick, on the thread that makes this source's CUPTI calls.
+            state.wanted_period += 1
+            change = f"sampling period to 2^{state.wanted_period} cycles"
         else:
             return
         self.emitter.report_error(self._origin, f"PC sampling adapts: {why}; {change}", severity="warning")
+
+    def _apply_period_locked(self, state: _Context) -> None:
+        if state.wanted_period == state.period or not state.enabled:
+            return
+        try:
+            pcs.set_attributes(
+                state.ctx, [pcs.attribute(pcs.ATTR_SAMPLING_PERIOD, samplingPeriod=state.wanted_period)]
+            )
+        except pcs.CuptiError as error:
+            state.wanted_period = state.period
+            self.emitter.report_error(
+                self._origin, f"could not lengthen the sampling period: {error}", severity="warning"
+            )
+        else:
+            state.period = state.wanted_period
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -42,6 +42,9 @@ from cuptistream.events import SassMetricBatch
 
 STAGE = "sass"
 
+# device -> the (metric id, granularity) list set there and still set (see stop()).
+_kept_configs: dict[int, list[tuple[int, int]]] = {}
+
 
 class SassConfig(SourceConfig):
     metrics: list[str] = msgspec.field(default_factory=lambda: ["smsp__sass_inst_executed"])
@@ -90,9 +93,12 @@ class SassMetricsSource(Source):
         self._lock = threading.Lock()  # one window at a time; stop() waits for it
         self._ctx = 0
         self._configured = False
-        self._names: dict[int, str] = {}
         self.windows_done = 0
-        self.stats = {"windows": 0, "records": 0, "dropped": 0}
+        # Counters, and seconds spent in Enable, GetDataProperties+FlushData, Disable and decoding.
+        self.stats: dict[str, float] = {
+            "windows": 0, "records": 0, "dropped": 0, "enable_s": 0.0, "flush_s": 0.0, "disable_s": 0.0,
+            "decode_s": 0.0,
+        }  # fmt: skip
         driver.acquire(self.name)
         self._registrations = []
         self._watchdog = Watchdog(
@@ -119,18 +125,29 @@ class SassMetricsSource(Source):
         self._thread.start()
 
     def stop(self) -> None:
+        from cuptistream.cupti import driver
+
         self._stopping.set()
         self._thread.join(timeout=float(self.config.window) + float(self.config.watchdog_timeout))
-        if self._configured and not self._watchdog.wedged.is_set() and self._lock.acquire(timeout=1.0):
+        if (
+            self._configured
+            and not driver.held_by_others(self.name)
+            and not self._watchdog.wedged.is_set()
+            and self._lock.acquire(timeout=1.0)
+        ):
+            # CUPTI detaches after us: unset first. While it stays attached the config is kept for
+            # the process's next SASS session, because CUPTI 13.0 fails a SetConfig after an
+            # UnsetConfig with OUT_OF_MEMORY (docs/gpu-validation.md).
             try:
                 self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, self.config.device)
+                _kept_configs.pop(self.config.device, None)
             except CuptiError as error:
                 self.emitter.report_error(
                     self._origin, str(error), severity="warning", result_code=error.code
                 )
             finally:
-                self._configured = False
                 self._lock.release()
+        self._configured = False
         self._release()
 
     def _release(self) -> None:
@@ -197,25 +214,37 @@ class SassMetricsSource(Source):
             _, context_id = context_ids(ctx)
             make_current(ctx)  # this worker thread has no context of its own
             if not self._configured:
-                configs = [(metric_id, sass.GRANULARITY[cfg.granularity]) for metric_id in self.metric_names]
-                self._call("cuptiSassMetricsSetConfig", sass.set_config, cfg.device, configs)
-                self._configured = True
+                self._set_config()
+            began = time.perf_counter()
             self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
+            self.stats["enable_s"] += time.perf_counter() - began
+            buffer = None
             try:
                 self._stopping.wait(float(cfg.window))
+                flushing = time.perf_counter()
                 records, instances = self._call(
                     "cuptiSassMetricsGetDataProperties", sass.data_properties, ctx
                 )
-                out = []
                 if records and instances:
                     buffer = sass.FlushBuffer(records, instances)
                     self._call("cuptiSassMetricsFlushData", sass.flush, ctx, buffer)
-                    out = decode_sass_records(
-                        LiveMemory(), buffer.address, records, instances, self.metric_names, self._names
-                    )
-                    sass.free_function_names(buffer)
+                self.stats["flush_s"] += time.perf_counter() - flushing
             finally:
+                # Disable at once: kernels stay patched (slow) until then, and what they record after
+                # FlushData is dropped. Decoding waits until after.
+                disabling = time.perf_counter()
                 dropped = int(self._call("cuptiSassMetricsDisable", sass.disable, ctx))
+                self.stats["disable_s"] += time.perf_counter() - disabling
+            out = []
+            if buffer is not None:
+                decoding = time.perf_counter()
+                # A fresh name cache per flush: CUPTI mallocs each record's name and we free them
+                # below, so a pointer seen in an earlier flush may now hold another function's name.
+                out = decode_sass_records(
+                    LiveMemory(), buffer.address, records, instances, self.metric_names, {}
+                )
+                sass.free_function_names(buffer)
+                self.stats["decode_s"] += time.perf_counter() - decoding
             self.windows_done += 1
             self.stats["windows"] += 1
             self.stats["records"] += len(out)
@@ -230,6 +259,19 @@ class SassMetricsSource(Source):
             if dropped:  # records of kernels that ran between the window's FlushData and Disable
                 self.stats["dropped"] += dropped
                 self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
+
+    def _set_config(self) -> None:
+        """SetConfig once per process and device, unless an earlier session left this very config."""
+        cfg = self.config
+        configs = [(metric_id, sass.GRANULARITY[cfg.granularity]) for metric_id in self.metric_names]
+        kept = _kept_configs.get(cfg.device)
+        if kept != configs:
+            if kept is not None:
+                self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, cfg.device)
+                del _kept_configs[cfg.device]
+            self._call("cuptiSassMetricsSetConfig", sass.set_config, cfg.device, configs)
+            _kept_configs[cfg.device] = configs
+        self._configured = True
 
     def _call(self, name: str, fn: Any, *args: Any) -> Any:
         if self._watchdog.wedged.is_set():

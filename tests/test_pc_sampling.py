@@ -152,9 +152,11 @@ def test_sampling_buffer_is_laid_out_for_cupti() -> None:
     assert buffer.data.collectNumPcs == 3
     assert buffer.data.size == ctypes.sizeof(pcs.PCSamplingData)
     assert buffer.data.pPcData == ctypes.addressof(buffer.pcs)
-    for pc, reasons in zip(buffer.pcs, buffer.reasons, strict=True):
-        assert pc.stallReason == ctypes.addressof(reasons)
+    stride = 5 * ctypes.sizeof(pcs.StallReason)
+    for i, pc in enumerate(buffer.pcs):  # each PC's reasons: its own slice of one block
+        assert pc.stallReason == ctypes.addressof(buffer.reasons) + i * stride
         assert pc.stallReasonCount == 5
+    assert ctypes.sizeof(buffer.reasons) == 3 * stride
     buffer.pcs[1].stallReasonCount = 2  # CUPTI overwrites the capacity with the count written
     buffer.data.totalNumPcs = 2
     buffer.reset()

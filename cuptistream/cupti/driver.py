@@ -178,6 +178,12 @@ def acquire(user: str) -> None:
         _users[user] = _users.get(user, 0) + 1
 
 
+def held_by_others(user: str) -> bool:
+    """Whether CUPTI stays attached after ``user`` lets go of its last use."""
+    with _users_lock:
+        return any(name != user or count > 1 for name, count in _users.items())
+
+
 def release(user: str, finalize: bool = True) -> bool:
     """Drop one use by ``user``. Returns True when this call detached CUPTI (``cuptiFinalize``)."""
     with _users_lock:

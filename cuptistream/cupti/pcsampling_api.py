@@ -404,10 +404,12 @@ class SamplingBuffer:
         self.num_pcs = num_pcs
         self.num_stall_reasons = max(1, num_stall_reasons)
         self.pcs = (PCData * num_pcs)()
-        self.reasons = [(StallReason * self.num_stall_reasons)() for _ in range(num_pcs)]
-        for pc, reasons in zip(self.pcs, self.reasons, strict=True):
+        self.reasons = (StallReason * (num_pcs * self.num_stall_reasons))()  # one block, a slice per PC
+        base = ctypes.addressof(self.reasons)
+        stride = self.num_stall_reasons * ctypes.sizeof(StallReason)
+        for i, pc in enumerate(self.pcs):
             pc.size = ctypes.sizeof(PCData)
-            pc.stallReason = ctypes.addressof(reasons)
+            pc.stallReason = base + i * stride
         self.data = PCSamplingData(
             size=ctypes.sizeof(PCSamplingData), collectNumPcs=num_pcs, pPcData=ctypes.addressof(self.pcs)
         )

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cuptistream.cupti.pcsampling_api import PCData, PCSamplingData, StallReason
 from cuptistream.cupti.sass_api import InstanceValue, MetricsData
 from cuptistream.events import PcSample, SassRecord
+
+# The record layouts (x86-64), read with struct: see PCData, StallReason, MetricsData, InstanceValue.
+_PC_DATA = struct.Struct("=QQQIIQQQI4x")  # size, cubinCrc, pcOffset, functionIndex, pad, functionName,
+#                                           stallReasonCount, stallReason, correlationId
+_STALL_REASON_SIZE = ctypes.sizeof(StallReason)  # (index, samples), two uint32
+_SASS_DATA = struct.Struct("=QQIIQI4xQ")  # structSize, pPriv, cubinCrc, functionIndex, functionName,
+#                                           pcOffset, pInstanceValues
+_INSTANCE_VALUE_SIZE = ctypes.sizeof(InstanceValue)  # (metricId, value), two uint64
+assert _PC_DATA.size == ctypes.sizeof(PCData) and _SASS_DATA.size == ctypes.sizeof(MetricsData)
 
 
 class Memory(Protocol):
@@ -118,26 +128,23 @@ def decode_pc_data(
     samples: list[PcSample] = []
     count = int(head.totalNumPcs)
     if count and head.pPcData:
-        pcs = (PCData * count).from_buffer_copy(memory.read(head.pPcData, count * ctypes.sizeof(PCData)))
-        for pc in pcs:
+        # struct, not ctypes objects: a drain can hold thousands of PCs and this runs with the GIL.
+        raw = memory.read(head.pPcData, count * _PC_DATA.size)
+        for _, crc, offset, function_index, _, function, n, reasons, _ in _PC_DATA.iter_unpack(raw):
             stalls: dict[str, int] = {}
-            n = int(pc.stallReasonCount)
-            if n and pc.stallReason:
-                raw = (StallReason * n).from_buffer_copy(
-                    memory.read(pc.stallReason, n * ctypes.sizeof(StallReason))
-                )
-                for reason in raw:
-                    if reason.samples:
-                        key = stall_names.get(
-                            reason.pcSamplingStallReasonIndex, str(reason.pcSamplingStallReasonIndex)
-                        )
-                        stalls[key] = stalls.get(key, 0) + int(reason.samples)
+            if n and reasons:
+                pairs = memoryview(memory.read(reasons, n * _STALL_REASON_SIZE)).cast("I")
+                for i in range(0, 2 * n, 2):
+                    count_here = pairs[i + 1]
+                    if count_here:
+                        key = stall_names.get(pairs[i]) or str(pairs[i])
+                        stalls[key] = stalls.get(key, 0) + count_here
             samples.append(
                 PcSample(
-                    cubin_crc=int(pc.cubinCrc),
-                    function_name=_name(memory, pc.functionName, names),
-                    function_index=int(pc.functionIndex),
-                    pc_offset=int(pc.pcOffset),
+                    cubin_crc=crc,
+                    function_name=_name(memory, function, names),
+                    function_index=function_index,
+                    pc_offset=offset,
                     stalls=stalls,
                 )
             )
@@ -169,27 +176,26 @@ def decode_sass_records(
     Each record carries ``num_instances`` (metric id, value) pairs. Records of the same instruction
     (same cubin, function and pc offset) are merged, so a record per metric and a record holding
     several metrics decode alike: ``values[metric] = [value per instance, in instance order]``.
+    ``names`` may cache function names by pointer only within one FlushData: its strings are freed
+    afterwards and malloc reuses their addresses.
     """
     names = {} if names is None else names
     if not num_records:
         return []
-    records = (MetricsData * num_records).from_buffer_copy(
-        memory.read(address, num_records * ctypes.sizeof(MetricsData))
-    )
+    raw = memory.read(address, num_records * _SASS_DATA.size)
     merged: dict[tuple[int, int, str, int], SassRecord] = {}
-    for record in records:
-        function = _name(memory, record.functionName, names)
-        key = (int(record.cubinCrc), int(record.functionIndex), function, int(record.pcOffset))
+    for _, _, crc, function_index, function_pointer, pc_offset, values_at in _SASS_DATA.iter_unpack(raw):
+        function = _name(memory, function_pointer, names)
+        key = (crc, function_index, function, pc_offset)
         out = merged.get(key)
         if out is None:
             out = merged[key] = SassRecord(
-                cubin_crc=key[0], function_name=function, function_index=key[1], pc_offset=key[3], values={}
-            )
-        if num_instances and record.pInstanceValues:
-            values = (InstanceValue * num_instances).from_buffer_copy(
-                memory.read(record.pInstanceValues, num_instances * ctypes.sizeof(InstanceValue))
-            )
-            for value in values:
-                metric = metric_names.get(int(value.metricId), str(int(value.metricId)))
-                out.values.setdefault(metric, []).append(int(value.value))
+                cubin_crc=crc, function_name=function, function_index=function_index, pc_offset=pc_offset,
+                values={},
+            )  # fmt: skip
+        if num_instances and values_at:
+            pairs = memoryview(memory.read(values_at, num_instances * _INSTANCE_VALUE_SIZE)).cast("Q")
+            for i in range(0, 2 * num_instances, 2):
+                metric = metric_names.get(pairs[i]) or str(pairs[i])
+                out.values.setdefault(metric, []).append(pairs[i + 1])
     return list(merged.values())

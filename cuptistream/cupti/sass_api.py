@@ -253,12 +253,15 @@ class FlushBuffer:
         self.records = records
         self.instances = instances
         self.data = (MetricsData * records)()
-        self.values = [(InstanceValue * instances)() for _ in range(records)]
-        for record, values in zip(self.data, self.values, strict=True):
-            # The header says "equal to CUpti_SassMetricsFlushData_Params_STRUCT_SIZE" for this field;
-            # NVIDIA's sample leaves it unset, so CUPTI does not appear to read it.
-            record.structSize = params_size(FlushDataParams, "numOfInstances")
-            record.pInstanceValues = ctypes.addressof(values)
+        self.values = (InstanceValue * (records * instances))()  # one block, a slice per record
+        base = ctypes.addressof(self.values)
+        stride = instances * ctypes.sizeof(InstanceValue)
+        # The header says "equal to CUpti_SassMetricsFlushData_Params_STRUCT_SIZE" for structSize;
+        # NVIDIA's sample leaves it unset, so CUPTI does not appear to read it.
+        struct_size = params_size(FlushDataParams, "numOfInstances")
+        for i, record in enumerate(self.data):
+            record.structSize = struct_size
+            record.pInstanceValues = base + i * stride
 
     @property
     def address(self) -> int:
