@@ -42,7 +42,7 @@ import msgspec
 
 from cuptistream.component import Source
 from cuptistream.config import Duration, SourceConfig
-from cuptistream.cupti import subscriber
+from cuptistream.cupti import pcsampling_api, subscriber
 from cuptistream.cupti.subscriber import API_ENTER as _API_ENTER
 from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Domain, Registration, address_of
@@ -207,7 +207,6 @@ class CuptiIds:
     def __init__(self, cupti: Any) -> None:
         self.now: Callable[[], int] = cupti.get_timestamp
         self._cupti = cupti
-        self._crc: Any = None
 
     def context(self, context: int) -> tuple[int, int]:
         """(device id, context id) of a CUcontext."""
@@ -224,12 +223,10 @@ class CuptiIds:
 
     def cubin_crc(self, cubin: int, size: int) -> int:
         """CUPTI's CRC of a cubin (``cuptiGetCubinCrc``), as PC sampling and SASS records report it."""
-        if self._crc is None:
-            from cuda.pathfinder import load_nvidia_dynamic_lib
-
-            self._crc = ctypes.CDLL(load_nvidia_dynamic_lib("cupti").abs_path).cuptiGetCubinCrc
-        params = (ctypes.c_uint64 * 4)(32, size, cubin, 0)  # CUpti_GetCubinCrcParams
-        return int(params[3]) if self._crc(params) == 0 else 0
+        try:
+            return pcsampling_api.cubin_crc_at(cubin, size)
+        except pcsampling_api.CuptiError:
+            return 0
 
 
 # --- the callback side: tiny handlers that append tuples ------------------------------------

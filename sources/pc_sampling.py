@@ -218,6 +218,8 @@ class PcSamplingSource(Source):
         self._stopping.set()
         self._wake.set()
         self._thread.join(timeout=float(self.config.watchdog_timeout))
+        if self._hook is not None:
+            self._hook.disarm()
         for state in list(self._contexts.values()):
             self._detach(state)
         self._decode_filled()
@@ -348,20 +350,29 @@ class PcSamplingSource(Source):
         """Drain, Disable, and emit what Disable leaves in the final buffer."""
         if not state.enabled:
             return
-        self._drain_locked(state)
-        state.final.reset()
-        state.enabled = False
-        self._guarded("cuptiPCSamplingDisable", pcs.disable, state.ctx)
-        self._hand_off(_Filled(state, state.final, at_end=True))
+        try:
+            self._drain_locked(state)
+        finally:  # Disable even when the drain failed: CUPTI must not keep writing our final buffer
+            state.final.reset()
+            state.enabled = False
+            self._guarded("cuptiPCSamplingDisable", pcs.disable, state.ctx)
+            self._hand_off(_Filled(state, state.final, at_end=True))
 
     def _detach(self, state: _Context) -> None:
         """Stop, drain and disable one context; what Disable leaves in the final buffer is emitted."""
-        if (
-            not state.lock.acquire(timeout=float(self.config.watchdog_timeout))
-            or self._watchdog.wedged.is_set()
+        if self._watchdog.wedged.is_set() or not state.lock.acquire(
+            timeout=float(self.config.watchdog_timeout)
         ):
             return
         try:
+            # Forget the context first, under its lock: a launch action arriving meanwhile must
+            # not find it and open a window again.
+            with self._lock:
+                self._contexts.pop(state.ctx, None)
+                if self._device_owner.get(state.device_id) == state.ctx:
+                    del self._device_owner[state.device_id]
+            if self._watchdog.wedged.is_set():
+                return
             if state.started and self._start_stop:
                 self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
             state.started = False
@@ -370,10 +381,6 @@ class PcSamplingSource(Source):
             self.emitter.report_error(self._origin, f"disabling PC sampling: {error}", result_code=error.code)
         finally:
             state.lock.release()
-            with self._lock:
-                self._contexts.pop(state.ctx, None)
-                if self._device_owner.get(state.device_id) == state.ctx:
-                    del self._device_owner[state.device_id]
 
     # --- resource callbacks (application thread, inside the CUDA call) -------------------------
 
@@ -402,7 +409,7 @@ class PcSamplingSource(Source):
         crc = 0
         if cubin and size:
             try:
-                crc = _crc_at(cubin, size)
+                crc = pcs.cubin_crc_at(cubin, size)
             except pcs.CuptiError as error:
                 self.emitter.report_error(self._origin, f"cubin CRC: {error}", severity="warning")
             if self.config.cubin_dir and crc and crc not in self._cubins:
@@ -467,6 +474,8 @@ class PcSamplingSource(Source):
 
     def _on_launch_due(self, ctx: int) -> None:
         """The launch hook's action, on the application's thread: whatever is due on ``ctx``."""
+        if self._stopping.is_set():
+            return  # stop() detaches every context itself
         began = time.perf_counter()
         state = self._contexts.get(ctx)
         if state is not None and not self._watchdog.wedged.is_set():
@@ -657,14 +666,6 @@ class PcSamplingSource(Source):
 
 def _mode(mode: str) -> int:
     return pcs.MODE_CONTINUOUS if mode == "continuous" else pcs.MODE_KERNEL_SERIALIZED
-
-
-def _crc_at(address: int, size: int) -> int:
-    params = pcs.GetCubinCrcParams(
-        size=pcs.params_size(pcs.GetCubinCrcParams, "cubinCrc"), cubinSize=size, cubin=address
-    )
-    pcs.call("cuptiGetCubinCrc", params)
-    return int(params.cubinCrc)
 
 
 def _now() -> int:

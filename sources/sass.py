@@ -203,6 +203,11 @@ class SassMetricsSource(Source):
                     self._origin, f"SASS window failed: {error}", result_code=error.code
                 )
                 next_window = time.monotonic() + max(float(cfg.period), 10.0)
+            except Exception as error:  # never die silently: say so and stop opening windows
+                self.emitter.report_error(
+                    self._origin, f"SASS windows stopped: {type(error).__name__}: {error}"
+                )
+                return
 
     def window(self) -> None:
         """One collection window on the adopted context (also callable directly, e.g. by tests)."""
@@ -235,6 +240,9 @@ class SassMetricsSource(Source):
                 disabling = time.perf_counter()
                 dropped = int(self._call("cuptiSassMetricsDisable", sass.disable, ctx))
                 self.stats["disable_s"] += time.perf_counter() - disabling
+                if dropped:  # records of kernels that ran after FlushData (all of them if it failed)
+                    self.stats["dropped"] += dropped
+                    self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
             out = []
             if buffer is not None:
                 decoding = time.perf_counter()
@@ -256,9 +264,6 @@ class SassMetricsSource(Source):
                         )
                     ]
                 )
-            if dropped:  # records of kernels that ran between the window's FlushData and Disable
-                self.stats["dropped"] += dropped
-                self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
 
     def _set_config(self) -> None:
         """SetConfig once per process and device, unless an earlier session left this very config."""

@@ -64,7 +64,7 @@ class LaunchHook:
                 for cbid in list(cbids):
                     try:
                         self._registrations.append(subscriber.register(domain, self._on_launch, cbid=cbid))
-                    except subscriber.SubscriberBusy:
+                    except (subscriber.SubscriberBusy, subscriber.CuptiUnavailable):
                         self._remove_locked()
                         raise
                     except Exception:

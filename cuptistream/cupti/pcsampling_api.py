@@ -389,9 +389,12 @@ def stall_reasons(ctx: int) -> dict[int, str]:
 def cubin_crc(cubin: bytes) -> int:
     """CUPTI's CRC of a cubin: the key PC records and module events share."""
     buffer = ctypes.create_string_buffer(cubin, len(cubin))
-    params = GetCubinCrcParams(
-        size=params_size(GetCubinCrcParams, "cubinCrc"), cubinSize=len(cubin), cubin=ctypes.addressof(buffer)
-    )
+    return cubin_crc_at(ctypes.addressof(buffer), len(cubin))
+
+
+def cubin_crc_at(address: int, size: int) -> int:
+    """``cubin_crc`` of the ``size`` bytes at ``address`` (e.g. a module callback's ``pCubin``)."""
+    params = GetCubinCrcParams(size=params_size(GetCubinCrcParams, "cubinCrc"), cubinSize=size, cubin=address)
     call("cuptiGetCubinCrc", params)
     return int(params.cubinCrc)
 

@@ -27,10 +27,25 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.mark.gpu
 def test_sass_counts_are_exact(smoke: dict) -> None:
     s = smoke["sass"]
-    first = s["per_window_pc_values"][0]
-    assert sum(1 for v in first.values() if v == s["warps_x_launches"] * 100) == 6
-    assert all(v in (s["warps_x_launches"], s["warps_x_launches"] * 100) for v in first.values())
+    per_launch = s["warps_x_launches"]  # each instruction once per warp per launch
+    assert len(s["per_window_pc_values"]) == 3  # W = 3 windows, a launch outside windows between them
+    for window in s["per_window_pc_values"]:
+        assert sum(1 for v in window.values() if v == per_launch * 100) == 6  # the 100-trip loop body
+        assert all(v in (per_launch, per_launch * 100) for v in window.values())
     assert s["losses"] == [] and "close matches" in smoke["unknown_metric_message"]
+
+
+@pytest.mark.gpu
+def test_module_events_carry_the_crc_of_the_loaded_cubin(smoke: dict) -> None:
+    pc = smoke["pc"]
+    for name in ("A", "B"):
+        loads = [
+            m
+            for m in pc["modules"]
+            if m["operation"] == "module_load" and m["cubin_size"] == smoke["cubin_size"][name]
+        ]
+        assert loads, f"no module_load event of module {name}'s size"
+        assert {m["cubin_crc"] for m in loads} == {smoke["crc"][name]}
 
 
 @pytest.mark.gpu

@@ -5,6 +5,7 @@ NVRTC ``counted`` kernel (100-trip loop, 132 x 128 threads) and prints one JSON 
 how many loop-body PCs read exactly warps x launches x 100, or the CUPTI error. Sequences:
 
 - ``keep``: SetConfig once; per window Enable(lazy) → run → Flush → Disable.
+- ``keep_gap``: ``keep`` plus one launch of the kernel between windows (outside any window).
 - ``reset``: per window SetConfig → Enable(lazy) → run → Flush → Disable → UnsetConfig.
 - ``reinit``: ``reset`` plus ProfilerDeInitialize / ProfilerInitialize between windows.
 - ``eager``: like ``keep`` with lazy patching off (every function patched at Enable).
@@ -69,6 +70,9 @@ def main() -> None:
                 row["other_pcs_exact"] = sum(1 for v in values if v == expected // 100)
             if not stay or window == 2:
                 row["dropped"] = sass.disable(cuda.ctx.value)
+            if sequence == "keep_gap":
+                cuda.launch(counted, 132, 128, out)
+                cuda.sync()
             if reset:
                 sass.unset_config(0)
                 configured = False
