@@ -43,6 +43,7 @@ import msgspec
 from cuptistream.component import Source
 from cuptistream.config import Duration, SourceConfig
 from cuptistream.cupti import pcsampling_api, subscriber
+from cuptistream.cupti.contexts import module_data
 from cuptistream.cupti.subscriber import API_ENTER as _API_ENTER
 from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Domain, Registration, address_of
@@ -99,10 +100,6 @@ class _NvtxData(ctypes.Structure):
 
 class _ResourceData(ctypes.Structure):
     _fields_ = [("context", ctypes.c_void_p), ("stream", ctypes.c_void_p), ("descriptor", ctypes.c_void_p)]
-
-
-class _ModuleResourceData(ctypes.Structure):
-    _fields_ = [("moduleId", ctypes.c_uint32), ("cubinSize", ctypes.c_size_t), ("pCubin", ctypes.c_void_p)]
 
 
 class _GraphData(ctypes.Structure):
@@ -300,10 +297,9 @@ class Recorder:
         if cbid in (3, 4):
             stream_id = self.ids.stream(context, res.stream or 0)
         elif cbid in (6, 7) and res.descriptor:
-            module = _ModuleResourceData.from_address(res.descriptor)
-            module_id, size = module.moduleId, module.cubinSize
-            if module.pCubin and size:
-                crc = self.ids.cubin_crc(module.pCubin, size)
+            module_id, size, cubin = module_data(res.descriptor)
+            if cubin and size:
+                crc = self.ids.cubin_crc(cubin, size)
         self._put((_RESOURCE, op, now, device_id, context_id, stream_id, module_id, crc, size))
 
     def _graph(self, cbid: int, now: int, descriptor: int | None) -> None:

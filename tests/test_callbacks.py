@@ -21,6 +21,7 @@ import pytest
 import cuptistream
 from cuptistream.codec import Chunk, decode_events
 from cuptistream.component import Emitter
+from cuptistream.cupti.contexts import ModuleResourceData
 from cuptistream.cupti.subscriber import Subscriber, SubscriberBusy
 from cuptistream.errors import ConfigError
 from cuptistream.events import (
@@ -38,7 +39,6 @@ from cuptistream.sources.callbacks import (
     EventAttributes,
     _CallbackData,
     _GraphData,
-    _ModuleResourceData,
     _NvtxData,
     _ResourceData,
     _SynchronizeData,
@@ -258,7 +258,7 @@ def test_resource_and_synchronize_callbacks() -> None:
     h.fire(RESOURCE, 1, _ResourceData(context=0x1007))  # context created
     h.fire(RESOURCE, 3, _ResourceData(context=0x1007, stream=0x2009))  # stream created
     cubin = ctypes.create_string_buffer(b"\x7fELF-cubin-bytes")
-    module = _ModuleResourceData(moduleId=12, cubinSize=len(cubin.raw), pCubin=ctypes.addressof(cubin))
+    module = ModuleResourceData(moduleId=12, cubinSize=len(cubin.raw), pCubin=ctypes.addressof(cubin))
     h.keep += [cubin, module]
     h.fire(RESOURCE, 6, _ResourceData(context=0x1007, descriptor=ctypes.addressof(module)))
     h.fire(RESOURCE, 7, _ResourceData(context=0x1007, descriptor=ctypes.addressof(module)))

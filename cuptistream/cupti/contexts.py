@@ -8,7 +8,7 @@ driver for the calling thread's current context and every device's active primar
 from __future__ import annotations
 
 import ctypes
-from ctypes import Structure, c_char_p, c_size_t, c_uint32, c_void_p
+from ctypes import Structure, c_size_t, c_uint32, c_void_p
 from functools import cache
 
 from cuptistream.cupti.pcsampling_api import CuptiError, library, result_string
@@ -23,14 +23,14 @@ MODULE_UNLOAD_STARTING = 7
 class ModuleResourceData(Structure):
     """``CUpti_ModuleResourceData``: what ``resourceDescriptor`` points to for module callbacks."""
 
-    _fields_ = [("moduleId", c_uint32), ("cubinSize", c_size_t), ("pCubin", c_char_p)]
+    # pCubin as c_void_p: a c_char_p field reads as a bytes copy cut at the first NUL, not the address.
+    _fields_ = [("moduleId", c_uint32), ("cubinSize", c_size_t), ("pCubin", c_void_p)]
 
 
 def module_data(address: int) -> tuple[int, int, int]:
     """(module id, cubin size, cubin address) from a module callback's ``resourceDescriptor``."""
     data = ModuleResourceData.from_address(address)
-    pointer = ctypes.cast(data.pCubin, c_void_p).value or 0
-    return int(data.moduleId), int(data.cubinSize), int(pointer)
+    return int(data.moduleId), int(data.cubinSize), int(data.pCubin or 0)
 
 
 @cache
