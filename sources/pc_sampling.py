@@ -16,6 +16,10 @@ How it runs:
   that launch from one thread and go idle.
 - Drains also happen on every module unload (continuous mode needs it, guide §2.10.4), when a
   context is destroyed, and at stop (``cuptiPCSamplingDisable`` writes the rest to the buffer we gave).
+- A drain only makes the C calls: GetData fills one of a few pooled buffers, which the worker
+  decodes and emits. Decoding thousands of PCs inside a launch held the application's thread for up
+  to 1 s per 20 s under torch; when every buffer still waits, the drain decodes one itself (bounded
+  memory before speed).
 - Losses are reported, never silent: hardware-dropped samples, a full hardware buffer
   (``CUPTI_ERROR_OUT_OF_MEMORY``), PCs left uncollected. On a loss the source adapts: first a shorter
   drain interval, then a longer sampling period (each step announced by a warning Error event).

@@ -4,14 +4,16 @@ Uses CUPTI's SASS Metrics API (``cupti_sass_metrics.h``, guide §2.11). Patched 
 slower (about 190x for a tight loop on the H100, DESIGN.md §5), so collection is duty-cycled: every
 ``period`` a worker thread opens a window on the configured device's context —
 
-    SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable
+    SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable → decode
 
 — and emits one ``SassMetricBatch`` per window. Records CUPTI drops at Disable become Loss events.
+SetConfig works once per process on CUPTI 13.0, so the config stays set while CUPTI stays attached
+and a later session reuses it (``_kept_configs``).
 
 Metric names are checked against ``cuptiSassMetricsGetMetrics`` for the chip at start; an unknown
 name fails the source with a one-line error listing close matches. A CUPTI call that does not return
 within ``watchdog_timeout`` (a wedged flush has been reported under PyTorch) disables the source
-with an Error event; see ``docs/gpu-validation.md`` for what was seen on the H100.
+with an Error event; see ``docs/gpu-validation.md`` for what was seen on the GPU machine.
 """
 
 from __future__ import annotations
