@@ -45,7 +45,6 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from cuptistream.component import Source
 from cuptistream.config import Duration, Size, SourceConfig, Strict
 from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti.contexts import (
@@ -60,9 +59,9 @@ from cuptistream.cupti.contexts import (
 )
 from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
-from cuptistream.cupti.watchdog import Watchdog
 from cuptistream.errors import ConfigError
 from cuptistream.events import PcSampleBatch, ResourceChange
+from cuptistream.sources.cupti_worker import CuptiWorkerSource
 
 STAGE = "pc_sampling"
 
@@ -157,17 +156,17 @@ def select_stall_reasons(wanted: list[str], available: dict[int, str]) -> list[i
     return sorted(set(chosen))
 
 
-class PcSamplingSource(Source):
+class PcSamplingSource(CuptiWorkerSource):
     config_type = PcSamplingConfig
     config: PcSamplingConfig
+    label = "PC sampling"
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        from cuptistream.cupti import driver, subscriber
+        from cuptistream.cupti import driver
 
         driver.require_gpu()
-        self._origin = f"source:{self.name}"
         self._contexts: dict[int, _Context] = {}
         self._device_owner: dict[int, int] = {}  # device id -> sampled ctx
         self._refused: set[int] = set()
@@ -187,31 +186,25 @@ class PcSamplingSource(Source):
             "get_data_s": 0.0, "decode_s": 0.0, "launch_actions": 0, "launch_action_s": 0.0,
             "function_names": 0,
         }  # fmt: skip
-        self._watchdog = Watchdog(
-            float(self.config.watchdog_timeout), self._on_wedged, f"cuptistream-{self.name}-watchdog"
-        )
-        driver.acquire(self.name)
-        self._registrations = []
+        self._hold_cupti(float(self.config.watchdog_timeout))
         self._hook: LaunchHook | None = None
         try:
             if self.config.control == "launch":
                 self._hook = LaunchHook(self._on_launch_due)
-            for cbid, handler in (
-                (CONTEXT_CREATED, self._on_context_created),
-                (CONTEXT_DESTROY_STARTING, self._on_context_destroy),
-                (MODULE_LOADED, self._on_module_loaded),
-                (MODULE_UNLOAD_STARTING, self._on_module_unload),
-            ):
-                self._registrations.append(
-                    subscriber.register(subscriber.Domain.RESOURCE, handler, cbid=cbid)
-                )
+            self._register_resource_callbacks(
+                [
+                    (CONTEXT_CREATED, self._on_context_created),
+                    (CONTEXT_DESTROY_STARTING, self._on_context_destroy),
+                    (MODULE_LOADED, self._on_module_loaded),
+                    (MODULE_UNLOAD_STARTING, self._on_module_unload),
+                ]
+            )
             for ctx in {current_context(), *active_primary_contexts()} - {0}:
                 self._attach(ctx)
         except BaseException:
             self._release()
             raise
-        self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
-        self._thread.start()
+        self._start_worker(self._run)
 
     def flush(self) -> None:
         for state in list(self._contexts.values()):
@@ -231,18 +224,9 @@ class PcSamplingSource(Source):
         self._release()
 
     def _release(self) -> None:
-        from cuptistream.cupti import driver
-
         if self._hook is not None:
             self._hook.disarm()
-        for reg in self._registrations:
-            reg.remove()
-        self._registrations = []
-        self._watchdog.close()
-        try:
-            driver.release(self.name)
-        except Exception as error:  # release is best effort
-            self.emitter.report_error(self._origin, f"releasing CUPTI failed: {error}", severity="warning")
+        super()._release()
 
     # --- contexts -----------------------------------------------------------------------------
 
@@ -659,13 +643,6 @@ class PcSamplingSource(Source):
     def _guarded(self, name: str, fn: Any, ctx: int) -> None:
         with self._watchdog.call(name):
             fn(ctx)
-
-    def _on_wedged(self, call: str, seconds: float) -> None:
-        self.emitter.report_error(
-            self._origin,
-            f"{call} has not returned after {seconds:.0f} s; PC sampling is disabled for the rest of this "
-            "session (no further CUPTI calls are made by this source)",
-        )
 
 
 def _mode(mode: str) -> int:

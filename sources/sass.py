@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from cuptistream.component import Source
 from cuptistream.config import Duration, SourceConfig
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.contexts import (
@@ -38,9 +37,9 @@ from cuptistream.cupti.contexts import (
 )
 from cuptistream.cupti.pcsampling_api import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
-from cuptistream.cupti.watchdog import Watchdog
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import SassMetricBatch
+from cuptistream.sources.cupti_worker import CuptiWorkerSource
 
 STAGE = "sass"
 
@@ -74,12 +73,13 @@ def resolve_metrics(wanted: list[str], available: dict[str, tuple[int, str]], ch
     return chosen
 
 
-class SassMetricsSource(Source):
+class SassMetricsSource(CuptiWorkerSource):
     config_type = SassConfig
     config: SassConfig
+    label = "SASS metrics"
 
     def start(self) -> None:
-        from cuptistream.cupti import driver, subscriber
+        from cuptistream.cupti import driver
 
         driver.require_gpu()
         if driver.detached_once:
@@ -90,7 +90,6 @@ class SassMetricsSource(Source):
                 "(a crash was seen on CUPTI 13.0); start the sass source in the process's first session"
             )
         cfg = self.config
-        self._origin = f"source:{self.name}"
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # one window at a time; stop() waits for it
         self._ctx = 0
@@ -101,30 +100,24 @@ class SassMetricsSource(Source):
             "windows": 0, "records": 0, "dropped": 0, "enable_s": 0.0, "flush_s": 0.0, "disable_s": 0.0,
             "decode_s": 0.0,
         }  # fmt: skip
-        driver.acquire(self.name)
-        self._registrations = []
-        self._watchdog = Watchdog(
-            float(cfg.watchdog_timeout), self._on_wedged, f"cuptistream-{self.name}-watchdog"
-        )
+        self._hold_cupti(float(cfg.watchdog_timeout))
         try:
             sass.profiler_initialize()
             self.chip = sass.chip_name(cfg.device)
             self.metric_names = resolve_metrics(cfg.metrics, sass.metrics(self.chip), self.chip)
-            for cbid, handler in (
-                (CONTEXT_CREATED, self._on_context_created),
-                (CONTEXT_DESTROY_STARTING, self._on_context_destroy),
-            ):
-                self._registrations.append(
-                    subscriber.register(subscriber.Domain.RESOURCE, handler, cbid=cbid)
-                )
+            self._register_resource_callbacks(
+                [
+                    (CONTEXT_CREATED, self._on_context_created),
+                    (CONTEXT_DESTROY_STARTING, self._on_context_destroy),
+                ]
+            )
             for ctx in (current_context(), *active_primary_contexts()):
                 if ctx and self._adopt(ctx):
                     break
         except BaseException:
             self._release()
             raise
-        self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
-        self._thread.start()
+        self._start_worker(self._run)
 
     def stop(self) -> None:
         from cuptistream.cupti import driver
@@ -151,18 +144,6 @@ class SassMetricsSource(Source):
                 self._lock.release()
         self._configured = False
         self._release()
-
-    def _release(self) -> None:
-        from cuptistream.cupti import driver
-
-        for reg in self._registrations:
-            reg.remove()
-        self._registrations = []
-        self._watchdog.close()
-        try:
-            driver.release(self.name)
-        except Exception as error:
-            self.emitter.report_error(self._origin, f"releasing CUPTI failed: {error}", severity="warning")
 
     # --- contexts -----------------------------------------------------------------------------
 
@@ -285,13 +266,6 @@ class SassMetricsSource(Source):
             raise CuptiError(name, -1, "skipped: an earlier CUPTI call wedged")
         with self._watchdog.call(name):
             return fn(*args)
-
-    def _on_wedged(self, call: str, seconds: float) -> None:
-        self.emitter.report_error(
-            self._origin,
-            f"{call} has not returned after {seconds:.0f} s; SASS metrics are disabled for the rest of this "
-            "session (no further CUPTI calls are made by this source)",
-        )
 
 
 def _now() -> int:
