@@ -1,4 +1,4 @@
-"""The ``cuptistream`` command: run, cat, validate, kinds.
+"""The ``cuptistream`` command: run, cat, validate, kinds, source-lines.
 
 Every error a user can cause is printed as one line (``cuptistream: <problem>; <fix>``) with a
 non-zero exit code, never as a traceback.
@@ -44,6 +44,16 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("config", help="YAML config")
 
     commands.add_parser("kinds", help="list the activity kinds CUPTI supports on this machine")
+
+    lines = commands.add_parser(
+        "source-lines",
+        help="sum recorded PC samples per CUDA source line",
+        description="Map every sampled PC to its source line with the cubins the pc_sampling source "
+        "wrote (cubin_dir); needs cubins built with -lineinfo and the NVIDIA driver library.",
+    )
+    lines.add_argument("path", help="a file-sink file or directory")
+    lines.add_argument("--cubins", required=True, help="the pc_sampling source's cubin_dir")
+    lines.add_argument("--top", type=int, default=20, help="lines to print (default 20)")
     return parser
 
 
@@ -93,6 +103,14 @@ def _cmd_kinds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_source_lines(args: argparse.Namespace) -> int:
+    from cuptistream.source_lines import format_report, source_report
+
+    for line in format_report(source_report(args.path, args.cubins), args.top):
+        print(line)
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from cuptistream.launch import parse_program, run_program
 
@@ -101,7 +119,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_program(args.config, target, quiet=args.quiet)
 
 
-_COMMANDS = {"run": _cmd_run, "cat": _cmd_cat, "validate": _cmd_validate, "kinds": _cmd_kinds}
+_COMMANDS = {
+    "run": _cmd_run, "cat": _cmd_cat, "validate": _cmd_validate, "kinds": _cmd_kinds,
+    "source-lines": _cmd_source_lines,
+}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

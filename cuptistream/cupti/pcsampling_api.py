@@ -30,6 +30,7 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -397,6 +398,60 @@ def cubin_crc_at(address: int, size: int) -> int:
     params = GetCubinCrcParams(size=params_size(GetCubinCrcParams, "cubinCrc"), cubinSize=size, cubin=address)
     call("cuptiGetCubinCrc", params)
     return int(params.cubinCrc)
+
+
+@dataclass(frozen=True)
+class SourceLine:
+    file: str
+    directory: str
+    line: int
+
+
+class CubinLines:
+    """SASS-to-source lookups in one cubin (``cuptiGetSassToSourceCorrelation``, guide §2.10.5).
+
+    The cubin needs line info (nvcc or NVRTC ``-lineinfo``). The call needs the NVIDIA driver
+    library, not a GPU: without libcuda it fails with ``CUPTI_ERROR_UNKNOWN``.
+    """
+
+    def __init__(self, cubin: bytes) -> None:
+        self._buffer = ctypes.create_string_buffer(cubin, len(cubin))  # one copy, kept for every lookup
+        self._size = len(cubin)
+
+    def line(self, function: str, pc_offset: int) -> SourceLine | None:
+        """Where ``pc_offset`` of ``function`` comes from; None without line info for it. Raises
+        ``CuptiError`` when CUPTI fails (``ERROR_UNKNOWN`` also means "function not in this cubin")."""
+        params = GetSassToSourceCorrelationParams(
+            size=params_size(GetSassToSourceCorrelationParams, "dirName"),
+            cubin=ctypes.addressof(self._buffer),
+            functionName=function.encode(),
+            cubinSize=self._size,
+            pcOffset=pc_offset,
+        )
+        call("cuptiGetSassToSourceCorrelation", params)
+        try:
+            if not params.fileName or not params.lineNumber:
+                return None
+            directory = ctypes.string_at(params.dirName).decode(errors="replace") if params.dirName else ""
+            file = ctypes.string_at(params.fileName).decode(errors="replace")
+            return SourceLine(file, directory, int(params.lineNumber))
+        finally:  # CUPTI mallocs both strings for the caller to free
+            for pointer in (params.fileName, params.dirName):
+                if pointer:
+                    libc_free(pointer)
+
+
+@cache
+def _libc_free() -> Any:
+    free = ctypes.CDLL(None).free
+    free.argtypes = [c_void_p]
+    free.restype = None
+    return free
+
+
+def libc_free(pointer: int) -> None:
+    """Free memory CUPTI malloc'ed for us (strings it hands over)."""
+    _libc_free()(pointer)
 
 
 class SamplingBuffer:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import Structure, c_char_p, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 
-from cuptistream.cupti.pcsampling_api import CuptiError, call, params_size
+from cuptistream.cupti.pcsampling_api import CuptiError, call, libc_free, params_size
 
 GRANULARITY = {"gpu": 0, "sm": 1, "smsp": 2}
 
@@ -283,12 +283,9 @@ def flush(ctx: int, buffer: FlushBuffer) -> None:
 
 def free_function_names(buffer: FlushBuffer) -> None:
     """FlushData mallocs each record's ``functionName``; NVIDIA's sample frees them. Call once decoded."""
-    free = ctypes.CDLL(None).free
-    free.argtypes = [c_void_p]
-    free.restype = None
     for record in buffer.data:
         if record.functionName:
-            free(record.functionName)
+            libc_free(record.functionName)
             record.functionName = None
 
 

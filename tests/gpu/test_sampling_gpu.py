@@ -57,3 +57,34 @@ def test_pc_sampling_hot_spots_and_modules(smoke: dict) -> None:
         expected = crc_b if function == "other_module_kernel" else crc_a
         assert crc == expected, f"{function} attributed to the wrong module"
     assert any("one context per GPU" in message for _, _, message in pc["errors"])
+
+
+def _line_of(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+@pytest.mark.gpu
+def test_sass_to_source_maps_the_captured_hot_spots_to_their_lines(tmp_path: Path) -> None:
+    """The real cuptiGetSassToSourceCorrelation (it needs libcuda) on the committed H200 cubin."""
+    sys.path.insert(0, str(WORKLOADS))
+    from sampling_common import KERNELS
+
+    from cuptistream.cupti.pcsampling_api import CubinLines
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "sampling"
+    lines = CubinLines((fixtures / "kernels_a_h200.cubin").read_bytes())
+    gather, fma = lines.line("strided", 0x500), lines.line("dep_chain", 0x100)
+    assert gather is not None and gather.line == _line_of(KERNELS, "acc += in[j]")
+    assert fma is not None and fma.line == _line_of(KERNELS, "a = a * b + c")
+
+    from tests.test_source_lines import _batch, _cubin_dir, _recording
+
+    recording = _recording(tmp_path, [_batch()])
+    result = subprocess.run(
+        [sys.executable, "-m", "cuptistream.cli", "source-lines", str(recording), "--cubins", str(_cubin_dir(tmp_path))],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    hottest = result.stdout.splitlines()[1]
+    assert f":{gather.line} " in hottest and "strided" in hottest and "long_scoreboard" in hottest, (
+        result.stdout
+    )
