@@ -36,16 +36,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
-import difflib
-import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any
 
-import msgspec
-
-from cuptistream.config import Duration, Size, SourceConfig, Strict
 from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti.contexts import (
     CONTEXT_CREATED,
@@ -57,39 +52,15 @@ from cuptistream.cupti.contexts import (
     current_context,
     module_data,
 )
+from cuptistream.cupti.cubin_archive import CubinArchive
 from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
 from cuptistream.errors import ConfigError
 from cuptistream.events import PcSampleBatch, ResourceChange
 from cuptistream.sources.cupti_worker import CuptiWorkerSource
+from cuptistream.sources.pc_sampling_config import PcSamplingConfig, select_stall_reasons
 
 STAGE = "pc_sampling"
-
-
-class DutyCycle(Strict):
-    on: Duration = Duration(1.0)  # sampling window
-    off: Duration = Duration(19.0)  # pause between windows; 0 = sample all the time
-    # How a window opens and closes: cuptiPCSamplingStart/Stop on an enabled context, or
-    # cuptiPCSamplingEnable/Disable, which also removes what an enabled context costs between windows.
-    method: Literal["start_stop", "enable_disable"] = "start_stop"
-
-
-class PcSamplingConfig(SourceConfig):
-    mode: Literal["continuous", "serialized"] = "continuous"
-    stall_reasons: list[str] = []  # names (or unique parts of names); empty = every reason
-    sampling_period: Annotated[int, msgspec.Meta(ge=5, le=31)] = 20  # 2**n cycles between samples per SM
-    max_sampling_period: Annotated[int, msgspec.Meta(ge=5, le=31)] = 26  # adaptation stops here
-    scratch_buffer_size: Size = Size(4 * 1024 * 1024)
-    hardware_buffer_size: Size = Size(64 * 1024 * 1024)
-    worker_sleep_span: Duration = Duration(0.1)  # CUPTI's worker thread wakes this often
-    get_data_interval: Duration = Duration(1.0)  # drain this often while a window is open
-    min_get_data_interval: Duration = Duration(0.1)
-    collect_pcs: Annotated[int, msgspec.Meta(ge=1)] = 4096  # PCs per GetData
-    duty_cycle: DutyCycle = msgspec.field(default_factory=DutyCycle)
-    adapt: bool = True
-    cubin_dir: str | None = None  # write each loaded cubin here once, as <crc>.cubin
-    control: Literal["launch", "worker"] = "launch"  # which thread makes Start/Stop/GetData calls
-    watchdog_timeout: Duration = Duration(30.0)
 
 
 @dataclass
@@ -129,33 +100,6 @@ class _Filled:
 _BUFFERS_PER_CONTEXT = 4
 
 
-def select_stall_reasons(wanted: list[str], available: dict[int, str]) -> list[int]:
-    """Indexes of the stall reasons named in ``wanted``: exact names, or a part of exactly one name
-    (``long_scoreboard``). Raises ConfigError naming close matches."""
-    if not wanted:
-        return sorted(available)
-    by_name = {name: index for index, name in available.items()}
-    chosen: list[int] = []
-    for want in wanted:
-        if want in by_name:
-            chosen.append(by_name[want])
-            continue
-        partial = [name for name in by_name if want in name]
-        exact_suffix = [name for name in partial if name.endswith(want) and not name.endswith("_not_issued")]
-        pick = partial if len(partial) == 1 else exact_suffix
-        if len(pick) == 1:
-            chosen.append(by_name[pick[0]])
-            continue
-        short = {name.rsplit("stalled_", 1)[-1]: name for name in by_name}  # long_scoreboard -> full name
-        close = [short[c] for c in difflib.get_close_matches(want, list(short), n=5, cutoff=0.6)]
-        close = (
-            close or difflib.get_close_matches(want, list(by_name), n=5, cutoff=0.5) or sorted(partial)[:5]
-        )
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ConfigError(f"pc_sampling.stall_reasons: unknown stall reason {want!r} on this GPU{hint}")
-    return sorted(set(chosen))
-
-
 class PcSamplingSource(CuptiWorkerSource):
     config_type = PcSamplingConfig
     config: PcSamplingConfig
@@ -176,8 +120,7 @@ class PcSamplingSource(CuptiWorkerSource):
         self._interval = float(self.config.get_data_interval)
         self._last_adapt = 0.0
         self._names: dict[int, str] = {}  # function-name cache by pointer
-        self._cubins: set[int] = set()
-        self._cubin_queue: list[tuple[int, bytes]] = []
+        self._cubins = CubinArchive(self.config.cubin_dir)
         self._filled: collections.deque[_Filled] = collections.deque()  # GetData/Disable output to decode
         self._decode_lock = threading.Lock()
         # Counters, and seconds spent in GetData and in decoding (what the bench reads to see the cost).
@@ -220,7 +163,7 @@ class PcSamplingSource(CuptiWorkerSource):
         for state in list(self._contexts.values()):
             self._detach(state)
         self._decode_filled()
-        self._write_cubins()
+        self._cubins.write()
         self._release()
 
     def _release(self) -> None:
@@ -400,9 +343,7 @@ class PcSamplingSource(CuptiWorkerSource):
                 crc = pcs.cubin_crc_at(cubin, size)
             except pcs.CuptiError as error:
                 self.emitter.report_error(self._origin, f"cubin CRC: {error}", severity="warning")
-            if self.config.cubin_dir and crc and crc not in self._cubins:
-                self._cubins.add(crc)
-                self._cubin_queue.append((crc, ctypes.string_at(cubin, size)))
+            self._cubins.keep(crc, cubin, size)
         state = self._contexts.get(int(data.context))
         self.emitter.emit(
             [
@@ -417,19 +358,6 @@ class PcSamplingSource(CuptiWorkerSource):
                 )
             ]
         )
-
-    def _write_cubins(self) -> None:
-        queue, self._cubin_queue = self._cubin_queue, []
-        if not queue or not self.config.cubin_dir:
-            return
-        os.makedirs(self.config.cubin_dir, exist_ok=True)
-        for crc, blob in queue:
-            path = os.path.join(self.config.cubin_dir, f"{crc:016x}.cubin")
-            if not os.path.exists(path):
-                tmp = path + ".tmp"
-                with open(tmp, "wb") as f:
-                    f.write(blob)
-                os.replace(tmp, path)
 
     # --- the worker: duty cycle and periodic drains -------------------------------------------
 
@@ -456,7 +384,7 @@ class PcSamplingSource(CuptiWorkerSource):
                 else:
                     self._hook.disarm()
             self._decode_filled()
-            self._write_cubins()
+            self._cubins.write()
             self._wake.wait(max(0.0, min(wake_at, now + 1.0) - time.monotonic()))
             self._wake.clear()
 
