@@ -4,6 +4,7 @@ watchdog over CUPTI calls that might never return, and one worker thread of the 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -31,6 +32,19 @@ class CuptiWorkerSource(Source):
     def _start_worker(self, run: Callable[[], None]) -> None:
         self._thread = threading.Thread(target=run, name=f"cuptistream-{self.name}", daemon=True)
         self._thread.start()
+
+    def _watched(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, a CUPTI call the watchdog reports if it does not return."""
+        with self._watchdog.call(name):
+            return fn(*args)
+
+    @staticmethod
+    def _now() -> int:
+        """An event timestamp: CUPTI's clock, as the other sources' events carry."""
+        try:
+            return driver.timestamp()
+        except Exception:  # CUPTI gone (detached): Unix time rather than no event
+            return time.time_ns()
 
     def _release(self) -> None:
         for registration in self._registrations:

@@ -191,8 +191,7 @@ class PcSamplingSource(CuptiWorkerSource):
                 return
             cfg = self.config
             try:
-                with self._watchdog.call("cuptiPCSamplingEnable"):
-                    pcs.enable(ctx)
+                self._watched("cuptiPCSamplingEnable", pcs.enable, ctx)
                 stall_names = pcs.stall_reasons(ctx)
                 selected = select_stall_reasons(cfg.stall_reasons, stall_names)
                 state = _Context(
@@ -269,7 +268,7 @@ class PcSamplingSource(CuptiWorkerSource):
     def _reenable_locked(self, state: _Context) -> None:
         """Open an enable_disable window: Enable and configure again."""
         self._decode_filled()  # the last window's final buffer, before CUPTI may write it again
-        self._guarded("cuptiPCSamplingEnable", pcs.enable, state.ctx)
+        self._watched("cuptiPCSamplingEnable", pcs.enable, state.ctx)
         state.enabled = True
         try:
             self._configure(state)
@@ -286,7 +285,7 @@ class PcSamplingSource(CuptiWorkerSource):
         finally:  # Disable even when the drain failed: CUPTI must not keep writing our final buffer
             state.final.reset()
             state.enabled = False
-            self._guarded("cuptiPCSamplingDisable", pcs.disable, state.ctx)
+            self._watched("cuptiPCSamplingDisable", pcs.disable, state.ctx)
             self._hand_off(_Filled(state, state.final, at_end=True))
 
     def _detach(self, state: _Context) -> None:
@@ -305,7 +304,7 @@ class PcSamplingSource(CuptiWorkerSource):
             if self._watchdog.wedged.is_set():
                 return
             if state.started and self._start_stop:
-                self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
+                self._watched("cuptiPCSamplingStop", pcs.stop, state.ctx)
             state.started = False
             self._disable_locked(state)
         except pcs.CuptiError as error:
@@ -349,7 +348,7 @@ class PcSamplingSource(CuptiWorkerSource):
             [
                 ResourceChange(
                     operation=operation,
-                    timestamp=_now(),
+                    timestamp=self._now(),
                     device_id=state.device_id if state else 0,
                     context_id=state.context_id if state else 0,
                     module_id=module_id,
@@ -423,7 +422,7 @@ class PcSamplingSource(CuptiWorkerSource):
             self._apply_period_locked(state)
             if not state.started and now >= state.next_start:
                 if self._start_stop:
-                    self._guarded("cuptiPCSamplingStart", pcs.start, state.ctx)
+                    self._watched("cuptiPCSamplingStart", pcs.start, state.ctx)
                 else:
                     self._reenable_locked(state)
                 state.started = True
@@ -433,7 +432,7 @@ class PcSamplingSource(CuptiWorkerSource):
                 state.started = False
                 state.next_start = now + float(cfg.duty_cycle.off)
                 if self._start_stop:
-                    self._guarded("cuptiPCSamplingStop", pcs.stop, state.ctx)
+                    self._watched("cuptiPCSamplingStop", pcs.stop, state.ctx)
                     self._drain_locked(state)
                 else:
                     self._disable_locked(state)
@@ -456,8 +455,7 @@ class PcSamplingSource(CuptiWorkerSource):
             buffer = self._take_buffer(state)
             buffer.reset()
             began = time.perf_counter()
-            with self._watchdog.call("cuptiPCSamplingGetData"):
-                code = pcs.get_data(state.ctx, buffer.data)
+            code = self._watched("cuptiPCSamplingGetData", pcs.get_data, state.ctx, buffer.data)
             self.stats["get_data_calls"] += 1
             self.stats["get_data_s"] += time.perf_counter() - began
             if code != pcs.SUCCESS:
@@ -506,7 +504,7 @@ class PcSamplingSource(CuptiWorkerSource):
             self.emitter.emit(
                 [
                     PcSampleBatch(
-                        timestamp=_now(),
+                        timestamp=self._now(),
                         device_id=state.device_id,
                         context_id=state.context_id,
                         range_id=data.range_id,
@@ -566,21 +564,6 @@ class PcSamplingSource(CuptiWorkerSource):
         else:
             state.period = state.wanted_period
 
-    # --- helpers ------------------------------------------------------------------------------
-
-    def _guarded(self, name: str, fn: Any, ctx: int) -> None:
-        with self._watchdog.call(name):
-            fn(ctx)
-
 
 def _mode(mode: str) -> int:
     return pcs.MODE_CONTINUOUS if mode == "continuous" else pcs.MODE_KERNEL_SERIALIZED
-
-
-def _now() -> int:
-    from cuptistream.cupti import driver
-
-    try:
-        return driver.timestamp()
-    except Exception:
-        return time.time_ns()

@@ -243,7 +243,7 @@ class SassMetricsSource(CuptiWorkerSource):
                 self.emitter.emit(
                     [
                         SassMetricBatch(
-                            timestamp=_now(), device_id=cfg.device, context_id=context_id, records=out
+                            timestamp=self._now(), device_id=cfg.device, context_id=context_id, records=out
                         )
                     ]
                 )
@@ -264,14 +264,4 @@ class SassMetricsSource(CuptiWorkerSource):
     def _call(self, name: str, fn: Any, *args: Any) -> Any:
         if self._watchdog.wedged.is_set():
             raise CuptiError(name, -1, "skipped: an earlier CUPTI call wedged")
-        with self._watchdog.call(name):
-            return fn(*args)
-
-
-def _now() -> int:
-    from cuptistream.cupti import driver
-
-    try:
-        return driver.timestamp()
-    except Exception:
-        return time.time_ns()
+        return self._watched(name, fn, *args)
