@@ -1,4 +1,4 @@
-"""The ``cuptistream`` command: run, cat, validate, kinds, source-lines.
+"""The ``cuptistream`` command: run, collector, cat, validate, kinds, source-lines.
 
 Every error a user can cause is printed as one line (``cuptistream: <problem>; <fix>``) with a
 non-zero exit code, never as a traceback.
@@ -28,13 +28,28 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="run a Python program with a telemetry session active",
-        description="Run `python script.py ...`, `python -m module ...` or `python -c code` in this "
-        "process with a session active; the program's exit code is kept.",
+        help="run a Python program with telemetry on",
+        description="Run `python script.py ...`, `python -m module ...` or `python -c code` with a probe "
+        "in it, this process collecting; the program's exit code is kept.",
     )
     run.add_argument("-c", "--config", required=True, help="YAML config (see configs/)")
     run.add_argument("--quiet", action="store_true", help="no summary line on stderr")
+    run.add_argument("--report-json", metavar="FILE", help="write the shutdown report (counts, collector CPU) as JSON")
     run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py args...")
+
+    collector = commands.add_parser(
+        "collector",
+        help="serve probes on a Unix socket (one collector for every process on a host)",
+        description="Run the pipeline and sinks of a config for every probe that connects to SOCKET "
+        "(probes find it through CUPTISTREAM_COLLECTOR or probe.collector). Stops on SIGTERM or SIGINT, "
+        "draining what the probes handed over.",
+    )
+    collector.add_argument("-c", "--config", required=True, help="YAML config: its pipeline and sinks are used")
+    collector.add_argument("--socket", required=True, help="the Unix socket path to listen on")
+    collector.add_argument("--until-idle", action="store_true", help="exit once the probes that came have left")
+    collector.add_argument("--session-id", default=None, help=argparse.SUPPRESS)
+    collector.add_argument("--report-json", metavar="FILE", help="write the shutdown report as JSON at exit")
+    collector.add_argument("--quiet", action="store_true", help="no summary line on stderr")
 
     cat = commands.add_parser("cat", help="print events from files or Kafka as JSON Lines")
     cat.add_argument("path", help="a file-sink file or directory, or kafka://host:port/topic")
@@ -116,12 +131,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     target = parse_program(program)
-    return run_program(args.config, target, quiet=args.quiet)
+    return run_program(args.config, target, quiet=args.quiet, report_json=args.report_json)
+
+
+def _cmd_collector(args: argparse.Namespace) -> int:
+    from cuptistream.collector.serve import serve
+
+    return serve(
+        args.config, args.socket, until_idle=args.until_idle, session_id=args.session_id,
+        report_json=args.report_json, quiet=args.quiet,
+    )  # fmt: skip
 
 
 _COMMANDS = {
-    "run": _cmd_run, "cat": _cmd_cat, "validate": _cmd_validate, "kinds": _cmd_kinds,
-    "source-lines": _cmd_source_lines,
+    "run": _cmd_run, "collector": _cmd_collector, "cat": _cmd_cat, "validate": _cmd_validate,
+    "kinds": _cmd_kinds, "source-lines": _cmd_source_lines,
 }  # fmt: skip
 
 

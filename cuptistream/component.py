@@ -18,7 +18,37 @@ from cuptistream.config import SinkConfig, SourceConfig
 from cuptistream.events import Batch, Event
 
 if TYPE_CHECKING:
+    from cuptistream.channel.messages import OpenStream
     from cuptistream.codec import Chunk
+
+
+class ActivityOutlet(abc.ABC):
+    """Where a source hands raw CUPTI activity buffers: slots of shared memory the collector decodes.
+
+    ``take`` and ``complete`` do O(1) work and never wait, so they are safe on CUPTI's threads.
+    """
+
+    slot_size: int
+
+    @abc.abstractmethod
+    def take(self) -> int | None:
+        """The address of a free buffer of ``slot_size`` bytes, or None when all are in use."""
+
+    @abc.abstractmethod
+    def complete(self, address: int, valid: int, dropped: int = 0) -> None:
+        """Hand the buffer at ``address`` (``valid`` bytes of records) to the collector."""
+
+    @abc.abstractmethod
+    def give_back(self, address: int) -> None:
+        """Return a buffer that holds nothing worth decoding."""
+
+    def owns(self, address: int) -> bool:
+        return False
+
+    def write(self, data: bytes, dropped: int = 0, timeout: float = 30.0) -> bool:
+        """Copy ``data`` into a buffer and hand it over, waiting up to ``timeout`` for a free one
+        (for sources that are not on CUPTI's threads, e.g. replay). False: no buffer came free."""
+        raise NotImplementedError
 
 
 class Emitter(abc.ABC):
@@ -41,6 +71,13 @@ class Emitter(abc.ABC):
     @abc.abstractmethod
     def report_error(self, origin: str, message: str, severity: str = "error", result_code: int = 0) -> None:
         """Emit an Error event. Never raises."""
+
+    def open_activity_stream(self, stream: OpenStream, buffer_size: int, buffers: int) -> ActivityOutlet:
+        """Raw activity buffers for the collector to decode (``buffers`` x ``buffer_size`` bytes of
+        shared memory). Only the probe's emitter has one; raises ``UserError`` elsewhere."""
+        from cuptistream.errors import UserError
+
+        raise UserError("this emitter takes events only; raw activity buffers need the probe's channel")
 
 
 class Source(abc.ABC):

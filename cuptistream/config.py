@@ -65,6 +65,20 @@ class PipelineConfig(Strict):
     shutdown_deadline: Duration = Duration(10.0)
 
 
+class ProbeConfig(Strict):
+    """The observed process's side: where its collector is, and the shared memory for events."""
+
+    collector: str = ""  # socket path of a running collector; "" starts one for the session
+    event_buffer_size: Size = Size(4 * 1024 * 1024)  # one shared-memory slot of encoded events
+    event_buffers: int = 8  # slots: the events in flight to the collector are bounded by both
+
+    def __post_init__(self) -> None:
+        if self.event_buffer_size < 64 * 1024:
+            raise ValueError("event_buffer_size must be at least 64KiB")
+        if self.event_buffers < 2:
+            raise ValueError("event_buffers must be at least 2")
+
+
 class ComponentConfig(Strict):
     type: str
     name: str = ""  # defaults to ``type``; must be unique among sources (or sinks)
@@ -85,14 +99,17 @@ class SinkConfig(ComponentConfig):
 class Config(msgspec.Struct, kw_only=True):
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
     pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
+    probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
     sources: list[SourceConfig] = []
     sinks: list[SinkConfig] = []
     origin: str = "<dict>"
+    raw: dict[str, Any] = {}  # the parsed YAML it was built from (handed to a collector process)
 
 
 class _RawConfig(Strict):
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
     pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
+    probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
     sources: list[dict[str, Any]] = []
     sinks: list[dict[str, Any]] = []
 
@@ -245,7 +262,10 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     _check_unique_names(sinks, "sinks")
     if not any(s.enabled for s in sinks):
         raise ConfigError("sinks: no sink is enabled; add one, e.g. `sinks: [{type: file, directory: out}]`")
-    return Config(session=raw.session, pipeline=raw.pipeline, sources=sources, sinks=sinks, origin=origin)
+    return Config(
+        session=raw.session, pipeline=raw.pipeline, probe=raw.probe, sources=sources, sinks=sinks,
+        origin=origin, raw=data,
+    )
 
 
 def _component_type(entry: Any, path: str) -> str:

@@ -1,28 +1,39 @@
-"""Runs a Python program in this process with a session active (``cuptistream run``).
+"""``cuptistream run``: the program in its own process, probed, with this process as its collector.
 
-In-process, so CUPTI sees the program's CUDA work and the session shares its lifetime: the session
-starts before the program's first line and drains after its last, on a normal exit, an exception,
-SIGINT or SIGTERM. The program's exit code is kept.
+This process opens the sinks (so an unusable sink fails before the program starts), listens on a
+private Unix socket, and starts the program under the same interpreter with the probe injected
+(``cuptistream/probe/boot`` on ``PYTHONPATH`` runs the probe before the program's first line).
+SIGINT and SIGTERM are passed on to the program. When the program exits, however it exits (a
+SIGKILL too), the collector drains every buffer the probe handed over, then the pipeline. The
+program's exit status is kept (128+N for a program killed by signal N).
 """
 
 from __future__ import annotations
 
 import os
-import runpy
+import shutil
+import signal
+import subprocess
 import sys
-import traceback
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
+import msgspec
+
+from cuptistream.channel.sockets import ENV_COLLECTOR
+from cuptistream.collector.collector import Collector
+from cuptistream.collector.process import write_config
+from cuptistream.config import load
 from cuptistream.errors import UserError
-from cuptistream.runtime import Session
+from cuptistream.pipeline import ShutdownReport
+from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_QUIET
 
 
 @dataclass(frozen=True)
 class Program:
-    mode: str  # "path", "module" or "code"
-    target: str
-    argv: list[str]  # what the program sees as sys.argv
+    argv: list[str]  # the interpreter's arguments: script and args, -m module ..., -c code ...
 
 
 def _is_python(executable: str) -> bool:
@@ -30,10 +41,8 @@ def _is_python(executable: str) -> bool:
 
 
 def parse_program(command: list[str]) -> Program:
-    """Accept ``python script.py ...``, ``python -m mod ...``, ``python -c code ...`` or ``script.py ...``.
-
-    The program runs in this process, so under the interpreter cuptistream is installed in,
-    whichever ``python`` the command names."""
+    """Accept ``python [options] script.py ...``, ``python -m mod ...``, ``python -c code ...`` or
+    ``script.py ...``. The program runs under the interpreter cuptistream is installed in."""
     if not command:
         raise UserError("run: no program given; use `cuptistream run -c cfg.yaml -- python script.py`")
     if command[0].endswith(".py"):
@@ -44,57 +53,65 @@ def parse_program(command: list[str]) -> Program:
             "`python script.py ...` or `python -m module ...`"
         )
     rest = command[1:]
-    if not rest:
+    options = 0
+    while options < len(rest) and rest[options].startswith("-") and rest[options] not in ("-m", "-c", "-"):
+        options += 1  # interpreter flags such as -u, -O, -X dev
+    if options >= len(rest):
         raise UserError("run: python needs a script, -m module or -c code")
-    head = rest[0]
-    if head == "-m" and len(rest) >= 2:
-        return Program("module", rest[1], [rest[1], *rest[2:]])
-    if head == "-c" and len(rest) >= 2:
-        return Program("code", rest[1], ["-c", *rest[2:]])
-    if head.startswith("-"):
-        raise UserError(f"run: python option {head!r} is not supported; pass a script, -m module or -c code")
-    if not Path(head).is_file():
+    head = rest[options]
+    if head in ("-m", "-c") and options + 1 >= len(rest):
+        raise UserError(f"run: python {head} needs an argument")
+    if head not in ("-m", "-c", "-") and not Path(head).is_file():
         raise UserError(f"run: script {head!r} not found")
-    return Program("path", head, rest)
+    return Program(rest)
 
 
-def _execute(program: Program) -> None:
-    sys.argv = list(program.argv)
-    if program.mode == "path":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(program.target)))
-        runpy.run_path(program.target, run_name="__main__")
-    elif program.mode == "module":
-        sys.path.insert(0, os.getcwd())
-        runpy.run_module(program.target, run_name="__main__", alter_sys=True)
-    else:
-        sys.path.insert(0, "")
-        exec(compile(program.target, "<string>", "exec"), {"__name__": "__main__"})
+def _environment(address: str, config_path: str, session_id: str, quiet: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
+    env[ENV_COLLECTOR] = address
+    env[ENV_PROBE_CONFIG] = config_path
+    env["CUPTISTREAM_SESSION_ID"] = session_id
+    if quiet:
+        env[ENV_QUIET] = "1"
+    return env
 
 
-def _exit_code(error: SystemExit) -> int:
-    code = error.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def run_program(config: str, program: Program, *, quiet: bool = False) -> int:
-    session = Session(config, quiet=quiet)
-    os.environ["CUPTISTREAM_SESSION_ID"] = session.session_id
-    session.start()
+def run_program(config: str, program: Program, *, quiet: bool = False, report_json: str | None = None) -> int:
+    cfg = load(config)
+    collector = Collector(cfg).start()  # raises SinkUnavailableError etc. before the program starts
+    workdir = tempfile.mkdtemp(prefix="cuptistream-")
     try:
-        _execute(program)
-        code = 0
-    except SystemExit as error:
-        code = _exit_code(error)
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException:
-        traceback.print_exc()
-        code = 1
+        address = collector.listen(os.path.join(workdir, "collector.sock"))
+        env = _environment(address, write_config(cfg, workdir), collector.session_id, quiet)
+        code = _run_child([sys.executable, *program.argv], env)
+        report = collector.finish(probe_timeout=float(cfg.pipeline.shutdown_deadline))
     finally:
-        session.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if report is None:
+        print(f"cuptistream: the pipeline did not drain within {collector.stop_timeout:.0f}s; "
+              "undelivered data is lost", file=sys.stderr)  # fmt: skip
+    elif not quiet:
+        print(f"cuptistream: session {collector.session_id} drained: {report.summary()}", file=sys.stderr)
+    if report_json and report is not None:
+        Path(report_json).write_bytes(msgspec.json.encode(report))
     return code
+
+
+def _run_child(argv: list[str], env: dict[str, str]) -> int:
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as error:
+        raise UserError(f"run: cannot start {argv[0]}: {error.strerror}") from None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        returncode = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - returncode if returncode < 0 else returncode

@@ -45,6 +45,12 @@ class ShutdownReport:
     losses: dict[str, int] = field(default_factory=dict)  # "stage/reason" -> count, all units
     undelivered: dict[str, int] = field(default_factory=dict)  # sink -> events left at the deadline
     deadline_hit: bool = False
+    # Filled in by the collector:
+    probes: int = 0  # probe connections served
+    activity_buffers: int = 0  # raw CUPTI buffers decoded
+    activity_records: int = 0  # records in them
+    collector_cpu_s: float = 0.0  # the collector process's CPU time (user + system)
+    collector_max_rss_kib: int = 0
 
     def summary(self) -> str:
         parts = [f"{self.events_in} events in"]
@@ -69,7 +75,7 @@ class Pipeline:
         self.config = config
         self._clock_sync = clock_sync
         self.intake = Intake(config.pipeline.memory_budget, config.pipeline.full_policy, self._event_ns)
-        self._resource = resource
+        self.resource = resource  # the collector sets it to its first probe's
         self._session_id = session_id
         self._attributes = dict(config.session.attributes)
         self.lanes = [
@@ -95,7 +101,7 @@ class Pipeline:
             schema_version=SCHEMA_VERSION,
             session_id=self._session_id,
             seq=seq,
-            resource=self._resource,
+            resource=self.resource,
             attributes=self._attributes,
             clock=self._clock_sync(),
             events=msgspec.Raw(b"\x90"),

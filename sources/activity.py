@@ -1,36 +1,38 @@
-"""The activity source: CUPTI activity buffers → events.
+"""The activity source: CUPTI activity buffers, handed whole to the collector.
 
-Threads:
+It runs in the observed process (the probe) and does per-buffer work only:
 
-- CUPTI (its worker or the application's thread) calls the buffer callbacks, which only hand
-  buffers over (``cuptistream.cupti.buffers``).
-- One decode thread walks each buffer in bulk (``cuptistream.cupti.decode``), emits the events and
-  returns the buffer to the pool.
+- CUPTI (its worker or the application's thread) calls the buffer callbacks
+  (``cuptistream.cupti.buffers``): ``requested`` hands CUPTI a shared-memory slot, ``completed``
+  publishes it to the collector with its valid bytes and CUPTI's dropped count. No record is read
+  here; the collector decodes (``cuptistream.collector.decoding``).
 - One flush thread calls ``cuptiActivityFlushAll(0)`` every ``flush_interval`` so events arrive
   within about that long, even from a process that launches little.
 
-``stop()`` disables the kinds, forces a flush, and returns only after every buffer has been decoded
-and emitted; then, where no other CUPTI user remains and ``detach`` is set, it calls
-``cuptiFinalize`` so the process runs without CUPTI until a later session attaches again.
+Per-cbid API filters (``runtime_api``/``driver_api``) are applied *after*
+``cuptiActivityEnable(RUNTIME/DRIVER)``: enabling a kind resets its filter, so filters set before
+are lost (measured: every API call recorded).
+
+``stop()`` disables the kinds, forces a flush (every buffer is handed over), waits briefly for the
+collector to read them (record names point into CUPTI's memory), and then, where no other CUPTI
+user remains and ``detach`` is set, calls ``cuptiFinalize``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import queue
 import threading
 from typing import Any
 
 import msgspec
 
+from cuptistream.channel.messages import OpenStream
 from cuptistream.component import Emitter, Source
 from cuptistream.config import Duration, Size, SourceConfig
 from cuptistream.correlate import activate as activate_correlation
 from cuptistream.correlate import deactivate as deactivate_correlation
-from cuptistream.cupti import capture, driver, kinds
-from cuptistream.cupti.buffers import BufferCallbacks, BufferPool
-from cuptistream.cupti.decode import Decoder, LayoutError, RecordLayouts
-from cuptistream.cupti.names import LiveNames
+from cuptistream.cupti import driver, kinds
+from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.errors import UserError
 
 # CUpti_ActivityAttribute: name -> (value, C type of the value)
@@ -48,8 +50,7 @@ ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
     "device_buffer_size_device_graphs": (10, ctypes.c_size_t),
 }
 
-_STOP = object()
-_EVENTS_PER_EMIT = 8192
+_CONSUMED_WAIT_S = 10.0
 
 
 class ActivitySourceConfig(SourceConfig):
@@ -57,9 +58,8 @@ class ActivitySourceConfig(SourceConfig):
     # Function-name patterns (fnmatch) of the API calls recorded by the runtime/driver kinds; ["*"]: all.
     runtime_api: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_RUNTIME_API))
     driver_api: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_DRIVER_API))
-    buffer_size: Size = Size(4 * 1024 * 1024)  # host buffer handed to CUPTI
-    buffer_pool_limit: int = 16  # at most this many host buffers (memory bound: limit x size)
-    buffer_prealloc: int = 2
+    buffer_size: Size = Size(4 * 1024 * 1024)  # one shared-memory buffer handed to CUPTI
+    buffer_pool_limit: int = 16  # buffers in the shared pool (memory bound: limit x size)
     device_buffer_size: Size | None = None  # CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE
     device_buffer_pool_limit: int | None = None  # CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT
     per_thread_buffers: bool = False  # CUPTI_ACTIVITY_ATTR_PER_THREAD_BUFFER
@@ -84,6 +84,8 @@ class ActivitySourceConfig(SourceConfig):
                 raise ValueError(f"{domain}_api pattern {bad[0]!r} matches no {domain} API function")
         if self.buffer_size < 64 * 1024:
             raise ValueError("buffer_size must be at least 64KiB")
+        if self.buffer_pool_limit < 2:
+            raise ValueError("buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)")
 
 
 class ActivitySource(Source):
@@ -93,11 +95,12 @@ class ActivitySource(Source):
     def __init__(self, config: SourceConfig, emitter: Emitter) -> None:
         super().__init__(config, emitter)
         self._enabled: list[int] = []
-        self._thread: threading.Thread | None = None
+        self._started = False
         self._flusher: threading.Thread | None = None
         self._stopping = threading.Event()
-        self._captured: list[capture.CapturedBuffer] = []
-        self.stats: dict[str, int] = {"buffers": 0, "records": 0, "events": 0, "dropped": 0}
+        self.outlet: Any = None
+        self.callbacks: BufferCallbacks | None = None
+        self.stats: dict[str, int] = {"dropped": 0}
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -121,17 +124,14 @@ class ActivitySource(Source):
         self.cupti_version = driver.cupti_version()
         self._set_attributes(cfg)
         wanted = [kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)]
-        layouts = RecordLayouts()
-        for spec in wanted:
-            if (size := driver.struct_size(spec.kind)) is not None:
-                layouts.sizes[spec.kind] = size
-        self.names = LiveNames()
-        self.decoder = Decoder(self.names, layouts, demangle_names=cfg.demangle)
-        self.pool = BufferPool(cfg.buffer_size, cfg.buffer_pool_limit, cfg.buffer_prealloc)
-        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.callbacks = BufferCallbacks(self.pool, self.queue)
+        sizes = {spec.kind: size for spec in wanted if (size := driver.struct_size(spec.kind)) is not None}
+        stream = OpenStream(
+            stream=0, source=self.name, device=self.device, cupti_version=self.cupti_version,
+            struct_sizes=sizes, demangle=cfg.demangle, capture=cfg.capture,
+        )  # fmt: skip
+        self.outlet = self.emitter.open_activity_stream(stream, int(cfg.buffer_size), cfg.buffer_pool_limit)
+        self.callbacks = BufferCallbacks(self.outlet, self._report_dropped)
         self.callbacks.register()
-        self._apply_api_filters(cfg)
         for spec in wanted:
             try:
                 driver.call("cuptiActivityEnable", spec.kind)
@@ -146,13 +146,11 @@ class ActivitySource(Source):
                     f"cannot enable activity kind {spec.name!r} on {self.device}: {error}"
                 ) from None
             self._enabled.append(spec.kind)
+        self._apply_api_filters(cfg)  # after enabling: cuptiActivityEnable resets the filters
         if cfg.flush_period > 0:
             driver.call("cuptiActivityFlushPeriod", max(int(cfg.flush_period * 1000), 1))
         self.clock = driver.timestamp
-        self._thread = threading.Thread(
-            target=self._decode_loop, name=f"cuptistream-{self.name}-decode", daemon=True
-        )
-        self._thread.start()
+        self._started = True
         if cfg.flush_interval > 0:
             self._flusher = threading.Thread(
                 target=self._flush_loop, name=f"cuptistream-{self.name}-flush", daemon=True
@@ -190,17 +188,14 @@ class ActivitySource(Source):
                 fn(cbid, 1 if everything or cbid in selected else 0)
 
     def flush(self) -> None:
-        """Hand over what CUPTI holds now: flush completed buffers and wait until they are emitted."""
-        if self._thread is None:
-            return
-        driver.libcupti().cuptiActivityFlushAll(0)
-        done = threading.Event()
-        self.queue.put(done)
-        done.wait(timeout=30.0)
+        """Hand over what CUPTI holds now (completed buffers go to the collector)."""
+        if self._started:
+            driver.libcupti().cuptiActivityFlushAll(0)
 
     def stop(self) -> None:
-        if self._thread is None:
+        if not self._started:
             return
+        self._started = False
         lib = driver.libcupti()
         for kind in self._enabled:
             lib.cuptiActivityDisable(kind)
@@ -208,14 +203,18 @@ class ActivitySource(Source):
         if self._flusher is not None:
             self._flusher.join()
         lib.cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
-        self.queue.put(_STOP)
-        self._thread.join()
-        self._thread = None
         dropped = self._read_dropped()
         if dropped:
             self._report_dropped(dropped)
-        if self.config.capture:
-            self._write_capture()
+        if self.callbacks is not None and self.callbacks.refused:
+            self.emitter.report_error(
+                f"source:{self.name}",
+                f"CUPTI asked for a buffer {self.callbacks.refused} times while all {self.config.buffer_pool_limit} "
+                "were in use (records dropped and counted); raise buffer_pool_limit or buffer_size",
+                severity="warning",
+            )
+        # Names in the records point into CUPTI's memory: let the collector read them before detaching.
+        self.outlet.wait_consumed(_CONSUMED_WAIT_S)
         self._enabled.clear()
         self._release()
 
@@ -235,65 +234,12 @@ class ActivitySource(Source):
         except driver.CuptiError as error:
             self.emitter.report_error(f"source:{self.name}", f"detach failed: {error}", severity="warning")
 
-    # --- worker threads -----------------------------------------------------------------------
+    # --- the flush thread --------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
         lib = driver.libcupti()
         while not self._stopping.wait(self.config.flush_interval):
             lib.cuptiActivityFlushAll(0)
-
-    def _decode_loop(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is _STOP:
-                return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            address, valid, dropped = item
-            try:
-                self._handle(address, valid, dropped)
-            except Exception as error:  # never let one bad buffer stop the source
-                self.emitter.report_error(f"source:{self.name}", f"decoding a buffer failed: {error}")
-            finally:
-                if address:
-                    self.pool.give_back(address)
-
-    def _handle(self, address: int, valid: int, dropped: int) -> None:
-        if dropped:
-            self._report_dropped(dropped)
-        if not address or not valid:
-            return
-        view = self.pool.view(address)
-        self.stats["buffers"] += 1
-        if self.config.capture:
-            self._captured.append(capture.CapturedBuffer(data=bytes(view[:valid]), dropped=dropped))
-        before = self.decoder.records_decoded
-        try:
-            events = self.decoder.decode(view, valid, learn=self._learner(address, valid))
-        except LayoutError as error:
-            self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
-            self.emitter.report_error(f"source:{self.name}", str(error))
-            return
-        self.stats["records"] += self.decoder.records_decoded - before
-        self.stats["events"] += len(events)
-        for i in range(0, len(events), _EVENTS_PER_EMIT):
-            self.emitter.emit(events[i : i + _EVENTS_PER_EMIT])
-
-    def _learner(self, address: int, valid: int) -> Any:
-        """Ask CUPTI for the size of a record kind it did not report (via the next-record stride)."""
-        lib = driver.libcupti()
-
-        def learn(kind: int, offset: int) -> int | None:
-            record = ctypes.c_void_p(address + offset)
-            code = lib.cuptiActivityGetNextRecord(address, valid, ctypes.byref(record))
-            if code == driver.ERROR_MAX_LIMIT_REACHED:
-                return valid - offset
-            if code != driver.SUCCESS or not record.value:
-                return None
-            return int(record.value) - (address + offset)
-
-        return learn
 
     # --- loss accounting ----------------------------------------------------------------------
 
@@ -305,13 +251,3 @@ class ActivitySource(Source):
     def _report_dropped(self, count: int) -> None:
         self.stats["dropped"] += count
         self.emitter.report_loss("cupti", "cupti_buffer_dropped", count, unit="records")
-
-    def _write_capture(self) -> None:
-        capture.write(
-            self.config.capture,
-            capture.Capture(
-                name=self.name, cupti_version=self.cupti_version, device=self.device,
-                struct_sizes=dict(self.decoder.layouts.sizes), strings=dict(self.names.seen),
-                buffers=self._captured,
-            ),
-        )  # fmt: skip

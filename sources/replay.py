@@ -1,5 +1,6 @@
-"""The replay source: feeds captured CUPTI activity buffers through the same decoder and emitter as
-the live activity source. For CI and for trying cuptistream where there is no GPU.
+"""The replay source: hands captured CUPTI activity buffers to the collector exactly as the live
+activity source hands CUPTI's (shared-memory slots, decoded in the collector with the capture's
+string table). For CI and for trying cuptistream where there is no GPU.
 
 ``path`` is a capture file or a directory of them (``*.cupti``); by default the fixtures committed
 under ``tests/fixtures/``, which were captured on an H100 (see that folder's README). ``loops``
@@ -14,15 +15,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from cuptistream.component import Emitter, Source
+from cuptistream.channel.messages import OpenStream
+from cuptistream.component import ActivityOutlet, Emitter, Source
 from cuptistream.config import Duration, SourceConfig
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder, LayoutError, RecordLayouts
-from cuptistream.cupti.names import TableNames
 from cuptistream.errors import UserError
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
-_EVENTS_PER_EMIT = 8192
+_BUFFERS = 4  # shared-memory slots per capture
 
 
 class ReplayConfig(SourceConfig):
@@ -55,44 +55,45 @@ class ReplaySource(Source):
         super().__init__(config, emitter)
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
-        self.events_emitted = 0
+        self.buffers_sent = 0
+        self._outlets: list[ActivityOutlet] = []
 
     def start(self) -> None:
         try:
             self.captures = [capture.read(p) for p in capture_files(self.config.path)]
         except ValueError as error:
             raise UserError(f"replay: {error}") from None
+        for cap in self.captures:  # one decode stream per capture: its own names and NVTX ranges
+            stream = OpenStream(
+                stream=0, source=self.name, device=cap.device, cupti_version=cap.cupti_version,
+                struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings), demangle=self.config.demangle,
+            )  # fmt: skip
+            size = max((len(b.data) for b in cap.buffers), default=64 * 1024)
+            self._outlets.append(self.emitter.open_activity_stream(stream, size + (-size) % 8, _BUFFERS))
         self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         loop = 0
         while True:
-            for cap in self.captures:
-                self._replay(cap)
+            for cap, outlet in zip(self.captures, self._outlets, strict=True):
+                if not self._replay(cap, outlet):
+                    return
             loop += 1
             finite = self.config.loops > 0
             if (finite and loop >= self.config.loops) or (not finite and self._stopping.is_set()):
                 return
 
-    def _replay(self, cap: capture.Capture) -> None:
-        # A fresh decoder per pass: each capture is its own session (its own names and open ranges).
-        decoder = Decoder(
-            TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)), self.config.demangle
-        )
+    def _replay(self, cap: capture.Capture, outlet: ActivityOutlet) -> bool:
+        """Hand over every buffer of one capture; False when an endless replay should stop."""
         for buf in cap.buffers:
-            if buf.dropped:
-                self.emitter.report_loss("cupti", "cupti_buffer_dropped", buf.dropped, unit="records")
-            try:
-                events = decoder.decode(buf.data, len(buf.data))
-            except LayoutError as error:
-                self.emitter.report_error(f"source:{self.name}", f"{cap.name}: {error}")
-                continue
-            for i in range(0, len(events), _EVENTS_PER_EMIT):
-                self.emitter.emit(events[i : i + _EVENTS_PER_EMIT])
-            self.events_emitted += len(events)
+            if outlet.write(buf.data, buf.dropped):
+                self.buffers_sent += 1
+            else:
+                self.emitter.report_loss(f"source:{self.name}", "no_free_buffer", 1, unit="buffers")
             if self.config.interval and self._stopping.wait(self.config.interval) and not self.config.loops:
-                return
+                return False
+        return True
 
     def stop(self) -> None:
         self._stopping.set()

@@ -28,7 +28,8 @@ def test_replay_emits_every_captured_event_once_per_loop() -> None:
     source = ReplaySource(ReplayConfig(type="replay", loops=2), sink)
     source.start()
     source.stop()  # a finite replay completes before stop returns
-    assert len(sink.events) == source.events_emitted == _expected_total(loops=2)
+    assert len(sink.events) == _expected_total(loops=2)
+    assert source.buffers_sent == 2 * sum(e["buffers"] for e in EXPECTED.values())
     assert sink.errors == []
 
 

@@ -1,24 +1,19 @@
-"""Activity buffers: a bounded pool, and the two CUPTI buffer callbacks (one call per buffer).
+"""The two CUPTI activity-buffer callbacks (``cuptiActivityRegisterCallbacks``), one call per buffer.
 
 CUPTI calls ``requested`` when it needs an empty buffer and ``completed`` when one is full or
 flushed. Both run on CUPTI's or the application's thread, so each does O(1) work and returns:
-``requested`` pops a buffer from the pool (or refuses one when the pool is at its limit, so CUPTI
-drops records and counts them), ``completed`` puts ``(address, valid_bytes, dropped)`` on a
-thread-safe queue for the decode thread. Nothing here waits on the pipeline.
+``requested`` takes a shared-memory buffer from the outlet (or refuses one when all are in use, so
+CUPTI drops records and counts them), ``completed`` hands the buffer to the collector with its
+valid bytes and CUPTI's dropped-record count. Nothing here reads a record or waits.
 """
 
 from __future__ import annotations
 
 import ctypes
-import queue
-import threading
 from typing import Any
 
-import numpy as np
-
+from cuptistream.component import ActivityOutlet
 from cuptistream.cupti import driver
-
-_ALIGN = 8  # CUPTI requires 8-byte-aligned buffers
 
 _RequestFunc = ctypes.CFUNCTYPE(
     None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
@@ -28,67 +23,16 @@ _CompleteFunc = ctypes.CFUNCTYPE(
 )
 
 
-class BufferPool:
-    """Up to ``limit`` buffers of ``buffer_size`` bytes, allocated on demand and reused.
-
-    ``take``/``give_back`` are safe from any thread. Memory use is at most ``limit * buffer_size``.
-    """
-
-    def __init__(self, buffer_size: int, limit: int, prealloc: int = 0) -> None:
-        self.buffer_size = buffer_size - buffer_size % _ALIGN
-        self.limit = max(limit, 1)
-        self._lock = threading.Lock()
-        self._arrays: dict[int, np.ndarray] = {}  # address -> backing array (keeps it alive)
-        self._free: list[int] = []
-        self.refused = 0  # requests refused because every buffer was in use
-        for _ in range(min(prealloc, self.limit)):
-            self._free.append(self._allocate())
-
-    def _allocate(self) -> int:
-        raw = np.empty(self.buffer_size + _ALIGN, dtype=np.uint8)
-        shift = (-raw.ctypes.data) % _ALIGN
-        array = raw[shift : shift + self.buffer_size]
-        address = int(array.ctypes.data)
-        self._arrays[address] = array
-        return address
-
-    def take(self) -> int | None:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-            if len(self._arrays) < self.limit:
-                return self._allocate()
-            self.refused += 1
-            return None
-
-    def give_back(self, address: int) -> None:
-        with self._lock:
-            if address in self._arrays:
-                self._free.append(address)
-
-    def view(self, address: int) -> memoryview:
-        return memoryview(self._arrays[address].data)
-
-    def owns(self, address: int) -> bool:
-        return address in self._arrays
-
-    @property
-    def outstanding(self) -> int:
-        """Buffers with CUPTI or waiting to be decoded."""
-        with self._lock:
-            return len(self._arrays) - len(self._free)
-
-
-Completed = tuple[int, int, int]  # (address, valid bytes, records CUPTI dropped)
-
-
 class BufferCallbacks:
-    """The raw ``cuptiActivityRegisterCallbacks`` pair, feeding completed buffers to ``out``."""
+    """The raw callback pair, feeding completed buffers to ``outlet``.
 
-    def __init__(self, pool: BufferPool, out: queue.SimpleQueue[Any]) -> None:
-        self.pool = pool
-        self.out = out
+    ``on_dropped(count)`` is told about records CUPTI dropped that came with no buffer of ours."""
+
+    def __init__(self, outlet: ActivityOutlet, on_dropped: Any) -> None:
+        self.outlet = outlet
+        self.on_dropped = on_dropped
         self.errors = 0
+        self.refused = 0  # requests refused because every buffer was in use
         self.buffers_completed = 0
         self._lib = driver.libcupti()
         self._request_fn = _RequestFunc(self._requested)  # kept referenced: CUPTI holds the pointers
@@ -105,9 +49,11 @@ class BufferCallbacks:
 
     def _requested(self, buffer: Any, size: Any, max_records: Any) -> None:
         try:
-            address = self.pool.take()
+            address = self.outlet.take()
+            if address is None:
+                self.refused += 1
             buffer[0] = address  # None (NULL) with size 0: CUPTI drops records and counts them
-            size[0] = self.pool.buffer_size if address is not None else 0
+            size[0] = self.outlet.slot_size if address is not None else 0
             max_records[0] = 0  # as many as fit
         except Exception:
             self.errors += 1
@@ -119,10 +65,13 @@ class BufferCallbacks:
             dropped = ctypes.c_size_t(0)
             self._lib.cuptiActivityGetNumDroppedRecords(context, stream_id, ctypes.byref(dropped))
             self.buffers_completed += 1
-            if buffer is not None and self.pool.owns(buffer):
-                self.out.put((buffer, valid, dropped.value))
-            elif dropped.value:
-                self.out.put((0, 0, dropped.value))
+            if buffer is not None and self.outlet.owns(buffer):
+                if valid:
+                    self.outlet.complete(buffer, valid, dropped.value)
+                    return
+                self.outlet.give_back(buffer)
+            if dropped.value:
+                self.on_dropped(dropped.value)
         except Exception:
             self.errors += 1
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from cuptistream.channel.messages import OpenStream
 from cuptistream.codec import Chunk, array_header, decode_events
-from cuptistream.component import Emitter
+from cuptistream.collector.inline import InlineOutlet
+from cuptistream.component import ActivityOutlet, Emitter
 from cuptistream.events import Event
 
 
@@ -29,3 +31,7 @@ class Collect(Emitter):
 
     def report_error(self, origin: str, message: str, severity: str = "error", result_code: int = 0) -> None:
         self.errors.append((origin, message, severity, result_code))
+
+    def open_activity_stream(self, stream: OpenStream, buffer_size: int, buffers: int) -> ActivityOutlet:
+        """Buffers decoded where they complete (no collector process): see ``InlineOutlet``."""
+        return InlineOutlet(stream, buffer_size, buffers, self)

@@ -1,0 +1,101 @@
+"""The messages on the probe↔collector socket (msgpack, one per SOCK_SEQPACKET datagram).
+
+Every message is small; bulk data travels in shared-memory slots (``shm``). ``Hello`` and
+``OpenPool`` carry file descriptors (the memfds) as ancillary data, one per pool, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import msgspec
+
+from cuptistream.events import ClockSync, Resource
+
+
+class Message(msgspec.Struct, tag=True, kw_only=True):
+    pass
+
+
+class PoolSpec(msgspec.Struct, kw_only=True):
+    pool: int  # the probe's pool number, used by ``Ready`` and stream definitions
+    slot_size: int
+    slots: int
+
+
+class Hello(Message, tag="hello"):
+    """First message of a connection; one fd per ``pools`` entry rides along."""
+
+    protocol: int
+    session_id: str
+    resource: Resource
+    pools: list[PoolSpec]
+    clock: ClockSync | None = None
+
+
+class OpenPool(Message, tag="open_pool"):
+    """A pool created after the hello; its fd rides along."""
+
+    spec: PoolSpec
+
+
+class OpenStream(Message, tag="open_stream"):
+    """A source of raw activity buffers: what the collector needs to decode them."""
+
+    stream: int
+    source: str
+    device: str = ""
+    cupti_version: int = 0
+    struct_sizes: dict[int, int] = {}  # CUpti_ActivityKind -> record size
+    strings: dict[int, str] | None = None  # pointer -> text (replay); None: read the probe's memory
+    demangle: bool = False
+    capture: str = ""  # also write the raw buffers to this capture file (collector side)
+
+
+class Ready(Message, tag="ready"):
+    """Slots of ``pool`` were published; the collector drains every READY slot in order."""
+
+    pool: int
+
+
+class LossReport(Message, tag="loss"):
+    stage: str
+    reason: str
+    count: int
+    unit: str = "events"
+
+
+class ErrorReport(Message, tag="error"):
+    origin: str
+    message: str
+    severity: str = "error"
+    result_code: int = 0
+    timestamp: int = 0  # CUPTI clock ns (the event clock)
+
+
+class ClockReading(Message, tag="clock"):
+    clock: ClockSync
+
+
+class Goodbye(Message, tag="goodbye"):
+    """The probe stopped cleanly; everything it published before this is READY."""
+
+    stats: dict[str, int] = {}
+
+
+AnyMessage = Union[Hello, OpenPool, OpenStream, Ready, LossReport, ErrorReport, ClockReading, Goodbye]  # noqa: UP007
+
+PROTOCOL = 1
+MAX_MESSAGE = 256 * 1024
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(AnyMessage)
+
+
+def encode(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode(data: bytes) -> AnyMessage:
+    """Raises ``msgspec.DecodeError``/``ValidationError`` on a malformed message."""
+    return _decoder.decode(data)

@@ -1,0 +1,143 @@
+"""``Collector``: the pipeline and its sinks, serving the probes that connect to it.
+
+Lifecycle: ``start()`` opens the sinks (raising ``SinkUnavailableError`` and friends before any
+program runs), ``listen(path)`` accepts probes on a Unix socket, ``finish()`` waits for the probes
+to hang up (each connection drains what its probe published, also after a crash), then drains the
+pipeline within ``shutdown_deadline`` and returns the ``ShutdownReport``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource as rusage
+import socket
+import threading
+import time
+import uuid
+
+from cuptistream.channel import messages, sockets
+from cuptistream.collector.connection import ProbeConnection
+from cuptistream.component import Sink
+from cuptistream.config import Config
+from cuptistream.events import ClockSync
+from cuptistream.pipeline import Pipeline, PipelineThread, ShutdownReport
+from cuptistream.registry import sink_class
+from cuptistream.resource import current_resource
+
+_SHUTDOWN_GRACE_S = 5.0
+
+
+class Collector:
+    def __init__(self, config: Config, *, sinks: list[Sink] | None = None, session_id: str | None = None) -> None:
+        self.config = config
+        self.session_id = session_id or uuid.uuid4().hex[:16]
+        if sinks is None:
+            sinks = [sink_class(s.type)(s) for s in config.sinks if s.enabled]
+        self.pipeline = Pipeline(
+            config, sinks, self.session_id, current_resource(config.session.job_env), self.clock_sync
+        )
+        self._pipeline_thread = PipelineThread(self.pipeline)
+        self._clock_offset: int | None = None
+        self._changed = threading.Condition()
+        self._connections: set[ProbeConnection] = set()
+        self._threads: list[threading.Thread] = []
+        self._listener: socket.socket | None = None
+        self._adopted_resource = False
+        self.served = 0
+        self.buffers = 0
+        self.records = 0
+        self.report: ShutdownReport | None = None
+
+    def start(self) -> Collector:
+        self._pipeline_thread.start()
+        return self
+
+    # --- probes -------------------------------------------------------------------------------
+
+    def listen(self, path: str) -> str:
+        """Accept probes at ``path`` from now on (a thread). Raises ``ChannelError``."""
+        self._listener = sockets.listen(path)
+        threading.Thread(target=self._accept_loop, name="cuptistream-accept", daemon=True).start()
+        return path
+
+    def _accept_loop(self) -> None:
+        listener = self._listener
+        while listener is not None:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            self.attach(sock)
+
+    def attach(self, sock: socket.socket) -> None:
+        connection = ProbeConnection(sock, self)
+        with self._changed:
+            self._connections.add(connection)
+            self.served += 1
+        thread = threading.Thread(target=connection.run, name="cuptistream-probe-conn", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def probe_said_hello(self, hello: messages.Hello) -> None:
+        if not self._adopted_resource:  # the data describes the observed program, not the collector
+            self._adopted_resource = True
+            self.pipeline.resource = hello.resource
+        if hello.clock is not None:
+            self.clock_reading(hello.clock)
+
+    def probe_left(self, connection: ProbeConnection) -> None:
+        with self._changed:
+            self._connections.discard(connection)
+            for stream in connection.streams.values():
+                self.buffers += stream.buffers
+                self.records += stream.records
+            self._changed.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until at least one probe came and every probe has left."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.served > 0 and not self._connections, timeout)
+
+    # --- clock --------------------------------------------------------------------------------
+
+    def clock_reading(self, clock: ClockSync) -> None:
+        self._clock_offset = clock.offset_ns
+
+    def clock_sync(self) -> ClockSync:
+        """The event clock (CUPTI's, from the probes' readings) next to the Unix clock."""
+        now = time.time_ns()
+        if self._clock_offset is None:
+            return ClockSync(cupti_ns=time.monotonic_ns(), unix_ns=now)
+        return ClockSync(cupti_ns=now - self._clock_offset, unix_ns=now)
+
+    # --- shutdown -----------------------------------------------------------------------------
+
+    def finish(self, probe_timeout: float | None = None) -> ShutdownReport | None:
+        """Stop accepting, let connected probes hang up (up to ``probe_timeout``, then cut them off:
+        what they published is still drained), then drain the pipeline."""
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.close()
+            self._listener = None
+        deadline = float(self.config.pipeline.shutdown_deadline)
+        with self._changed:
+            self._changed.wait_for(lambda: not self._connections, probe_timeout)
+            remaining = list(self._connections)
+        for connection in remaining:
+            with contextlib.suppress(OSError):
+                connection.sock.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(deadline)
+        self.report = self._pipeline_thread.stop(deadline + _SHUTDOWN_GRACE_S)
+        if self.report is not None:
+            usage = rusage.getrusage(rusage.RUSAGE_SELF)
+            self.report.probes = self.served
+            self.report.activity_buffers = self.buffers
+            self.report.activity_records = self.records
+            self.report.collector_cpu_s = round(usage.ru_utime + usage.ru_stime, 3)
+            self.report.collector_max_rss_kib = usage.ru_maxrss
+        return self.report
+
+    @property
+    def stop_timeout(self) -> float:
+        return float(self.config.pipeline.shutdown_deadline) + _SHUTDOWN_GRACE_S

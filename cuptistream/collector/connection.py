@@ -1,0 +1,136 @@
+"""One probe connection in the collector: receive messages, drain published slots, decode.
+
+Runs on its own thread. A ``Ready`` message wakes it; it then drains every READY slot of that pool
+in publication order. The socket is also polled, so a lost wake-up costs at most ``_POLL_S``. At
+the end of the connection (goodbye, exit, crash or SIGKILL of the program) every slot the probe
+published is still drained: the shared memory outlives the process while it is mapped here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from cuptistream.channel import messages, sockets
+from cuptistream.channel.shm import ACTIVITY, CHUNK, SlotPool
+from cuptistream.codec import Chunk
+from cuptistream.collector.decoding import DecodeStream
+from cuptistream.events import Error
+
+if TYPE_CHECKING:
+    from cuptistream.collector.collector import Collector
+
+_POLL_S = 0.5
+
+
+class ProbeConnection:
+    def __init__(self, sock: socket.socket, collector: Collector) -> None:
+        self.sock = sock
+        self.collector = collector
+        self.intake = collector.pipeline.intake
+        self.pid = 0
+        self.pools: dict[int, SlotPool] = {}
+        self.streams: dict[int, DecodeStream] = {}
+        self.said_goodbye = False
+        self.chunks = 0
+
+    @property
+    def origin(self) -> str:
+        return f"collector:probe:{self.pid}"
+
+    def run(self) -> None:
+        self.sock.settimeout(_POLL_S)
+        try:
+            while True:
+                try:
+                    received = sockets.receive(self.sock)
+                except TimeoutError:
+                    self._drain_all()
+                    continue
+                if received is None:
+                    break
+                message, fds = received
+                self._handle(message, fds)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
+            self.intake.report_error(self.origin, f"probe connection failed: {error}")
+        finally:
+            self._finish()
+
+    def _handle(self, message: messages.AnyMessage, fds: list[int]) -> None:
+        if isinstance(message, messages.Ready):
+            self._drain(message.pool)
+        elif isinstance(message, messages.Hello):
+            self.pid = message.resource.pid
+            for spec, fd in zip(message.pools, fds, strict=False):
+                self._map(spec, fd)
+            self.collector.probe_said_hello(message)
+        elif isinstance(message, messages.OpenPool):
+            if fds:
+                self._map(message.spec, fds[0])
+        elif isinstance(message, messages.OpenStream):
+            self.streams[message.stream] = DecodeStream(message, self.pid, self.intake)
+        elif isinstance(message, messages.LossReport):
+            self.intake.report_loss(message.stage, message.reason, message.count, message.unit)
+        elif isinstance(message, messages.ErrorReport):
+            event = Error(
+                severity=message.severity, origin=message.origin, message=message.message,
+                timestamp=message.timestamp, result_code=message.result_code,
+            )  # fmt: skip
+            self.intake.emit_control([event])
+        elif isinstance(message, messages.ClockReading):
+            self.collector.clock_reading(message.clock)
+        elif isinstance(message, messages.Goodbye):
+            self.said_goodbye = True
+            self._drain_all()
+
+    def _map(self, spec: messages.PoolSpec, fd: int) -> None:
+        try:
+            self.pools[spec.pool] = SlotPool(fd, spec.slot_size, spec.slots, owner=False)
+        except Exception as error:
+            os.close(fd)
+            self.intake.report_error(self.origin, f"cannot map pool {spec.pool}: {error}")
+
+    def _drain_all(self) -> None:
+        for index in list(self.pools):
+            self._drain(index)
+
+    def _drain(self, index: int) -> None:
+        pool = self.pools.get(index)
+        if pool is None:
+            return
+        for slot in pool.ready():
+            header = pool.headers[slot]
+            kind, valid = int(header["kind"]), int(header["valid"])
+            try:
+                view = pool.view(slot, valid)
+                if kind == ACTIVITY:
+                    stream = self.streams.get(int(header["stream"]))
+                    if stream is None:
+                        self.intake.report_loss(self.origin, "unknown_stream", 1, unit="buffers")
+                    else:
+                        stream.decode(view, valid, int(header["dropped"]))
+                elif kind == CHUNK:
+                    self.chunks += 1
+                    self.intake.emit_chunk(Chunk(bytes(view), int(header["count"])))
+                else:
+                    self.intake.report_loss(self.origin, "unknown_slot_kind", 1, unit="buffers")
+                del view
+            finally:
+                pool.release(slot)
+
+    def _finish(self) -> None:
+        self._drain_all()
+        for stream in self.streams.values():
+            try:
+                stream.close()
+            except Exception as error:
+                self.intake.report_error(self.origin, f"closing a decode stream failed: {error}")
+        for pool in self.pools.values():
+            pool.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.collector.probe_left(self)

@@ -1,0 +1,144 @@
+"""The probe's end of the channel: the socket, the shared-memory pools, and what could not be sent.
+
+Posting never waits: a message that cannot be sent at once is dropped and counted (or, for loss
+counts, kept and sent later). When the collector goes away, the probe keeps running: its pools fill,
+CUPTI drops records and counts them, and ``reconnect`` hands the pools (with every buffer still
+unread in them) and the counts to a collector that comes back at the same address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import socket
+import threading
+from collections import Counter
+
+from cuptistream.channel import messages, sockets
+from cuptistream.channel.shm import ChannelError, SlotPool
+from cuptistream.events import ClockSync, Resource
+
+_PR_SET_PTRACER = 0x59616D61
+
+
+def allow_reading_by(pid: int) -> None:
+    """Let ``pid`` read this process's memory (Yama ptrace scope 1): the collector reads the kernel
+    names that activity records point to. A no-op where Yama is absent."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0)
+
+
+class ProbeLink:
+    def __init__(self, address: str, session_id: str, resource: Resource) -> None:
+        self.address = address
+        self.session_id = session_id
+        self.resource = resource
+        self.pools: list[SlotPool] = []
+        self.streams: list[messages.OpenStream] = []
+        self.collector_pid = 0
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._losses: Counter[tuple[str, str, str]] = Counter()  # not yet sent
+        self.messages_dropped = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def connect(self, clock: ClockSync | None = None, timeout: float = 5.0) -> None:
+        """Say hello, with every pool's fd and every stream. Raises ``ChannelError``."""
+        sock = sockets.connect(self.address, timeout)
+        with self._lock:
+            specs = [messages.PoolSpec(pool=i, slot_size=p.slot_size, slots=p.slots) for i, p in enumerate(self.pools)]
+            hello = messages.Hello(
+                protocol=messages.PROTOCOL, session_id=self.session_id, resource=self.resource,
+                pools=specs, clock=clock,
+            )  # fmt: skip
+            try:
+                sock.setblocking(True)
+                sockets.send(sock, hello, [p.fd for p in self.pools])
+                for stream in self.streams:
+                    sockets.send(sock, stream)
+                sock.setblocking(False)
+            except OSError as error:
+                sock.close()
+                raise ChannelError(f"the collector at {self.address} hung up ({error.strerror})") from None
+            self._sock = sock
+            self.collector_pid = sockets.peer_pid(sock)
+        allow_reading_by(self.collector_pid)
+        self.send_losses()
+
+    def reconnect(self, clock: ClockSync | None = None) -> bool:
+        if self._sock is not None:
+            return True
+        try:
+            self.connect(clock, timeout=0.5)
+        except ChannelError:
+            return False
+        return True
+
+    def add_pool(self, name: str, slot_size: int, slots: int) -> tuple[int, SlotPool]:
+        pool = SlotPool.create(name, slot_size, slots)
+        with self._lock:
+            self.pools.append(pool)
+            index = len(self.pools) - 1
+        spec = messages.PoolSpec(pool=index, slot_size=pool.slot_size, slots=slots)
+        self.post(messages.OpenPool(spec=spec), fds=[pool.fd])
+        return index, pool
+
+    def add_stream(self, stream: messages.OpenStream) -> int:
+        with self._lock:
+            stream.stream = len(self.streams)
+            self.streams.append(stream)
+        self.post(stream)
+        return stream.stream
+
+    def post(self, message: messages.Message, fds: list[int] | None = None) -> bool:
+        """Send without waiting. False: not sent (no collector, or its socket buffer is full)."""
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            sockets.send(sock, message, fds)
+        except BlockingIOError:
+            return False
+        except OSError:
+            self._disconnected(sock)
+            return False
+        return True
+
+    def count_lost(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
+        if count > 0:
+            with self._lock:
+                self._losses[stage, reason, unit] += count
+
+    def send_losses(self) -> None:
+        with self._lock:
+            pending, self._losses = self._losses, Counter()
+        for (stage, reason, unit), count in pending.items():
+            if not self.post(messages.LossReport(stage=stage, reason=reason, count=count, unit=unit)):
+                self.count_lost(stage, reason, count, unit)
+
+    def unsent_losses(self) -> dict[str, int]:
+        with self._lock:
+            return {f"{stage}/{reason}": n for (stage, reason, _), n in self._losses.items() if n}
+
+    def _disconnected(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self._sock is sock:
+                self._sock = None
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def close(self, stats: dict[str, int] | None = None) -> None:
+        """Say goodbye and hang up; the pools stay mapped in the collector until it has drained them."""
+        self.send_losses()
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setblocking(True)
+                sock.settimeout(2.0)
+                sockets.send(sock, messages.Goodbye(stats=stats or {}))
+            self._disconnected(sock)
+        for pool in self.pools:
+            pool.close()

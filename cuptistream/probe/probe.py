@@ -1,0 +1,140 @@
+"""``Probe``: the config's sources running in this process, feeding a collector.
+
+Telemetry never takes the observed program down: a source that fails to start is disabled with an
+Error event and a one-line note on stderr, and the others keep running. ``stop()`` (also at exit
+and on SIGTERM) stops the sources (each hands over what it holds: CUPTI's forced flush), sends the
+queued events, and hangs up; the collector drains what was handed over.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from cuptistream.channel import messages
+from cuptistream.component import Source
+from cuptistream.config import Config
+from cuptistream.events import ClockSync
+from cuptistream.probe.emitter import ProbeEmitter
+from cuptistream.probe.link import ProbeLink
+from cuptistream.registry import source_class
+from cuptistream.resource import current_resource
+
+_CONSUMED_WAIT_S = 10.0  # at stop: how long the collector may take to read the last activity buffers
+
+
+def note(message: str) -> None:
+    print(f"cuptistream: {message}", file=sys.stderr, flush=True)
+
+
+class Probe:
+    """Not reusable: ``start()`` once, ``stop()`` once."""
+
+    def __init__(self, config: Config, address: str, session_id: str, *, quiet: bool = False) -> None:
+        self.config = config
+        self.quiet = quiet
+        self.sources: list[Source] = []
+        self.failed_sources: dict[str, str] = {}
+        self.link = ProbeLink(address, session_id, current_resource(config.session.job_env))
+        probe_cfg = config.probe
+        self.emitter = ProbeEmitter(
+            self.link, config.pipeline.memory_budget, config.pipeline.full_policy,
+            probe_cfg.event_buffer_size, probe_cfg.event_buffers, self.clock_sync,
+        )  # fmt: skip
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._previous_sigterm: Any = None
+
+    def start(self) -> Probe:
+        """Connect and start the sources. Raises ``ChannelError`` when no collector answers."""
+        self.link.connect(self.clock_sync())
+        self.emitter.start()
+        for source_config in self.config.sources:
+            if not source_config.enabled:
+                continue
+            source = source_class(source_config.type)(source_config, self.emitter)
+            try:
+                source.start()
+            except Exception as error:
+                self._disable(source, error)
+            else:
+                self.sources.append(source)
+        if (clock := self.clock_sync()) is not None:
+            self.link.post(messages.ClockReading(clock=clock))
+        atexit.register(self.stop)
+        self._install_sigterm()
+        return self
+
+    def _disable(self, source: Source, error: BaseException) -> None:
+        message = str(error) or type(error).__name__
+        self.failed_sources[source.name] = message
+        self.emitter.report_error(f"source:{source.name}", f"source disabled: {message}")
+        if not self.quiet:
+            note(f"source {source.name!r} disabled: {message}")
+
+    def clock_sync(self) -> ClockSync | None:
+        """A CUPTI clock reading next to the Unix clock, from the first source that has a clock."""
+        for source in self.sources:
+            if source.clock is not None:
+                try:
+                    return ClockSync(cupti_ns=source.clock(), unix_ns=time.time_ns())
+                except Exception:
+                    continue
+        return None
+
+    def flush(self) -> None:
+        for source in self.sources:
+            try:
+                source.flush()
+            except Exception as error:
+                self.emitter.report_error(f"source:{source.name}", f"flush failed: {error}")
+        self.emitter.flush()
+
+    def stop(self) -> None:
+        """Stop the sources, send what they handed over, hang up. Idempotent; never raises."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        atexit.unregister(self.stop)
+        self._restore_sigterm()
+        for source in reversed(self.sources):
+            try:
+                source.stop()
+            except Exception as error:
+                self.emitter.report_error(f"source:{source.name}", f"stop failed: {error}")
+        deadline = float(self.config.pipeline.shutdown_deadline)
+        self.emitter.close(deadline)
+        for outlet in self.emitter.outlets:
+            outlet.wait_consumed(_CONSUMED_WAIT_S)
+        stats = {"activity_buffers": sum(o.buffers for o in self.emitter.outlets)}
+        connected = self.link.connected
+        self.link.close(stats)
+        unsent = self.link.unsent_losses()
+        if (unsent or not connected) and not self.quiet:
+            note(f"the collector at {self.link.address} was gone; not handed over: {unsent or 'nothing'}")
+
+    # --- SIGTERM: unwind the program so the probe stops and hands over ----------------------
+
+    def _install_sigterm(self) -> None:
+        import signal
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
+
+    def _restore_sigterm(self) -> None:
+        import signal
+
+        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+
+def _raise_system_exit(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
