@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-c", "--config", required=True, help="YAML config (see configs/)")
     run.add_argument("--quiet", action="store_true", help="no summary line on stderr")
-    run.add_argument("--report-json", metavar="FILE", help="write the shutdown report (counts, collector CPU) as JSON")
+    run.add_argument(
+        "--report-json", metavar="FILE", help="write the shutdown report (counts, collector CPU) as JSON"
+    )
     run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py args...")
 
     collector = commands.add_parser(
@@ -44,9 +46,13 @@ def _parser() -> argparse.ArgumentParser:
         "(probes find it through CUPTISTREAM_COLLECTOR or probe.collector). Stops on SIGTERM or SIGINT, "
         "draining what the probes handed over.",
     )
-    collector.add_argument("-c", "--config", required=True, help="YAML config: its pipeline and sinks are used")
+    collector.add_argument(
+        "-c", "--config", required=True, help="YAML config: its pipeline and sinks are used"
+    )
     collector.add_argument("--socket", required=True, help="the Unix socket path to listen on")
-    collector.add_argument("--until-idle", action="store_true", help="exit once the probes that came have left")
+    collector.add_argument(
+        "--until-idle", action="store_true", help="exit once the probes that came have left"
+    )
     collector.add_argument("--session-id", default=None, help=argparse.SUPPRESS)
     collector.add_argument("--report-json", metavar="FILE", help="write the shutdown report as JSON at exit")
     collector.add_argument("--quiet", action="store_true", help="no summary line on stderr")

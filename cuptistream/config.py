@@ -69,7 +69,8 @@ class ProbeConfig(Strict):
     """The observed process's side: where its collector is, and the shared memory for events."""
 
     collector: str = ""  # socket path of a running collector; "" starts one for the session
-    event_buffer_size: Size = Size(4 * 1024 * 1024)  # one shared-memory slot of encoded events
+    memory_budget: Size = Size(32 * 1024 * 1024)  # encoded events queued in the probe (pipeline.full_policy)
+    event_buffer_size: Size = Size(1024 * 1024)  # one shared-memory slot of encoded events
     event_buffers: int = 8  # slots: the events in flight to the collector are bounded by both
 
     def __post_init__(self) -> None:

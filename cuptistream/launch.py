@@ -27,7 +27,6 @@ from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import write_config
 from cuptistream.config import load
 from cuptistream.errors import UserError
-from cuptistream.pipeline import ShutdownReport
 from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_QUIET
 
 

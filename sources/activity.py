@@ -85,7 +85,9 @@ class ActivitySourceConfig(SourceConfig):
         if self.buffer_size < 64 * 1024:
             raise ValueError("buffer_size must be at least 64KiB")
         if self.buffer_pool_limit < 2:
-            raise ValueError("buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)")
+            raise ValueError(
+                "buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)"
+            )
 
 
 class ActivitySource(Source):
@@ -209,8 +211,9 @@ class ActivitySource(Source):
         if self.callbacks is not None and self.callbacks.refused:
             self.emitter.report_error(
                 f"source:{self.name}",
-                f"CUPTI asked for a buffer {self.callbacks.refused} times while all {self.config.buffer_pool_limit} "
-                "were in use (records dropped and counted); raise buffer_pool_limit or buffer_size",
+                f"CUPTI asked for a buffer {self.callbacks.refused} times while all "
+                f"{self.config.buffer_pool_limit} were in use (records dropped and counted); "
+                "raise buffer_pool_limit or buffer_size",
                 severity="warning",
             )
         # Names in the records point into CUPTI's memory: let the collector read them before detaching.

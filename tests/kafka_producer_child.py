@@ -16,6 +16,7 @@ from cuptistream.config import convert
 from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
 
 PIPELINE_BUDGET = "32MiB"
+PROBE_BUDGET = "8MiB"  # the probe's queue, in this process too (the collector is embedded)
 QUEUE_BYTES = "16MiB"
 IN_FLIGHT_BYTES = "8MiB"
 
@@ -48,6 +49,7 @@ def main() -> None:
             "stats_interval": "1s",
             "shutdown_deadline": "60s",
         },
+        "probe": {"memory_budget": PROBE_BUDGET},
         "sources": [{"type": "synthetic", "events": 0, "rate": float(rate), "duration": float(seconds)}],
         "sinks": [{"type": "null"}],  # replaced by the Kafka sink built above
     }

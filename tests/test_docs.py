@@ -21,7 +21,14 @@ import msgspec
 import pytest
 
 from cuptistream import events, registry
-from cuptistream.config import PipelineConfig, SessionConfig, SinkConfig, SourceConfig, _RawConfig
+from cuptistream.config import (
+    PipelineConfig,
+    ProbeConfig,
+    SessionConfig,
+    SinkConfig,
+    SourceConfig,
+    _RawConfig,
+)
 from cuptistream.errors import ConfigError
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -169,6 +176,7 @@ CORE_SECTIONS = {
     "top level": (r"^Top level$", _RawConfig),  # the keys the YAML file's top level accepts
     "session": (r"^`session`$", SessionConfig),
     "pipeline": (r"^`pipeline`$", PipelineConfig),
+    "probe": (r"^`probe`$", ProbeConfig),
     "every source": (r"^Keys every source has$", SourceConfig),
     "every sink": (r"^Keys every sink has$", SinkConfig),
 }

@@ -32,9 +32,11 @@ from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
 
 CHILD = Path(__file__).with_name("kafka_producer_child.py")
 MiB = 1024 * 1024
-# The child's configured budgets: pipeline 32 MiB + in flight 8 MiB (kafka_producer_child.py), plus
-# room for kafka-python's compression buffers and allocator slack.
-RSS_GROWTH_LIMIT = (32 + 8 + 40) * MiB
+# The child's configured budgets (kafka_producer_child.py): pipeline 32 MiB + in flight 8 MiB, and,
+# because its collector is embedded in the same process, the probe's queue 8 MiB + its 8 MiB of
+# event buffers (mapped twice: by the probe and by the collector), plus room for kafka-python's
+# compression buffers and allocator slack.
+RSS_GROWTH_LIMIT = (32 + 8 + 8 + 2 * 8 + 40) * MiB
 
 
 def _rss(pid: int) -> int:

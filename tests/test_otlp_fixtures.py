@@ -9,13 +9,10 @@ exercised even where the fixtures have not been captured yet.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from cuptistream.codec import Chunk
-from cuptistream.component import Emitter
 from cuptistream.config import convert
 from cuptistream.events import (
     ApiCall,
@@ -29,6 +26,7 @@ from cuptistream.events import (
     NvtxRange,
     Synchronization,
 )
+from tests.gpu.workloads.collect import Collect
 from tests.otlp_batches import make_batch, step_events
 from tests.otlp_receiver import OtlpReceiver
 from tests.test_otlp import attrs, deliver, sink_for
@@ -45,27 +43,10 @@ KINDS: dict[type, str] = {
 }
 
 
-class _Collect(Emitter):
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    def emit(self, events: Sequence[Event]) -> None:
-        self.events.extend(events)
-
-    def emit_chunk(self, chunk: Chunk) -> None:
-        raise AssertionError("the replay source emits events")
-
-    def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
-        pass
-
-    def report_error(self, origin: str, message: str, severity: str = "error", result_code: int = 0) -> None:
-        pass
-
-
 def replayed_events() -> list[Event]:
     from cuptistream.sources.replay import ReplayConfig, ReplaySource
 
-    emitter = _Collect()
+    emitter = Collect()  # decodes inline (no collector process needed here)
     source = ReplaySource(convert({"type": "replay", "path": str(FIXTURES)}, ReplayConfig), emitter)
     source.start()
     source.stop()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import threading
 
 import numpy as np
@@ -27,7 +28,8 @@ import numpy as np
 from cuptistream.errors import UserError
 
 FREE, FILLING, READY = 0, 1, 2
-ACTIVITY, CHUNK = 1, 2  # what a READY slot holds: a CUPTI activity buffer, or msgpack event elements
+ACTIVITY, CHUNK = 1, 2  # what a READY slot holds: a CUPTI activity buffer, or encoded event chunks
+CHUNK_PREFIX = struct.Struct("<II")  # before each chunk in a CHUNK slot: payload bytes, event count
 
 HEADER_DTYPE = np.dtype(
     [
@@ -64,8 +66,9 @@ class SlotPool:
             raise ChannelError(f"cannot map the shared-memory pool ({error.strerror})") from None
         raw = np.frombuffer(self._map, dtype=np.uint8)
         self.headers = np.ndarray((slots,), dtype=HEADER_DTYPE, buffer=self._map, offset=0)
-        self._data = raw[_data_offset(slots) :]
-        self.base_address = int(self._data.ctypes.data)
+        self._bytes = memoryview(self._map)
+        self._data_start = _data_offset(slots)
+        self.base_address = int(raw.ctypes.data) + self._data_start
         self._lock = threading.Lock()
         self._seq = 0
         self._hint = 0
@@ -112,7 +115,9 @@ class SlotPool:
             return None
         return offset // self.slot_size
 
-    def publish(self, slot: int, kind: int, stream: int, valid: int, dropped: int = 0, count: int = 0) -> None:
+    def publish(
+        self, slot: int, kind: int, stream: int, valid: int, dropped: int = 0, count: int = 0
+    ) -> None:
         """Hand a FILLING slot to the collector (state written last)."""
         with self._lock:
             self._seq += 1
@@ -133,7 +138,8 @@ class SlotPool:
 
     def view(self, slot: int, nbytes: int | None = None) -> memoryview:
         start = slot * self.slot_size
-        return memoryview(self._data[start : start + (self.slot_size if nbytes is None else nbytes)])
+        start += self._data_start
+        return self._bytes[start : start + (self.slot_size if nbytes is None else nbytes)]
 
     # --- the collector's side -----------------------------------------------------------------
 
@@ -142,8 +148,8 @@ class SlotPool:
         states = self.headers["state"]
         slots = np.flatnonzero(states == READY)
         if len(slots) <= 1:
-            return slots.tolist()  # type: ignore[no-any-return]
-        return slots[np.argsort(self.headers["seq"][slots], kind="stable")].tolist()  # type: ignore[no-any-return]
+            return [int(s) for s in slots]
+        return [int(s) for s in slots[np.argsort(self.headers["seq"][slots], kind="stable")]]
 
     def release(self, slot: int) -> None:
         self.headers["state"][slot] = FREE
@@ -151,7 +157,7 @@ class SlotPool:
     def close(self) -> None:
         """Unmap and close the descriptor. Views handed out must be gone by now."""
         self.headers = None  # type: ignore[assignment]
-        self._data = None  # type: ignore[assignment]
+        self._bytes.release()
         try:
             self._map.close()
         except BufferError:

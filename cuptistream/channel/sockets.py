@@ -30,7 +30,9 @@ def listen(path: str | Path) -> socket.socket:
         server.listen(64)
     except OSError as error:
         server.close()
-        raise ChannelError(f"cannot listen on {path} ({error.strerror}); choose a writable --socket path") from None
+        raise ChannelError(
+            f"cannot listen on {path} ({error.strerror}); choose a writable --socket path"
+        ) from None
     return server
 
 

@@ -28,7 +28,9 @@ _SHUTDOWN_GRACE_S = 5.0
 
 
 class Collector:
-    def __init__(self, config: Config, *, sinks: list[Sink] | None = None, session_id: str | None = None) -> None:
+    def __init__(
+        self, config: Config, *, sinks: list[Sink] | None = None, session_id: str | None = None
+    ) -> None:
         self.config = config
         self.session_id = session_id or uuid.uuid4().hex[:16]
         if sinks is None:

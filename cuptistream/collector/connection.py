@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from cuptistream.channel import messages, sockets
-from cuptistream.channel.shm import ACTIVITY, CHUNK, SlotPool
+from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.events import Error
@@ -114,13 +114,24 @@ class ProbeConnection:
                     else:
                         stream.decode(view, valid, int(header["dropped"]))
                 elif kind == CHUNK:
-                    self.chunks += 1
-                    self.intake.emit_chunk(Chunk(bytes(view), int(header["count"])))
+                    self._emit_chunks(view)
                 else:
                     self.intake.report_loss(self.origin, "unknown_slot_kind", 1, unit="buffers")
                 del view
             finally:
                 pool.release(slot)
+
+    def _emit_chunks(self, view: memoryview) -> None:
+        offset = 0
+        while offset + CHUNK_PREFIX.size <= len(view):
+            nbytes, count = CHUNK_PREFIX.unpack_from(view, offset)
+            offset += CHUNK_PREFIX.size
+            if offset + nbytes > len(view):
+                self.intake.report_loss(self.origin, "torn_chunk", count)
+                return
+            self.chunks += 1
+            self.intake.emit_chunk(Chunk(bytes(view[offset : offset + nbytes]), count))
+            offset += nbytes
 
     def _finish(self) -> None:
         self._drain_all()

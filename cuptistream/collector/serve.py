@@ -40,8 +40,8 @@ def serve(
     collector.listen(socket_path)
     print(f"listening on {socket_path}", flush=True)
     if not quiet and not until_idle:
-        print(f"cuptistream: collector listening; point probes at it with CUPTISTREAM_COLLECTOR={socket_path}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        hint = f"point probes at it with CUPTISTREAM_COLLECTOR={socket_path}"
+        print(f"cuptistream: collector listening; {hint}", file=sys.stderr, flush=True)
     while not stop.wait(0.2):
         if until_idle and collector.wait_idle(timeout=0):
             break

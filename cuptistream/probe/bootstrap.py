@@ -50,5 +50,8 @@ def start_from_environment() -> object | None:
     except UserError as error:
         print(f"cuptistream: telemetry is off for this process: {error}", file=sys.stderr)
     except Exception as error:
-        print(f"cuptistream: telemetry is off for this process: {type(error).__name__}: {error}", file=sys.stderr)
+        print(
+            f"cuptistream: telemetry is off for this process: {type(error).__name__}: {error}",
+            file=sys.stderr,
+        )
     return None

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from cuptistream.channel import messages
-from cuptistream.channel.shm import ACTIVITY, CHUNK, READY, SlotPool
+from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, READY, SlotPool
 from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.component import ActivityOutlet, Emitter
 from cuptistream.config import FullPolicy
@@ -119,7 +119,7 @@ class ProbeEmitter(Emitter):
         if not events:
             return
         chunk = encode_chunk(events)
-        if chunk.nbytes > self.pool.slot_size and len(events) > 1:
+        if chunk.nbytes + CHUNK_PREFIX.size > self.pool.slot_size and len(events) > 1:
             half = len(events) // 2
             self.emit(events[:half])
             self.emit(events[half:])
@@ -127,7 +127,7 @@ class ProbeEmitter(Emitter):
         self.emit_chunk(chunk)
 
     def emit_chunk(self, chunk: Chunk) -> None:
-        if chunk.nbytes > self.pool.slot_size:
+        if chunk.nbytes + CHUNK_PREFIX.size > self.pool.slot_size:
             self.link.count_lost("probe", "chunk_larger_than_slot", chunk.count)
             return
         self.intake.emit_chunk(chunk)
@@ -217,11 +217,13 @@ class ProbeEmitter(Emitter):
                 self.report_error(event.origin, event.message, event.severity, event.result_code)
 
     def _pack(self, chunks: list[Chunk]) -> None:
-        """Copy chunks into event slots, several per slot, publishing each slot when full."""
+        """Copy chunks into event slots, several per slot (each behind its length and event count, so
+        the collector gets the same chunks), publishing each slot when full."""
         slot: int | None = None
         used = count = 0
         for chunk in chunks:
-            if slot is not None and used + chunk.nbytes > self.pool.slot_size:
+            size = CHUNK_PREFIX.size + chunk.nbytes
+            if slot is not None and used + size > self.pool.slot_size:
                 self._publish(slot, used, count)
                 slot = None
             if slot is None:
@@ -230,8 +232,10 @@ class ProbeEmitter(Emitter):
                 if slot is None:
                     self.link.count_lost("probe", "collector_unavailable", chunk.count)
                     continue
-            self.pool.view(slot)[used : used + chunk.nbytes] = chunk.payload
-            used += chunk.nbytes
+            view = self.pool.view(slot)
+            CHUNK_PREFIX.pack_into(view, used, chunk.nbytes, chunk.count)
+            view[used + CHUNK_PREFIX.size : used + size] = chunk.payload
+            used += size
             count += chunk.count
         if slot is not None:
             self._publish(slot, used, count)

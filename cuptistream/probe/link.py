@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import socket
 import threading
+import time
 from collections import Counter
 
 from cuptistream.channel import messages, sockets
@@ -19,6 +20,7 @@ from cuptistream.channel.shm import ChannelError, SlotPool
 from cuptistream.events import ClockSync, Resource
 
 _PR_SET_PTRACER = 0x59616D61
+_CONTROL_WAIT_S = 2.0  # pool and stream announcements: rare, and the collector needs them
 
 
 def allow_reading_by(pid: int) -> None:
@@ -49,7 +51,10 @@ class ProbeLink:
         """Say hello, with every pool's fd and every stream. Raises ``ChannelError``."""
         sock = sockets.connect(self.address, timeout)
         with self._lock:
-            specs = [messages.PoolSpec(pool=i, slot_size=p.slot_size, slots=p.slots) for i, p in enumerate(self.pools)]
+            specs = [
+                messages.PoolSpec(pool=i, slot_size=p.slot_size, slots=p.slots)
+                for i, p in enumerate(self.pools)
+            ]
             hello = messages.Hello(
                 protocol=messages.PROTOCOL, session_id=self.session_id, resource=self.resource,
                 pools=specs, clock=clock,
@@ -83,29 +88,34 @@ class ProbeLink:
             self.pools.append(pool)
             index = len(self.pools) - 1
         spec = messages.PoolSpec(pool=index, slot_size=pool.slot_size, slots=slots)
-        self.post(messages.OpenPool(spec=spec), fds=[pool.fd])
+        self.post(messages.OpenPool(spec=spec), fds=[pool.fd], wait=_CONTROL_WAIT_S)
         return index, pool
 
     def add_stream(self, stream: messages.OpenStream) -> int:
         with self._lock:
             stream.stream = len(self.streams)
             self.streams.append(stream)
-        self.post(stream)
+        self.post(stream, wait=_CONTROL_WAIT_S)
         return stream.stream
 
-    def post(self, message: messages.Message, fds: list[int] | None = None) -> bool:
-        """Send without waiting. False: not sent (no collector, or its socket buffer is full)."""
+    def post(self, message: messages.Message, fds: list[int] | None = None, wait: float = 0.0) -> bool:
+        """Send, waiting at most ``wait`` seconds for room (0: never wait, as on CUPTI's threads).
+        False: not sent (no collector, or its socket buffer stayed full)."""
         sock = self._sock
         if sock is None:
             return False
-        try:
-            sockets.send(sock, message, fds)
-        except BlockingIOError:
-            return False
-        except OSError:
-            self._disconnected(sock)
-            return False
-        return True
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                sockets.send(sock, message, fds)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.001)
+            except OSError:
+                self._disconnected(sock)
+                return False
 
     def count_lost(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         if count > 0:

@@ -42,7 +42,7 @@ class Probe:
         self.link = ProbeLink(address, session_id, current_resource(config.session.job_env))
         probe_cfg = config.probe
         self.emitter = ProbeEmitter(
-            self.link, config.pipeline.memory_budget, config.pipeline.full_policy,
+            self.link, probe_cfg.memory_budget, config.pipeline.full_policy,
             probe_cfg.event_buffer_size, probe_cfg.event_buffers, self.clock_sync,
         )  # fmt: skip
         self._lock = threading.Lock()

@@ -1,0 +1,529 @@
+"""GPU overhead of cuptistream's default config against no tracing, bare CUPTI and Kineto (DESIGN.md §5, §9).
+
+What it measures: the per-iteration time of four workloads (``bench/workloads.py``: W1 tiny-kernel
+loop, W2 MLP SGD step, W3 CUDA-graph replay of 50 tiny kernels, W4 transformer-encoder AdamW step)
+under each mode, every run in its own process:
+
+- ``none``: no tracing;
+- ``bare``: "bare CUPTI", ``bench/bare_cupti.c`` injected through ``CUDA_INJECTION64_PATH``. It enables
+  the default config's activity kinds and the same per-cbid runtime/driver API filters (taken from
+  ``configs/default.yaml`` through ``cuptistream.cupti.kinds.select_cbids``), walks every buffer with
+  ``cuptiActivityGetNextRecord``, counts and frees it. The floor that the §9 target (cuptistream <= 1.05 x
+  bare) is measured against;
+- ``cuptistream``: ``cuptistream run -c configs/default.yaml --report-json R.json -- python
+  bench/workloads.py ...`` in a fresh temporary directory (the default config writes ./cuptistream-out,
+  deleted afterwards);
+- ``kineto``: the workload inside ``torch.profiler.profile(activities=[CUDA])``.
+
+How: ``--rounds`` rounds; in each, for each workload, every mode once, in an order rotated by the
+round so that slow drift of the machine spreads over the modes. Each process builds its model,
+warms up for ``--warmup-seconds`` (not timed), runs timed blocks for ``--seconds`` (each block ends
+with a device sync) and prints per-iteration time and its peak RSS. Ratios are taken within a round
+and workload (mode / none, mode / bare of the same round), then summarized over rounds.
+
+Command (on the GPU machine, in the repository root; python3 is the one with torch; cupti-python and
+cuptistream's dependencies importable, e.g. the carried wheels in /tmp/site on PYTHONPATH)::
+
+    python3 bench/overhead_gpu.py [--rounds 3] [--workloads W1,W2,W3,W4] \\
+        [--modes none,bare,cuptistream,kineto] [--seconds 3] [--warmup-seconds 1] [--out results.json]
+
+The defaults (3 rounds x 4 workloads x 4 modes = 48 processes) take about 6 minutes.
+
+Reading the results: the table printed last has, per workload and mode, the per-iteration time in µs
+as median [min-max] over rounds, its ratio to ``none`` and, for cuptistream and kineto, to ``bare``
+(same round). The §9 target is ``cuptistream / bare`` ≤ 1.05 and ``cuptistream / none`` below
+``kineto / none``. Spreads wider than the differences between modes mean noise: run more rounds.
+The second table gives, for cuptistream, the collector's CPU seconds per million activity records,
+the collector's and the program's peak RSS, and the records and losses cuptistream reported; for
+bare, the records CUPTI delivered and dropped. ``--out`` holds every raw number (each process's
+blocks, rc, stderr tail on failure, the cbids used).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import json
+import os
+import re
+import shutil
+import site
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS_PY = ROOT / "bench" / "workloads.py"
+BARE_C = ROOT / "bench" / "bare_cupti.c"
+DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
+ALL_WORKLOADS = ["W1", "W2", "W3", "W4"]
+ALL_MODES = ["none", "bare", "cuptistream", "kineto"]
+# Seconds per process beyond warm-up and timed region: interpreter + torch import, CUDA init, model
+# setup, exit. Kineto's stop and cuptistream's drain add a little more.
+PROCESS_OVERHEAD_S = {"none": 3.5, "bare": 3.5, "cuptistream": 5.0, "kineto": 5.0}
+INJECTION_VARS = ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH")
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def fail(message: str) -> SystemExit:
+    return SystemExit(f"overhead_gpu.py: {message}")
+
+
+# --- CUPTI headers and library, the bare client ---------------------------------------------------
+
+
+def _site_dirs() -> list[Path]:
+    dirs: list[str] = []
+    with contextlib.suppress(AttributeError):
+        dirs += site.getsitepackages()
+    with contextlib.suppress(AttributeError):
+        dirs.append(site.getusersitepackages())
+    dirs += [p for p in sys.path if p]
+    seen: dict[Path, None] = {}
+    for d in dirs:
+        path = Path(d)
+        if path.is_dir():
+            seen.setdefault(path.resolve(), None)
+    return list(seen)
+
+
+def find_cupti() -> tuple[list[Path], Path]:
+    """(include dirs for cupti.h and cuda.h, libcupti) — the torch environment's ``nvidia/cu13`` first
+    (the library torch itself loads), then ``nvidia/cuda_cupti`` (CUDA 12 wheels), then the toolkit."""
+    candidates: list[tuple[Path, Path]] = []  # (include dir, lib dir)
+    with contextlib.suppress(Exception):
+        import nvidia.cu13  # type: ignore[import-not-found]
+
+        base = Path(next(iter(nvidia.cu13.__path__)))
+        candidates.append((base / "include", base / "lib"))
+    for d in _site_dirs():
+        for sub in ("nvidia/cu13", "nvidia/cuda_cupti"):
+            candidates.append((d / sub / "include", d / sub / "lib"))
+    cuda_homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    for home in filter(None, cuda_homes):
+        h = Path(home)
+        candidates += [
+            (h / "targets/x86_64-linux/include", h / "targets/x86_64-linux/lib"),
+            (h / "extras/CUPTI/include", h / "extras/CUPTI/lib64"),
+            (h / "include", h / "lib64"),
+        ]
+    for include, libdir in candidates:
+        if not (include / "cupti.h").is_file() or not libdir.is_dir():
+            continue
+        libs = sorted(libdir.glob("libcupti.so*"), key=lambda p: (len(p.name), p.name), reverse=True)
+        if not libs:
+            continue
+        includes = [include]
+        if not (include / "cuda.h").is_file():
+            cuda_h = [
+                Path(h) / sub
+                for h in filter(None, cuda_homes)
+                for sub in ("include", "targets/x86_64-linux/include")
+                if (Path(h) / sub / "cuda.h").is_file()
+            ]
+            cuda_h += [i for i, _ in candidates if (i / "cuda.h").is_file()]
+            if not cuda_h:
+                continue
+            includes.append(cuda_h[0])
+        return includes, libs[0].resolve()
+    raise fail(
+        "no CUPTI found: need nvidia/cu13/include/cupti.h + nvidia/cu13/lib/libcupti.so* in site-packages "
+        "(nvidia-cuda-cupti) or /usr/local/cuda/targets/x86_64-linux/{include,lib}, and a cuda.h"
+    )
+
+
+def build_bare(build_dir: Path) -> tuple[Path, Path]:
+    """Compile bench/bare_cupti.c; (the .so, the libcupti it links)."""
+    includes, libcupti = find_cupti()
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise fail("no gcc/cc on PATH to build bench/bare_cupti.c")
+    out = build_dir / "bare_cupti.so"
+    cmd = [gcc, "-O2", "-Wall", "-shared", "-fPIC", *(f"-I{i}" for i in includes), str(BARE_C),
+           str(libcupti), f"-Wl,-rpath,{libcupti.parent}", "-lpthread", "-o", str(out)]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise fail(f"building bare_cupti.so failed: {' '.join(cmd)}\n{result.stderr}")
+    log(f"built {out} against {libcupti} (headers {', '.join(map(str, includes))})")
+    return out, libcupti
+
+
+# --- cbid selection ------------------------------------------------------------------------------
+
+
+def activity_api_patterns(config: Path) -> dict[str, list[str] | None]:
+    """The default config's activity source ``runtime_api`` / ``driver_api`` (None where absent)."""
+    import yaml
+
+    data = yaml.safe_load(config.read_text())
+    for source in data.get("sources", []) or []:
+        if isinstance(source, dict) and source.get("type") == "activity":
+            return {"runtime": source.get("runtime_api"), "driver": source.get("driver_api")}
+    raise fail(f"{config} has no activity source")
+
+
+def _header_cbids(domain: str, include: Path) -> dict[int, str]:
+    """cbid → function name parsed from cupti_{runtime,driver}_cbid.h (fallback without cupti-python)."""
+    prefix = "CUPTI_RUNTIME_TRACE_CBID_" if domain == "runtime" else "CUPTI_DRIVER_TRACE_CBID_"
+    text = (include / f"cupti_{domain}_cbid.h").read_text()
+    names: dict[int, str] = {}
+    for name, value in re.findall(rf"{prefix}(\w+)\s*=\s*(\d+)", text):
+        if name not in {"INVALID", "SIZE", "FORCE_INT"}:
+            names[int(value)] = re.sub(r"_v\d+$", "", name)
+    return names
+
+
+def select_api_cbids(config: Path, include: Path) -> tuple[dict[str, list[int]], dict[str, list[str]], str]:
+    """Per domain, the cbids cuptistream's default config traces, their names, and where they came from."""
+    patterns = activity_api_patterns(config)
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    try:
+        from cuptistream.cupti.kinds import DEFAULT_DRIVER_API, DEFAULT_RUNTIME_API, api_names, select_cbids
+
+        defaults = {"runtime": DEFAULT_RUNTIME_API, "driver": DEFAULT_DRIVER_API}
+        cbids = {d: select_cbids(d, patterns[d] or defaults[d]) for d in ("runtime", "driver")}
+        names = {d: [api_names(d)[c] for c in cbids[d]] for d in cbids}
+        return cbids, names, "cuptistream.cupti.kinds.select_cbids (cupti-python enums)"
+    except ImportError as error:
+        log(f"cuptistream's cbid tables unavailable ({error}); matching the patterns against the headers")
+    cbids, names = {}, {}
+    for domain in ("runtime", "driver"):
+        pats = patterns[domain]
+        if not pats:
+            raise fail(f"{config} has no {domain}_api list and cuptistream's defaults are not importable")
+        table = _header_cbids(domain, include)
+        chosen = []
+        for cbid, name in table.items():  # the same rule as select_cbids: the name or its base
+            base = name.removesuffix("_ptsz").removesuffix("_ptds")
+            if any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(base, p) for p in pats):
+                chosen.append(cbid)
+        cbids[domain] = sorted(chosen)
+        names[domain] = [table[c] for c in cbids[domain]]
+    return cbids, names, f"headers in {include}"
+
+
+# --- one process ---------------------------------------------------------------------------------
+
+
+def cuptistream_command() -> list[str]:
+    exe = shutil.which("cuptistream")
+    return [exe] if exe else [sys.executable, "-m", "cuptistream.cli"]
+
+
+def run_child(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float) -> dict[str, Any]:
+    """Run one process; its stdout, stderr, rc, wall time, and from wait4 its CPU time and peak RSS."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err)
+        killed = threading.Event()
+
+        def kill() -> None:
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        return {
+            "rc": proc.returncode,
+            "timed_out": killed.is_set(),
+            "wall_s": wall,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "wait4_max_rss_kib": usage.ru_maxrss,
+            "stdout": out.read().decode(errors="replace"),
+            "stderr": err.read().decode(errors="replace"),
+        }
+
+
+def parse_result(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                data = json.loads(line)
+                if isinstance(data, dict) and "per_iteration_us" in data:
+                    return data
+    return None
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+        self.base_env = dict(os.environ, PYTHONUNBUFFERED="1")
+        for var in INJECTION_VARS:
+            self.base_env.pop(var, None)
+        pythonpath = [p for p in self.base_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if str(ROOT) not in pythonpath:  # appended: an installed cuptistream still wins
+            pythonpath.append(str(ROOT))
+        self.base_env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+        self.bare_so: Path | None = None
+        self.libcupti: Path | None = None
+        self.cbids: dict[str, list[int]] = {}
+        self.counter = 0
+
+    def workload_args(self, workload: str) -> list[str]:
+        return [str(WORKLOADS_PY), "--workload", workload, "--seconds", str(self.args.seconds),
+                "--warmup-seconds", str(self.args.warmup_seconds)]  # fmt: skip
+
+    def run(self, workload: str, mode: str) -> dict[str, Any]:
+        self.counter += 1
+        env = dict(self.base_env)
+        cwd = ROOT
+        cmd = [sys.executable, *self.workload_args(workload)]
+        report: Path | None = None
+        scratch = Path(tempfile.mkdtemp(prefix=f"{workload}-{mode}-", dir=self.work))
+        if mode == "bare":
+            assert self.bare_so is not None and self.libcupti is not None
+            report = scratch / "bare.json"
+            env.update(
+                CUDA_INJECTION64_PATH=str(self.bare_so),
+                NVTX_INJECTION64_PATH=str(self.libcupti),
+                BARE_CUPTI_RUNTIME_CBIDS=",".join(map(str, self.cbids["runtime"])),
+                BARE_CUPTI_DRIVER_CBIDS=",".join(map(str, self.cbids["driver"])),
+                BARE_CUPTI_OUT=str(report),
+            )
+        elif mode == "cuptistream":
+            report = scratch / "report.json"
+            cmd = [*cuptistream_command(), "run", "-c", str(self.args.config), "--report-json", str(report),
+                   "--", sys.executable, *self.workload_args(workload)]  # fmt: skip
+            cwd = scratch  # the default config writes ./cuptistream-out
+        elif mode == "kineto":
+            cmd.append("--profiler")
+        timeout = self.args.seconds + self.args.warmup_seconds + self.args.process_timeout
+        child = run_child(cmd, env, cwd, timeout)
+        result = parse_result(child["stdout"])
+        record: dict[str, Any] = {
+            "workload": workload,
+            "mode": mode,
+            "rc": child["rc"],
+            "timed_out": child["timed_out"],
+            "wall_s": round(child["wall_s"], 3),
+            "cpu_s": round(child["cpu_s"], 3),
+            "wait4_max_rss_kib": child["wait4_max_rss_kib"],
+            "result": result,
+        }
+        if report is not None:
+            record["report"] = None
+            if report.is_file():
+                with contextlib.suppress(ValueError):
+                    record["report"] = json.loads(report.read_text())
+        if mode == "cuptistream":
+            out_dir = scratch / "cuptistream-out"
+            record["output_bytes"] = (
+                sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file()) if out_dir.is_dir() else 0
+            )
+        ok = child["rc"] == 0 and result is not None
+        if mode == "bare" and ok and not (record["report"] or {}).get("records"):
+            ok = False
+            record["error"] = "bare CUPTI wrote no report or counted no records: was the injection loaded?"
+        record["stderr_tail"] = child["stderr"][-1000 if ok else -3000 :]
+        if not ok:
+            record.setdefault("error", f"rc {child['rc']}{' (timed out)' if child['timed_out'] else ''}")
+            record["stdout_tail"] = child["stdout"][-1000:]
+        record["ok"] = ok
+        shutil.rmtree(scratch, ignore_errors=True)
+        return record
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+
+
+def summarize(runs: list[dict[str, Any]], workloads: list[str], modes: list[str]) -> dict[str, Any]:
+    by_key: dict[tuple[int, str, str], dict[str, Any]] = {
+        (r["round"], r["workload"], r["mode"]): r for r in runs if r["ok"]
+    }
+    rounds = sorted({r["round"] for r in runs})
+    summary: dict[str, Any] = {}
+    for w in workloads:
+        for m in modes:
+            per_iter, to_none, to_bare = [], [], []
+            for rnd in rounds:
+                run = by_key.get((rnd, w, m))
+                if run is None:
+                    continue
+                value = run["result"]["per_iteration_us"]
+                per_iter.append(value)
+                for ref_mode, bucket in (("none", to_none), ("bare", to_bare)):
+                    ref = by_key.get((rnd, w, ref_mode))
+                    if ref is not None:
+                        bucket.append(value / ref["result"]["per_iteration_us"])
+            cells = [by_key[(rnd, w, m)] for rnd in rounds if (rnd, w, m) in by_key]
+            summary[f"{w}/{m}"] = {
+                "per_iteration_us": per_iter,
+                "ratio_to_none": to_none,
+                "ratio_to_bare": to_bare,
+                "program_max_rss_kib": [c["result"]["max_rss_kib"] for c in cells],
+                "reports": [c.get("report") for c in cells],
+                "failed": sum(1 for r in runs if r["workload"] == w and r["mode"] == m and not r["ok"]),
+            }
+    return summary
+
+
+def _num(report: dict[str, Any] | None, key: str) -> float | None:
+    value = (report or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> str:
+    lines = [
+        "| workload | mode | µs / iteration, median [min-max] | ratio to none | ratio to bare | failed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in workloads:
+        for m in modes:
+            s = summary[f"{w}/{m}"]
+            to_none = _spread(s["ratio_to_none"], ".2f") if m != "none" else "1"
+            to_bare = _spread(s["ratio_to_bare"], ".2f") if m in ("cuptistream", "kineto") else ""
+            lines.append(f"| {w} | {m} | {_spread(s['per_iteration_us'], '.2f')} | {to_none} | {to_bare} "
+                         f"| {s['failed'] or ''} |")  # fmt: skip
+    detail = []
+    for w in workloads:
+        for m in ("cuptistream", "bare"):
+            if m not in modes:
+                continue
+            s = summary[f"{w}/{m}"]
+            reports = [r for r in s["reports"] if isinstance(r, dict)]
+            rss_mib = [v / 1024 for v in s["program_max_rss_kib"]]
+            if m == "cuptistream":
+                cpu_per_m = [
+                    c / n * 1e6
+                    for r in reports
+                    if (c := _num(r, "collector_cpu_s")) is not None and (n := _num(r, "activity_records"))
+                ]
+                coll_rss = [v / 1024 for r in reports if (v := _num(r, "collector_max_rss_kib")) is not None]
+                records = [v for r in reports if (v := _num(r, "activity_records")) is not None]
+                losses = [
+                    sum(v for v in r["losses"].values() if isinstance(v, (int, float)))
+                    for r in reports
+                    if isinstance(r.get("losses"), dict)
+                ]
+                detail.append(f"| {w} | cuptistream | {_spread(records, '.0f')} | {_spread(losses, '.0f')} "
+                              f"| {_spread(cpu_per_m, '.2f')} | {_spread(coll_rss, '.0f')} "
+                              f"| {_spread(rss_mib, '.0f')} |")  # fmt: skip
+            else:
+                records = [v for r in reports if (v := _num(r, "records")) is not None]
+                dropped = [v for r in reports if (v := _num(r, "dropped")) is not None]
+                detail.append(f"| {w} | bare | {_spread(records, '.0f')} | {_spread(dropped, '.0f')} | | "
+                              f"| {_spread(rss_mib, '.0f')} |")  # fmt: skip
+    if detail:
+        lines += [
+            "",
+            "| workload | mode | activity records | lost / dropped | collector CPU s per M records "
+            "| collector peak RSS MiB | program peak RSS MiB |",
+            "|---|---|---|---|---|---|---|",
+            *detail,
+        ]
+    return "\n".join(lines)
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
+    parser.add_argument("--modes", default=",".join(ALL_MODES))
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per process (default 3)")
+    parser.add_argument("--warmup-seconds", type=float, default=1.0, help="warm-up per process (default 1)")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="cuptistream config (default)")
+    parser.add_argument("--process-timeout", type=float, default=90.0,
+                        help="seconds a process may take beyond warm-up + timed (default 90)")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("overhead_gpu.json"), help="raw numbers (JSON)")
+    args = parser.parse_args(argv)
+    os.environ["PYTHONUNBUFFERED"] = "1"
+    args.config = args.config.resolve()
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for w in workloads:
+        if w not in ALL_WORKLOADS:
+            raise fail(f"unknown workload {w!r} (known: {', '.join(ALL_WORKLOADS)})")
+    for m in modes:
+        if m not in ALL_MODES:
+            raise fail(f"unknown mode {m!r} (known: {', '.join(ALL_MODES)})")
+
+    n_proc = args.rounds * len(workloads) * len(modes)
+    planned = (
+        args.rounds
+        * len(workloads)
+        * sum(args.seconds + args.warmup_seconds + PROCESS_OVERHEAD_S[m] for m in modes)
+    )
+    log(f"plan: {args.rounds} rounds x {len(workloads)} workloads x {len(modes)} modes = {n_proc} processes, "
+        f"{args.warmup_seconds:g} s warm-up + {args.seconds:g} s timed each; about {planned / 60:.1f} min")  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="overhead_gpu-") as tmp:
+        work = Path(tmp)
+        runner = Runner(args, work)
+        meta: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "python": sys.version}
+        if "bare" in modes:
+            runner.bare_so, runner.libcupti = build_bare(work)
+            includes, _ = find_cupti()
+            runner.cbids, names, source = select_api_cbids(args.config, includes[0])
+            log(f"bare CUPTI filters from {source}: {len(runner.cbids['runtime'])} runtime cbids, "
+                f"{len(runner.cbids['driver'])} driver cbids")  # fmt: skip
+            meta.update(
+                libcupti=str(runner.libcupti), cbid_source=source, cbids=runner.cbids, cbid_names=names
+            )
+        if "cuptistream" in modes:
+            meta["cuptistream_command"] = cuptistream_command()
+
+        runs: list[dict[str, Any]] = []
+        t_start = time.perf_counter()
+        for rnd in range(args.rounds):
+            shift = rnd % len(modes)
+            order = modes[shift:] + modes[:shift]
+            for w in workloads:
+                for m in order:
+                    record = runner.run(w, m)
+                    record["round"] = rnd
+                    runs.append(record)
+                    res = record["result"] or {}
+                    status = (f"{res['per_iteration_us']:.2f} µs/it, {res['iterations']} it"
+                              if record["ok"] else f"FAILED: {record.get('error')}")  # fmt: skip
+                    log(f"[{len(runs)}/{n_proc} {time.perf_counter() - t_start:.0f}s] round {rnd} {w} {m}: "
+                        f"{status} ({record['wall_s']:.1f} s)")  # fmt: skip
+                    if not record["ok"]:
+                        log(record.get("stderr_tail", "")[-1500:])
+
+    summary = summarize(runs, workloads, modes)
+    devices = sorted({r["result"]["device"] for r in runs if r["ok"]})
+    meta["device"] = devices
+    meta["torch"] = sorted({r["result"]["torch"] for r in runs if r["ok"]})
+    args.out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
+    failed = [r for r in runs if not r["ok"]]
+    log(
+        f"\nwrote {args.out}; {len(runs) - len(failed)} of {len(runs)} processes ok; device {', '.join(devices)}"
+    )
+    for r in failed:
+        log(f"failed: round {r['round']} {r['workload']} {r['mode']}: {r.get('error')}")
+    log("")
+    log(tables(summary, workloads, modes))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The four GPU workloads of the overhead benchmark (DESIGN.md §5, §9), one per process.
+
+    python bench/workloads.py --workload W1 [--seconds 3] [--warmup-seconds 1] [--profiler] [--block N]
+
+- W1: tiny-kernel loop, ``y = y + 1`` on 1024 floats: one iteration is one kernel launch.
+- W2: MLP of 8 ``Linear(1024, 1024)`` layers (ReLU between), batch 64, one SGD step per iteration
+  (forward, MSE loss, backward, step).
+- W3: replay of a CUDA graph of 50 tiny kernels (``y.add_(1)`` on 1024 floats): one iteration is one
+  ``graph.replay()``.
+- W4: 4-layer ``nn.TransformerEncoder`` (d_model 512, 8 heads, batch_first), batch 16 x 256 tokens, one
+  AdamW step per iteration.
+
+The model, optimizer and graph are built first (not timed). Then blocks of ``--block`` iterations run
+for ``--warmup-seconds`` (not timed), then for ``--seconds`` (timed), each block ending with
+``torch.cuda.synchronize()`` so the host clock covers the GPU work. With ``--profiler`` the warm-up
+and the timed blocks run inside ``torch.profiler.profile(activities=[ProfilerActivity.CUDA])``
+(Kineto); the profiler's stop comes after the timed region and is reported as ``profiler_stop_s``.
+
+Prints one JSON line on stdout: ``workload``, ``iterations``, ``per_iteration_us`` (timed time /
+timed iterations), ``block_per_iteration_us`` (one value per block), ``max_rss_kib`` (this process's
+peak RSS, ``getrusage(RUSAGE_SELF).ru_maxrss``), and a few details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+Block = Callable[[int], None]
+
+# Iterations per block: a block takes roughly 10-50 ms without tracing, so the per-block sync costs
+# well under 1% and a 3 s window holds ~100 blocks.
+DEFAULT_BLOCK = {"W1": 2000, "W2": 20, "W3": 200, "W4": 4}
+
+
+def w1_tiny_kernels() -> Block:
+    y = torch.zeros(1024, device="cuda")
+
+    def block(n: int) -> None:
+        nonlocal y
+        for _ in range(n):
+            y = y + 1
+
+    return block
+
+
+def w2_mlp_sgd() -> Block:
+    layers: list[nn.Module] = []
+    for i in range(8):
+        layers.append(nn.Linear(1024, 1024))
+        if i < 7:
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(64, 1024, device="cuda")
+    target = torch.randn(64, 1024, device="cuda")
+    loss_fn = nn.MSELoss()
+
+    def block(n: int) -> None:
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), target)
+            loss.backward()
+            opt.step()
+
+    return block
+
+
+def w3_graph_replay(kernels: int = 50) -> Block:
+    y = torch.zeros(1024, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream before capture, as torch's docs do
+        for _ in range(3 * kernels):
+            y.add_(1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(kernels):
+            y.add_(1)
+    torch.cuda.synchronize()
+
+    def block(n: int) -> None:
+        replay = graph.replay
+        for _ in range(n):
+            replay()
+
+    return block
+
+
+def w4_transformer_adamw() -> Block:
+    layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, batch_first=True)
+    model = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(16, 256, 512, device="cuda")
+
+    def block(n: int) -> None:
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+
+    return block
+
+
+WORKLOADS: dict[str, Callable[[], Block]] = {
+    "W1": w1_tiny_kernels,
+    "W2": w2_mlp_sgd,
+    "W3": w3_graph_replay,
+    "W4": w4_transformer_adamw,
+}
+
+
+def run_blocks(block: Block, n: int, seconds: float, min_blocks: int = 1) -> list[float]:
+    """Run blocks of ``n`` iterations until ``seconds`` have passed; each block's seconds."""
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        block(n)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        times.append(t1 - t0)
+        if len(times) >= min_blocks and t1 - start >= seconds:
+            return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds (default 3)")
+    parser.add_argument("--warmup-seconds", type=float, default=1.0, help="untimed warm-up (default 1)")
+    parser.add_argument("--profiler", action="store_true", help="run inside torch.profiler (Kineto), CUDA")
+    parser.add_argument("--block", type=int, default=0, help="iterations per block (default per workload)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("workloads.py: no CUDA device", file=sys.stderr)
+        return 2
+
+    torch.manual_seed(0)
+    t_setup = time.perf_counter()
+    block = WORKLOADS[args.workload]()
+    torch.cuda.synchronize()
+    setup_s = time.perf_counter() - t_setup
+    n = args.block or DEFAULT_BLOCK[args.workload]
+
+    if args.profiler:
+        from torch.profiler import ProfilerActivity, profile
+
+        region: contextlib.AbstractContextManager[object] = profile(activities=[ProfilerActivity.CUDA])
+    else:
+        region = contextlib.nullcontext()
+
+    region.__enter__()
+    try:
+        warm = run_blocks(block, n, args.warmup_seconds)
+        times = run_blocks(block, n, args.seconds)
+    finally:
+        t_stop = time.perf_counter()
+        region.__exit__(None, None, None)
+        stop_s = time.perf_counter() - t_stop
+
+    iterations = n * len(times)
+    total = sum(times)
+    result = {
+        "workload": args.workload,
+        "profiler": args.profiler,
+        "iterations": iterations,
+        "per_iteration_us": total / iterations * 1e6,
+        "block_iterations": n,
+        "block_per_iteration_us": [round(t / n * 1e6, 4) for t in times],
+        "timed_s": total,
+        "warmup_iterations": n * len(warm),
+        "setup_s": setup_s,
+        "profiler_stop_s": stop_s if args.profiler else None,
+        "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0),
+    }
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
