@@ -15,7 +15,7 @@ import msgspec
 SCHEMA_VERSION = 1
 
 
-class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+class Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True, gc=False):
     """Base of every event. The ``type`` tag names the family in the encoded form."""
 
 
