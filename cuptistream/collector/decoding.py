@@ -1,8 +1,9 @@
-"""One decode stream per activity source of a probe: raw CUPTI buffers in, events out.
+"""One decode stream per activity source of a probe: raw CUPTI buffers in, encoded events out.
 
-Decoding is bulk (``cuptistream.cupti.decode``: one walk, numpy gathers, one Struct per record)
-and happens here, in the collector, so the observed program never pays for it. Each stream keeps
-its own record layouts, name cache and open NVTX ranges.
+Decoding is bulk (``cuptistream.cupti.decode``: one walk, numpy gathers, and for the hot kinds
+msgpack written column by column, ``cuptistream.cupti.columnar``) and happens here, in the
+collector, so the observed program never pays for it. Each stream keeps its own record layouts,
+name cache and open NVTX ranges.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from cuptistream.component import Emitter
 from cuptistream.cupti import capture
 from cuptistream.cupti.decode import Decoder, LayoutError, RecordLayouts, SizeLearner
 from cuptistream.cupti.names import TableNames
-
-_EVENTS_PER_EMIT = 8192
 
 
 def _stride_learner(data: memoryview, valid: int) -> SizeLearner | None:
@@ -86,7 +85,7 @@ class DecodeStream:
         if self.info.capture:
             self._captured.append(capture.CapturedBuffer(data=bytes(data[:valid]), dropped=dropped))
         try:
-            events = self.decoder.decode(data, valid, learn=_lazy(data, valid))
+            chunks = self.decoder.decode_packed(data, valid, learn=_lazy(data, valid))
         except LayoutError as error:
             self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
             self.emitter.report_error(self.origin, str(error))
@@ -95,9 +94,9 @@ class DecodeStream:
             self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
             self.emitter.report_error(self.origin, f"decoding a buffer failed: {error}")
             return
-        self.events += len(events)
-        for i in range(0, len(events), _EVENTS_PER_EMIT):
-            self.emitter.emit(events[i : i + _EVENTS_PER_EMIT])
+        for chunk in chunks:
+            self.events += chunk.count
+            self.emitter.emit_chunk(chunk)
         self._report_name_failure()
 
     def _report_name_failure(self) -> None:

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from cuptistream.codec import Chunk, encode_chunk
+from cuptistream.cupti.columnar import Packer, group_by
 from cuptistream.cupti.kinds import BY_VALUE, api_names
 from cuptistream.cupti.names import Names, demangle
 from cuptistream.events import (
@@ -87,21 +89,39 @@ def walk(
     data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None
 ) -> dict[int, list[int]]:
     """Offsets of every record in ``data[:valid]``, grouped by kind."""
+    return _walk_each(data, valid, layouts, learn)
+
+
+def _walk_each(
+    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None
+) -> dict[int, list[int]]:
+    """Record by record (one list lookup per record), learning sizes it does not know."""
     ints = data[: valid - valid % 4].cast("i")
     sizes = layouts.sizes
+    table = [0] * (max(sizes, default=0) + 1)
+    for known, size in sizes.items():
+        table[known] = size
+    limit = len(table)
     offsets: dict[int, list[int]] = {}
+    buckets: list[list[int] | None] = [None] * limit
     offset = 0
     while offset < valid:
         kind = ints[offset >> 2]
-        size = sizes.get(kind)
-        if size is None:
-            size = learn(kind, offset) if learn else None
+        size = table[kind] if 0 <= kind < limit else 0
+        if not size:
+            size = (learn(kind, offset) if learn else None) or 0
             if not size:
                 raise LayoutError(f"no record size known for activity kind {kind} at offset {offset}")
             sizes[kind] = size
-        bucket = offsets.get(kind)
+            if kind >= limit:
+                grow = kind + 1 - limit
+                table += [0] * grow
+                buckets += [None] * grow
+                limit = len(table)
+            table[kind] = size
+        bucket = buckets[kind]
         if bucket is None:
-            offsets[kind] = bucket = []
+            buckets[kind] = bucket = offsets.setdefault(kind, [])
         bucket.append(offset)
         offset += size
     if offset != valid:
@@ -115,6 +135,13 @@ def gather(data: memoryview, offsets: list[int], dtype: np.dtype[Any]) -> np.nda
     first, count = offsets[0], len(offsets)
     if offsets[-1] - first == size * (count - 1):  # one contiguous run: no copy
         return np.ndarray((count,), dtype=dtype, buffer=data, offset=first)
+    if all(offset % 8 == 0 for offset in (first, offsets[-1])) and size % 8 == 0:
+        # A record could start at any 8-byte position: view the buffer that way, pick whole records.
+        positions = (len(data) - size) // 8 + 1
+        every = np.ndarray((positions,), dtype=dtype, buffer=data, offset=0, strides=(8,))
+        index = np.asarray(offsets, dtype=np.int64) // 8
+        if not (np.asarray(offsets, dtype=np.int64) % 8).any():
+            return every[index]
     raw = np.frombuffer(data, dtype=np.uint8)
     index = np.asarray(offsets, dtype=np.int64)[:, None] + np.arange(size, dtype=np.int64)
     return raw[index].view(dtype).reshape(count)
@@ -158,6 +185,37 @@ def _col(records: np.ndarray, name: str, default: int = 0) -> list[Any]:
     return [default] * len(records)
 
 
+def _arr(records: np.ndarray, name: str) -> np.ndarray:
+    if records.dtype.names and name in records.dtype.names:
+        return records[name]
+    return np.zeros(len(records), dtype=np.int64)
+
+
+_GRAPH = ["graph_id", "graph_node_id"]
+_KERNEL_PACKER = Packer(
+    "kernel",
+    ["start", "end", "device_id", "context_id", "stream_id", "correlation_id", "registers_per_thread",
+     "static_shared_bytes", "dynamic_shared_bytes", "local_memory_per_thread", *_GRAPH],
+    triples=["grid", "block"], strings=["name"],
+)  # fmt: skip
+_MEMCPY_INTS = ["start", "end", "bytes", "device_id", "context_id", "stream_id", "correlation_id", *_GRAPH]
+_MEMCPY_PACKERS = {
+    False: Packer("memcpy", _MEMCPY_INTS, strings=["copy_kind", "src_kind", "dst_kind"]),
+    True: Packer("memcpy", [*_MEMCPY_INTS, "src_device_id", "dst_device_id"],
+                 strings=["copy_kind", "src_kind", "dst_kind"]),
+}  # fmt: skip
+_MEMSET_PACKER = Packer(
+    "memset",
+    ["start", "end", "bytes", "value", "device_id", "context_id", "stream_id", "correlation_id", *_GRAPH],
+    strings=["memory_kind"],
+)  # fmt: skip
+_API_PACKER = Packer(
+    "api", ["cbid", "start", "end", "process_id", "thread_id", "correlation_id", "return_value"],
+    strings=["domain", "name"],
+)  # fmt: skip
+_EVENTS_PER_CHUNK = 8192
+
+
 # --- the decoder --------------------------------------------------------------------------------
 
 
@@ -195,22 +253,96 @@ class Decoder:
             "jit": self._jit, "overhead": self._overheads, "graph_launch": self._graph_launches,
             "external_correlation": self._external,
         }  # fmt: skip
+        self._packers: dict[str, Callable[[int, np.ndarray], bytes]] = {
+            "kernel": self._pack_kernels, "memcpy": self._pack_memcpys, "memset": self._pack_memsets,
+            "api": self._pack_api,
+        }  # fmt: skip
 
     def decode(self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None) -> list[Event]:
         """Every event in one buffer. Raises ``LayoutError`` if the buffer cannot be walked."""
-        view = memoryview(data).cast("B")
         events: list[Event] = []
+        for kind, event, records in self._records(data, valid, learn):
+            events.extend(self._converters.get(event, self._generic)(kind, records))
+        return events
+
+    def decode_packed(
+        self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None
+    ) -> list[Chunk]:
+        """Every event in one buffer, already encoded: the hot kinds without a Struct per record
+        (``columnar``), the others from their events. Same events as ``decode``, grouped."""
+        chunks: list[Chunk] = []
+        for kind, event, records in self._records(data, valid, learn):
+            pack = None if self.demangle and event == "kernel" else self._packers.get(event)
+            for lo in range(0, len(records), _EVENTS_PER_CHUNK):
+                part = records[lo : lo + _EVENTS_PER_CHUNK]
+                if pack is not None:
+                    chunks.append(Chunk(pack(kind, part), len(part)))
+                elif events := self._converters.get(event, self._generic)(kind, part):
+                    chunks.append(encode_chunk(events))
+        return chunks
+
+    def _records(
+        self, data: memoryview | bytes, valid: int, learn: SizeLearner | None
+    ) -> list[tuple[int, str, np.ndarray]]:
+        """(kind, event type, records as a structured array) per kind in the buffer."""
+        view = memoryview(data).cast("B")
+        out: list[tuple[int, str, np.ndarray]] = []
         for kind, offsets in walk(view, valid, self.layouts, learn).items():
             spec = BY_VALUE.get(kind)
             chosen = self.layouts.dtype(kind)
             if spec is None or chosen is None:
                 self.unknown_kinds[kind] = self.unknown_kinds.get(kind, 0) + len(offsets)
                 continue
-            records = gather(view, offsets, chosen[1])
-            convert = self._converters.get(spec.event, self._generic)
-            events.extend(convert(kind, records))
+            out.append((kind, spec.event, gather(view, offsets, chosen[1])))
             self.records_decoded += len(offsets)
-        return events
+        return out
+
+    # --- packed converters: columns in, msgpack elements out ------------------------------------
+
+    def _pack_kernels(self, kind: int, r: np.ndarray) -> bytes:
+        groups, first = group_by(r["name"])
+        names = [(self.names(int(p)),) for p in r["name"][first].tolist()]
+        ints = {
+            "start": r["start"], "end": r["end"], "device_id": r["device_id"], "context_id": r["context_id"],
+            "stream_id": r["stream_id"], "correlation_id": r["correlation_id"],
+            "registers_per_thread": r["registers_per_thread"],
+            "static_shared_bytes": r["static_shared_memory"],
+            "dynamic_shared_bytes": r["dynamic_shared_memory"],
+            "local_memory_per_thread": r["local_memory_per_thread"], "graph_id": _arr(r, "graph_id"),
+            "graph_node_id": _arr(r, "graph_node_id"),
+        }  # fmt: skip
+        triples = {
+            "grid": (r["grid_x"], r["grid_y"], r["grid_z"]),
+            "block": (r["block_x"], r["block_y"], r["block_z"]),
+        }
+        return _KERNEL_PACKER.pack(ints, triples, groups, names)
+
+    def _pack_memcpys(self, kind: int, r: np.ndarray) -> bytes:
+        peer = "src_device_id" in (r.dtype.names or ())
+        groups, first = group_by(r["copy_kind"], r["src_kind"], r["dst_kind"])
+        strings = [
+            (_name(COPY_KINDS, int(ck)), _name(MEMORY_KINDS, int(sk)), _name(MEMORY_KINDS, int(dk)))
+            for ck, sk, dk in zip(r["copy_kind"][first].tolist(), r["src_kind"][first].tolist(),
+                                  r["dst_kind"][first].tolist(), strict=True)
+        ]  # fmt: skip
+        ints = {name: _arr(r, name) for name in _MEMCPY_INTS}
+        if peer:
+            ints |= {"src_device_id": r["src_device_id"], "dst_device_id": r["dst_device_id"]}
+        return _MEMCPY_PACKERS[peer].pack(ints, {}, groups, strings)
+
+    def _pack_memsets(self, kind: int, r: np.ndarray) -> bytes:
+        groups, first = group_by(r["memory_kind"])
+        strings = [(_name(MEMORY_KINDS, int(mk)),) for mk in r["memory_kind"][first].tolist()]
+        ints = {name: _arr(r, name) for name in _MEMSET_PACKER.ints}
+        return _MEMSET_PACKER.pack(ints, {}, groups, strings)
+
+    def _pack_api(self, kind: int, r: np.ndarray) -> bytes:
+        domain = {4: "driver", 5: "runtime"}.get(kind, "internal")
+        table = api_names(domain) if domain != "internal" else {}
+        groups, first = group_by(r["cbid"])
+        strings = [(domain, table.get(cbid) or f"cbid_{cbid}") for cbid in r["cbid"][first].tolist()]
+        ints = {name: r[name] for name in _API_PACKER.ints}
+        return _API_PACKER.pack(ints, {}, groups, strings)
 
     # --- per-kind converters: columns in, Structs out ------------------------------------------
 
