@@ -44,7 +44,8 @@ class Packer:
                 slots.append(len(prefix))
                 prefix += bytes(8)
         self.prefix = np.frombuffer(bytes(prefix), dtype=np.uint8)
-        self._value_bytes = (np.asarray(slots)[:, None] + np.arange(8)).ravel()
+        self._slots = slots
+        self._layouts: dict[int, np.dtype[np.void]] = {}
         self._keys = [_encode(name) for name in self.strings]
 
     def pack(
@@ -60,12 +61,8 @@ class Packer:
         if count == 0:
             return b""
         order = np.argsort(groups, kind="stable")
-        columns = [np.asarray(ints[name]) for name in self.ints]
-        columns += [np.asarray(part) for name in self.triples for part in triples[name]]
-        values = np.empty((count, len(columns)), dtype=">i8")
-        for j, column in enumerate(columns):
-            values[:, j] = column[order]
-        value_bytes = values.view(np.uint8).reshape(count, -1)
+        columns = [np.asarray(ints[name])[order] for name in self.ints]
+        columns += [np.asarray(part)[order] for name in self.triples for part in triples[name]]
         bounds = np.searchsorted(groups[order], np.arange(len(group_strings) + 1))
         width = len(self.prefix)
         parts: list[bytes] = []
@@ -77,9 +74,21 @@ class Packer:
             rows = np.empty((hi - lo, width + len(suffix)), dtype=np.uint8)
             rows[:, :width] = self.prefix
             rows[:, width:] = np.frombuffer(suffix, dtype=np.uint8)
-            rows[:, self._value_bytes] = value_bytes[lo:hi]
+            fields = rows.view(self._layout(width + len(suffix))).reshape(-1)  # one strided copy per field
+            for j, column in enumerate(columns):
+                fields[f"v{j}"] = column[lo:hi]
             parts.append(rows.tobytes())
         return b"".join(parts)
+
+    def _layout(self, itemsize: int) -> np.dtype[np.void]:
+        """The int64 value slots of one element of ``itemsize`` bytes, as a structured dtype."""
+        layout = self._layouts.get(itemsize)
+        if layout is None:
+            names = [f"v{j}" for j in range(len(self._slots))]
+            layout = np.dtype({"names": names, "formats": [">i8"] * len(names), "offsets": self._slots,
+                               "itemsize": itemsize})  # fmt: skip
+            self._layouts[itemsize] = layout
+        return layout
 
 
 def group_by(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
