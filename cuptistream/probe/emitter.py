@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from cuptistream.channel import messages
+from cuptistream.channel.outlet import PoolOutlet
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, READY, SlotPool
 from cuptistream.codec import Chunk, encode_chunk
-from cuptistream.component import ActivityOutlet, Emitter
+from cuptistream.component import Emitter
 from cuptistream.config import FullPolicy
 from cuptistream.events import ClockSync, Error, Event
 from cuptistream.intake import Intake
@@ -27,25 +28,17 @@ _HOUSEKEEPING_S = 1.0  # losses, clock reading, reconnect attempts
 _SLOT_POLL_S = 0.001
 
 
-class SlotOutlet(ActivityOutlet):
+class SlotOutlet(PoolOutlet):
     """Activity buffers as slots of one pool; one decode stream at the collector."""
 
     def __init__(self, link: ProbeLink, pool_index: int, pool: SlotPool, stream: int) -> None:
+        super().__init__(pool)
         self.link = link
         self.pool_index = pool_index
-        self.pool = pool
         self.stream = stream
-        self.slot_size = pool.slot_size
         self._ready = messages.Ready(pool=pool_index)
         self.buffers = 0
         self.bytes = 0
-
-    def take(self) -> int | None:
-        slot = self.pool.take()
-        return None if slot is None else self.pool.address(slot)
-
-    def owns(self, address: int) -> bool:
-        return self.pool.slot_of(address) is not None
 
     def complete(self, address: int, valid: int, dropped: int = 0) -> None:
         slot = self.pool.slot_of(address)
@@ -56,23 +49,6 @@ class SlotOutlet(ActivityOutlet):
         self.bytes += valid
         # Not sent (no collector now): the slot stays READY for the next collector's drain.
         self.link.post(self._ready)
-
-    def give_back(self, address: int) -> None:
-        slot = self.pool.slot_of(address)
-        if slot is not None:
-            self.pool.unpublish(slot)
-
-    def write(self, data: bytes, dropped: int = 0, timeout: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while (address := self.take()) is None:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(_SLOT_POLL_S)
-        slot = self.pool.slot_of(address)
-        assert slot is not None
-        self.pool.view(slot, len(data))[:] = data
-        self.complete(address, len(data), dropped)
-        return True
 
     def wait_consumed(self, timeout: float) -> bool:
         """Wait until the collector has read every published buffer (while it is there)."""
