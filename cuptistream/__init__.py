@@ -16,7 +16,6 @@ from cuptistream import events
 from cuptistream.config import Config
 from cuptistream.config import load as load_config
 from cuptistream.errors import ConfigError, NoGpuError, SinkUnavailableError, UserError
-from cuptistream.runtime import Session, session
 
 __all__ = [
     "Config",
@@ -35,10 +34,16 @@ __all__ = [
 if TYPE_CHECKING:
     from cuptistream.correlate import correlate
     from cuptistream.reader import read
+    from cuptistream.runtime import Session, session
 
 
 def __getattr__(name: str) -> Any:
-    # Imported lazily: reading files needs no trio, correlating needs CUPTI.
+    # Imported lazily: the probe in an observed program needs neither trio nor the pipeline, reading
+    # files needs no trio, correlating needs CUPTI.
+    if name in ("Session", "session"):
+        from cuptistream import runtime
+
+        return getattr(runtime, name)
     if name == "read":
         from cuptistream.reader import read
 
