@@ -25,9 +25,15 @@ Command (on the GPU machine, in the repository root; python3 is the one with tor
 cuptistream's dependencies importable, e.g. the carried wheels in /tmp/site on PYTHONPATH)::
 
     python3 bench/overhead_gpu.py [--rounds 3] [--workloads W1,W2,W3,W4] \\
-        [--modes none,bare,cuptistream,kineto] [--seconds 3] [--warmup-seconds 1] [--out results.json]
+        [--modes none,bare,cuptistream,kineto] [--seconds 1.5] [--warmup-seconds 0.5] [--out results.json]
+    python3 bench/overhead_gpu.py --merge a.json b.json --out all.json    # one table from several calls
 
-The defaults (3 rounds x 4 workloads x 4 modes = 48 processes) take about 6 minutes.
+Time: a process costs ~4.5 s beyond its warm-up and timed region (Python, torch import, CUDA init,
+exit), W2 and W4 4 s more of setup, Kineto's stop up to 6 s per traced second (W3). The defaults
+(3 rounds x 4 workloads x 4 modes = 48 processes) are planned at about 8.3 minutes; the plan is
+printed first. ``--budget`` (default 540 s) starts no process that would end past it, so the table
+still comes back inside a 10-minute device command. For more rounds or longer windows, split the
+workloads over several calls (e.g. ``--workloads W1,W3`` then ``W2,W4``) and ``--merge`` their files.
 
 Reading the results: the table printed last has, per workload and mode, the per-iteration time in µs
 as median [min-max] over rounds, its ratio to ``none`` and, for cuptistream and kineto, to ``bare``
@@ -66,7 +72,22 @@ ALL_WORKLOADS = ["W1", "W2", "W3", "W4"]
 ALL_MODES = ["none", "bare", "cuptistream", "kineto"]
 # Seconds per process beyond warm-up and timed region: interpreter + torch import, CUDA init, model
 # setup, exit. Kineto's stop and cuptistream's drain add a little more.
-PROCESS_OVERHEAD_S = {"none": 3.5, "bare": 3.5, "cuptistream": 5.0, "kineto": 5.0}
+# Seconds a process takes beyond warm-up + timed region, measured on the H100 (2026-11-22): about 4.5 s for
+# Python, torch import, CUDA init and exit; W2 and W4 +4 s of setup (the optimizer's first call imports
+# torch._dynamo); Kineto's stop, per second of traced run (W3's 3M records took 24 s); cuptistream's
+# start and drain (a guess until measured).
+BASE_OVERHEAD_S = 4.5
+SETUP_S = {"W1": 0.3, "W2": 4.0, "W3": 0.3, "W4": 4.0}
+KINETO_STOP_PER_RUN_S = {"W1": 0.8, "W2": 0.5, "W3": 6.0, "W4": 0.5}
+CUPTISTREAM_EXTRA_S = 3.0
+
+
+def estimate_s(workload: str, mode: str, run_s: float) -> float:
+    """Expected wall seconds of one process (run_s = warm-up + timed)."""
+    extra = {"kineto": KINETO_STOP_PER_RUN_S[workload] * run_s, "cuptistream": CUPTISTREAM_EXTRA_S}
+    return BASE_OVERHEAD_S + SETUP_S[workload] + run_s + extra.get(mode, 0.0)
+
+
 INJECTION_VARS = ("CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH")
 
 
@@ -96,9 +117,22 @@ def _site_dirs() -> list[Path]:
     return list(seen)
 
 
+def _toolkit_includes() -> list[Path]:
+    """Include dirs of CUDA toolkits: $CUDA_HOME, $CUDA_PATH, /usr/local/cuda, nvcc's, and the pip wheels'."""
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        homes.append(str(Path(nvcc).resolve().parent.parent))
+    dirs = [Path(h) / sub for h in filter(None, homes) for sub in ("include", "targets/x86_64-linux/include")]
+    for d in _site_dirs():
+        dirs += [d / f"nvidia/{sub}/include" for sub in ("cu13", "cuda_runtime", "cuda_nvcc", "cuda_crt")]
+    return list(dict.fromkeys(d for d in dirs if d.is_dir()))
+
+
 def find_cupti() -> tuple[list[Path], Path]:
-    """(include dirs for cupti.h and cuda.h, libcupti) — the torch environment's ``nvidia/cu13`` first
-    (the library torch itself loads), then ``nvidia/cuda_cupti`` (CUDA 12 wheels), then the toolkit."""
+    """(include dirs, cupti.h's first, libcupti): the torch environment's ``nvidia/cu13`` first (the library
+    torch itself loads), then ``nvidia/cuda_cupti`` (CUDA 12 wheels), then the toolkit. The wheels' include
+    dir may hold cuda.h but not crt/host_defines.h: a toolkit's include dir is added for what is missing."""
     candidates: list[tuple[Path, Path]] = []  # (include dir, lib dir)
     with contextlib.suppress(Exception):
         import nvidia.cu13  # type: ignore[import-not-found]
@@ -108,14 +142,14 @@ def find_cupti() -> tuple[list[Path], Path]:
     for d in _site_dirs():
         for sub in ("nvidia/cu13", "nvidia/cuda_cupti"):
             candidates.append((d / sub / "include", d / sub / "lib"))
-    cuda_homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    for home in filter(None, cuda_homes):
+    for home in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]):
         h = Path(home)
         candidates += [
             (h / "targets/x86_64-linux/include", h / "targets/x86_64-linux/lib"),
             (h / "extras/CUPTI/include", h / "extras/CUPTI/lib64"),
             (h / "include", h / "lib64"),
         ]
+    toolkit = _toolkit_includes()
     for include, libdir in candidates:
         if not (include / "cupti.h").is_file() or not libdir.is_dir():
             continue
@@ -123,17 +157,13 @@ def find_cupti() -> tuple[list[Path], Path]:
         if not libs:
             continue
         includes = [include]
-        if not (include / "cuda.h").is_file():
-            cuda_h = [
-                Path(h) / sub
-                for h in filter(None, cuda_homes)
-                for sub in ("include", "targets/x86_64-linux/include")
-                if (Path(h) / sub / "cuda.h").is_file()
-            ]
-            cuda_h += [i for i, _ in candidates if (i / "cuda.h").is_file()]
-            if not cuda_h:
-                continue
-            includes.append(cuda_h[0])
+        for header in ("cuda.h", "crt/host_defines.h"):
+            if not any((i / header).is_file() for i in includes):
+                extra = [t for t in toolkit if (t / header).is_file()]
+                if extra:
+                    includes.append(extra[0])
+        if not any((i / "cuda.h").is_file() for i in includes):
+            continue
         return includes, libs[0].resolve()
     raise fail(
         "no CUPTI found: need nvidia/cu13/include/cupti.h + nvidia/cu13/lib/libcupti.so* in site-packages "
@@ -141,9 +171,36 @@ def find_cupti() -> tuple[list[Path], Path]:
     )
 
 
+# Host-only stand-in for crt/host_defines.h (from the CUDA toolkit), used only where no toolkit has it:
+# cupti_activity.h pulls in builtin_types.h, which needs these macros and nothing else from it.
+HOST_DEFINES_STUB = """#pragma once
+#define __device_builtin__
+#define __device_builtin_texture_type__
+#define __device_builtin_surface_type__
+#define __cudart_builtin__
+#define __host__
+#define __device__
+#define __align__(n) __attribute__((aligned(n)))
+#define __builtin_align__(a) __align__(a)
+#define CUDARTAPI
+#define __location__(a) __annotate__(a)
+#define __annotate__(a) __attribute__((a))
+#define __specialization_static
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __inline_hint__
+#define __thread__ __thread
+"""
+
+
 def build_bare(build_dir: Path) -> tuple[Path, Path]:
     """Compile bench/bare_cupti.c; (the .so, the libcupti it links)."""
     includes, libcupti = find_cupti()
+    if not any((i / "crt/host_defines.h").is_file() for i in includes):
+        stub = build_dir / "stub"
+        (stub / "crt").mkdir(parents=True, exist_ok=True)
+        (stub / "crt/host_defines.h").write_text(HOST_DEFINES_STUB)
+        includes.append(stub)
+        log(f"no crt/host_defines.h in any CUDA include dir; using a host-only stand-in in {stub}")
     gcc = shutil.which("gcc") or shutil.which("cc")
     if gcc is None:
         raise fail("no gcc/cc on PATH to build bench/bare_cupti.c")
@@ -443,19 +500,72 @@ def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> s
 # --- main ----------------------------------------------------------------------------------------
 
 
+def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path, skipped: list[str]) -> int:
+    """Summarize, write ``out`` and print the tables; the exit code (1 if a process failed)."""
+    workloads = [w for w in ALL_WORKLOADS if any(r["workload"] == w for r in runs)]
+    modes = [m for m in ALL_MODES if any(r["mode"] == m for r in runs)]
+    summary = summarize(runs, workloads, modes)
+    devices = sorted({r["result"]["device"] for r in runs if r["ok"]})
+    meta["device"] = devices
+    meta["torch"] = sorted({r["result"]["torch"] for r in runs if r["ok"]})
+    meta["skipped"] = skipped
+    out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
+    failed = [r for r in runs if not r["ok"]]
+    log(f"\nwrote {out}; {len(runs) - len(failed)} of {len(runs)} processes ok; device {', '.join(devices)}")
+    for r in failed:
+        log(f"failed: round {r['round']} {r['workload']} {r['mode']}: {r.get('error')}")
+    if skipped:
+        log(f"skipped (over --budget): {', '.join(skipped)}")
+    log("")
+    log(tables(summary, workloads, modes))
+    return 1 if failed else 0
+
+
+def merge(paths: list[Path], out: Path) -> int:
+    """Combine the runs of several --out files (e.g. one device call per workload pair) into one table."""
+    runs: list[dict[str, Any]] = []
+    metas = []
+    for i, path in enumerate(paths):
+        data = json.loads(path.read_text())
+        metas.append(data.get("meta", {}))
+        for r in data["runs"]:
+            runs.append({**r, "round": f"{i}.{r['round']}"})
+    return report(runs, {"merged_from": [str(p) for p in paths], "metas": metas}, out, [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
     parser.add_argument("--modes", default=",".join(ALL_MODES))
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per process (default 3)")
-    parser.add_argument("--warmup-seconds", type=float, default=1.0, help="warm-up per process (default 1)")
+    parser.add_argument("--seconds", type=float, default=1.5, help="timed seconds per process (default 1.5)")
+    parser.add_argument("--warmup-seconds", type=float, default=0.5, help="warm-up per process (default 0.5)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="cuptistream config (default)")
-    parser.add_argument("--process-timeout", type=float, default=90.0,
-                        help="seconds a process may take beyond warm-up + timed (default 90)")  # fmt: skip
+    parser.add_argument(
+        "--process-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a process may take beyond warm-up + timed before it is killed (default 60)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=540.0,
+        help="start no process that would end past this many seconds (default 540: "
+        "a device command is limited to 600); the table covers what ran",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="only combine earlier --out files into one table (written to --out)",
+    )
     parser.add_argument("--out", type=Path, default=Path("overhead_gpu.json"), help="raw numbers (JSON)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # fmt: skip
     os.environ["PYTHONUNBUFFERED"] = "1"
+    if args.merge:
+        return merge(args.merge, args.out)
     args.config = args.config.resolve()
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -466,19 +576,23 @@ def main(argv: list[str] | None = None) -> int:
         if m not in ALL_MODES:
             raise fail(f"unknown mode {m!r} (known: {', '.join(ALL_MODES)})")
 
+    run_s = args.seconds + args.warmup_seconds
     n_proc = args.rounds * len(workloads) * len(modes)
-    planned = (
-        args.rounds
-        * len(workloads)
-        * sum(args.seconds + args.warmup_seconds + PROCESS_OVERHEAD_S[m] for m in modes)
-    )
+    planned = args.rounds * sum(estimate_s(w, m, run_s) for w in workloads for m in modes)
     log(f"plan: {args.rounds} rounds x {len(workloads)} workloads x {len(modes)} modes = {n_proc} processes, "
-        f"{args.warmup_seconds:g} s warm-up + {args.seconds:g} s timed each; about {planned / 60:.1f} min")  # fmt: skip
+        f"{args.warmup_seconds:g} s warm-up + {args.seconds:g} s timed each; about {planned / 60:.1f} min "
+        f"(budget {args.budget / 60:.1f} min)")  # fmt: skip
+    if planned > args.budget:
+        log("the plan is over the budget: the last processes will be skipped; use fewer rounds or workloads "
+            "per call (and --merge the --out files)")  # fmt: skip
 
+    t_start = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    meta: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "python": sys.version}
     with tempfile.TemporaryDirectory(prefix="overhead_gpu-") as tmp:
         work = Path(tmp)
         runner = Runner(args, work)
-        meta: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "python": sys.version}
         if "bare" in modes:
             runner.bare_so, runner.libcupti = build_bare(work)
             includes, _ = find_cupti()
@@ -491,13 +605,15 @@ def main(argv: list[str] | None = None) -> int:
         if "cuptistream" in modes:
             meta["cuptistream_command"] = cuptistream_command()
 
-        runs: list[dict[str, Any]] = []
-        t_start = time.perf_counter()
         for rnd in range(args.rounds):
             shift = rnd % len(modes)
             order = modes[shift:] + modes[:shift]
             for w in workloads:
                 for m in order:
+                    elapsed = time.perf_counter() - t_start
+                    if elapsed + estimate_s(w, m, run_s) > args.budget:
+                        skipped.append(f"round {rnd} {w} {m}")
+                        continue
                     record = runner.run(w, m)
                     record["round"] = rnd
                     runs.append(record)
@@ -508,21 +624,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{status} ({record['wall_s']:.1f} s)")  # fmt: skip
                     if not record["ok"]:
                         log(record.get("stderr_tail", "")[-1500:])
-
-    summary = summarize(runs, workloads, modes)
-    devices = sorted({r["result"]["device"] for r in runs if r["ok"]})
-    meta["device"] = devices
-    meta["torch"] = sorted({r["result"]["torch"] for r in runs if r["ok"]})
-    args.out.write_text(json.dumps({"meta": meta, "summary": summary, "runs": runs}, indent=1))
-    failed = [r for r in runs if not r["ok"]]
-    log(
-        f"\nwrote {args.out}; {len(runs) - len(failed)} of {len(runs)} processes ok; device {', '.join(devices)}"
-    )
-    for r in failed:
-        log(f"failed: round {r['round']} {r['workload']} {r['mode']}: {r.get('error')}")
-    log("")
-    log(tables(summary, workloads, modes))
-    return 1 if failed else 0
+    return report(runs, meta, args.out, skipped)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The four GPU workloads of the overhead benchmark (DESIGN.md §5, §9), one per process.
 
-    python bench/workloads.py --workload W1 [--seconds 3] [--warmup-seconds 1] [--profiler] [--block N]
+    python bench/workloads.py --workload W1 [--seconds 2] [--warmup-seconds 0.5] [--profiler] [--block N]
 
 - W1: tiny-kernel loop, ``y = y + 1`` on 1024 floats: one iteration is one kernel launch.
 - W2: MLP of 8 ``Linear(1024, 1024)`` layers (ReLU between), batch 64, one SGD step per iteration
@@ -137,8 +137,8 @@ def run_blocks(block: Block, n: int, seconds: float, min_blocks: int = 1) -> lis
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds (default 3)")
-    parser.add_argument("--warmup-seconds", type=float, default=1.0, help="untimed warm-up (default 1)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds (default 2)")
+    parser.add_argument("--warmup-seconds", type=float, default=0.5, help="untimed warm-up (default 0.5)")
     parser.add_argument("--profiler", action="store_true", help="run inside torch.profiler (Kineto), CUDA")
     parser.add_argument("--block", type=int, default=0, help="iterations per block (default per workload)")
     args = parser.parse_args(argv)
