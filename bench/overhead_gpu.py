@@ -82,9 +82,16 @@ KINETO_STOP_PER_RUN_S = {"W1": 0.8, "W2": 0.5, "W3": 6.0, "W4": 0.5}
 CUPTISTREAM_EXTRA_S = 3.0
 
 
+def is_cuptistream(mode: str) -> bool:
+    """``cuptistream`` (the --config) or ``cuptistream:NAME`` (a --variant config)."""
+    return mode == "cuptistream" or mode.startswith("cuptistream:")
+
+
 def estimate_s(workload: str, mode: str, run_s: float) -> float:
     """Expected wall seconds of one process (run_s = warm-up + timed)."""
-    extra = {"kineto": KINETO_STOP_PER_RUN_S[workload] * run_s, "cuptistream": CUPTISTREAM_EXTRA_S}
+    extra = {"kineto": KINETO_STOP_PER_RUN_S[workload] * run_s}
+    if is_cuptistream(mode):
+        extra[mode] = CUPTISTREAM_EXTRA_S
     return BASE_OVERHEAD_S + SETUP_S[workload] + run_s + extra.get(mode, 0.0)
 
 
@@ -357,9 +364,10 @@ class Runner:
                 BARE_CUPTI_DRIVER_CBIDS=",".join(map(str, self.cbids["driver"])),
                 BARE_CUPTI_OUT=str(report),
             )
-        elif mode == "cuptistream":
+        elif is_cuptistream(mode):
             report = scratch / "report.json"
-            cmd = [*cuptistream_command(), "run", "-c", str(self.args.config), "--report-json", str(report),
+            config = self.args.variants.get(mode, self.args.config)
+            cmd = [*cuptistream_command(), "run", "-c", str(config), "--report-json", str(report),
                    "--", sys.executable, *self.workload_args(workload)]  # fmt: skip
             cwd = scratch  # the default config writes ./cuptistream-out
         elif mode == "kineto":
@@ -382,7 +390,7 @@ class Runner:
             if report.is_file():
                 with contextlib.suppress(ValueError):
                     record["report"] = json.loads(report.read_text())
-        if mode == "cuptistream":
+        if is_cuptistream(mode):
             out_dir = scratch / "cuptistream-out"
             record["output_bytes"] = (
                 sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file()) if out_dir.is_dir() else 0
@@ -454,18 +462,18 @@ def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> s
         for m in modes:
             s = summary[f"{w}/{m}"]
             to_none = _spread(s["ratio_to_none"], ".2f") if m != "none" else "1"
-            to_bare = _spread(s["ratio_to_bare"], ".2f") if m in ("cuptistream", "kineto") else ""
+            to_bare = _spread(s["ratio_to_bare"], ".2f") if is_cuptistream(m) or m == "kineto" else ""
             lines.append(f"| {w} | {m} | {_spread(s['per_iteration_us'], '.2f')} | {to_none} | {to_bare} "
                          f"| {s['failed'] or ''} |")  # fmt: skip
     detail = []
     for w in workloads:
-        for m in ("cuptistream", "bare"):
+        for m in [*(m for m in modes if is_cuptistream(m)), "bare"]:
             if m not in modes:
                 continue
             s = summary[f"{w}/{m}"]
             reports = [r for r in s["reports"] if isinstance(r, dict)]
             rss_mib = [v / 1024 for v in s["program_max_rss_kib"]]
-            if m == "cuptistream":
+            if is_cuptistream(m):
                 cpu_per_m = [
                     c / n * 1e6
                     for r in reports
@@ -503,7 +511,8 @@ def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> s
 def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path, skipped: list[str]) -> int:
     """Summarize, write ``out`` and print the tables; the exit code (1 if a process failed)."""
     workloads = [w for w in ALL_WORKLOADS if any(r["workload"] == w for r in runs)]
-    modes = [m for m in ALL_MODES if any(r["mode"] == m for r in runs)]
+    seen = list(dict.fromkeys(r["mode"] for r in runs))
+    modes = [m for m in ALL_MODES if m in seen] + [m for m in seen if m not in ALL_MODES]
     summary = summarize(runs, workloads, modes)
     devices = sorted({r["result"]["device"] for r in runs if r["ok"]})
     meta["device"] = devices
@@ -561,19 +570,33 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="only combine earlier --out files into one table (written to --out)",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIG",
+        help="also run cuptistream with CONFIG, as mode cuptistream:NAME (for cost breakdowns; repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=Path("overhead_gpu.json"), help="raw numbers (JSON)")
     args = parser.parse_args(argv)  # fmt: skip
     os.environ["PYTHONUNBUFFERED"] = "1"
     if args.merge:
         return merge(args.merge, args.out)
     args.config = args.config.resolve()
+    args.variants = {}
+    for variant in args.variant:
+        name, _, path = variant.partition("=")
+        if not name or not path or not Path(path).is_file():
+            raise fail(f"--variant {variant!r}: expected NAME=CONFIG with an existing CONFIG file")
+        args.variants[f"cuptistream:{name}"] = Path(path).resolve()
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for w in workloads:
         if w not in ALL_WORKLOADS:
             raise fail(f"unknown workload {w!r} (known: {', '.join(ALL_WORKLOADS)})")
+    modes += [m for m in args.variants if m not in modes]
     for m in modes:
-        if m not in ALL_MODES:
+        if m not in ALL_MODES and m not in args.variants:
             raise fail(f"unknown mode {m!r} (known: {', '.join(ALL_MODES)})")
 
     run_s = args.seconds + args.warmup_seconds
@@ -602,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
             meta.update(
                 libcupti=str(runner.libcupti), cbid_source=source, cbids=runner.cbids, cbid_names=names
             )
-        if "cuptistream" in modes:
+        if any(is_cuptistream(m) for m in modes):
+            meta["variants"] = {k: str(v) for k, v in args.variants.items()}
             meta["cuptistream_command"] = cuptistream_command()
 
         for rnd in range(args.rounds):

@@ -122,6 +122,8 @@ class ActivitySource(Source):
             activate_correlation()
 
     def _start(self, cfg: ActivitySourceConfig) -> None:
+        if "marker" in cfg.kinds:  # NVTX ranges reach CUPTI only through NVTX's injection hook
+            driver.enable_nvtx_injection()
         self.device = kinds.device_name(0)
         self.cupti_version = driver.cupti_version()
         self._set_attributes(cfg)

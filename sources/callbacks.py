@@ -44,6 +44,7 @@ from cuptistream.component import Source
 from cuptistream.config import Duration, SourceConfig
 from cuptistream.cupti import pcsampling_api, subscriber
 from cuptistream.cupti.contexts import module_data
+from cuptistream.cupti.driver import enable_nvtx_injection
 from cuptistream.cupti.subscriber import API_ENTER as _API_ENTER
 from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Domain, Registration, address_of
@@ -566,21 +567,6 @@ def api_cbids(enum_members: Iterable[Any], wanted: list[str], key: str) -> dict[
     for name in wanted:
         cbids.update(by_base[name])
     return cbids
-
-
-def enable_nvtx_injection() -> str | None:
-    """Point ``NVTX_INJECTION64_PATH`` at libcupti unless it is already set. Returns what it set.
-
-    NVTX reads the variable at the program's first NVTX call, so this is in time for calls made
-    after it; ``cuptistream run`` sets it in the child's environment before the program starts.
-    """
-    if os.environ.get("NVTX_INJECTION64_PATH"):
-        return None
-    from cuptistream.cupti.driver import nvtx_injection_path
-
-    path = nvtx_injection_path()
-    os.environ["NVTX_INJECTION64_PATH"] = path
-    return path
 
 
 # --- the source --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Failure modes:
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -160,6 +161,19 @@ def nvtx_injection_path() -> str:
     from cuda.pathfinder import load_nvidia_dynamic_lib
 
     return load_nvidia_dynamic_lib("cupti").abs_path
+
+
+def enable_nvtx_injection() -> str | None:
+    """Point ``NVTX_INJECTION64_PATH`` at libcupti unless it is already set. Returns what it set.
+
+    NVTX reads the variable at the program's first NVTX call, so this is in time for calls made
+    after it; under ``cuptistream run`` the probe starts before the program's first line.
+    """
+    if os.environ.get("NVTX_INJECTION64_PATH"):
+        return None
+    path = nvtx_injection_path()
+    os.environ["NVTX_INJECTION64_PATH"] = path
+    return path
 
 
 # --- attach / detach ---------------------------------------------------------------------------
