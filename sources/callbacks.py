@@ -170,6 +170,7 @@ _GRAPH_OPS = {
     13: "node_create", 14: "node_destroy", 20: "node_clone",
     18: "graph_exec_create", 19: "graph_exec_destroy",
 }  # fmt: skip
+RESOURCE_CBIDS = frozenset(_RESOURCE_OPS) | frozenset(_GRAPH_OPS)
 _SYNC_TYPES = {1: "stream_synchronize", 2: "context_synchronize"}
 
 # CUgraphNodeType (cuda.h)
@@ -281,6 +282,8 @@ class Recorder:
     # resource and synchronize ---------------------------------------------------------------------
 
     def on_resource(self, domain: int, cbid: int, data: Any) -> None:
+        if cbid not in RESOURCE_CBIDS:
+            return
         address = address_of(data)
         if not address:
             return
@@ -600,8 +603,8 @@ class CallbackSource(Source):
         if "nvtx" in cfg.domains and cfg.nvtx_injection:
             enable_nvtx_injection()
         wanted: list[tuple[int, Callable[[int, int, Any], None], int | None]] = []
-        if "resource" in cfg.domains:
-            wanted.append((Domain.RESOURCE, recorder.on_resource, None))
+        if "resource" in cfg.domains:  # only the cbids it turns into events, not the whole domain
+            wanted += [(Domain.RESOURCE, recorder.on_resource, cbid) for cbid in sorted(RESOURCE_CBIDS)]
         if "synchronize" in cfg.domains:
             wanted.append((Domain.SYNCHRONIZE, recorder.on_synchronize, None))
         if "nvtx" in cfg.domains:
