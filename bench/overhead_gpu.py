@@ -486,7 +486,7 @@ def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> s
                     for r in reports
                     if isinstance(r.get("losses"), dict)
                 ]
-                detail.append(f"| {w} | cuptistream | {_spread(records, '.0f')} | {_spread(losses, '.0f')} "
+                detail.append(f"| {w} | {m} | {_spread(records, '.0f')} | {_spread(losses, '.0f')} "
                               f"| {_spread(cpu_per_m, '.2f')} | {_spread(coll_rss, '.0f')} "
                               f"| {_spread(rss_mib, '.0f')} |")  # fmt: skip
             else:
