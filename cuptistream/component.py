@@ -45,6 +45,9 @@ class ActivityOutlet(abc.ABC):
     def owns(self, address: int) -> bool:
         return False
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """The source is done: no buffer is taken or completed after this."""
+
     def write(self, data: bytes, dropped: int = 0, timeout: float = 30.0) -> bool:
         """Copy ``data`` into a buffer and hand it over, waiting up to ``timeout`` for a free one
         (for sources that are not on CUPTI's threads, e.g. replay). False: no buffer came free."""

@@ -128,7 +128,8 @@ class ActivitySource(Source):
         self.cupti_version = driver.cupti_version()
         self._set_attributes(cfg)
         wanted = [kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)]
-        sizes = {spec.kind: size for spec in wanted if (size := driver.struct_size(spec.kind)) is not None}
+        # Every kind's size, not only those enabled: CUPTI adds records of its own (overhead, ...).
+        sizes = {spec.kind: size for spec in kinds.KINDS.values() if (size := driver.struct_size(spec.kind))}
         stream = OpenStream(
             stream=0, source=self.name, device=self.device, cupti_version=self.cupti_version,
             struct_sizes=sizes, demangle=cfg.demangle, capture=cfg.capture,
@@ -220,6 +221,7 @@ class ActivitySource(Source):
             )
         # Names in the records point into CUPTI's memory: let the collector read them before detaching.
         self.outlet.wait_consumed(_CONSUMED_WAIT_S)
+        self.outlet.close()
         self._enabled.clear()
         self._release()
 

@@ -100,3 +100,5 @@ class ReplaySource(Source):
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        for outlet in self._outlets:
+            outlet.close()

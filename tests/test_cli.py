@@ -62,6 +62,14 @@ def test_run_script_with_arguments_and_module_mode(tmp_path: Path) -> None:
     assert result.returncode == 0 and "module ran" in result.stdout
 
 
+def test_interpreter_flags_are_kept(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "{type: synthetic, events: 10}")
+    result = subprocess.run([*CLI, "run", "-c", str(cfg), "--", "python", "-u", "-c",
+                             "import sys; print('unbuffered', sys.stdout.write_through)"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0 and "unbuffered True" in result.stdout, result.stderr
+
+
 def test_program_exception_exits_1_after_draining(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "{type: synthetic, events: 1000}")
     result = subprocess.run([*CLI, "run", "-c", str(cfg), "--", "python", "-c", "raise ValueError('boom')"],

@@ -47,10 +47,12 @@ def _env() -> dict[str, str]:
 
 
 class _FakeCupti:
-    """Stands in for libcupti: every call succeeds and is recorded in order."""
+    """Stands in for libcupti: every call succeeds and is recorded in order; record sizes come from
+    a real capture's table (``cuptiActivityGetStructSize``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, struct_sizes: dict[int, int] | None = None) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.struct_sizes = struct_sizes or {}
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("cupti"):
@@ -58,6 +60,8 @@ class _FakeCupti:
 
         def call(*args: Any) -> int:
             self.calls.append((name, args))
+            if name == "cuptiActivityGetStructSize" and args[0] in self.struct_sizes:
+                args[2]._obj.value = self.struct_sizes[args[0]]
             return 0
 
         return call
@@ -97,6 +101,40 @@ def test_api_filters_are_set_after_their_kinds_are_enabled(monkeypatch: pytest.M
         ("cuptiActivityEnableDriverApi", c) for c in kinds.select_cbids("driver", ["cuLaunchKernel"])
     }
     assert on == expected
+
+
+def test_buffer_callbacks_hand_whole_buffers_over_and_capture_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """CUPTI's two buffer callbacks, called as CUPTI would, with a buffer CUPTI wrote on an H200."""
+    import ctypes
+
+    from cuptistream.cupti import capture, driver, kinds
+    from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
+
+    cap = capture.read(FIXTURES / "exact_counts.cupti")
+    monkeypatch.setattr(driver, "libcupti", lambda: _FakeCupti(dict(cap.struct_sizes)))
+    monkeypatch.setattr(driver, "require_gpu", lambda: None)
+    monkeypatch.setattr(kinds, "device_name", lambda ordinal=0: "fake GPU")
+    config = ActivitySourceConfig(
+        type="activity", kinds=["concurrent_kernel", "runtime", "driver", "memcpy"], flush_interval=0,
+        capture=str(tmp_path / "again.cupti"),
+    )  # fmt: skip
+    emitter = Collect()
+    source = ActivitySource(config, emitter)
+    source.start()
+    assert source.callbacks is not None
+    buffer, size, most = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t()
+    source.callbacks._requested(ctypes.pointer(buffer), ctypes.pointer(size), ctypes.pointer(most))
+    assert buffer.value and size.value == config.buffer_size
+    data = cap.buffers[0].data
+    ctypes.memmove(buffer.value, data, len(data))
+    source.callbacks._completed(None, 0, buffer.value, size.value, len(data))
+    source.stop()
+    kernels = [e for e in emitter.events if isinstance(e, Kernel)]
+    assert len(kernels) == EXPECTED["exact_counts"]["decoded_events"]["Kernel"]
+    again = capture.read(tmp_path / "again.cupti")  # written when the source stopped
+    assert [b.data for b in again.buffers] == [data]
 
 
 # --- the channel across real processes ----------------------------------------------------------
