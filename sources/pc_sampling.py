@@ -57,8 +57,9 @@ from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
 from cuptistream.errors import ConfigError
 from cuptistream.events import PcSampleBatch, ResourceChange
-from cuptistream.sources.cupti_worker import CuptiWorkerSource
-from cuptistream.sources.pc_sampling_config import PcSamplingConfig, select_stall_reasons
+
+from .cupti_worker import CuptiWorkerSource
+from .pc_sampling_config import PcSamplingConfig, select_stall_reasons
 
 STAGE = "pc_sampling"
 

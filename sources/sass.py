@@ -39,7 +39,8 @@ from cuptistream.cupti.pcsampling_api import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import SassMetricBatch
-from cuptistream.sources.cupti_worker import CuptiWorkerSource
+
+from .cupti_worker import CuptiWorkerSource
 
 STAGE = "sass"
 
