@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from typing import Any
 
 import msgspec
@@ -34,6 +35,7 @@ from cuptistream.correlate import deactivate as deactivate_correlation
 from cuptistream.cupti import driver, kinds
 from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.errors import UserError
+from cuptistream.events import ClockSync
 
 # CUpti_ActivityAttribute: name -> (value, C type of the value)
 ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
@@ -133,6 +135,7 @@ class ActivitySource(Source):
         stream = OpenStream(
             stream=0, source=self.name, device=self.device, cupti_version=self.cupti_version,
             struct_sizes=sizes, demangle=cfg.demangle, capture=cfg.capture,
+            clock=ClockSync(cupti_ns=driver.timestamp(), unix_ns=time.time_ns()),
         )  # fmt: skip
         self.outlet = self.emitter.open_activity_stream(stream, int(cfg.buffer_size), cfg.buffer_pool_limit)
         self.callbacks = BufferCallbacks(self.outlet, self._report_dropped)

@@ -13,6 +13,7 @@ still gets every captured event; an endless one (``loops: 0``) stops at the next
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from cuptistream.channel.messages import OpenStream
@@ -63,6 +64,9 @@ class ReplaySource(Source):
             self.captures = [capture.read(p) for p in capture_files(self.config.path)]
         except ValueError as error:
             raise UserError(f"replay: {error}") from None
+        # The replayed clock: CUPTI's at capture time, paired with the Unix clock as it was then.
+        offset = self.captures[0].offset_ns
+        self.clock = lambda: time.time_ns() - offset
         for cap in self.captures:  # one decode stream per capture: its own names and NVTX ranges
             stream = OpenStream(
                 stream=0, source=self.name, device=cap.device, cupti_version=cap.cupti_version,

@@ -97,3 +97,24 @@ def test_activity_source_without_gpu_is_one_line_no_gpu_error() -> None:
 
     with pytest.raises(NoGpuError):
         list_kinds()
+
+
+def test_replayed_times_land_on_the_capture_date(tmp_path: Path) -> None:
+    """Captured timestamps are CUPTI's; the batch clock must map them to the capture's wall-clock date
+    (2026-11-21, tests/fixtures/README.md), not add the replay machine's monotonic offset on top."""
+    import datetime
+
+    cfg = {
+        "sources": [{"type": "replay", "path": str(FIXTURES / "exact_counts.cupti")}],
+        "sinks": [{"type": "file", "directory": str(tmp_path / "out")}],
+    }
+    with cuptistream.session(cfg, quiet=True):
+        pass
+    day = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc).timestamp() * 1e9
+    kernels = 0
+    for batch in cuptistream.read(tmp_path / "out").batches():
+        for event in batch.events:
+            if isinstance(event, Kernel):
+                kernels += 1
+                assert day <= event.start + batch.clock.offset_ns < day + 86_400e9, batch.clock
+    assert kernels == EXPECTED["exact_counts"]["decoded_events"]["Kernel"]

@@ -50,6 +50,7 @@ class OpenStream(Message, tag="open_stream"):
     strings: dict[int, str] | None = None  # pointer -> text (replay); None: read the probe's memory
     demangle: bool = False
     capture: str = ""  # also write the raw buffers to this capture file (collector side)
+    clock: ClockSync | None = None  # CUPTI's clock next to the Unix clock when the source started
 
 
 class Ready(Message, tag="ready"):

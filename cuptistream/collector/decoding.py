@@ -118,6 +118,6 @@ class DecodeStream:
                 capture.Capture(
                     name=self.info.source, cupti_version=self.info.cupti_version, device=self.info.device,
                     struct_sizes=dict(self.decoder.layouts.sizes), strings=dict(strings),
-                    buffers=self._captured,
+                    buffers=self._captured, clock=self.info.clock,
                 ),
             )  # fmt: skip

@@ -1,8 +1,9 @@
 """The capture file: raw activity buffers plus what decoding them needs, for fixtures and replay.
 
 One file is one zstd frame holding a msgpack ``Capture``: the buffers exactly as CUPTI completed
-them (trimmed to their valid bytes), the record size CUPTI used per kind, and every string the
-records point to (pointer → text), read in the live process before CUPTI went away.
+them (trimmed to their valid bytes), the record size CUPTI used per kind, every string the
+records point to (pointer → text), read in the live process before CUPTI went away, and a reading
+of CUPTI's clock next to the Unix clock, so replayed times land on the capture's wall-clock date.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import msgspec
 import zstandard
+
+from cuptistream.events import ClockSync
 
 FORMAT = 1
 
@@ -29,6 +32,14 @@ class Capture(msgspec.Struct, kw_only=True):
     strings: dict[int, str]  # pointer -> string
     buffers: list[CapturedBuffer]
     notes: str = ""
+    # None in captures made before it was recorded: their CUPTI clock was the Unix epoch clock
+    # (CUPTI 13 on Linux; the committed fixtures' timestamps fall on their capture date).
+    clock: ClockSync | None = None
+
+    @property
+    def offset_ns(self) -> int:
+        """Add to a captured timestamp to get Unix-epoch ns."""
+        return self.clock.offset_ns if self.clock is not None else 0
 
 
 _encoder = msgspec.msgpack.Encoder()
