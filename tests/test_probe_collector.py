@@ -293,3 +293,30 @@ def test_unreachable_collector_is_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert "cannot reach the collector at" in result.stderr
+
+
+REPLAY_PROGRAM = r"""
+import sys, time
+import cuptistream
+cfg = {"probe": {"collector": sys.argv[1]},
+       "sources": [{"type": "replay", "path": sys.argv[2], "loops": 0}], "sinks": [{"type": "null"}]}
+with cuptistream.session(cfg, quiet=True):
+    print("started", flush=True)
+    time.sleep(2.0)
+"""
+
+
+def test_a_dead_collector_does_not_hold_an_endless_replay_at_exit(tmp_path: Path) -> None:
+    socket_path = tmp_path / "c.sock"
+    collector = _start_collector(tmp_path, "node", socket_path)
+    began = time.monotonic()
+    program = subprocess.Popen(
+        [sys.executable, "-c", REPLAY_PROGRAM, str(socket_path), str(FIXTURES / "exact_counts.cupti")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+    assert program.stdout is not None and program.stdout.readline().strip() == "started"
+    collector.kill()
+    collector.wait(10)
+    _, err = program.communicate(timeout=60)
+    assert program.returncode == 0, err
+    assert time.monotonic() - began < 15, "the replay waited for slots nobody will free"

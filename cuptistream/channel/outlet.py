@@ -34,13 +34,17 @@ class PoolOutlet(ActivityOutlet):
     def write(self, data: bytes, dropped: int = 0, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         while (address := self.take()) is None:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not self.reader_alive():
                 return False
             time.sleep(_SLOT_POLL_S)
         slot = self.pool.slot_of(address)
         assert slot is not None
         self.pool.view(slot, len(data))[:] = data
         self.complete(address, len(data), dropped)
+        return True
+
+    def reader_alive(self) -> bool:
+        """Whether something will free the slots (worth waiting for one)."""
         return True
 
     def wait_consumed(self, timeout: float) -> bool:

@@ -50,6 +50,9 @@ class SlotOutlet(PoolOutlet):
         # Not sent (no collector now): the slot stays READY for the next collector's drain.
         self.link.post(self._ready)
 
+    def reader_alive(self) -> bool:
+        return self.link.connected
+
     def wait_consumed(self, timeout: float) -> bool:
         """Wait until the collector has read every published buffer (while it is there)."""
         deadline = time.monotonic() + timeout
