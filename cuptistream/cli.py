@@ -7,6 +7,7 @@ non-zero exit code, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -21,8 +22,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+ENV_CONFIG = "CUPTISTREAM_CONFIG"  # the config path when -c is not given
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cuptistream")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cuptistream", description="Continuous GPU telemetry on NVIDIA CUPTI.")
+    parser.add_argument("--version", action="version", version=f"cuptistream {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -32,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Run `python script.py ...`, `python -m module ...` or `python -c code` with a probe "
         "in it, this process collecting; the program's exit code is kept.",
     )
-    run.add_argument("-c", "--config", required=True, help="YAML config (see configs/)")
+    run.add_argument("-c", "--config", help=f"YAML config (see configs/); default: ${ENV_CONFIG}")
+    run.add_argument("-o", "--output", metavar="DIR", help="write the file sink's files to DIR instead")
     run.add_argument("--quiet", action="store_true", help="no summary line on stderr")
     run.add_argument(
         "--report-json", metavar="FILE", help="write the shutdown report (counts, collector CPU) as JSON"
@@ -62,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     cat.add_argument("--strict", action="store_true", help="exit 1 if a file has a torn tail")
 
     validate = commands.add_parser("validate", help="check a config file")
-    validate.add_argument("config", help="YAML config")
+    validate.add_argument("config", metavar="FILE", help="YAML config")
 
     commands.add_parser("kinds", help="list the activity kinds CUPTI supports on this machine")
 
@@ -81,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from cuptistream.config import load
 
-    cfg = load(args.config)
+    cfg = load(args.config, given_as="as `cuptistream validate FILE`")
     sources = ", ".join(s.name for s in cfg.sources) or "none"
     sinks = ", ".join(s.name for s in cfg.sinks)
     print(f"{args.config}: valid (sources: {sources}; sinks: {sinks})")
@@ -135,16 +150,24 @@ def _cmd_source_lines(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from cuptistream.launch import parse_program, run_program
 
+    config = _config_path(args, "run")
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     target = parse_program(program)
-    return run_program(args.config, target, quiet=args.quiet, report_json=args.report_json)
+    return run_program(config, target, quiet=args.quiet, report_json=args.report_json, output=args.output)
+
+
+def _config_path(args: argparse.Namespace, command: str) -> str:
+    path: str | None = args.config or os.environ.get(ENV_CONFIG)
+    if not path:
+        raise UserError(f"{command}: no config; pass -c cfg.yaml or set {ENV_CONFIG}")
+    return path
 
 
 def _cmd_collector(args: argparse.Namespace) -> int:
     from cuptistream.collector.serve import serve
 
     return serve(
-        args.config, args.socket, until_idle=args.until_idle, session_id=args.session_id,
+        _config_path(args, "collector"), args.socket, until_idle=args.until_idle, session_id=args.session_id,
         report_json=args.report_json, quiet=args.quiet,
     )  # fmt: skip
 

@@ -288,8 +288,9 @@ def parse_yaml(text: str, origin: str) -> Any:
         raise ConfigError(f"{origin}: {problem}{where}") from None
 
 
-def load(source: str | Path | dict[str, Any] | Config) -> Config:
-    """Load a Config from a YAML path, a dict, or pass a Config through."""
+def load(source: str | Path | dict[str, Any] | Config, *, given_as: str = "with -c") -> Config:
+    """Load a Config from a YAML path, a dict, or pass a Config through. ``given_as`` says, in the
+    file-not-found message, how the path was given (``with -c``, ``as the FILE argument``)."""
     if isinstance(source, Config):
         return source
     if isinstance(source, dict):
@@ -298,7 +299,7 @@ def load(source: str | Path | dict[str, Any] | Config) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found; pass an existing YAML file with -c") from None
+        raise ConfigError(f"{path}: config file not found; pass an existing YAML file {given_as}") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read config: {error.strerror}") from None
     return build(parse_yaml(text, str(path)), origin=str(path))

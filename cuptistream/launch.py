@@ -25,7 +25,7 @@ import msgspec
 from cuptistream.channel.sockets import ENV_COLLECTOR
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import write_config
-from cuptistream.config import load
+from cuptistream.config import Config, load
 from cuptistream.errors import UserError
 from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_QUIET
 
@@ -76,8 +76,26 @@ def _environment(address: str, config_path: str, session_id: str, quiet: bool) -
     return env
 
 
-def run_program(config: str, program: Program, *, quiet: bool = False, report_json: str | None = None) -> int:
+def use_output(cfg: Config, directory: str) -> None:
+    """``run -o DIR``: every enabled file sink writes to ``directory``."""
+    file_sinks = [sink for sink in cfg.sinks if sink.type == "file" and sink.enabled]
+    if not file_sinks:
+        raise UserError("run: -o/--output needs a file sink in the config; add one or leave -o out")
+    for sink in file_sinks:
+        sink.directory = directory  # type: ignore[attr-defined]
+
+
+def run_program(
+    config: str,
+    program: Program,
+    *,
+    quiet: bool = False,
+    report_json: str | None = None,
+    output: str | None = None,
+) -> int:
     cfg = load(config)
+    if output:
+        use_output(cfg, output)
     collector = Collector(cfg).start()  # raises SinkUnavailableError etc. before the program starts
     workdir = tempfile.mkdtemp(prefix="cuptistream-")
     try:

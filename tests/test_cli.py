@@ -70,6 +70,24 @@ def test_interpreter_flags_are_kept(tmp_path: Path) -> None:
     assert result.returncode == 0 and "unbuffered True" in result.stdout, result.stderr
 
 
+def test_version_output_option_and_config_from_the_environment(tmp_path: Path) -> None:
+    version = subprocess.run([*CLI, "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and re.fullmatch(r"cuptistream \S+\n", version.stdout), version.stdout
+    cfg = _config(tmp_path, "{type: synthetic, events: 120}")
+    env = {**os.environ, "CUPTISTREAM_CONFIG": str(cfg)}  # no -c: the variable names the config
+    result = subprocess.run([*CLI, "run", "-o", str(tmp_path / "elsewhere"), "--quiet", "--", "python", "-c", "pass"],
+                            capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len([e for e in read(tmp_path / "elsewhere") if isinstance(e, Kernel)]) == 120
+    assert not (tmp_path / "out").exists(), "-o must replace the config's directory"
+    null_only = tmp_path / "null.yaml"
+    null_only.write_text("sinks: [{type: \"null\"}]\n")
+    refused = subprocess.run([*CLI, "run", "-c", str(null_only), "-o", "x", "--", "python", "-c", "print('ran')"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and "ran" not in refused.stdout
+    assert refused.stderr.strip() == "cuptistream: run: -o/--output needs a file sink in the config; add one or leave -o out"
+
+
 def test_program_exception_exits_1_after_draining(tmp_path: Path) -> None:
     cfg = _config(tmp_path, "{type: synthetic, events: 1000}")
     result = subprocess.run([*CLI, "run", "-c", str(cfg), "--", "python", "-c", "raise ValueError('boom')"],
@@ -102,7 +120,8 @@ def test_signal_drains_and_exits_with_the_signal_code(tmp_path: Path, signum: in
         (["run", "-c", "configs/test-synthetic.yaml"], "no program given", 2),
         (["run", "-c", "configs/test-synthetic.yaml", "--", "ls", "-l"], "is not a Python interpreter", 2),
         (["run", "-c", "configs/test-synthetic.yaml", "--", "python", "missing.py"], "not found", 2),
-        (["run"], "the following arguments are required", 2),
+        (["run"], "run: no config; pass -c cfg.yaml or set CUPTISTREAM_CONFIG", 2),
+        (["validate", "nonexistent.yaml"], "pass an existing YAML file as `cuptistream validate FILE`", 2),
         (["frobnicate"], "invalid choice", 2),
         (["cat", "does/not/exist"], "does/not/exist", 2),
     ],
