@@ -81,11 +81,14 @@ def test_version_output_option_and_config_from_the_environment(tmp_path: Path) -
     assert len([e for e in read(tmp_path / "elsewhere") if isinstance(e, Kernel)]) == 120
     assert not (tmp_path / "out").exists(), "-o must replace the config's directory"
     null_only = tmp_path / "null.yaml"
-    null_only.write_text("sinks: [{type: \"null\"}]\n")
+    null_only.write_text('sinks: [{type: "null"}]\n')
     refused = subprocess.run([*CLI, "run", "-c", str(null_only), "-o", "x", "--", "python", "-c", "print('ran')"],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert refused.returncode == 2 and "ran" not in refused.stdout
-    assert refused.stderr.strip() == "cuptistream: run: -o/--output needs a file sink in the config; add one or leave -o out"
+    assert (
+        refused.stderr.strip()
+        == "cuptistream: run: -o/--output needs a file sink in the config; add one or leave -o out"
+    )
 
 
 def test_program_exception_exits_1_after_draining(tmp_path: Path) -> None:
