@@ -41,15 +41,33 @@ class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Base for every config Struct: unknown keys are errors."""
 
 
+def _at_least(key: str, value: int, least: int) -> None:
+    if value < least:
+        raise ValueError(f"{key} must be at least {least}, got {value}")
+
+
+def _positive(key: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{key} must be more than 0, got {value:g}")
+
+
 class BatchConfig(Strict):
     max_events: int = 8192
     max_bytes: Size = Size(4 * 1024 * 1024)
     max_latency: Duration = Duration(1.0)
 
+    def __post_init__(self) -> None:
+        _at_least("max_events", self.max_events, 1)
+        _at_least("max_bytes", self.max_bytes, 1)
+        _positive("max_latency", self.max_latency)
+
 
 class QueueConfig(Strict):
     max_bytes: Size = Size(64 * 1024 * 1024)
     full_policy: FullPolicy = "drop_oldest"
+
+    def __post_init__(self) -> None:
+        _at_least("max_bytes", self.max_bytes, 1)
 
 
 class SessionConfig(Strict):
@@ -63,6 +81,12 @@ class PipelineConfig(Strict):
     batch: BatchConfig = msgspec.field(default_factory=BatchConfig)
     stats_interval: Duration = Duration(10.0)
     shutdown_deadline: Duration = Duration(10.0)
+
+    def __post_init__(self) -> None:
+        _at_least("memory_budget", self.memory_budget, 1)
+        if self.stats_interval < 0.01:  # 0 would emit accounting in a tight loop
+            raise ValueError(f"stats_interval must be at least 10ms, got {self.stats_interval:g}s")
+        _positive("shutdown_deadline", self.shutdown_deadline)
 
 
 class ProbeConfig(Strict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_UNITS = {
@@ -20,6 +21,7 @@ _DURATION_UNITS = {
     "min": 60.0,
     "h": 3600.0,
 }
+_MAX_SIZE = 2**63 - 1
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Zµ]*)\s*$")
 
 
@@ -31,11 +33,14 @@ def parse_size(value: object) -> int:
         if value < 0:
             raise ValueError(f"expected a non-negative size, got {value}")
         return value
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 64:
         match = _NUMBER_UNIT.match(value)
         if match and match.group(2).lower() in _SIZE_UNITS:
-            return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
-    raise ValueError(f"expected a size like 10MiB or 65536, got {value!r}")
+            size = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+            if size > _MAX_SIZE:
+                raise ValueError(f"size {value!r} is too large (at most 8EiB)")
+            return int(size)
+    raise ValueError(f"expected a size like 10MiB or 65536, got {_short(value)}")
 
 
 def parse_duration(value: object) -> float:
@@ -43,11 +48,20 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration like 500ms, got {value!r}")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite duration, got {value}")
         if value < 0:
             raise ValueError(f"expected a non-negative duration, got {value}")
         return float(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 64:
         match = _NUMBER_UNIT.match(value)
         if match and match.group(2) in _DURATION_UNITS:
-            return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    raise ValueError(f"expected a duration like 500ms or 2s, got {value!r}")
+            seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+            if math.isfinite(seconds):
+                return seconds
+    raise ValueError(f"expected a duration like 500ms or 2s, got {_short(value)}")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

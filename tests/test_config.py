@@ -110,3 +110,34 @@ def test_validate_cli_prints_one_line_and_exits_2(tmp_path: Path, yaml_text: str
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr
+
+
+VALUES_THAT_DO_HARM = [
+    ("pipeline: {stats_interval: .nan}", "pipeline.stats_interval: expected a finite duration, got nan"),
+    ("pipeline: {stats_interval: 0}", "pipeline: stats_interval must be at least 10ms, got 0s"),
+    ("pipeline: {batch: {max_latency: .inf}}", "pipeline.batch.max_latency: expected a finite duration, got inf"),
+    ("pipeline: {shutdown_deadline: .nan}", "pipeline.shutdown_deadline: expected a finite duration, got nan"),
+    ("pipeline: {shutdown_deadline: 0}", "pipeline: shutdown_deadline must be more than 0, got 0"),
+    ("pipeline: {memory_budget: 0}", "pipeline: memory_budget must be at least 1, got 0"),
+    ("pipeline: {batch: {max_events: -1}}", "pipeline.batch: max_events must be at least 1, got -1"),
+    ("pipeline: {memory_budget: 99999999999999999999TiB}", "pipeline.memory_budget: size '99999999999999999999TiB' is too large"),
+    ("pipeline: {memory_budget: '" + "9" * 400 + "'}", "pipeline.memory_budget: expected a size like 10MiB or 65536, got '999"),
+    ("probe: {event_buffers: 1}", "probe: event_buffers must be at least 2"),
+]
+
+
+@pytest.mark.parametrize(("entry", "expected"), VALUES_THAT_DO_HARM, ids=[v[0][:40] for v in VALUES_THAT_DO_HARM])
+def test_values_that_would_do_harm_are_refused_in_one_line(tmp_path: Path, entry: str, expected: str) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f'{entry}\nsinks: [{{type: "null", queue: {{max_bytes: 1MiB}}}}]\n')
+    result = subprocess.run([sys.executable, "-m", "cuptistream.cli", "validate", str(path)],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"cuptistream: {expected}"), result.stderr
+    assert len(lines[0]) < 200
+
+
+def test_a_sink_queue_of_zero_bytes_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^sinks\[0\]\.queue: max_bytes must be at least 1, got 0$"):
+        load({"sinks": [{"type": "null", "queue": {"max_bytes": 0}}]})
