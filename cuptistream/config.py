@@ -248,7 +248,8 @@ def convert(data: Any, model: type[T], prefix: str = "") -> T:
     try:
         return msgspec.convert(data, model, dec_hook=_dec_hook)
     except msgspec.ValidationError as error:
-        raise ConfigError(_message(error, data, prefix, model)) from None
+        # One line, whatever the key: a key with a newline in it must not break the message.
+        raise ConfigError(_message(error, data, prefix, model).replace("\n", "\\n")) from None
 
 
 def _check_unique_names(entries: list[Any], section: str) -> None:
@@ -302,14 +303,66 @@ def _component_type(entry: Any, path: str) -> str:
     return kind
 
 
+MAX_YAML_VALUES = 100_000  # after expanding aliases: a config is tiny, an alias bomb is not
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate keys (the last one would silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, str | int | float | bool):
+                continue  # unhashable keys are refused by validation with their path
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (keep one)", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many values ``node`` stands for once its aliases are expanded (shared nodes counted once
+    per use), without expanding them."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    memo[id(node)] = 1  # a cycle counts once; a recursive alias is refused by the constructor anyway
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    memo[id(node)] = size = min(size, MAX_YAML_VALUES + 1)
+    return size
+
+
 def parse_yaml(text: str, origin: str) -> Any:
+    """Parse one YAML document. Raises ``ConfigError`` (one line) on bad YAML, duplicate keys, deep
+    nesting or a document that expands to more than ``MAX_YAML_VALUES`` values."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{origin}: {len(text)} characters is not a config (at most 1MiB)")
+    loader = _Loader(text)
     try:
-        return yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_YAML_VALUES:
+            limit = f"more than {MAX_YAML_VALUES} values"
+            raise ConfigError(f"{origin}: expands to {limit} (YAML aliases); write the values out")
+        return loader.construct_document(node)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{origin}: {problem}{where}") from None
+        raise ConfigError(f"{origin}: {problem}{where}".replace("\n", " ")) from None
+    except RecursionError:
+        raise ConfigError(f"{origin}: nested too deeply to be a config") from None
+    finally:
+        loader.dispose()
 
 
 def load(source: str | Path | dict[str, Any] | Config, *, given_as: str = "with -c") -> Config:
@@ -324,6 +377,8 @@ def load(source: str | Path | dict[str, Any] | Config, *, given_as: str = "with 
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found; pass an existing YAML file {given_as}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); save the config as UTF-8") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read config: {error.strerror}") from None
     return build(parse_yaml(text, str(path)), origin=str(path))

@@ -141,3 +141,32 @@ def test_values_that_would_do_harm_are_refused_in_one_line(tmp_path: Path, entry
 def test_a_sink_queue_of_zero_bytes_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"^sinks\[0\]\.queue: max_bytes must be at least 1, got 0$"):
         load({"sinks": [{"type": "null", "queue": {"max_bytes": 0}}]})
+
+
+def _bomb() -> str:
+    """A 400-byte YAML whose aliases expand to 9**9 strings."""
+    lines = ['x0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for i in range(1, 9):
+        lines.append(f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "session:\n  attributes:\n" + "\n".join("    " + line for line in lines) + '\nsinks: [{type: "null"}]\n'
+
+
+LOADING_DEFECTS = [
+    (b'sinks: [{type: "null"}]\nsinks: [{type: file}]\n', "duplicate key 'sinks' (keep one) at line 2, column 1"),
+    (b'sinks: [{type: "null", name: a, name: b}]\n', "duplicate key 'name' (keep one) at line 1"),
+    (b'sinks: [{type: "null"}]\n# \xff\xfe\n', "not UTF-8 text (byte 26); save the config as UTF-8"),
+    (("a: " + "[" * 3000 + "]" * 3000 + "\n").encode(), "nested too deeply to be a config"),
+    (_bomb().encode(), "expands to more than 100000 values (YAML aliases); write the values out"),
+    (b'sinks: [{type: "null", "bad\\nkey": 1}]\n', "sinks[0].bad\\nkey: unknown key"),
+]
+
+
+@pytest.mark.parametrize(("content", "expected"), LOADING_DEFECTS, ids=[d[1][:30] for d in LOADING_DEFECTS])
+def test_files_that_are_not_configs_are_refused_in_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_bytes(content)
+    result = subprocess.run([sys.executable, "-m", "cuptistream.cli", "validate", str(path)],
+                            capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr, result.stderr
