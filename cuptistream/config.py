@@ -298,6 +298,8 @@ def _component_type(entry: Any, path: str) -> str:
     if not isinstance(entry, dict):
         raise ConfigError(f"{path}: expected a mapping with a `type` key, got {_short(entry)}")
     kind = entry.get("type")
+    if "type" in entry and kind is None:  # YAML reads a bare `null` as nothing
+        raise ConfigError(f'{path}.type: is empty; for the null sink write `type: "null"` (quoted)')
     if not isinstance(kind, str) or not kind:
         raise ConfigError(f"{path}.type: required key is missing (e.g. `type: file`)")
     return kind

@@ -158,6 +158,7 @@ LOADING_DEFECTS = [
     (("a: " + "[" * 3000 + "]" * 3000 + "\n").encode(), "nested too deeply to be a config"),
     (_bomb().encode(), "expands to more than 100000 values (YAML aliases); write the values out"),
     (b'sinks: [{type: "null", "bad\\nkey": 1}]\n', "sinks[0].bad\\nkey: unknown key"),
+    (b"sinks: [{type: null}]\n", 'sinks[0].type: is empty; for the null sink write `type: "null"` (quoted)'),
 ]
 
 
