@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-import msgspec
-
 from cuptistream.channel.sockets import ENV_COLLECTOR
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import write_config
@@ -102,16 +100,9 @@ def run_program(
         address = collector.listen(os.path.join(workdir, "collector.sock"))
         env = _environment(address, write_config(cfg, workdir), collector.session_id, quiet)
         code = _run_child([sys.executable, *program.argv], env)
-        report = collector.finish(probe_timeout=float(cfg.pipeline.shutdown_deadline))
+        collector.conclude(report_json=report_json, summary=None if quiet else "session")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    if report is None:
-        print(f"cuptistream: the pipeline did not drain within {collector.stop_timeout:.0f}s; "
-              "undelivered data is lost", file=sys.stderr)  # fmt: skip
-    elif not quiet:
-        print(f"cuptistream: session {collector.session_id} drained: {report.summary()}", file=sys.stderr)
-    if report_json and report is not None:
-        Path(report_json).write_bytes(msgspec.json.encode(report))
     return code
 
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 import contextlib
 import resource as rusage
 import socket
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
+
+import msgspec
 
 from cuptistream.channel import messages, sockets
 from cuptistream.collector.connection import ProbeConnection
@@ -77,6 +81,7 @@ class Collector:
             self._connections.add(connection)
             self.served += 1
         thread = threading.Thread(target=connection.run, name="cuptistream-probe-conn", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()]  # a node collector runs for days
         self._threads.append(thread)
         thread.start()
 
@@ -139,6 +144,23 @@ class Collector:
             self.report.collector_cpu_s = round(usage.ru_utime + usage.ru_stime, 3)
             self.report.collector_max_rss_kib = usage.ru_maxrss
         return self.report
+
+    def conclude(
+        self, *, report_json: str | None = None, summary: str | None = None
+    ) -> ShutdownReport | None:
+        """``finish`` with ``shutdown_deadline`` for the probes to hang up, then the report written
+        as JSON (``report_json``) and one line on stderr: ``summary`` followed by the report's summary
+        (None: no line), or that the pipeline did not drain."""
+        report = self.finish(probe_timeout=float(self.config.pipeline.shutdown_deadline))
+        if report is None:
+            print(f"cuptistream: the pipeline did not drain within {self.stop_timeout:.0f}s; "
+                  "undelivered data is lost", file=sys.stderr)  # fmt: skip
+            return None
+        if report_json:
+            Path(report_json).write_bytes(msgspec.json.encode(report))
+        if summary is not None:
+            print(f"cuptistream: {summary} {self.session_id} drained: {report.summary()}", file=sys.stderr)
+        return report
 
     @property
     def stop_timeout(self) -> float:

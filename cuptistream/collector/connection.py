@@ -36,7 +36,6 @@ class ProbeConnection:
         self.pools: dict[int, SlotPool] = {}
         self.streams: dict[int, DecodeStream] = {}
         self.said_goodbye = False
-        self.chunks = 0
 
     @property
     def origin(self) -> str:
@@ -129,7 +128,6 @@ class ProbeConnection:
             if offset + nbytes > len(view):
                 self.intake.report_loss(self.origin, "torn_chunk", count)
                 return
-            self.chunks += 1
             self.intake.emit_chunk(Chunk(bytes(view[offset : offset + nbytes]), count))
             offset += nbytes
 

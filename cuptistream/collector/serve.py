@@ -10,10 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from pathlib import Path
 from types import FrameType
-
-import msgspec
 
 from cuptistream.collector.collector import Collector
 from cuptistream.config import load
@@ -45,13 +42,5 @@ def serve(
     while not stop.wait(0.2):
         if until_idle and collector.wait_idle(timeout=0):
             break
-    report = collector.finish(probe_timeout=float(cfg.pipeline.shutdown_deadline))
-    if report_json and report is not None:
-        Path(report_json).write_bytes(msgspec.json.encode(report))
-    if report is None:
-        print(f"cuptistream: the pipeline did not drain within {collector.stop_timeout:.0f}s; "
-              "undelivered data is lost", file=sys.stderr)  # fmt: skip
-        return 1
-    if not quiet and not until_idle:
-        print(f"cuptistream: collector {collector.session_id} drained: {report.summary()}", file=sys.stderr)
-    return 0
+    summary = None if quiet or until_idle else "collector"
+    return 0 if collector.conclude(report_json=report_json, summary=summary) is not None else 1

@@ -135,15 +135,14 @@ def gather(data: memoryview, offsets: list[int], dtype: np.dtype[Any]) -> np.nda
     first, count = offsets[0], len(offsets)
     if offsets[-1] - first == size * (count - 1):  # one contiguous run: no copy
         return np.ndarray((count,), dtype=dtype, buffer=data, offset=first)
-    if all(offset % 8 == 0 for offset in (first, offsets[-1])) and size % 8 == 0:
+    starts = np.asarray(offsets, dtype=np.int64)
+    if size % 8 == 0 and not (starts % 8).any():
         # A record could start at any 8-byte position: view the buffer that way, pick whole records.
         positions = (len(data) - size) // 8 + 1
         every = np.ndarray((positions,), dtype=dtype, buffer=data, offset=0, strides=(8,))
-        index = np.asarray(offsets, dtype=np.int64) // 8
-        if not (np.asarray(offsets, dtype=np.int64) % 8).any():
-            return every[index]
+        return every[starts // 8]
     raw = np.frombuffer(data, dtype=np.uint8)
-    index = np.asarray(offsets, dtype=np.int64)[:, None] + np.arange(size, dtype=np.int64)
+    index = starts[:, None] + np.arange(size, dtype=np.int64)
     return raw[index].view(dtype).reshape(count)
 
 

@@ -1,8 +1,9 @@
 """Strings that activity records point to (kernel, marker and cache-path names), resolved once each.
 
-Records carry ``const char *`` pointers into CUPTI's memory. ``LiveNames`` reads them with ctypes
-and caches by pointer, so each distinct name costs one read per session; ``TableNames`` serves a
-captured pointer → string table (replay). ``Demangler`` wraps libstdc++'s ``__cxa_demangle``.
+Records carry ``const char *`` pointers into CUPTI's memory in the observed process. The collector
+reads them from that process once per distinct pointer (``cuptistream.collector.names``);
+``TableNames`` serves a captured pointer → string table (replay); ``demangle`` wraps libstdc++'s
+``__cxa_demangle``.
 """
 
 from __future__ import annotations
@@ -15,26 +16,6 @@ from typing import Protocol
 
 class Names(Protocol):
     def __call__(self, pointer: int) -> str: ...
-
-
-class LiveNames:
-    """Reads NUL-terminated strings from this process's memory, once per distinct pointer.
-
-    Only valid while CUPTI keeps the strings alive: resolve before ``cuptiFinalize``. ``seen``
-    holds every string read, which is what a fixture capture stores.
-    """
-
-    def __init__(self) -> None:
-        self.seen: dict[int, str] = {}
-
-    def __call__(self, pointer: int) -> str:
-        if not pointer:
-            return ""
-        text = self.seen.get(pointer)
-        if text is None:
-            text = ctypes.string_at(pointer).decode("utf-8", "replace")
-            self.seen[pointer] = text
-        return text
 
 
 class TableNames:

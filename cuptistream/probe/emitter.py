@@ -20,7 +20,7 @@ from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, READY, SlotPo
 from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.component import Emitter
 from cuptistream.config import FullPolicy
-from cuptistream.events import ClockSync, Error, Event
+from cuptistream.events import ClockSync, Event
 from cuptistream.intake import Intake
 from cuptistream.probe.link import ProbeLink
 
@@ -38,7 +38,6 @@ class SlotOutlet(PoolOutlet):
         self.stream = stream
         self._ready = messages.Ready(pool=pool_index)
         self.buffers = 0
-        self.bytes = 0
 
     def complete(self, address: int, valid: int, dropped: int = 0) -> None:
         slot = self.pool.slot_of(address)
@@ -46,7 +45,6 @@ class SlotOutlet(PoolOutlet):
             return
         self.pool.publish(slot, ACTIVITY, self.stream, valid, dropped)
         self.buffers += 1
-        self.bytes += valid
         # Not sent (no collector now): the slot stays READY for the next collector's drain.
         self.link.post(self._ready)
 
@@ -160,9 +158,7 @@ class ProbeEmitter(Emitter):
             with self._flushed:
                 requested = self._flush_requested
             while True:
-                chunks, control = self.intake.take(max_chunks=256)
-                if control:
-                    self._send_control(control)
+                chunks, _ = self.intake.take(max_chunks=256)  # no control events: report_error sends them
                 if not chunks:
                     break
                 self._pack(chunks)
@@ -189,11 +185,6 @@ class ProbeEmitter(Emitter):
         for (stage, reason, unit), count in self.intake.pop_losses().items():
             self.link.count_lost(stage, reason, count, unit)
         self.link.send_losses()
-
-    def _send_control(self, events: list[Event]) -> None:
-        for event in events:
-            if isinstance(event, Error):
-                self.report_error(event.origin, event.message, event.severity, event.result_code)
 
     def _pack(self, chunks: list[Chunk]) -> None:
         """Copy chunks into event slots, several per slot (each behind its length and event count, so

@@ -24,8 +24,6 @@ from cuptistream.probe.link import ProbeLink
 from cuptistream.registry import source_class
 from cuptistream.resource import current_resource
 
-_CONSUMED_WAIT_S = 10.0  # at stop: how long the collector may take to read the last activity buffers
-
 
 def note(message: str) -> None:
     print(f"cuptistream: {message}", file=sys.stderr, flush=True)
@@ -109,8 +107,6 @@ class Probe:
                 self.emitter.report_error(f"source:{source.name}", f"stop failed: {error}")
         deadline = float(self.config.pipeline.shutdown_deadline)
         self.emitter.close(deadline)
-        for outlet in self.emitter.outlets:
-            outlet.wait_consumed(_CONSUMED_WAIT_S)
         stats = {"activity_buffers": sum(o.buffers for o in self.emitter.outlets)}
         connected = self.link.connected
         self.link.close(stats)
