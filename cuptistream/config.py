@@ -8,6 +8,7 @@ The top level has four sections: ``session``, ``pipeline``, ``sources`` and ``si
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -41,13 +42,16 @@ class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Base for every config Struct: unknown keys are errors."""
 
 
-def _at_least(key: str, value: int, least: int) -> None:
-    if value < least:
-        raise ValueError(f"{key} must be at least {least}, got {value}")
+def require_at_least(key: str, value: float, least: float) -> None:
+    """For ``__post_init__``: a ValueError (one line, the key path is added) unless ``value`` is a
+    finite number >= ``least``."""
+    if not (math.isfinite(value) and value >= least):
+        raise ValueError(f"{key} must be at least {least:g}, got {value:g}")
 
 
-def _positive(key: str, value: float) -> None:
-    if not value > 0:
+def require_positive(key: str, value: float) -> None:
+    """The same for a finite number > 0."""
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{key} must be more than 0, got {value:g}")
 
 
@@ -57,9 +61,9 @@ class BatchConfig(Strict):
     max_latency: Duration = Duration(1.0)
 
     def __post_init__(self) -> None:
-        _at_least("max_events", self.max_events, 1)
-        _at_least("max_bytes", self.max_bytes, 1)
-        _positive("max_latency", self.max_latency)
+        require_at_least("max_events", self.max_events, 1)
+        require_at_least("max_bytes", self.max_bytes, 1)
+        require_positive("max_latency", self.max_latency)
 
 
 class QueueConfig(Strict):
@@ -67,7 +71,7 @@ class QueueConfig(Strict):
     full_policy: FullPolicy = "drop_oldest"
 
     def __post_init__(self) -> None:
-        _at_least("max_bytes", self.max_bytes, 1)
+        require_at_least("max_bytes", self.max_bytes, 1)
 
 
 class SessionConfig(Strict):
@@ -83,10 +87,10 @@ class PipelineConfig(Strict):
     shutdown_deadline: Duration = Duration(10.0)
 
     def __post_init__(self) -> None:
-        _at_least("memory_budget", self.memory_budget, 1)
+        require_at_least("memory_budget", self.memory_budget, 1)
         if self.stats_interval < 0.01:  # 0 would emit accounting in a tight loop
             raise ValueError(f"stats_interval must be at least 10ms, got {self.stats_interval:g}s")
-        _positive("shutdown_deadline", self.shutdown_deadline)
+        require_positive("shutdown_deadline", self.shutdown_deadline)
 
 
 class ProbeConfig(Strict):
@@ -102,6 +106,7 @@ class ProbeConfig(Strict):
             raise ValueError("event_buffer_size must be at least 64KiB")
         if self.event_buffers < 2:
             raise ValueError("event_buffers must be at least 2")
+        require_at_least("memory_budget", self.memory_budget, 1)
 
 
 class ComponentConfig(Strict):

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from cuptistream.config import Duration, SinkConfig, Size, Strict
+from cuptistream.config import Duration, SinkConfig, Size, Strict, require_at_least, require_positive
 
 Signal = Literal["traces", "metrics", "logs"]
 SIGNAL_PATHS: dict[Signal, str] = {"traces": "/v1/traces", "metrics": "/v1/metrics", "logs": "/v1/logs"}
@@ -32,6 +32,10 @@ class RetryConfig(Strict):
     initial_backoff: Duration = Duration(0.5)
     max_backoff: Duration = Duration(10.0)
     multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        require_at_least("multiplier", self.multiplier, 1)
+        require_positive("initial_backoff", self.initial_backoff)
 
 
 def check_url(url: str, key: str) -> None:
@@ -79,7 +83,7 @@ class OtlpSinkConfig(SinkConfig):
         for signal in self.signals:
             if self.signal_url(signal) is None:
                 raise ValueError(f"endpoint: required for {signal} (or set {signal}_endpoint)")
-        for limit in ("max_request_bytes", "max_kernel_names", "max_function_names"):
+        for limit in ("max_request_bytes", "max_kernel_names", "max_function_names", "max_pending_spans"):
             if getattr(self, limit) <= 0:
                 raise ValueError(f"{limit}: must be positive")
         if self.trace_window <= 0:

@@ -29,7 +29,7 @@ import msgspec
 
 from cuptistream.channel.messages import OpenStream
 from cuptistream.component import Emitter, Source
-from cuptistream.config import Duration, Size, SourceConfig
+from cuptistream.config import Duration, Size, SourceConfig, require_at_least
 from cuptistream.correlate import activate as activate_correlation
 from cuptistream.correlate import deactivate as deactivate_correlation
 from cuptistream.cupti import driver, kinds
@@ -86,6 +86,9 @@ class ActivitySourceConfig(SourceConfig):
                 raise ValueError(f"{domain}_api pattern {bad[0]!r} matches no {domain} API function")
         if self.buffer_size < 64 * 1024:
             raise ValueError("buffer_size must be at least 64KiB")
+        for key in ("device_buffer_size", "device_buffer_pool_limit"):
+            if (value := getattr(self, key)) is not None:
+                require_at_least(key, value, 1)
         if self.buffer_pool_limit < 2:
             raise ValueError(
                 "buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)"

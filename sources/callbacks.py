@@ -41,7 +41,7 @@ from typing import Any, Literal
 import msgspec
 
 from cuptistream.component import Source
-from cuptistream.config import Duration, SourceConfig
+from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
 from cuptistream.cupti import pcsampling_api, subscriber
 from cuptistream.cupti.contexts import module_data
 from cuptistream.cupti.driver import enable_nvtx_injection
@@ -86,6 +86,11 @@ class CallbacksConfig(SourceConfig):
     max_buffered: int = 1_000_000  # records held between hand-offs; beyond that they are dropped
     chunk_events: int = 4096  # events per hand-off
     nvtx_injection: bool = True  # set NVTX_INJECTION64_PATH to libcupti when nvtx is enabled
+
+    def __post_init__(self) -> None:
+        require_positive("flush_interval", self.flush_interval)
+        require_at_least("max_buffered", self.max_buffered, 1)
+        require_at_least("chunk_events", self.chunk_events, 1)
 
 
 # --- CUPTI's structs (cupti_callbacks.h) and NVTX's event attributes (nvToolsExt.h) ------------

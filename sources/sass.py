@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from cuptistream.config import Duration, SourceConfig
+from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.contexts import (
     CONTEXT_CREATED,
@@ -58,6 +58,12 @@ class SassConfig(SourceConfig):
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
     watchdog_timeout: Duration = Duration(30.0)
+
+    def __post_init__(self) -> None:
+        require_at_least("device", self.device, 0)
+        require_at_least("windows", self.windows, 0)
+        for key in ("period", "watchdog_timeout"):  # window 0: flush right after enabling
+            require_positive(key, getattr(self, key))
 
 
 def resolve_metrics(wanted: list[str], available: dict[str, tuple[int, str]], chip: str) -> dict[int, str]:

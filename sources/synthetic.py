@@ -7,7 +7,7 @@ import threading
 import time
 
 from cuptistream.component import Source
-from cuptistream.config import Duration, SourceConfig
+from cuptistream.config import Duration, SourceConfig, require_at_least
 from cuptistream.events import Kernel
 
 
@@ -17,6 +17,12 @@ class SyntheticConfig(SourceConfig):
     chunk_events: int = 1_000  # events per hand-off
     kernel_names: int = 16  # distinct kernel names to cycle through
     duration: Duration | None = None  # stop generating after this long
+
+    def __post_init__(self) -> None:
+        require_at_least("events", self.events, 0)
+        require_at_least("rate", self.rate, 0)
+        require_at_least("chunk_events", self.chunk_events, 1)
+        require_at_least("kernel_names", self.kernel_names, 1)
 
 
 class SyntheticSource(Source):

@@ -171,3 +171,30 @@ def test_files_that_are_not_configs_are_refused_in_one_line(tmp_path: Path, cont
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+COMPONENT_NUMBERS_THAT_CANNOT_WORK = [
+    ({"sources": [{"type": "synthetic", "rate": float("nan")}]}, "sources[0]: rate must be at least 0, got nan"),
+    ({"sources": [{"type": "synthetic", "chunk_events": 0}]}, "sources[0]: chunk_events must be at least 1, got 0"),
+    ({"sources": [{"type": "synthetic", "events": -1}]}, "sources[0]: events must be at least 0, got -1"),
+    ({"sources": [{"type": "callbacks", "max_buffered": 0}]}, "sources[0]: max_buffered must be at least 1, got 0"),
+    ({"sources": [{"type": "callbacks", "flush_interval": 0}]}, "sources[0]: flush_interval must be more than 0, got 0"),
+    ({"sources": [{"type": "activity", "device_buffer_pool_limit": -3}]},
+     "sources[0]: device_buffer_pool_limit must be at least 1, got -3"),
+    ({"sources": [{"type": "sass", "windows": -1}]}, "sources[0]: windows must be at least 0, got -1"),
+    ({"sources": [{"type": "sass", "period": 0}]}, "sources[0]: period must be more than 0, got 0"),
+    ({"probe": {"memory_budget": 0}}, "probe: memory_budget must be at least 1, got 0"),
+    ({"sinks": [{"type": "otlp", "endpoint": "http://127.0.0.1:4318", "retry": {"multiplier": float("inf")}}]},
+     "sinks[0].retry: multiplier must be at least 1, got inf"),
+    ({"sinks": [{"type": "otlp", "endpoint": "http://127.0.0.1:4318", "max_pending_spans": 0}]},
+     "sinks[0]: max_pending_spans: must be positive"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "expected"), COMPONENT_NUMBERS_THAT_CANNOT_WORK,
+                         ids=[e[1][:40] for e in COMPONENT_NUMBERS_THAT_CANNOT_WORK])  # fmt: skip
+def test_component_numbers_that_cannot_work_are_refused(data: dict, expected: str) -> None:
+    config = {"sinks": [{"type": "null"}], **data}
+    with pytest.raises(ConfigError) as info:
+        load(config)
+    assert str(info.value) == expected
