@@ -378,20 +378,25 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 
 class DeviceInfo(msgspec.Struct, kw_only=True):
-    device_id: int
+    device_id: int  # the CUDA ordinal in that process (after CUDA_VISIBLE_DEVICES)
     name: str
     uuid: str
 
 
 class Resource(msgspec.Struct, kw_only=True):
-    """Who produced a batch. Built once per session."""
+    """Who produced a batch: one observed process (or the collector, for its own accounting)."""
 
     host: str
     pid: int
     process_name: str
     command_line: list[str]
-    devices: list[DeviceInfo] = []
+    devices: list[DeviceInfo] = []  # the GPUs this process's records name so far
     job: dict[str, str] = {}  # RANK, LOCAL_RANK, WORLD_SIZE, SLURM_JOB_ID, ... from the environment
+    ppid: int = 0
+    # From torchrun's, SLURM's or Open MPI's variables; None outside a distributed job.
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
 
 
 class ClockSync(msgspec.Struct, kw_only=True):
