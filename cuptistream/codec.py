@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from cuptistream.events import AnyEvent, Batch, EncodedBatch, Event
+
+if TYPE_CHECKING:
+    from cuptistream.producers import Producer
 
 _encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(Batch)
@@ -22,13 +26,15 @@ _json_encoder = msgspec.json.Encoder()
 
 
 class Chunk:
-    """Events from one hand-off: their msgpack elements (without the array header) and count."""
+    """Events from one hand-off: their msgpack elements (without the array header) and count, and
+    the process they came from (``producer``; None: the collector's own)."""
 
-    __slots__ = ("count", "payload")
+    __slots__ = ("count", "payload", "producer")
 
-    def __init__(self, payload: bytes, count: int) -> None:
+    def __init__(self, payload: bytes, count: int, producer: Producer | None = None) -> None:
         self.payload = payload
         self.count = count
+        self.producer = producer
 
     @property
     def nbytes(self) -> int:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from cuptistream.codec import decode_batch
 from cuptistream.config import SinkConfig, SourceConfig
-from cuptistream.events import Batch, Event
+from cuptistream.events import Batch, Event, Resource
 
 if TYPE_CHECKING:
     from cuptistream.channel.messages import OpenStream
@@ -122,6 +122,7 @@ class OutgoingBatch:
     seq: int
     event_count: int
     first_chunk_ns: int = 0  # monotonic ns when its first events entered the pipeline
+    resource: Resource | None = None  # the envelope's: which process the events came from
     _extra: dict[str, object] = field(default_factory=dict, repr=False)
 
     @cached_property

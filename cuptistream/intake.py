@@ -16,11 +16,15 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.component import Emitter
 from cuptistream.config import FullPolicy
 from cuptistream.events import Error, Event
+
+if TYPE_CHECKING:
+    from cuptistream.producers import Producer
 
 CONTROL_CAP_EVENTS = 10_000
 
@@ -34,7 +38,8 @@ class Intake(Emitter):
         self._space = threading.Condition(self._lock)
         self._chunks: deque[Chunk] = deque()
         self._queued_bytes = 0
-        self._control: list[Event] = []
+        self._control: list[tuple[Producer | None, Sequence[Event]]] = []
+        self._control_events = 0
         self._closed = False
         self._wake: Callable[[], None] | None = None
         self._wake_pending = False
@@ -89,30 +94,37 @@ class Intake(Emitter):
             with self._lock:
                 self.losses[stage, reason, unit] += count
 
-    def report_error(self, origin: str, message: str, severity: str = "error", result_code: int = 0) -> None:
+    def report_error(
+        self,
+        origin: str,
+        message: str,
+        severity: str = "error",
+        result_code: int = 0,
+        producer: Producer | None = None,
+    ) -> None:
         try:
             timestamp = self._now_ns()
         except Exception:
             timestamp = time.time_ns()
-        self.emit_control(
-            [
-                Error(
-                    severity=severity,
-                    origin=origin,
-                    message=message,
-                    timestamp=timestamp,
-                    result_code=result_code,
-                )
-            ]
+        error = Error(
+            severity=severity, origin=origin, message=message, timestamp=timestamp, result_code=result_code
         )
+        self.emit_control([error], producer)
 
-    def emit_control(self, events: Sequence[Event]) -> None:
+    def for_producer(self, producer: Producer) -> Emitter:
+        """An emitter whose events and errors are ``producer``'s (the collector's connections)."""
+        return _ProducerEmitter(self, producer)
+
+    def emit_control(self, events: Sequence[Event], producer: Producer | None = None) -> None:
+        """Events outside the byte budget (errors, accounting) of ``producer`` (None: the collector)."""
         with self._lock:
-            room = CONTROL_CAP_EVENTS - len(self._control)
+            room = CONTROL_CAP_EVENTS - self._control_events
             if room < len(events):
                 self.losses["control", "queue_full", "events"] += len(events) - max(room, 0)
                 events = events[: max(room, 0)]
-            self._control.extend(events)
+            if events:
+                self._control.append((producer, events))
+                self._control_events += len(events)
             wake = self._claim_wake()
         if wake is not None:
             wake()
@@ -131,8 +143,11 @@ class Intake(Emitter):
             self._wake = wake
             self._wake_pending = False
 
-    def take(self, max_chunks: int = 64) -> tuple[list[Chunk], list[Event]]:
-        """Remove up to ``max_chunks`` chunks and all control events. Frees room for blocked emitters."""
+    def take(
+        self, max_chunks: int = 64
+    ) -> tuple[list[Chunk], list[tuple[Producer | None, Sequence[Event]]]]:
+        """Remove up to ``max_chunks`` chunks and all control events (by producer). Frees room for
+        blocked emitters."""
         with self._lock:
             chunks = [self._chunks.popleft() for _ in range(min(max_chunks, len(self._chunks)))]
             freed = sum(c.nbytes for c in chunks)
@@ -140,6 +155,7 @@ class Intake(Emitter):
             self.events_out += sum(c.count for c in chunks)
             self.bytes_out += freed
             control, self._control = self._control, []
+            self._control_events = 0
             if not self._chunks and not self._control:
                 self._wake_pending = False
             if chunks:
@@ -160,3 +176,23 @@ class Intake(Emitter):
         with self._lock:
             losses, self.losses = self.losses, Counter()
             return losses
+
+
+class _ProducerEmitter(Emitter):
+    def __init__(self, intake: Intake, producer: Producer) -> None:
+        self._intake = intake
+        self._producer = producer
+
+    def emit(self, events: Sequence[Event]) -> None:
+        if events:
+            self.emit_chunk(encode_chunk(events))
+
+    def emit_chunk(self, chunk: Chunk) -> None:
+        chunk.producer = self._producer
+        self._intake.emit_chunk(chunk)
+
+    def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
+        self._intake.report_loss(stage, reason, count, unit)
+
+    def report_error(self, origin: str, message: str, severity: str = "error", result_code: int = 0) -> None:
+        self._intake.report_error(origin, message, severity, result_code, self._producer)

@@ -32,6 +32,7 @@ from cuptistream.events import (
     StageStats,
 )
 from cuptistream.intake import Intake
+from cuptistream.producers import Producer
 from cuptistream.sink_runner import SinkLane
 
 
@@ -75,7 +76,7 @@ class Pipeline:
         self.config = config
         self._clock_sync = clock_sync
         self.intake = Intake(config.pipeline.memory_budget, config.pipeline.full_policy, self._event_ns)
-        self.resource = resource  # the collector sets it to its first probe's
+        self.resource = resource  # the collector's own; observed processes' come with their chunks
         self._session_id = session_id
         self._attributes = dict(config.session.attributes)
         self.lanes = [
@@ -96,14 +97,16 @@ class Pipeline:
     def _event_ns(self) -> int:
         return self._clock_sync().cupti_ns
 
-    def _header(self, seq: int) -> EncodedBatch:
+    def _header(self, seq: int, producer: Producer | None) -> EncodedBatch:
+        """The envelope of a batch of ``producer``'s events (None: the collector's own)."""
+        clock = producer.clock_sync() if producer is not None else None
         return EncodedBatch(
             schema_version=SCHEMA_VERSION,
             session_id=self._session_id,
             seq=seq,
-            resource=self.resource,
+            resource=producer.resource if producer is not None else self.resource,
             attributes=self._attributes,
-            clock=self._clock_sync(),
+            clock=clock or self._clock_sync(),
             events=msgspec.Raw(b"\x90"),
         )
 
@@ -168,11 +171,13 @@ class Pipeline:
         while True:
             ready = trio.Event()
             chunks, control = self.intake.take()
-            if control:
-                chunks.append(encode_chunk(control))
-            for chunk in chunks:
-                for lane in self.lanes:
-                    await lane.offer(chunk, bypass_bound=chunk is chunks[-1] and bool(control))
+            data_chunks = len(chunks)
+            for producer, events in control:
+                chunks.append(encode_chunk(events))
+                chunks[-1].producer = producer
+            for index, chunk in enumerate(chunks):
+                for lane in self.lanes:  # control chunks (errors) are never dropped by a full lane
+                    await lane.offer(chunk, bypass_bound=index >= data_chunks)
                 await trio.lowlevel.checkpoint()  # let the lanes deliver before their queues fill
             if chunks:
                 continue

@@ -17,6 +17,10 @@ from cuptistream.codec import Chunk, encode_batch
 from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import BatchConfig, QueueConfig
 from cuptistream.events import EncodedBatch, StageStats
+from cuptistream.producers import Producer
+
+# How many chunks of other producers a batch looks past for more of its own producer's.
+_SCAN_LIMIT = 4096
 
 
 class SinkLane:
@@ -25,7 +29,7 @@ class SinkLane:
         sink: Sink,
         queue: QueueConfig,
         batching: BatchConfig,
-        make_header: Callable[[int], EncodedBatch],
+        make_header: Callable[[int, Producer | None], EncodedBatch],
         report_error: Callable[[str, str], None],
     ) -> None:
         self.sink = sink
@@ -97,25 +101,38 @@ class SinkLane:
             await self._deliver(self._take_batch())
 
     def _take_batch(self) -> tuple[list[Chunk], int]:
+        """The oldest chunk and the queued chunks of the same producer after it, up to the batch
+        limits. Chunks of other producers keep their places (a batch has one producer)."""
         chunks: list[Chunk] = []
         events = nbytes = 0
         first_ns = self._queue[0][1]
-        while self._queue and (
-            not chunks
-            or (events + self._queue[0][0].count <= self._batching.max_events
-                and nbytes + self._queue[0][0].nbytes <= self._batching.max_bytes)
-        ):  # fmt: skip
-            chunk, _ = self._pop()
+        producer = self._queue[0][0].producer
+        skipped: list[tuple[Chunk, int]] = []
+        while self._queue and len(skipped) < _SCAN_LIMIT:
+            chunk = self._queue[0][0]
+            if chunk.producer is not producer:
+                skipped.append(self._queue.popleft())
+                continue
+            if chunks and (
+                events + chunk.count > self._batching.max_events
+                or nbytes + chunk.nbytes > self._batching.max_bytes
+            ):
+                break
+            self._pop()
             chunks.append(chunk)
             events += chunk.count
             nbytes += chunk.nbytes
+        self._queue.extendleft(reversed(skipped))
         return chunks, first_ns
 
     async def _deliver(self, taken: tuple[list[Chunk], int]) -> None:
         chunks, first_ns = taken
         count = sum(c.count for c in chunks)
-        data = encode_batch(self._make_header(self._seq), chunks)
-        batch = OutgoingBatch(data=data, seq=self._seq, event_count=count, first_chunk_ns=first_ns)
+        header = self._make_header(self._seq, chunks[0].producer)
+        data = encode_batch(header, chunks)
+        batch = OutgoingBatch(
+            data=data, seq=self._seq, event_count=count, first_chunk_ns=first_ns, resource=header.resource
+        )
         self._seq += 1
         try:
             await self.sink.write(batch)

@@ -105,9 +105,10 @@ def test_temp_name_while_open_final_name_after_close(tmp_path: Path) -> None:
 
 def test_rotation_by_size_keeps_write_order(tmp_path: Path) -> None:
     writer = SegmentWriter(tmp_path, prefix="p", suffix=".msgpack.zst", rotate_bytes=4096, rotate_age=0)
-    payloads = [batch_bytes(seq, 40, kinds=True) for seq in range(40)]
-    for payload in payloads:
-        writer.append(payload)
+    payloads: list[bytes] = []
+    while len(segments.list_segments(tmp_path, "p", ".msgpack.zst")) < 3 or writer.temp_path is None:
+        payloads.append(batch_bytes(len(payloads), 40, kinds=True))
+        writer.append(payloads[-1])
     live = writer.temp_path
     assert live is not None and live.exists()
     finished = segments.list_segments(tmp_path, "p", ".msgpack.zst")

@@ -127,3 +127,35 @@ def test_emit_from_many_threads_is_counted_exactly() -> None:
         for thread in threads:
             thread.join()
     assert sorted(k.correlation_id for k in sink.kernels()) == list(range(40_000))
+
+
+def test_a_batch_holds_one_process_and_each_process_keeps_its_order() -> None:
+    # Three observed processes feed one collector pipeline, their chunks interleaved.
+    from cuptistream.collector.collector import Collector
+    from cuptistream.events import Resource
+    from cuptistream.producers import Producer
+
+    sink = MemorySink("memory")
+    collector = Collector(cuptistream.load_config(_config()), sinks=[sink]).start()
+    intake = collector.pipeline.intake
+    producers = [
+        Producer(Resource(host="h", pid=100 + rank, process_name="python", command_line=[], rank=rank))
+        for rank in range(3)
+    ]
+    emitters = [intake.for_producer(p) for p in producers]
+    for start in range(0, 3_000, 50):
+        for emitter in emitters:
+            emitter.emit(_kernels(start, 50))
+    emitters[1].report_error("probe", "a problem in process 101")
+    collector.finish()
+    by_pid: dict[int, list[int]] = {}
+    for batch in sink.batches:
+        kernels = [e for e in batch.events if isinstance(e, Kernel)]
+        if batch.resource.pid in (100, 101, 102):
+            assert batch.resource.rank == batch.resource.pid - 100
+            by_pid.setdefault(batch.resource.pid, []).extend(k.correlation_id for k in kernels)
+        else:  # the collector's own batches carry accounting only
+            assert not kernels
+    assert by_pid == {pid: list(range(3_000)) for pid in (100, 101, 102)}
+    errors = [(b.resource.pid, e.message) for b in sink.batches for e in b.events if type(e).__name__ == "Error"]
+    assert errors == [(101, "a problem in process 101")]

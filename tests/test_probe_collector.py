@@ -154,11 +154,16 @@ def test_run_decodes_replayed_buffers_in_the_collector_process(tmp_path: Path) -
     assert report["activity_buffers"] == buffers  # decoded in the collector, not the program
     assert report["activity_records"] >= events
     batches = list(cuptistream.read(tmp_path / "out").batches())
-    decoded = [
-        e for b in batches for e in b.events if not isinstance(e, Loss) and type(e).__name__ != "SelfStats"
-    ]
+
+    def accounting(event: object) -> bool:
+        return isinstance(event, Loss) or type(event).__name__ == "SelfStats"
+
+    decoded = [e for b in batches for e in b.events if not accounting(e)]
     assert len(decoded) == events
-    assert {b.resource.pid for b in batches} == {program_pid}, "batches must describe the observed program"
+    data_pids = {b.resource.pid for b in batches if not all(accounting(e) for e in b.events)}
+    assert data_pids == {program_pid}, "data batches must describe the observed program"
+    collector = [b for b in batches if b.resource.pid != program_pid]
+    assert collector and all(accounting(e) for b in collector for e in b.events)
 
 
 SILENT_PUBLISHER = r"""

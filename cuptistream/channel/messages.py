@@ -10,7 +10,7 @@ from typing import Union
 
 import msgspec
 
-from cuptistream.events import ClockSync, Resource
+from cuptistream.events import ClockSync, DeviceInfo, Resource
 
 
 class Message(msgspec.Struct, tag=True, kw_only=True):
@@ -31,6 +31,7 @@ class Hello(Message, tag="hello"):
     resource: Resource
     pools: list[PoolSpec]
     clock: ClockSync | None = None
+    devices: list[DeviceInfo] = []  # every GPU visible to the process, by CUDA ordinal
 
 
 class OpenPool(Message, tag="open_pool"):

@@ -25,6 +25,7 @@ from cuptistream.component import Sink
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline import Pipeline, PipelineThread, ShutdownReport
+from cuptistream.producers import Producer
 from cuptistream.registry import sink_class
 from cuptistream.resource import current_resource
 
@@ -48,7 +49,6 @@ class Collector:
         self._connections: set[ProbeConnection] = set()
         self._threads: list[threading.Thread] = []
         self._listener: socket.socket | None = None
-        self._adopted_resource = False
         self.served = 0
         self.buffers = 0
         self.records = 0
@@ -85,12 +85,12 @@ class Collector:
         self._threads.append(thread)
         thread.start()
 
-    def probe_said_hello(self, hello: messages.Hello) -> None:
-        if not self._adopted_resource:  # the data describes the observed program, not the collector
-            self._adopted_resource = True
-            self.pipeline.resource = hello.resource
+    def probe_said_hello(self, hello: messages.Hello) -> Producer:
+        """The producer that the probe's events and batches are attributed to."""
+        producer = Producer(hello.resource, hello.devices)
         if hello.clock is not None:
-            self.clock_reading(hello.clock)
+            self.clock_reading(producer, hello.clock)
+        return producer
 
     def probe_left(self, connection: ProbeConnection) -> None:
         with self._changed:
@@ -107,8 +107,9 @@ class Collector:
 
     # --- clock --------------------------------------------------------------------------------
 
-    def clock_reading(self, clock: ClockSync) -> None:
-        self._clock_offset = clock.offset_ns
+    def clock_reading(self, producer: Producer, clock: ClockSync) -> None:
+        producer.clock_reading(clock)
+        self._clock_offset = clock.offset_ns  # the collector's own events: the latest probe's clock
 
     def clock_sync(self) -> ClockSync:
         """The event clock (CUPTI's, from the probes' readings) next to the Unix clock."""

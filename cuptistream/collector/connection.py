@@ -19,7 +19,9 @@ from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
 from cuptistream.collector.decoding import DecodeStream
+from cuptistream.component import Emitter
 from cuptistream.events import Error
+from cuptistream.producers import Producer
 
 if TYPE_CHECKING:
     from cuptistream.collector.collector import Collector
@@ -32,6 +34,8 @@ class ProbeConnection:
         self.sock = sock
         self.collector = collector
         self.intake = collector.pipeline.intake
+        self.emitter: Emitter = self.intake  # the producer's, once the probe said hello
+        self.producer: Producer | None = None
         self.pid = 0
         self.pools: dict[int, SlotPool] = {}
         self.streams: dict[int, DecodeStream] = {}
@@ -66,12 +70,13 @@ class ProbeConnection:
             self.pid = message.resource.pid
             for spec, fd in zip(message.pools, fds, strict=False):
                 self._map(spec, fd)
-            self.collector.probe_said_hello(message)
+            self.producer = self.collector.probe_said_hello(message)
+            self.emitter = self.intake.for_producer(self.producer)
         elif isinstance(message, messages.OpenPool):
             if fds:
                 self._map(message.spec, fds[0])
         elif isinstance(message, messages.OpenStream):
-            self.streams[message.stream] = DecodeStream(message, self.pid, self.intake)
+            self.streams[message.stream] = DecodeStream(message, self.pid, self.emitter, self._saw_devices)
         elif isinstance(message, messages.LossReport):
             self.intake.report_loss(message.stage, message.reason, message.count, message.unit)
         elif isinstance(message, messages.ErrorReport):
@@ -79,9 +84,9 @@ class ProbeConnection:
                 severity=message.severity, origin=message.origin, message=message.message,
                 timestamp=message.timestamp, result_code=message.result_code,
             )  # fmt: skip
-            self.intake.emit_control([event])
-        elif isinstance(message, messages.ClockReading):
-            self.collector.clock_reading(message.clock)
+            self.intake.emit_control([event], self.producer)
+        elif isinstance(message, messages.ClockReading) and self.producer is not None:
+            self.collector.clock_reading(self.producer, message.clock)
         elif isinstance(message, messages.Goodbye):
             self.said_goodbye = True
             self._drain_all()
@@ -128,8 +133,12 @@ class ProbeConnection:
             if offset + nbytes > len(view):
                 self.intake.report_loss(self.origin, "torn_chunk", count)
                 return
-            self.intake.emit_chunk(Chunk(bytes(view[offset : offset + nbytes]), count))
+            self.intake.emit_chunk(Chunk(bytes(view[offset : offset + nbytes]), count, self.producer))
             offset += nbytes
+
+    def _saw_devices(self, ordinals: set[int]) -> None:
+        if self.producer is not None:
+            self.producer.saw_devices(ordinals)
 
     def _finish(self) -> None:
         self._drain_all()

@@ -9,6 +9,7 @@ name cache and open NVTX ranges.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 from cuptistream.channel.messages import OpenStream
 from cuptistream.collector.names import ProcessNames
@@ -58,9 +59,19 @@ def _lazy(data: memoryview, valid: int) -> SizeLearner:
 
 
 class DecodeStream:
-    def __init__(self, info: OpenStream, pid: int, emitter: Emitter) -> None:
+    """``on_devices`` is told the device ordinals the records named so far, when they grow."""
+
+    def __init__(
+        self,
+        info: OpenStream,
+        pid: int,
+        emitter: Emitter,
+        on_devices: Callable[[set[int]], None] | None = None,
+    ) -> None:
         self.info = info
         self.emitter = emitter
+        self._on_devices = on_devices
+        self._devices_told = 0
         self.origin = f"source:{info.source}"
         self.names: ProcessNames | TableNames = (
             TableNames(info.strings) if info.strings is not None else ProcessNames(pid)
@@ -94,6 +105,10 @@ class DecodeStream:
             self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
             self.emitter.report_error(self.origin, f"decoding a buffer failed: {error}")
             return
+        devices = self.decoder.device_ids
+        if self._on_devices is not None and len(devices) > self._devices_told:
+            self._devices_told = len(devices)
+            self._on_devices(set(devices))  # before the chunks, so their batches name the device
         for chunk in chunks:
             self.events += chunk.count
             self.emitter.emit_chunk(chunk)

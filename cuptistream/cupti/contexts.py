@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import Structure, c_size_t, c_uint32, c_void_p
-from functools import cache
 
+from cuptistream.cupti import gpus
 from cuptistream.cupti.pcsampling_api import CuptiError, library, result_string
 
 # CUpti_CallbackIdResource (cupti_callbacks.h; stable across CUPTI 12 and 13). 5 is CU_INIT_FINISHED.
@@ -33,10 +33,9 @@ def module_data(address: int) -> tuple[int, int, int]:
     return int(data.moduleId), int(data.cubinSize), int(data.pCubin or 0)
 
 
-@cache
 def _libcuda() -> ctypes.CDLL | None:
     try:
-        return ctypes.CDLL("libcuda.so.1")
+        return gpus.libcuda()
     except OSError:
         return None
 

@@ -242,6 +242,7 @@ class Decoder:
         self.demangle = demangle_names
         self.records_decoded = 0
         self.unknown_kinds: dict[int, int] = {}
+        self.device_ids: set[int] = set()  # device ordinals the records named (attribution)
         self._open_ranges: dict[int, _OpenRange] = {}
         self._open_per_thread: dict[int, int] = {}
         self._converters: dict[str, Callable[[int, np.ndarray], list[Event]]] = {
@@ -292,7 +293,10 @@ class Decoder:
             if spec is None or chosen is None:
                 self.unknown_kinds[kind] = self.unknown_kinds.get(kind, 0) + len(offsets)
                 continue
-            out.append((kind, spec.event, gather(view, offsets, chosen[1])))
+            records = gather(view, offsets, chosen[1])
+            if "device_id" in (records.dtype.names or ()) and spec.event != "device":
+                self.device_ids.update(np.unique(records["device_id"]).tolist())
+            out.append((kind, spec.event, records))
             self.records_decoded += len(offsets)
         return out
 

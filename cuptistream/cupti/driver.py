@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 
+from cuptistream.cupti import gpus
 from cuptistream.errors import NoGpuError, UserError
 
 NO_GPU_HINT = "run on a machine with an NVIDIA GPU and driver, or use the `replay` source"
@@ -60,7 +61,7 @@ def result_name(code: int) -> str:
 def driver_problem() -> str | None:
     """None when a CUDA driver with at least one GPU is present, else why not (one line)."""
     try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
+        libcuda = gpus.libcuda()
     except OSError:
         return f"no NVIDIA driver found (libcuda.so.1 cannot be loaded); {NO_GPU_HINT}"
     if (rc := libcuda.cuInit(0)) != 0:

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from cuptistream.cupti import gpus
+
 
 @dataclass(frozen=True)
 class KindSpec:
@@ -149,7 +151,7 @@ class KindInfo:
 def device_name(ordinal: int = 0) -> str:
     """The GPU's name (``cuDeviceGetName``), for error messages; "GPU <n>" where unavailable."""
     try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
+        libcuda = gpus.libcuda()
         device = ctypes.c_int(0)
         buf = ctypes.create_string_buffer(256)
         if (

@@ -17,7 +17,7 @@ from collections import Counter
 
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ChannelError, SlotPool
-from cuptistream.events import ClockSync, Resource
+from cuptistream.events import ClockSync, DeviceInfo, Resource
 
 _PR_SET_PTRACER = 0x59616D61
 _CONTROL_WAIT_S = 2.0  # pool and stream announcements: rare, and the collector needs them
@@ -31,10 +31,13 @@ def allow_reading_by(pid: int) -> None:
 
 
 class ProbeLink:
-    def __init__(self, address: str, session_id: str, resource: Resource) -> None:
+    def __init__(
+        self, address: str, session_id: str, resource: Resource, devices: list[DeviceInfo] | None = None
+    ) -> None:
         self.address = address
         self.session_id = session_id
         self.resource = resource
+        self.devices = devices or []
         self.pools: list[SlotPool] = []
         self.streams: list[messages.OpenStream] = []
         self.collector_pid = 0
@@ -57,7 +60,7 @@ class ProbeLink:
             ]
             hello = messages.Hello(
                 protocol=messages.PROTOCOL, session_id=self.session_id, resource=self.resource,
-                pools=specs, clock=clock,
+                pools=specs, clock=clock, devices=self.devices,
             )  # fmt: skip
             try:
                 sock.setblocking(True)

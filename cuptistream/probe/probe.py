@@ -18,6 +18,7 @@ from typing import Any
 from cuptistream.channel import messages
 from cuptistream.component import Source
 from cuptistream.config import Config
+from cuptistream.cupti.gpus import visible_devices
 from cuptistream.events import ClockSync
 from cuptistream.probe.emitter import ProbeEmitter
 from cuptistream.probe.link import ProbeLink
@@ -37,7 +38,8 @@ class Probe:
         self.quiet = quiet
         self.sources: list[Source] = []
         self.failed_sources: dict[str, str] = {}
-        self.link = ProbeLink(address, session_id, current_resource(config.session.job_env))
+        resource = current_resource(config.session.job_env)
+        self.link = ProbeLink(address, session_id, resource, visible_devices())
         probe_cfg = config.probe
         self.emitter = ProbeEmitter(
             self.link, probe_cfg.memory_budget, config.pipeline.full_policy,

@@ -1,0 +1,48 @@
+"""The CUDA driver (libcuda) as the probe needs it: loaded once, and the GPUs this process sees.
+
+Only the driver's device queries are used here (``cuInit``, ``cuDeviceGet*``): they create no
+context, so asking costs no GPU memory and changes nothing the program will do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+from cuptistream.events import DeviceInfo
+
+
+@cache
+def libcuda() -> ctypes.CDLL:
+    """The CUDA driver library. Raises ``OSError`` where there is none."""
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _uuid_text(raw: bytes) -> str:
+    text = raw.hex()
+    return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def visible_devices() -> list[DeviceInfo]:
+    """Every GPU the process sees, by CUDA ordinal (after ``CUDA_VISIBLE_DEVICES``), with its
+    name and UUID as ``nvidia-smi -L`` prints it; [] without a driver or GPU."""
+    try:
+        cuda = libcuda()
+    except OSError:
+        return []
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return []
+    found = []
+    for ordinal in range(count.value):
+        device = ctypes.c_int(0)
+        name = ctypes.create_string_buffer(256)
+        uuid = ctypes.create_string_buffer(16)
+        if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+            continue
+        cuda.cuDeviceGetName(name, 256, device)
+        cuda.cuDeviceGetUuid(uuid, device)
+        found.append(
+            DeviceInfo(device_id=ordinal, name=name.value.decode(errors="replace"), uuid=_uuid_text(uuid.raw))
+        )
+    return found
