@@ -5,8 +5,10 @@ A ``SegmentWriter`` appends payloads (each compressed into its own zstd frame, s
 name always means "complete". A crashed writer leaves its ``.tmp`` behind; every complete frame in
 it can still be read (``framing.iter_frames`` reports the torn tail).
 
-File names sort in write order: ``{prefix}-{host}-{pid}-{start_unix_ms}-{index:06d}{suffix}``, where
-``start_unix_ms`` is when the writer was created and ``index`` counts its segments from 0.
+File names sort in write order: ``{prefix}-{origin}-{start_unix_ms}-{index:06d}{suffix}``, where
+``origin`` is ``{host}-{pid}`` of the process whose data it is (``rank{N}-{host}-{pid}`` in a
+distributed job), ``start_unix_ms`` is when the writer was created and ``index`` counts its segments
+from 0.
 
 fsync policy:
 
@@ -38,10 +40,10 @@ FsyncPolicy = Literal["never", "batch", "rotate"]
 TEMP_SUFFIX = ".tmp"
 
 
-def _safe_host() -> str:
-    """The host name, reduced to characters that are safe in a file name."""
-    host = socket.gethostname().split(".")[0] or "localhost"
-    return "".join(c if c.isalnum() or c in "_" else "_" for c in host)
+def safe_host(host: str | None = None) -> str:
+    """A host name (default: this one's), reduced to characters that are safe in a file name."""
+    short = (host if host is not None else socket.gethostname()).split(".")[0] or "localhost"
+    return "".join(c if c.isalnum() or c in "_" else "_" for c in short)
 
 
 def segment_key(path: Path, suffix: str) -> tuple[int, int, str]:
@@ -112,6 +114,7 @@ class SegmentWriter:
         fsync: FsyncPolicy = "rotate",
         file_mode: int = 0o600,
         zstd_level: int | None = 3,
+        origin: str | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.prefix = prefix
@@ -121,7 +124,8 @@ class SegmentWriter:
         self.fsync = fsync
         self.file_mode = file_mode
         self._encoder = FrameEncoder(zstd_level) if zstd_level is not None else None
-        self._stem = f"{prefix}-{_safe_host()}-{os.getpid()}-{time.time_ns() // 1_000_000}"
+        origin = origin or f"{safe_host()}-{os.getpid()}"  # whose data: the file sink names the process
+        self._stem = f"{prefix}-{origin}-{time.time_ns() // 1_000_000}"
         self._index = 0
         self._fd: int | None = None
         self._final: Path | None = None

@@ -5,13 +5,18 @@ as one zstd frame. ``format: jsonl`` writes the JSON Lines layout of ``cuptistre
 frame per batch or, with ``compression: none``, plain text. Each batch is written and flushed before
 ``write`` returns; fsync follows ``fsync`` (see ``cuptistream.segments``). Files are written as
 ``<name>.tmp`` and renamed when they rotate (by ``rotate_bytes`` or ``rotate_age``, checked on each
-write) or when the sink closes.
+write), when the sink closes, or when their process has sent nothing for a minute.
+
+Every observed process gets its own file set (``{prefix}-[rank{N}-]{host}-{pid}-...``): one writer
+per file, and a process's batches stay in order in its files. The collector's own accounting
+(losses, self-stats) goes to a file set named after the collector's process.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from typing import Literal
 
 import trio
@@ -20,7 +25,12 @@ from cuptistream import jsonl
 from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import Duration, SinkConfig, Size
 from cuptistream.errors import SinkUnavailableError
-from cuptistream.segments import FsyncPolicy, SegmentWriter
+from cuptistream.events import Resource
+from cuptistream.segments import FsyncPolicy, SegmentWriter, safe_host
+
+# A process's file set is finished (renamed to its final name) after this long without a batch, so
+# a node collector that serves many short-lived processes keeps few files open.
+_IDLE_FINISH_S = 60.0
 
 _SUFFIXES = {
     ("msgpack", "zstd"): ".msgpack.zst",
@@ -75,9 +85,12 @@ class FileSink(Sink):
     def __init__(self, config: FileSinkConfig) -> None:
         super().__init__(config)
         self.config: FileSinkConfig = config
-        self._writer: SegmentWriter | None = None
+        self._directory: str | None = None
+        self._writers: dict[str, _ProcessWriter] = {}  # origin -> its process's file set
         self._closed = False
         self.batches_written = 0
+        self.bytes_written = 0
+        self.files_written = 0
 
     async def open(self) -> None:
         await trio.to_thread.run_sync(self._open)
@@ -95,8 +108,16 @@ class FileSink(Sink):
             raise SinkUnavailableError(
                 f"sinks[{self.name}]: cannot write to {directory}: {reason}; choose another directory"
             ) from None
-        self._writer = SegmentWriter(
-            directory,
+        self._directory = directory
+
+    def _writer_for(self, resource: Resource | None) -> _ProcessWriter:
+        origin = _origin(resource)
+        if (found := self._writers.get(origin)) is not None:
+            return found
+        config = self.config
+        assert self._directory is not None
+        writer = SegmentWriter(
+            self._directory,
             prefix=config.prefix,
             suffix=config.suffix,
             rotate_bytes=int(config.rotate_bytes),
@@ -104,34 +125,80 @@ class FileSink(Sink):
             fsync=config.fsync,
             file_mode=config.mode,
             zstd_level=config.zstd_level if config.compression == "zstd" else None,
+            origin=origin,
         )
+        self._writers[origin] = made = _ProcessWriter(writer)
+        return made
+
+    def _finish_idle(self, now: float) -> None:
+        """Finish the file sets of processes that went quiet (exited, most likely)."""
+        for origin, entry in list(self._writers.items()):
+            if now - entry.last_write >= _IDLE_FINISH_S:
+                del self._writers[origin]
+                self._finish(entry.writer)
+
+    def _finish(self, writer: SegmentWriter) -> None:
+        writer.close()
+        self.bytes_written += writer.bytes_written
+        self.files_written += writer.files_finished
 
     async def write(self, batch: OutgoingBatch) -> None:
         await trio.to_thread.run_sync(self._write, batch)
 
     def _write(self, batch: OutgoingBatch) -> None:
-        if self._writer is None or self._closed:
+        if self._directory is None or self._closed:
             raise DeliveryError(f"sinks[{self.name}]: write while the sink is not open")
         payload = batch.data if self.config.format == "msgpack" else jsonl.encode_batch(batch.batch)
+        now = time.monotonic()
         try:
-            self._writer.append(payload)
+            self._finish_idle(now)
+            entry = self._writer_for(batch.resource if batch.resource is not None else batch.batch.resource)
+            entry.writer.append(payload)
         except OSError as error:
             raise DeliveryError(f"sinks[{self.name}]: cannot write batch {batch.seq}: {error}") from error
+        entry.last_write = now
         self.batches_written += 1
 
     async def close(self) -> None:
-        if self._writer is None or self._closed:
+        if self._directory is None or self._closed:
             return
         self._closed = True
         try:
-            await trio.to_thread.run_sync(self._writer.close)
+            await trio.to_thread.run_sync(self._finish_all)
         except OSError as error:
             raise DeliveryError(f"sinks[{self.name}]: cannot finish the last file: {error}") from error
 
+    def _finish_all(self) -> None:
+        failed: OSError | None = None
+        for entry in self._writers.values():
+            try:
+                self._finish(entry.writer)
+            except OSError as error:  # finish the others first
+                failed = failed or error
+        self._writers.clear()
+        if failed is not None:
+            raise failed
+
     def stats(self) -> dict[str, int]:
-        writer = self._writer
+        live = [entry.writer for entry in self._writers.values()]
         return {
-            "bytes_written": writer.bytes_written if writer else 0,
-            "files_written": writer.files_finished if writer else 0,
+            "bytes_written": self.bytes_written + sum(w.bytes_written for w in live),
+            "files_written": self.files_written + sum(w.files_finished for w in live),
             "batches_written": self.batches_written,
         }
+
+
+class _ProcessWriter:
+    __slots__ = ("last_write", "writer")
+
+    def __init__(self, writer: SegmentWriter) -> None:
+        self.writer = writer
+        self.last_write = 0.0
+
+
+def _origin(resource: Resource | None) -> str:
+    """The file-name part that says whose data a file holds: ``[rank{N}-]{host}-{pid}``."""
+    if resource is None:
+        return f"{safe_host()}-{os.getpid()}"
+    rank = f"rank{resource.rank}-" if resource.rank is not None else ""
+    return f"{rank}{safe_host(resource.host)}-{resource.pid}"

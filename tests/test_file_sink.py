@@ -290,3 +290,35 @@ def test_write_after_close_is_a_delivery_error(tmp_path: Path) -> None:
     run_sink(sink, [outgoing(0, 1)])
     with pytest.raises(DeliveryError):
         trio.run(sink.write, outgoing(1, 1))
+
+
+def test_each_process_gets_its_own_file_set_in_order(tmp_path: Path) -> None:
+    # Batches of three processes (two ranks and the collector), interleaved as a collector sends them.
+    import msgspec
+    from helpers.batchgen import RESOURCE
+
+    ranks = {
+        pid: msgspec.structs.replace(RESOURCE, pid=pid, rank=rank, world_size=2)
+        for rank, pid in enumerate((5001, 5002))
+    }
+    ranks[6000] = msgspec.structs.replace(RESOURCE, pid=6000, rank=None, job={})
+    batches = []
+    for seq in range(30):
+        pid = (5001, 5002, 6000)[seq % 3]
+        data = batch_bytes(seq, 20)
+        batch = decode_batch(data)
+        batch.resource = ranks[pid]
+        data = encode_batch_object(batch)
+        batches.append(OutgoingBatch(data, seq, 20, resource=ranks[pid]))
+    run_sink(FileSink(make_config(directory=str(tmp_path), prefix="job")), batches)
+
+    files = names(tmp_path)
+    assert len(files) == 3
+    assert [f.split("-")[1] for f in files] == ["rank0", "rank1", "testhost"]
+    for name in files:
+        read_back = list(read(tmp_path / name).batches())
+        pids = {b.resource.pid for b in read_back}
+        assert len(pids) == 1, f"{name} mixes processes {pids}"
+        (pid,) = pids
+        assert name.split("-")[-3] == str(pid)
+        assert [b.seq for b in read_back] == [s for s in range(30) if (5001, 5002, 6000)[s % 3] == pid]
