@@ -42,9 +42,10 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        help="run a Python program with telemetry on",
-        description="Run `python script.py ...`, `python -m module ...` or `python -c code` with a probe "
-        "in it, this process collecting; the program's exit code is kept.",
+        help="run a command with telemetry on in every Python process it starts",
+        description="Run a command (`python script.py ...`, `python -m module`, `torchrun ...`, a shell "
+        "script) with a probe in every Python process that initializes CUDA, this process collecting; "
+        "the command's exit code is kept.",
     )
     run.add_argument("-c", "--config", help=f"YAML config (see configs/); default: ${ENV_CONFIG}")
     run.add_argument("-o", "--output", metavar="DIR", help="write the file sink's files to DIR instead")
@@ -52,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--report-json", metavar="FILE", help="write the shutdown report (counts, collector CPU) as JSON"
     )
-    run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py args...")
+    run.add_argument("program", nargs=argparse.REMAINDER, help="[--] command args... (e.g. torchrun ...)")
 
     collector = commands.add_parser(
         "collector",

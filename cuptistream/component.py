@@ -92,6 +92,9 @@ class Source(abc.ABC):
     """
 
     config_type: ClassVar[type[SourceConfig]] = SourceConfig
+    # False for sources that do not trace CUDA (replay, synthetic): their probe need not wait for
+    # the process to initialize CUDA (``probe.start: auto``).
+    traces_cuda: ClassVar[bool] = True
     # Set by a CUPTI source in start(): returns the CUPTI clock in ns (cuptiGetTimestamp), so the
     # session can record the offset to the Unix epoch in every batch envelope.
     clock: Callable[[], int] | None = None

@@ -97,6 +97,11 @@ class ProbeConfig(Strict):
     """The observed process's side: where its collector is, and the shared memory for events."""
 
     collector: str = ""  # socket path of a running collector; "" starts one for the session
+    # When a process under ``cuptistream run`` starts its probe: "cuda" when it first initializes
+    # CUDA (torch, cuda.bindings, cupy), so processes that never use CUDA cost nothing; "process"
+    # at start-up, for programs that reach CUDA some other way; "auto": "cuda" if a source traces
+    # CUDA, else "process" (replay and synthetic sources).
+    start: Literal["auto", "cuda", "process"] = "auto"
     memory_budget: Size = Size(32 * 1024 * 1024)  # encoded events queued in the probe (pipeline.full_policy)
     event_buffer_size: Size = Size(1024 * 1024)  # one shared-memory slot of encoded events
     event_buffers: int = 8  # slots: the events in flight to the collector are bounded by both

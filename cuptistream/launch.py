@@ -1,11 +1,14 @@
-"""``cuptistream run``: the program in its own process, probed, with this process as its collector.
+"""``cuptistream run``: any command, every Python process in it probed, this process collecting.
 
 This process opens the sinks (so an unusable sink fails before the program starts), listens on a
-private Unix socket, and starts the program under the same interpreter with the probe injected
-(``cuptistream/probe/boot`` on ``PYTHONPATH`` runs the probe before the program's first line).
-SIGINT and SIGTERM are passed on to the program. When the program exits, however it exits (a
-SIGKILL too), the collector drains every buffer the probe handed over, then the pipeline. The
-program's exit status is kept (128+N for a program killed by signal N).
+private Unix socket, and starts the command with ``cuptistream/probe/boot`` on ``PYTHONPATH``: every
+Python process of the tree (the program, its subprocesses, spawned and forked workers, what a shell
+script or ``torchrun`` starts) arms a probe that starts when it first initializes CUDA and feeds
+this collector. ``python``/``python3`` and ``*.py`` run under the interpreter cuptistream is
+installed in. SIGINT and SIGTERM are passed on to the command. When it exits, however it exits (a
+SIGKILL too), the collector waits up to ``shutdown_deadline`` for the probes still connected, drains
+every buffer they handed over, then the pipeline. The command's exit status is kept (128+N for a
+command killed by signal N).
 """
 
 from __future__ import annotations
@@ -25,34 +28,45 @@ from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import write_config
 from cuptistream.config import Config, load
 from cuptistream.errors import UserError
-from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_QUIET
+from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_PROBE_START, ENV_QUIET
+from cuptistream.registry import source_class
 
 
 @dataclass(frozen=True)
 class Program:
-    argv: list[str]  # the interpreter's arguments: script and args, -m module ..., -c code ...
+    argv: list[str]  # the command as it is executed
+    native_cuda: bool = False  # a compiled CUDA program: no Python process to probe in it
 
 
-def _is_python(executable: str) -> bool:
-    return Path(executable).name.startswith("python")
+_PYTHON_NAMES = ("python", "python3")  # run under the interpreter cuptistream is installed in
 
 
 def parse_program(command: list[str]) -> Program:
-    """Accept ``python [options] script.py ...``, ``python -m mod ...``, ``python -c code ...`` or
-    ``script.py ...``. The program runs under the interpreter cuptistream is installed in."""
+    """Accept any command: ``python [options] script.py ...``, ``python -m mod``, ``script.py``,
+    ``torchrun ...``, a shell script. Every Python process it starts is probed."""
     if not command:
         raise UserError("run: no program given; use `cuptistream run -c cfg.yaml -- python script.py`")
-    if command[0].endswith(".py"):
+    head = command[0]
+    if head.endswith(".py") and not os.access(head, os.X_OK):
         command = [sys.executable, *command]
-    if not _is_python(command[0]):
-        raise UserError(
-            f"run: {command[0]!r} is not a Python interpreter; cuptistream run takes "
-            "`python script.py ...` or `python -m module ...`"
-        )
-    rest = command[1:]
+    elif head in _PYTHON_NAMES:
+        command = [sys.executable, *command[1:]]
+    if Path(command[0]).resolve() == Path(sys.executable).resolve():
+        _check_python_arguments(command[1:])
+        return Program(command)
+    found = shutil.which(command[0])
+    if found is None:
+        raise UserError(f"run: command {command[0]!r} not found; check the name or give its path")
+    return Program(command, native_cuda=native_cuda_program(found))
+
+
+_TAKES_VALUE = ("-X", "-W", "--check-hash-based-pycs")  # interpreter options with a separate value
+
+
+def _check_python_arguments(rest: list[str]) -> None:
     options = 0
     while options < len(rest) and rest[options].startswith("-") and rest[options] not in ("-m", "-c", "-"):
-        options += 1  # interpreter flags such as -u, -O, -X dev
+        options += 2 if rest[options] in _TAKES_VALUE else 1  # flags such as -u, -O, -X dev
     if options >= len(rest):
         raise UserError("run: python needs a script, -m module or -c code")
     head = rest[options]
@@ -60,17 +74,47 @@ def parse_program(command: list[str]) -> Program:
         raise UserError(f"run: python {head} needs an argument")
     if head not in ("-m", "-c", "-") and not Path(head).is_file():
         raise UserError(f"run: script {head!r} not found")
-    return Program(rest)
 
 
-def _environment(address: str, config_path: str, session_id: str, quiet: bool) -> dict[str, str]:
+_ELF = b"\x7fELF"
+_CUDA_LIBRARIES = (b"libcudart.so", b"libcuda.so")  # linked, or dlopened by a static cudart
+_SCAN_LIMIT = 256 * 1024 * 1024
+
+
+def native_cuda_program(path: str) -> bool:
+    """Whether ``path`` is a compiled program that uses CUDA itself (an ELF file naming the CUDA
+    runtime or driver library) rather than a Python interpreter, a script or a launcher."""
+    try:
+        with open(path, "rb") as file:
+            if file.read(4) != _ELF or os.fstat(file.fileno()).st_size > _SCAN_LIMIT:
+                return False
+            data = file.read()
+    except OSError:
+        return False
+    return b"Py_Initialize" not in data and any(name in data for name in _CUDA_LIBRARIES)
+
+
+def probe_start(cfg: Config) -> str:
+    """``probe.start`` with ``auto`` resolved: wait for CUDA only where a source traces it."""
+    if cfg.probe.start != "auto":
+        return cfg.probe.start
+    sources = [source_class(s.type) for s in cfg.sources if s.enabled]
+    return "cuda" if any(source.traces_cuda for source in sources) else "process"
+
+
+def _environment(address: str, config_path: str, session_id: str, cfg: Config, quiet: bool) -> dict[str, str]:
+    """The program's environment: every Python process in it (children, workers, what a shell
+    script starts) loads ``boot/sitecustomize.py`` and finds the collector and config here."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
     env[ENV_COLLECTOR] = address
     env[ENV_PROBE_CONFIG] = config_path
+    env[ENV_PROBE_START] = probe_start(cfg)
     env["CUPTISTREAM_SESSION_ID"] = session_id
     if quiet:
         env[ENV_QUIET] = "1"
+    else:
+        env.pop(ENV_QUIET, None)
     return env
 
 
@@ -98,12 +142,24 @@ def run_program(
     workdir = tempfile.mkdtemp(prefix="cuptistream-")
     try:
         address = collector.listen(os.path.join(workdir, "collector.sock"))
-        env = _environment(address, write_config(cfg, workdir), collector.session_id, quiet)
-        code = _run_child([sys.executable, *program.argv], env)
-        collector.conclude(report_json=report_json, summary=None if quiet else "session")
+        env = _environment(address, write_config(cfg, workdir), collector.session_id, cfg, quiet)
+        if program.native_cuda and not quiet:
+            _note_native(program.argv[0])
+        code = _run_child(program.argv, env)
+        report = collector.conclude(report_json=report_json, summary=None if quiet else "session")
+        if report is not None and report.probes == 0 and not quiet:
+            print(f"cuptistream: no Python process of `{program.argv[0]}` initialized CUDA, so nothing "
+                  "was probed; if it reaches CUDA other than through torch, cuda.bindings or cupy, "
+                  "set `probe: {start: process}`", file=sys.stderr)  # fmt: skip
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return code
+
+
+def _note_native(executable: str) -> None:
+    print(f"cuptistream: {executable} is a compiled CUDA program; only Python processes are "
+          "probed, so its own GPU work is not recorded (docs/multiprocess.md: non-Python programs)",
+          file=sys.stderr)  # fmt: skip
 
 
 def _run_child(argv: list[str], env: dict[str, str]) -> int:

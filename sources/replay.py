@@ -50,6 +50,7 @@ def capture_files(path: str) -> list[Path]:
 
 class ReplaySource(Source):
     config_type = ReplayConfig
+    traces_cuda = False
     config: ReplayConfig
 
     def __init__(self, config: SourceConfig, emitter: Emitter) -> None:

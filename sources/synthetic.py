@@ -27,6 +27,7 @@ class SyntheticConfig(SourceConfig):
 
 class SyntheticSource(Source):
     config_type = SyntheticConfig
+    traces_cuda = False
     config: SyntheticConfig
 
     def start(self) -> None:

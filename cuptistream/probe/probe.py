@@ -116,6 +116,13 @@ class Probe:
         if (unsent or not connected) and not self.quiet:
             note(f"the collector at {self.link.address} was gone; not handed over: {unsent or 'nothing'}")
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: this probe is the parent's. Mark it stopped without a word to the
+        collector (the socket and shared memory are the parent's), and give SIGTERM back."""
+        with self._lock:
+            self._stopped = True
+        self._restore_sigterm()
+
     # --- SIGTERM: unwind the program so the probe stops and hands over ----------------------
 
     def _install_sigterm(self) -> None:

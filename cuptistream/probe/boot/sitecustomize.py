@@ -1,11 +1,146 @@
-"""Run by Python at start-up in programs that ``cuptistream run`` starts (this folder is put on
-``PYTHONPATH``): start the probe before the program's first line, then run the
-``sitecustomize`` this one shadows, if any."""
+"""Run by Python at start-up in every process of a program that ``cuptistream run`` started: this
+folder is on ``PYTHONPATH`` and the environment names the collector, so subprocesses, spawned and
+forked workers and the Pythons a shell script starts all come here.
+
+It only arms a trigger, with the standard library: the probe starts when the process first
+initializes CUDA (``torch.cuda``'s lazy init, ``cuda.bindings``' ``cuInit``, importing ``cupy``), or
+at once with ``CUPTISTREAM_PROBE_START=process``. A process that never touches CUDA pays for one
+import hook and imports nothing of cuptistream. Then the ``sitecustomize`` this one shadows runs.
+"""
+
+from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
 import os
 import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+
+_COLLECTOR = "CUPTISTREAM_COLLECTOR"
+_START = "CUPTISTREAM_PROBE_START"
+
+
+class _Trigger:
+    """Starts the probe once per process; never after a fork from a process that used CUDA (the
+    child cannot use CUDA, and the parent's probe belongs to the parent)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fired = False
+
+    def fire(self, why: str) -> None:
+        with self.lock:
+            if self.fired:
+                return
+            self.fired = True
+        try:
+            from cuptistream.probe.bootstrap import start_from_environment
+        except Exception as error:  # not installed for this interpreter, or broken: run on without
+            print(f"cuptistream: telemetry is off for pid {os.getpid()} ({sys.executable}): "
+                  f"cannot import cuptistream: {error}", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        start_from_environment()
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()  # another thread may have held it at the fork
+        if self.fired:
+            bootstrap = sys.modules.get("cuptistream.probe.bootstrap")
+            if bootstrap is not None:
+                bootstrap.forget_inherited_probe()
+
+
+_trigger = _Trigger()
+
+
+def _after_torch_cuda(module: Any) -> None:
+    original = module._lazy_init
+
+    def _lazy_init() -> None:  # torch calls it (from Python and C++) before any CUDA work
+        if not _trigger.fired:
+            _trigger.fire("torch.cuda")
+        original()
+
+    module._lazy_init = _lazy_init
+
+
+def _after_cuda_bindings(module: Any) -> None:
+    original = module.cuInit
+
+    def cuInit(flags: int) -> Any:  # the driver's name: callers look it up on the module
+        if not _trigger.fired:
+            _trigger.fire("cuda.bindings")
+        return original(flags)
+
+    module.cuInit = cuInit
+
+
+def _after_import(module: ModuleType) -> None:
+    _trigger.fire(module.__name__)
+
+
+# Module name -> what to do once it has been imported.
+_WATCHED: dict[str, Callable[[Any], None]] = {
+    "torch.cuda": _after_torch_cuda,
+    "cuda.bindings.driver": _after_cuda_bindings,
+    "cupy": _after_import,
+}
+
+
+class _Loader:
+    """The real loader, plus a call once the module has been executed."""
+
+    def __init__(self, loader: Any, then: Callable[[Any], None]) -> None:
+        self._loader = loader
+        self._then = then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        module: ModuleType | None = self._loader.create_module(spec)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        try:
+            self._then(module)
+        except Exception as error:  # telemetry never breaks an import
+            print(f"cuptistream: cannot watch {module.__name__}: {error}", file=sys.stderr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class _CudaImportWatch:
+    """A meta-path finder that only wraps the loaders of ``_WATCHED`` modules; every other import
+    costs one dict lookup."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        then = _WATCHED.get(name)
+        if then is None or _trigger.fired:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec: importlib.machinery.ModuleSpec | None = finder.find_spec(name, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = cast("Loader", _Loader(spec.loader, then))
+                return spec
+        return None
+
+
+def _arm() -> None:
+    os.register_at_fork(after_in_child=_trigger.after_fork_in_child)
+    if os.environ.get(_START) == "process":
+        _trigger.fire("process start")
+    else:
+        sys.meta_path.insert(0, _CudaImportWatch())
 
 
 def _run_shadowed() -> None:
@@ -17,8 +152,6 @@ def _run_shadowed() -> None:
         spec.loader.exec_module(module)
 
 
-if os.environ.get("CUPTISTREAM_COLLECTOR"):
-    from cuptistream.probe.bootstrap import start_from_environment
-
-    start_from_environment()
+if os.environ.get(_COLLECTOR):
+    _arm()
 _run_shadowed()
