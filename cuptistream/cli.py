@@ -1,4 +1,4 @@
-"""The ``cuptistream`` command: run, collector, cat, validate, kinds, source-lines.
+"""The ``cuptistream`` command: run, collector, cat, validate, kinds, source-lines, summary, export, plot.
 
 Every error a user can cause is printed as one line (``cuptistream: <problem>; <fix>``) with a
 non-zero exit code, never as a traceback.
@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
+from cuptistream.analysis.commands import add_commands as add_view_commands
 from cuptistream.errors import UserError
 
 
@@ -91,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     lines.add_argument("path", help="a file-sink file or directory")
     lines.add_argument("--cubins", required=True, help="the pc_sampling source's cubin_dir")
     lines.add_argument("--top", type=int, default=20, help="lines to print (default 20)")
+    _COMMANDS.update(add_view_commands(commands))  # summary, export, plot (cuptistream/analysis)
     return parser
 
 

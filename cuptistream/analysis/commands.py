@@ -1,0 +1,144 @@
+"""The view subcommands of ``cuptistream``: summary, export, plot.
+
+Only argparse here; each command imports its view when it runs, so ``cuptistream run`` and friends
+never import numpy or matplotlib. Errors are ``UserError``s, printed by ``cli.main`` as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cuptistream.errors import UserError
+
+if TYPE_CHECKING:
+    from cuptistream.analysis.select import Selection
+    from cuptistream.framing import TornTail
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="a file-sink file or directory, or kafka://host:port/topic")
+    parser.add_argument("--since", metavar="TIME", help="from TIME: 30s (after the start), ISO time, @UNIX_S")
+    parser.add_argument("--until", metavar="TIME", help="before TIME (same forms as --since)")
+    parser.add_argument("--pid", metavar="PID[,PID]", help="only these processes")
+    parser.add_argument("--rank", metavar="N[,N]", help="only these ranks (RANK, SLURM_PROCID, ...)")
+    parser.add_argument("--device", metavar="N[,N]", help="only GPU work on these CUDA devices")
+
+
+def add_commands(commands: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Register the view subcommands; returns their handlers by name."""
+    summary = commands.add_parser(
+        "summary", help="tables of kernels, copies, API calls, NVTX, GPU busy, stalls, losses",
+        description="Summarize a recording in one streaming pass (bounded memory).",
+    )  # fmt: skip
+    _filters(summary)
+    summary.add_argument("--format", default="table", help="table (default), csv or json")
+    summary.add_argument("--top", type=int, default=20, help="rows per table in --format table (default 20)")
+    summary.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    export = commands.add_parser(
+        "export", help="write a trace for ui.perfetto.dev or chrome://tracing",
+        description="Write a Trace Event Format JSON trace (gzip-compressed when FILE ends in .gz). "
+        "Both formats are JSON: Perfetto and chrome://tracing open the same file.",
+    )  # fmt: skip
+    _filters(export)
+    export.add_argument("--format", default="perfetto", help="perfetto (default) or chrome-trace")
+    export.add_argument("-o", "--output", metavar="FILE", required=True, help="trace.json or trace.json.gz")
+
+    plot = commands.add_parser(
+        "plot", help="PNG figures: GPU busy per stream, top kernels, stall reasons (needs matplotlib)",
+        description="Write PNG figures to DIR. Needs matplotlib: pip install 'cuptistream[plot]'.",
+    )  # fmt: skip
+    _filters(plot)
+    plot.add_argument(
+        "-o", "--output", metavar="DIR", default="cuptistream-plots", help="folder for the PNGs"
+    )
+    plot.add_argument("--bins", type=int, default=200, help="time bins of the busy figure (default 200)")
+    plot.add_argument("--top", type=int, default=15, help="kernels and functions shown (default 15)")
+    return {"summary": _summary, "export": _export, "plot": _plot}
+
+
+def selection(args: argparse.Namespace) -> Selection:
+    from cuptistream.analysis.select import Selection, parse_ids, parse_time
+
+    return Selection(
+        pids=parse_ids("--pid", args.pid) if args.pid else None,
+        ranks=parse_ids("--rank", args.rank) if args.rank else None,
+        devices=parse_ids("--device", args.device) if args.device else None,
+        since=parse_time("--since", args.since) if args.since else None,
+        until=parse_time("--until", args.until) if args.until else None,
+    )
+
+
+def _choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise UserError(f"{option} {value!r}: expected one of {', '.join(allowed)}")
+    return value
+
+
+def _positive(option: str, value: int) -> int:
+    if value < 1:
+        raise UserError(f"{option} {value}: expected a positive number")
+    return value
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from cuptistream.analysis.records import Recording
+    from cuptistream.analysis.report import render
+    from cuptistream.analysis.summary import summarize
+
+    fmt = _choice("--format", args.format, ("table", "csv", "json"))
+    top = _positive("--top", args.top) if fmt == "table" else None
+    sel = selection(args)
+    recording = Recording(args.path)
+    text = render(summarize(recording, sel, top), fmt)  # type: ignore[arg-type]
+    if args.output:
+        _write_text(args.output, text)
+    else:
+        sys.stdout.write(text)
+    _report_torn(recording.torn_tails)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from cuptistream.analysis.records import Recording
+    from cuptistream.analysis.trace_export import export_trace
+
+    _choice("--format", args.format, ("perfetto", "chrome-trace"))
+    sel = selection(args)
+    recording = Recording(args.path)
+    stats = export_trace(recording, args.output, sel)
+    print(f"cuptistream: wrote {stats.events} trace events ({stats.flows} flow arrows) to {args.output}",
+          file=sys.stderr)  # fmt: skip
+    _report_torn(recording.torn_tails)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from cuptistream.analysis.plot import plot_all, require_matplotlib
+    from cuptistream.analysis.records import Recording
+
+    require_matplotlib()
+    _positive("--bins", args.bins)
+    _positive("--top", args.top)
+    sel = selection(args)
+    recording = Recording(args.path)
+    for path in plot_all(recording, args.output, sel, bins=args.bins, top=args.top):
+        print(path)
+    _report_torn(recording.torn_tails)
+    return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as error:
+        raise UserError(f"{path}: cannot write: {error.strerror}; choose another -o FILE") from None
+
+
+def _report_torn(tails: list[TornTail]) -> None:
+    for tail in tails:
+        print(f"cuptistream: {tail.describe()}; every complete frame before it was read", file=sys.stderr)
