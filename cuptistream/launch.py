@@ -147,7 +147,7 @@ def run_program(
             _note_native(program.argv[0])
         code = _run_child(program.argv, env)
         report = collector.conclude(report_json=report_json, summary=None if quiet else "session")
-        if report is not None and report.probes == 0 and not quiet:
+        if report is not None and report.probes == 0 and not quiet and not program.native_cuda:
             print(f"cuptistream: no Python process of `{program.argv[0]}` initialized CUDA, so nothing "
                   "was probed; if it reaches CUDA other than through torch, cuda.bindings or cupy, "
                   "set `probe: {start: process}`", file=sys.stderr)  # fmt: skip
