@@ -10,17 +10,19 @@ import hook and imports nothing of cuptistream. Then the ``sitecustomize`` this 
 
 from __future__ import annotations
 
+import _thread
 import importlib.machinery
-import importlib.util
 import os
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
 
+# Start-up cost matters in every process of the program: no ``typing``, ``threading`` or
+# ``importlib.util`` unless needed (the names below are for the type checker only).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from importlib.abc import Loader
+    from types import ModuleType
+    from typing import Any
 
 _COLLECTOR = "CUPTISTREAM_COLLECTOR"
 _START = "CUPTISTREAM_PROBE_START"
@@ -31,7 +33,7 @@ class _Trigger:
     child cannot use CUDA, and the parent's probe belongs to the parent)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
         self.fired = False
 
     def fire(self, why: str) -> None:
@@ -48,7 +50,7 @@ class _Trigger:
         start_from_environment()
 
     def after_fork_in_child(self) -> None:
-        self.lock = threading.Lock()  # another thread may have held it at the fork
+        self.lock = _thread.allocate_lock()  # another thread may have held it at the fork
         if self.fired:
             bootstrap = sys.modules.get("cuptistream.probe.bootstrap")
             if bootstrap is not None:
@@ -130,7 +132,8 @@ class _CudaImportWatch:
             spec: importlib.machinery.ModuleSpec | None = finder.find_spec(name, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = cast("Loader", _Loader(spec.loader, then))
+                    loader: Loader = _Loader(spec.loader, then)  # type: ignore[assignment]
+                    spec.loader = loader
                 return spec
         return None
 
@@ -148,7 +151,9 @@ def _run_shadowed() -> None:
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
-        module = importlib.util.module_from_spec(spec)
+        from importlib.util import module_from_spec
+
+        module = module_from_spec(spec)
         spec.loader.exec_module(module)
 
 
