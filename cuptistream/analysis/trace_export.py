@@ -1,0 +1,338 @@
+"""``cuptistream export``: a Trace Event Format (JSON) trace for ui.perfetto.dev and chrome://tracing.
+
+Layout: one process per observed pid (named with its rank, program and host from the batch's
+resource); one track per (device, stream) for kernels, copies, memsets and graph launches; per
+thread, one track for CUDA API calls and one for NVTX; flow arrows from each launching API call to
+the GPU work with its correlation id (a graph launch to each of its kernels); counter tracks for
+copy throughput and for losses; instant events for errors.
+
+Streaming: events are encoded as they are read and written out sorted by time, so every track's
+``ts`` rises monotonically. Sorting uses bounded memory: past ``run_events`` events, the sorted run
+is spilled to a temporary file next to the output, and the runs are merged at the end. Flow arrows
+need both ends: the recent launches and unmatched GPU operations are kept in bounded LRU tables
+(``pending``); an end that falls out of them gets no arrow.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from cuptistream import events as ev
+from cuptistream.analysis import records as rec
+from cuptistream.analysis.select import Selection
+from cuptistream.errors import UserError
+
+_KEY_BIAS = 1 << 62  # keys are ns since the base plus this, so they are positive fixed-width numbers
+_KEY_WIDTH = 20
+_SLACK_NS = 60 * 1_000_000_000  # the base sits this far before the first batch's earliest event
+_LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")  # API calls that put work on a GPU
+
+_KIND: dict[type, str] = {}
+for _light, _full in [
+    (rec.LKernel, ev.Kernel), (rec.LMemcpy, ev.Memcpy), (rec.LMemset, ev.Memset),
+    (rec.LGraphLaunch, ev.GraphLaunch), (rec.LApiCall, ev.ApiCall), (rec.LNvtxRange, ev.NvtxRange),
+    (rec.LNvtxMarker, ev.NvtxMarker), (rec.LLoss, ev.Loss), (rec.LError, ev.Error),
+]:  # fmt: skip
+    _KIND[_light] = _KIND[_full] = str(_light.__struct_config__.tag)
+
+
+@dataclass
+class TraceStats:
+    events: int = 0  # trace events written, metadata included
+    flows: int = 0  # launch -> GPU work arrows
+    runs: int = 0  # sorted runs spilled to disk
+
+
+@dataclass
+class _Process:
+    pid: int
+    tracks: dict[tuple[Any, ...], int] = field(default_factory=dict)
+    lost: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+
+class TraceWriter:
+    """Turns batches into sorted trace events written to ``output``."""
+
+    def __init__(
+        self, output: str | Path, selection: Selection | None = None, *, run_events: int = 200_000,
+        pending: int = 100_000,
+    ) -> None:  # fmt: skip
+        self.output = Path(output)
+        self.selection = selection or Selection()
+        self.run_events = run_events
+        self.pending_limit = pending
+        self.stats = TraceStats()
+        self.base_ns: int | None = None
+        self._lines: list[bytes] = []
+        self._runs: list[Path] = []
+        self._processes: dict[int, _Process] = {}
+        self._next_tid = 1
+        self._launches: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()  # -> (ts, tid)
+        self._orphans: OrderedDict[tuple[int, int], list[tuple[int, int]]] = OrderedDict()
+        self._encode = msgspec.json.Encoder().encode
+        try:
+            self._tmp = tempfile.TemporaryDirectory(prefix=".cuptistream-export-", dir=self.output.parent)
+        except OSError as error:
+            raise UserError(
+                f"{self.output}: cannot write there: {error.strerror}; choose another -o FILE"
+            ) from None
+
+    # --- input ----------------------------------------------------------------------------------
+
+    def add(self, part: rec.Part) -> None:
+        sel = self.selection
+        if not sel.accepts(part.resource):
+            return
+        off = part.offset_ns
+        if self.base_ns is None:
+            first = min((getattr(e, "start", 0) or 0 for e in part.events if hasattr(e, "start")), default=0)
+            self.base_ns = ((first + off - _SLACK_NS) // 1_000_000_000) * 1_000_000_000
+        low = high = None
+        if sel.timed:
+            low, high = sel.window(off, part.events)
+        process = self._process(part.resource)
+        shift = off - self.base_ns  # CUPTI-clock ns -> ns since the base
+        devices = sel.devices
+        for event in part.events:
+            kind = _KIND.get(event.__class__)
+            if kind is None:
+                continue
+            if kind in ("kernel", "memcpy", "memset", "graph_launch"):
+                if devices is not None and event.device_id not in devices:
+                    continue
+                if low is not None and not low <= event.start + off < high:
+                    continue
+                self._gpu(process, kind, event, shift)
+            elif kind == "api" or kind == "nvtx_range":
+                if low is not None and not low <= event.start + off < high:
+                    continue
+                self._host(process, kind, event, shift)
+            elif kind == "nvtx_marker":
+                if low is not None and not low <= event.timestamp + off < high:
+                    continue
+                tid = self._track(process, ("nvtx", event.thread_id), f"NVTX · thread {event.thread_id}", 2)
+                self._emit(event.timestamp + shift, {"ph": "i", "s": "t", "name": event.name, "cat": "nvtx",
+                                                     "pid": process.pid, "tid": tid})  # fmt: skip
+            elif kind == "loss":
+                if low is not None and not (event.until >= low and event.since < high):
+                    continue
+                key = (event.stage, event.reason, event.unit)
+                total = process.lost[key] = process.lost.get(key, 0) + event.count
+                self._emit(event.until - self.base_ns, {
+                    "ph": "C", "name": f"lost {event.unit}: {event.stage} {event.reason}", "pid": process.pid,
+                    "args": {"total": total},
+                })  # fmt: skip
+            elif kind == "error":
+                if low is not None and not low <= event.timestamp + off < high:
+                    continue
+                tid = self._track(process, ("errors",), "errors", 9)
+                self._emit(event.timestamp + shift, {
+                    "ph": "i", "s": "p", "name": f"{event.severity}: {event.message}", "cat": "error",
+                    "pid": process.pid, "tid": tid, "args": {"origin": event.origin},
+                })  # fmt: skip
+
+    def _process(self, resource: ev.Resource) -> _Process:
+        found = self._processes.get(resource.pid)
+        if found is not None:
+            return found
+        process = self._processes[resource.pid] = _Process(resource.pid)
+        who = f"rank {resource.rank} · " if resource.rank is not None else ""
+        label = f"{who}{resource.process_name} (pid {resource.pid}) on {resource.host}"
+        self._meta({"ph": "M", "name": "process_name", "pid": resource.pid, "args": {"name": label}})
+        order = resource.rank if resource.rank is not None else resource.pid
+        self._meta(
+            {"ph": "M", "name": "process_sort_index", "pid": resource.pid, "args": {"sort_index": order}}
+        )
+        return process
+
+    def _track(self, process: _Process, key: tuple[Any, ...], name: str, order: int) -> int:
+        tid = process.tracks.get(key)
+        if tid is None:
+            tid = process.tracks[key] = self._next_tid  # unique across processes: viewers key threads by tid
+            self._next_tid += 1
+            self._meta(
+                {"ph": "M", "name": "thread_name", "pid": process.pid, "tid": tid, "args": {"name": name}}
+            )
+            self._meta({"ph": "M", "name": "thread_sort_index", "pid": process.pid, "tid": tid,
+                        "args": {"sort_index": order * 1_000_000 + tid}})  # fmt: skip
+        return tid
+
+    def _gpu(self, process: _Process, kind: str, e: Any, shift: int) -> None:
+        tid = self._track(
+            process, ("gpu", e.device_id, e.stream_id), f"GPU {e.device_id} · stream {e.stream_id}", 0
+        )
+        ts = e.start + shift
+        dur = max(e.end - e.start, 0)
+        if kind == "kernel":
+            name, args = e.name, {"correlation_id": e.correlation_id}
+        elif kind == "memcpy":
+            name = f"memcpy {e.copy_kind}"
+            args = {
+                "bytes": e.bytes,
+                "src": e.src_kind,
+                "dst": e.dst_kind,
+                "correlation_id": e.correlation_id,
+            }
+            rate = e.bytes / dur if dur else 0.0  # bytes/ns == GB/s
+            counter = f"memcpy {e.copy_kind} GB/s (GPU {e.device_id})"
+            self._emit(ts, {"ph": "C", "name": counter, "pid": process.pid, "args": {"GB/s": round(rate, 3)}})
+            self._emit(ts + dur, {"ph": "C", "name": counter, "pid": process.pid, "args": {"GB/s": 0}})
+        elif kind == "memset":
+            name, args = (
+                "memset",
+                {"bytes": e.bytes, "memory": e.memory_kind, "correlation_id": e.correlation_id},
+            )
+        else:
+            name, args = f"graph {e.graph_id}", {"graph_id": e.graph_id, "correlation_id": e.correlation_id}
+        self._emit(ts, {"ph": "X", "name": name, "cat": kind, "pid": process.pid, "tid": tid,
+                        "dur": _us(dur), "args": args})  # fmt: skip
+        self._gpu_end(process.pid, e.correlation_id, ts, tid)
+
+    def _host(self, process: _Process, kind: str, e: Any, shift: int) -> None:
+        ts = e.start + shift
+        dur = max(e.end - e.start, 0)
+        if kind == "api":
+            tid = self._track(process, ("api", e.thread_id), f"CUDA API · thread {e.thread_id}", 1)
+            args = {"correlation_id": e.correlation_id}
+            cat = f"cuda_{e.domain}"
+            self._emit(ts, {"ph": "X", "name": e.name, "cat": cat, "pid": process.pid, "tid": tid,
+                            "dur": _us(dur), "args": args})  # fmt: skip
+            if any(word in e.name for word in _LAUNCH_WORDS):
+                self._launch(process.pid, e.correlation_id, ts, tid)
+        else:
+            tid = self._track(process, ("nvtx", e.thread_id), f"NVTX · thread {e.thread_id}", 2)
+            name = f"{e.domain}: {e.name}" if e.domain else e.name
+            self._emit(
+                ts, {"ph": "X", "name": name, "cat": "nvtx", "pid": process.pid, "tid": tid, "dur": _us(dur)}
+            )
+
+    # --- flow arrows ----------------------------------------------------------------------------
+
+    def _launch(self, pid: int, correlation: int, ts: int, tid: int) -> None:
+        key = (pid, correlation)
+        self._launches[key] = (ts, tid)
+        if len(self._launches) > self.pending_limit:
+            self._launches.popitem(last=False)
+        for gpu_ts, gpu_tid in self._orphans.pop(key, ()):
+            self._flow(pid, ts, tid, gpu_ts, gpu_tid)
+
+    def _gpu_end(self, pid: int, correlation: int, ts: int, tid: int) -> None:
+        key = (pid, correlation)
+        launch = self._launches.get(key)
+        if launch is not None:  # kept: a graph launch has many kernels
+            self._flow(pid, launch[0], launch[1], ts, tid)
+            return
+        self._orphans.setdefault(key, []).append((ts, tid))
+        if len(self._orphans) > self.pending_limit:
+            self._orphans.popitem(last=False)
+
+    def _flow(self, pid: int, api_ts: int, api_tid: int, gpu_ts: int, gpu_tid: int) -> None:
+        self.stats.flows += 1
+        ident = self.stats.flows
+        self._emit(
+            api_ts, {"ph": "s", "id": ident, "name": "launch", "cat": "launch", "pid": pid, "tid": api_tid}
+        )
+        self._emit(gpu_ts, {"ph": "f", "bp": "e", "id": ident, "name": "launch", "cat": "launch", "pid": pid,
+                            "tid": gpu_tid})  # fmt: skip
+
+    # --- sorting and writing --------------------------------------------------------------------
+
+    def _meta(self, event: dict[str, Any]) -> None:
+        self._lines.append(b"0" * _KEY_WIDTH + self._encode(event))
+
+    def _emit(self, ns: int, event: dict[str, Any]) -> None:
+        event["ts"] = _us(ns)
+        key = ns + _KEY_BIAS
+        self._lines.append(b"%020d" % key + self._encode(event))
+        if len(self._lines) >= self.run_events:
+            self._spill()
+
+    def _spill(self) -> None:
+        self._lines.sort()
+        path = Path(self._tmp.name) / f"run-{len(self._runs):05d}"
+        with path.open("wb") as out:
+            out.write(b"\n".join(self._lines))
+            out.write(b"\n")
+        self._runs.append(path)
+        self._lines = []
+        self.stats.runs += 1
+
+    def finish(self) -> TraceStats:
+        """Merge the runs into the output file; removes the temporary files."""
+        try:
+            with ExitStack() as stack:
+                self._lines.sort()
+                runs: list[Iterator[bytes]] = [iter(self._lines)]
+                for path in self._runs:
+                    runs.append(line.rstrip(b"\n") for line in stack.enter_context(path.open("rb")))
+                with _open_output(self.output) as out:
+                    self._write(out, heapq.merge(*runs))
+        finally:
+            self._tmp.cleanup()
+        return self.stats
+
+    def _write(self, out: BinaryIO, lines: Iterator[bytes]) -> None:
+        out.write(b'{"traceEvents":[\n')
+        first = True
+        count = 0
+        for line in lines:
+            if not first:
+                out.write(b",\n")
+            out.write(line[_KEY_WIDTH:])
+            first = False
+            count += 1
+        other = {
+            "source": "cuptistream",
+            "ts_base_unix_ns": self.base_ns,
+            "ts_unit": "us since ts_base_unix_ns",
+        }
+        out.write(b'\n],"displayTimeUnit":"ns","otherData":' + self._encode(other) + b"}\n")
+        self.stats.events = count
+
+
+def _us(ns: int) -> float:
+    return ns / 1000  # microseconds; ns since the base stay well inside a double's exact range
+
+
+def _open_output(path: Path) -> BinaryIO:
+    try:
+        if path.name.endswith(".gz"):
+            return gzip.open(path, "wb", compresslevel=6)  # type: ignore[return-value]
+        return path.open("wb")
+    except OSError as error:
+        raise UserError(f"{path}: cannot write: {error.strerror}; choose another -o FILE") from None
+
+
+def export_trace(
+    recording: rec.Recording,
+    output: str | Path,
+    selection: Selection | None = None,
+    *,
+    run_events: int = 200_000,
+) -> TraceStats:
+    """Write ``recording`` (what ``selection`` keeps) as a trace to ``output`` (``.gz``: gzip)."""
+    writer = TraceWriter(output, selection, run_events=run_events)
+    try:
+        for part in recording.parts():
+            writer.add(part)
+    except BaseException:
+        writer._tmp.cleanup()
+        raise
+    stats = writer.finish()
+    if not stats.events:
+        os.unlink(output)
+        raise UserError(
+            f"{recording.spec}: nothing to export with these filters; widen --since/--until or the ids"
+        )
+    return stats
