@@ -365,6 +365,10 @@ class Summarizer:
         ))  # fmt: skip
         return report
 
+    def label(self, pid: int) -> str:
+        """How tables and figures name a process: its rank when it has one."""
+        return self._label(pid)
+
     def _label(self, pid: int) -> str:
         resource = self.processes.get(pid)
         return f"rank {resource.rank}" if resource is not None and resource.rank is not None else f"pid {pid}"

@@ -106,3 +106,9 @@ def write_recording(directory: Path, processes: list[Process], batch_events: int
             writer.append(encode_batch_object(batch))
         writer.close()
     return directory
+
+
+if __name__ == "__main__":  # python -m tests.helpers.fixture_recording OUT_DIR
+    import sys
+
+    print(write_recording(Path(sys.argv[1]), fixture_processes()))
