@@ -47,6 +47,7 @@ class Intake(Emitter):
         self.bytes_in = 0
         self.events_out = 0
         self.bytes_out = 0
+        self.errors_reported = 0  # Error events reported (for the live status line)
         # (stage, reason, unit) -> count; read and reset by the pipeline's loss reporter
         self.losses: Counter[tuple[str, str, str]] = Counter()
 
@@ -109,6 +110,7 @@ class Intake(Emitter):
         error = Error(
             severity=severity, origin=origin, message=message, timestamp=timestamp, result_code=result_code
         )
+        self.errors_reported += 1
         self.emit_control([error], producer)
 
     def for_producer(self, producer: Producer) -> Emitter:
