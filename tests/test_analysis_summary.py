@@ -51,8 +51,9 @@ def _union_length(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-def test_kernels_match_raw_events_and_cupti_counts(processes: list[Process], recording: Path) -> None:
-    report = summarize(Recording(str(recording)), top=None)
+@pytest.mark.parametrize("lean", [False, True])
+def test_kernels_match_raw_events_and_cupti_counts(processes: list[Process], recording: Path, lean: bool) -> None:
+    report = summarize(Recording(str(recording), lean=lean), top=None)
     rows = {r["name"]: r for r in report.table("kernels").as_dicts()}
     durations: dict[str, list[int]] = collections.defaultdict(list)
     for k in _all(processes, ev.Kernel):
@@ -70,8 +71,9 @@ def test_kernels_match_raw_events_and_cupti_counts(processes: list[Process], rec
     assert totals == sorted(totals, reverse=True)
 
 
-def test_memory_api_nvtx_match_raw_events(processes: list[Process], recording: Path) -> None:
-    report = summarize(Recording(str(recording)), top=None)
+@pytest.mark.parametrize("lean", [False, True])
+def test_memory_api_nvtx_match_raw_events(processes: list[Process], recording: Path, lean: bool) -> None:
+    report = summarize(Recording(str(recording), lean=lean), top=None)
     copies: collections.Counter = collections.Counter()
     nbytes: collections.Counter = collections.Counter()
     for c in _all(processes, ev.Memcpy):
@@ -104,7 +106,7 @@ def test_memory_api_nvtx_match_raw_events(processes: list[Process], recording: P
 
 
 def test_gpu_busy_per_device_and_stream(processes: list[Process], recording: Path) -> None:
-    report = summarize(Recording(str(recording)), top=None)
+    report = summarize(Recording(str(recording), lean=True), top=None)
     devices = {(r["pid"], r["device"]): r for r in report.table("gpu_busy").as_dicts()}
     streams = {(r["pid"], r["stream"]): r for r in report.table("stream_busy").as_dicts()}
     for p in processes:

@@ -92,7 +92,7 @@ def _summary(args: argparse.Namespace) -> int:
     fmt = _choice("--format", args.format, ("table", "csv", "json"))
     top = _positive("--top", args.top) if fmt == "table" else None
     sel = selection(args)
-    recording = Recording(args.path)
+    recording = Recording(args.path, lean=True)
     text = render(summarize(recording, sel, top), fmt)  # type: ignore[arg-type]
     if args.output:
         _write_text(args.output, text)
@@ -124,7 +124,7 @@ def _plot(args: argparse.Namespace) -> int:
     _positive("--bins", args.bins)
     _positive("--top", args.top)
     sel = selection(args)
-    recording = Recording(args.path)
+    recording = Recording(args.path, lean=True)
     for path in plot_all(recording, args.output, sel, bins=args.bins, top=args.top):
         print(path)
     _report_torn(recording.torn_tails)

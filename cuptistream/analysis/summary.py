@@ -12,7 +12,9 @@ window. Device busy time is the union of the intervals of kernels, copies and me
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +32,16 @@ for _light, _full in [
     (rec.LSassMetricBatch, ev.SassMetricBatch), (rec.LLoss, ev.Loss), (rec.LError, ev.Error),
 ]:  # fmt: skip
     _FAMILY[_light] = _FAMILY[_full] = str(_light.__struct_config__.tag)
+_FAMILY[rec.SKernel] = "kernel"
+_FAMILY[rec.SApiCall] = "api"
 
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_")
+
+
+def api_domain(name: str) -> str:
+    """The domain of a CUDA API call by its name: runtime functions are ``cuda*``, driver ones
+    ``cu*`` otherwise. The summary does not decode the domain field (a string per call)."""
+    return "runtime" if name.startswith("cuda") else "driver"
 
 
 def stall_name(reason: str) -> str:
@@ -120,6 +130,62 @@ def _fold(stats: dict[Any, list[int]], key: Any, d: int) -> None:
             s[3] = d
 
 
+_name = operator.attrgetter("name")
+_start = operator.attrgetter("start")
+_end = operator.attrgetter("end")
+_device = operator.attrgetter("device_id")
+_stream = operator.attrgetter("stream_id")
+
+
+def _durations(items: Sequence[Any]) -> np.ndarray:
+    n = len(items)
+    return np.fromiter(map(_end, items), np.int64, n) - np.fromiter(map(_start, items), np.int64, n)
+
+
+def _partition(events: Sequence[Any]) -> dict[type, Sequence[Any]]:
+    """Events grouped by class, with C-level loops only: a batch holds few classes, many events."""
+    classes = list(map(type, events))
+    kinds = list(dict.fromkeys(classes))
+    if len(kinds) == 1:
+        return {kinds[0]: events}
+    codes = np.fromiter(map({k: i for i, k in enumerate(kinds)}.__getitem__, classes), np.intp, len(classes))
+    groups: dict[type, Sequence[Any]] = {}
+    for i, kind in enumerate(kinds):
+        index = np.flatnonzero(codes == i).tolist()
+        groups[kind] = operator.itemgetter(*index)(events) if len(index) > 1 else [events[index[0]]]
+    return groups
+
+
+class Groups:
+    """count, total, min and max of durations per key, folded a batch at a time with numpy."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.stats = np.zeros((4, 64), np.int64)  # rows: count, total, min, max
+
+    def add(self, keys: list[str], durations: np.ndarray) -> None:
+        new = set(keys).difference(self.index)
+        if new:
+            for key in new:
+                self.index[key] = len(self.index)
+            if len(self.index) > self.stats.shape[1]:
+                grown = np.zeros((4, 2 * len(self.index)), np.int64)
+                grown[:, : self.stats.shape[1]] = self.stats
+                self.stats = grown
+            fresh = list(self.index.values())[-len(new) :]
+            self.stats[2, fresh] = np.iinfo(np.int64).max
+            self.stats[3, fresh] = np.iinfo(np.int64).min
+        codes = np.fromiter(map(self.index.__getitem__, keys), np.intp, len(keys))
+        np.add.at(self.stats[0], codes, 1)
+        np.add.at(self.stats[1], codes, durations)
+        np.minimum.at(self.stats[2], codes, durations)
+        np.maximum.at(self.stats[3], codes, durations)
+
+    def items(self) -> list[tuple[str, list[int]]]:
+        columns = self.stats[:, : len(self.index)].T.tolist()
+        return [(key, columns[i]) for key, i in self.index.items() if columns[i][0]]
+
+
 class Summarizer:
     """Folds batches (``records.Part``) into the summary's totals."""
 
@@ -130,9 +196,9 @@ class Summarizer:
         self.processes: dict[int, ev.Resource] = {}
         self.first_ns: int | None = None  # Unix ns of the earliest/latest GPU or API time seen
         self.last_ns: int | None = None
-        self.kernels: dict[str, list[int]] = {}  # name -> [count, total, min, max] ns
+        self.kernels = Groups()  # by kernel name
         self.copies: dict[tuple[str, str], list[int]] = {}  # (op, detail) -> [count, bytes, ns]
-        self.apis: dict[tuple[str, str], list[int]] = {}
+        self.apis = Groups()  # by API name (each name belongs to one domain)
         self.nvtx: dict[tuple[str, str], list[int]] = {}
         self.streams: dict[tuple[int, int, int], list[int]] = {}  # (pid, dev, stream) -> [ops, busy, lo, hi]
         self.devices: dict[tuple[int, int], IntervalUnion] = {}
@@ -152,18 +218,12 @@ class Summarizer:
         self.batches += 1
         pid = resource.pid
         self.processes.setdefault(pid, resource)
-        groups: dict[type, list[Any]] = {}
-        for event in part.events:
-            cls = event.__class__
-            group = groups.get(cls)
-            if group is None:
-                groups[cls] = group = []
-            group.append(event)
+        groups = _partition(part.events)
         off = part.offset_ns
         low = high = None
         if sel.timed:
             low, high = sel.window(off, part.events)
-        families: dict[str, list[Any]] = {}
+        families: dict[str, Sequence[Any]] = {}
         for cls, group in groups.items():
             family = _FAMILY.get(cls)
             if family is None:
@@ -184,9 +244,7 @@ class Summarizer:
             self.event_counts[family] += len(items)
             gpu.extend(items)
             if family == "kernel":
-                stats = self.kernels
-                for k in items:
-                    _fold(stats, k.name, k.end - k.start)
+                self.kernels.add(list(map(_name, items)), _durations(items))
             elif family == "memcpy":
                 for c in items:
                     self._copy(("memcpy " + c.copy_kind, f"{c.src_kind} -> {c.dst_kind}"), c)
@@ -195,7 +253,7 @@ class Summarizer:
                     self._copy(("memset", m.memory_kind), m)
         if gpu:
             self._busy(pid, gpu, off, low, high)
-        for family, table in (("api", self.apis), ("nvtx_range", self.nvtx)):
+        for family in ("api", "nvtx_range"):
             items = families.get(family)
             if not items:
                 continue
@@ -204,13 +262,12 @@ class Summarizer:
                 items = [e for e in items if lo <= e.start < hi]
             self.event_counts[family] += len(items)
             if family == "api":
-                for a in items:
-                    _fold(table, (a.domain, a.name), a.end - a.start)
+                self.apis.add(list(map(_name, items)), _durations(items))
             else:
                 for n in items:
-                    _fold(table, (n.domain, n.name), n.end - n.start)
+                    _fold(self.nvtx, (n.domain, n.name), n.end - n.start)
             if items:
-                self._seen(min(e.start for e in items) + off, max(e.end for e in items) + off)
+                self._seen(min(map(_start, items)) + off, max(map(_end, items)) + off)
         self._sampling(families, devices, off, low, high)
         self._accounting(families, off, low, high)
 
@@ -230,13 +287,13 @@ class Summarizer:
             self.last_ns = last
 
     def _busy(self, pid: int, ops: list[Any], off: int, low: int | None, high: int | None) -> None:
-        starts = np.fromiter((o.start for o in ops), np.int64, len(ops))
-        ends = np.fromiter((o.end for o in ops), np.int64, len(ops))
+        starts = np.fromiter(map(_start, ops), np.int64, len(ops))
+        ends = np.fromiter(map(_end, ops), np.int64, len(ops))
         if low is not None:
             np.clip(ends, None, high - off, out=ends)  # type: ignore[operator]
         self._seen(int(starts.min()) + off, int(ends.max()) + off)
-        dev = np.fromiter((o.device_id for o in ops), np.int64, len(ops))
-        stream = np.fromiter((o.stream_id for o in ops), np.int64, len(ops))
+        dev = np.fromiter(map(_device, ops), np.int64, len(ops))
+        stream = np.fromiter(map(_stream, ops), np.int64, len(ops))
         # One key per (device, stream): group with numpy instead of a dict update per operation.
         keys = (dev << 32) | stream
         uniq, inverse = np.unique(keys, return_inverse=True)
@@ -263,7 +320,7 @@ class Summarizer:
             union.add(starts[mask] + off, ends[mask] + off)
 
     def _sampling(
-        self, families: dict[str, list[Any]], devices: frozenset[int] | None, off: int,
+        self, families: dict[str, Sequence[Any]], devices: frozenset[int] | None, off: int,
         low: int | None, high: int | None,
     ) -> None:  # fmt: skip
         for batch in families.get("pc_samples", ()):
@@ -295,7 +352,7 @@ class Summarizer:
                     self.sass[key] = self.sass.get(key, 0) + sum(values)
 
     def _accounting(
-        self, families: dict[str, list[Any]], off: int, low: int | None, high: int | None
+        self, families: dict[str, Sequence[Any]], off: int, low: int | None, high: int | None
     ) -> None:
         for loss in families.get("loss", ()):
             if low is not None and not (loss.until >= low and loss.since < high):
@@ -332,7 +389,7 @@ class Summarizer:
             ],
         }
         report = Report(meta)
-        gpu_total = sum(s[1] for s in self.kernels.values())
+        gpu_total = sum(s[1] for _, s in self.kernels.items())
         report.tables.append(_cut(Table(
             "kernels", "Kernels by total GPU time",
             ["name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "share"],
@@ -345,7 +402,8 @@ class Summarizer:
             [[op, kind, c, b, t, b / t if t else 0.0]
              for (op, kind), (c, b, t) in sorted(self.copies.items(), key=lambda kv: -kv[1][2])],
         ), top))  # fmt: skip
-        for name, title, table in (("api", "API calls by total time", self.apis),
+        apis = {(api_domain(n), n): v for n, v in self.apis.items()}
+        for name, title, table in (("api", "API calls by total time", apis),
                                    ("nvtx", "NVTX ranges by total time", self.nvtx)):  # fmt: skip
             report.tables.append(_cut(Table(
                 name, title, ["domain", "name", "count", "total_ns", "mean_ns", "min_ns", "max_ns"],
@@ -445,7 +503,7 @@ def _cut(table: Table, top: int | None) -> Table:
 def summarize(recording: rec.Recording, selection: Selection | None = None, top: int | None = 20) -> Report:
     """One pass over ``recording``; the summary of what ``selection`` keeps."""
     summarizer = Summarizer(selection)
-    for part in recording.parts():
+    for part in recording.parts():  # Recording(spec, lean=True) decodes only what the summary reads
         summarizer.add(part)
     for tail in recording.torn_tails:
         summarizer.add_torn_tail(tail.path, tail.length)

@@ -1,0 +1,142 @@
+"""Summary and trace export over a 10-million-event recording: peak RSS and events/s per core.
+
+Builds the recording from the committed real-GPU fixtures (tests/fixtures: three H200 captures
+decoded by the replay source, ~3.7k events): their events are repeated, each repetition shifted in
+time by the fixtures' span so GPU intervals do not pile up, and written as the file sink writes
+(batches of 8192 events, one zstd frame each, one file set per process). Then each command runs in
+a fresh process pinned to one CPU core; os.wait4 gives its peak RSS and CPU time.
+
+    python bench/summary.py                      # 10M events, summary + export
+    python bench/summary.py --events 1000000 --skip-export
+
+Targets (issue 13): peak RSS < 300 MB for both; summary >= 1M events/s per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+CHILD = r"""
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+t0 = time.perf_counter()
+from cuptistream.cli import main
+code = main(sys.argv[2:])
+print(f"WALL {time.perf_counter() - t0:.3f}", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def build(directory: Path, events: int, batch_events: int = 8192) -> int:
+    from cuptistream import events as ev
+    from cuptistream.segments import SegmentWriter
+    from tests.helpers.fixture_recording import fixture_processes
+
+    processes = fixture_processes()
+    encoder = msgspec.msgpack.Encoder()
+    # Templates as plain dicts (tagged), so each repetition only shifts the time fields.
+    templates = []
+    for p in processes:
+        items = [e for e in p.events if not isinstance(e, ev.PcSampleBatch | ev.SassMetricBatch)]
+        dicts = [msgspec.to_builtins(e) for e in items]
+        times = [t for d in dicts for k in ("start", "end", "timestamp") if (t := d.get(k))]
+        templates.append((p, dicts, max(times) - min(times) + 1_000_000))
+    per_rep = sum(len(d) for _, d, _ in templates)
+    reps = -(-events // per_rep)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for p, dicts, span in templates:
+        writer = SegmentWriter(directory, prefix="cuptistream", suffix=".msgpack.zst", fsync="never",
+                               origin=f"rank{p.resource.rank}-bench-{p.resource.pid}")
+        header = {"schema_version": ev.SCHEMA_VERSION, "session_id": "bench", "resource": p.resource,
+                  "attributes": {}, "clock": p.clock}
+        pending: list[dict] = []
+        seq = 0
+        share = events * len(dicts) // per_rep
+        for rep in range(reps):
+            shift = rep * span
+            for d in dicts:
+                if len(pending) + written >= events or share <= 0:
+                    break
+                e = dict(d)
+                for k in ("start", "end", "timestamp"):
+                    if e.get(k):
+                        e[k] += shift
+                pending.append(e)
+                share -= 1
+                if len(pending) == batch_events:
+                    writer.append(encoder.encode({**header, "seq": seq, "events": pending}))
+                    written += len(pending)
+                    seq += 1
+                    pending = []
+        if pending:
+            writer.append(encoder.encode({**header, "seq": seq, "events": pending}))
+            written += len(pending)
+        writer.close()
+    return written
+
+
+def measure(argv: list[str], cpu: int) -> dict:
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(cpu), *argv], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    err = child.stderr.read().decode() if child.stderr else ""
+    if status != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {err}")
+    wall = float(next(line.split()[1] for line in err.splitlines() if line.startswith("WALL")))
+    return {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "wall_s": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--dir", default="/tmp/cuptistream-bench-summary")
+    parser.add_argument("--cpu", type=int, default=min(os.sched_getaffinity(0)))
+    parser.add_argument("--rounds", type=int, default=1, help="summary runs (the best is kept too)")
+    parser.add_argument("--skip-export", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the recording (reused if present)")
+    args = parser.parse_args()
+
+    directory = Path(args.dir)
+    rec = directory / "recording"
+    marker = directory / f"events-{args.events}"
+    if not marker.exists():
+        shutil.rmtree(directory, ignore_errors=True)
+        t0 = time.perf_counter()
+        n = build(rec, args.events)
+        marker.write_text(str(n))
+        print(f"built {n} events in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    n = int(marker.read_text())
+    size = sum(p.stat().st_size for p in rec.iterdir())
+    results: dict = {"events": n, "recording_mb": round(size / 2**20, 1), "files": len(list(rec.iterdir()))}
+    runs = [measure(["summary", str(rec), "--format", "json", "-o", str(directory / "summary.json")], args.cpu)
+            for _ in range(args.rounds)]
+    for r in runs:
+        r["events_per_s_wall"] = round(n / r["wall_s"])
+        r["events_per_cpu_s"] = round(n / r["cpu_s"])
+    results["summary"] = runs
+    if not args.skip_export:
+        export = measure(["export", str(rec), "-o", str(directory / "trace.json.gz")], args.cpu)
+        export["trace_mb"] = round((directory / "trace.json.gz").stat().st_size / 2**20, 1)
+        export["events_per_s_wall"] = round(n / export["wall_s"])
+        results["export"] = export
+    print(json.dumps(results, indent=1))
+    if not args.keep:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
