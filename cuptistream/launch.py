@@ -26,6 +26,7 @@ from types import FrameType
 from cuptistream.channel.sockets import ENV_COLLECTOR
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import write_config
+from cuptistream.collector.status import StatusLine
 from cuptistream.config import Config, load
 from cuptistream.errors import UserError
 from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_PROBE_START, ENV_QUIET
@@ -145,7 +146,12 @@ def run_program(
         env = _environment(address, write_config(cfg, workdir), collector.session_id, cfg, quiet)
         if program.native_cuda and not quiet:
             _note_native(program.argv[0])
-        code = _run_child(program.argv, env)
+        status = StatusLine.for_stream(collector, sys.stderr, quiet=quiet)  # None unless a terminal
+        try:
+            code = _run_child(program.argv, env)
+        finally:
+            if status is not None:
+                status.stop()  # erased before the shutdown summary
         report = collector.conclude(report_json=report_json, summary=None if quiet else "session")
         if report is not None and report.probes == 0 and not quiet and not program.native_cuda:
             print(f"cuptistream: no Python process of `{program.argv[0]}` initialized CUDA, so nothing "

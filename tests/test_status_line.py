@@ -9,8 +9,11 @@ import os
 import pty
 import select
 import struct
+import subprocess
+import sys
 import termios
 import time
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +107,44 @@ def test_render_counts_drops_and_rate(collector: Collector) -> None:
     collector.pipeline.intake.report_loss("cupti", "cupti_buffer_dropped", 42)
     text = line.render()
     assert "42 dropped" in text and "50 events/s" in text
+
+
+def _run_cli(tmp_path: Path, stderr_tty: bool) -> str:
+    tmp_path.mkdir()
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(
+        "sources:\n  - {type: synthetic, events: 200000, rate: 100000}\n"
+        f"sinks:\n  - {{type: file, directory: {tmp_path / 'out'}}}\n"
+    )
+    argv = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(cfg), "--",
+            "python", "-c", "import time; time.sleep(1.5)"]  # fmt: skip
+    if not stderr_tty:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60).stderr
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 200, 0, 0))
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif child.poll() is not None:
+            break
+    child.wait(timeout=60)
+    os.close(master)
+    return out.decode(errors="replace")
+
+
+def test_cuptistream_run_shows_the_line_only_on_a_terminal(tmp_path: Path) -> None:
+    on_tty = _run_cli(tmp_path / "tty", stderr_tty=True)
+    assert "\r\x1b[Kcuptistream: " in on_tty and "events/s" in on_tty and "sinks: file" in on_tty, on_tty
+    assert "drained:" in on_tty.split("\r\x1b[K")[-1]  # erased, then the summary on a clean line
+    piped = _run_cli(tmp_path / "pipe", stderr_tty=False)
+    assert "\x1b[K" not in piped and "events/s" not in piped and "drained:" in piped
