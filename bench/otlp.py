@@ -28,7 +28,7 @@ from cuptistream.component import OutgoingBatch
 from cuptistream.config import convert
 from cuptistream.events import Event, NvtxRange
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
-from cuptistream.sinks.otlp_common import resource, scope
+from cuptistream.sinks.otlp_common import SCHEMA_URL, resource, scope
 from cuptistream.sinks.otlp_encoding import to_json
 from cuptistream.sinks.otlp_traces import SpanAssembler
 from cuptistream.sinks.otlp_wire import traces_request
@@ -91,7 +91,7 @@ def encode_only(work: list[OutgoingBatch], encoding: str) -> tuple[float, int]:
         b.__dict__.pop("batch", None)
         decoded = b.batch
         ready = assembler.add(decoded)
-        body = traces_request(resource(decoded), scope(cfg.scope_name), ready)
+        body = traces_request([(resource(decoded), ready)], scope(cfg.scope_name), SCHEMA_URL)
         if encoding == "json":
             body = to_json(ExportTraceServiceRequest.FromString(body))
         gzip.compress(body, compresslevel=6, mtime=0)

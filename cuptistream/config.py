@@ -77,6 +77,7 @@ class QueueConfig(Strict):
 class SessionConfig(Strict):
     attributes: dict[str, str] = {}
     job_env: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_JOB_ENV))
+    command_line: bool = False  # record each process's command line (it can carry secrets)
 
 
 class PipelineConfig(Strict):

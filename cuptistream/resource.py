@@ -56,14 +56,16 @@ def job_rank(environ: Mapping[str, str] = os.environ) -> tuple[int | None, int |
     return None, None, None
 
 
-def current_resource(job_env: Iterable[str]) -> Resource:
+def current_resource(job_env: Iterable[str], command_line: bool = False) -> Resource:
+    """This process's resource. The command line is left empty unless ``command_line`` (the config's
+    ``session.command_line``): arguments can carry secrets, and the conventions make it opt-in."""
     rank, local_rank, world_size = job_rank()
     return Resource(
         host=socket.gethostname(),
         pid=os.getpid(),
         ppid=os.getppid(),
         process_name=_process_name(),
-        command_line=_command_line(),
+        command_line=_command_line() if command_line else [],
         job=job_attributes(job_env),
         rank=rank,
         local_rank=local_rank,

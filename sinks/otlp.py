@@ -1,14 +1,19 @@
-"""The OTLP/HTTP sink: GPU activity as traces, metrics and logs for any OpenTelemetry backend.
+"""The OTLP sink: GPU activity as traces, metrics and logs for any OpenTelemetry backend, over
+OTLP/HTTP or (with the ``[grpc]`` extra) OTLP/gRPC.
 
-``write`` maps a batch (in a worker thread, so the trio loop stays free), then posts each
-request with retries inside one deadline per batch. Outcomes are counted in ``stats()``:
+``write`` maps a batch (in a worker thread, so the trio loop stays free), then sends each
+request with retries inside one deadline per batch. Every observed process is its own Resource,
+with its own span tree, metric series and start time. Outcomes are counted in ``stats()``:
 
 * accepted items → ``*_sent``; items a backend refused in a partial success → ``*_rejected``
   (never retried);
-* items lost to a permanent error (4xx, other 5xx), the deadline, or being larger than
-  ``max_request_bytes`` on their own → ``*_dropped``; then ``write`` raises ``DeliveryError`` so
-  the pipeline counts the batch as lost. Metrics are cumulative and re-sent on the next batch, so
-  a failed metrics request is counted (``metric_exports_failed``) but loses nothing.
+* items lost to a refusal, the deadline, or being larger than ``max_request_bytes`` on their own →
+  ``*_dropped``; then ``write`` raises ``DeliveryError`` so the pipeline counts the batch as lost.
+  Metrics are cumulative and re-sent on the next batch, so a failed metrics request is counted
+  (``metric_exports_failed``) but loses nothing.
+* a refusal that every later request would get too (HTTP 4xx but 408, 413 and 429; gRPC
+  UNIMPLEMENTED, UNAUTHENTICATED, ...) ends that signal for the session: one ``DeliveryError``
+  says so, and from then on its items are counted in ``*_dropped`` without being sent.
 
 See docs/otlp.md for the configuration and the mapping.
 """
@@ -20,7 +25,8 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -39,22 +45,23 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.logs.v1.logs_pb2 import ResourceLogs, ScopeLogs
 from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint, ResourceMetrics, ScopeMetrics
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import SinkConfig
 from cuptistream.errors import ConfigError
-from cuptistream.events import Batch
+from cuptistream.events import Batch, Error
 
-from .otlp_common import resource, scope
+from .otlp_common import SCHEMA_URL, resource, scope
 from .otlp_config import OtlpSinkConfig, Signal, TlsConfig
 from .otlp_encoding import encode, from_json, split, to_json
+from .otlp_env import SignalSettings, resource_from_env
 from .otlp_logs import log_records
-from .otlp_metrics import MetricsAggregator, Series, metrics_message
-from .otlp_traces import SpanAssembler
-from .otlp_transport import Transport
+from .otlp_metrics import Exported, MetricsAggregator, metrics_message
+from .otlp_traces import SPAN_EVENTS, SpanAssembler
+from .otlp_transport import HttpTransport, Transport
 from .otlp_wire import traces_request
 
 __all__ = ["OtlpSink", "OtlpSinkConfig"]
@@ -73,6 +80,18 @@ _REJECTED_FIELD = {
     "logs": "rejected_log_records",
 }
 
+Origin = tuple[str, str, int]  # session id, host, pid: one observed process, one Resource
+
+
+@dataclass
+class _Process:
+    """What the sink keeps per observed process."""
+
+    resource: Resource
+    spans: SpanAssembler
+    metrics: MetricsAggregator
+    exported: Exported = field(default_factory=lambda: (set(), []))  # the export in flight
+
 
 @dataclass
 class _Request:
@@ -88,24 +107,21 @@ class OtlpSink(Sink):
         super().__init__(config)
         assert isinstance(config, OtlpSinkConfig)
         self.cfg = config
-        self.spans = SpanAssembler(
-            grouping=config.trace_grouping,
-            window_s=config.trace_window,
-            reorder_window_s=config.reorder_window,
-            max_pending=config.max_pending_spans,
-        )
-        self.metrics = MetricsAggregator(config.max_kernel_names, config.max_function_names)
         self.counters: dict[str, int] = {
             f"{items}_{outcome}": 0
             for items in _ITEMS.values()
             for outcome in ("sent", "rejected", "dropped")
         }
-        for name in ("requests", "retries", "requests_failed", "bytes_sent", "metric_exports_failed"):
+        for name in (
+            "requests", "retries", "requests_failed", "bytes_sent", "metric_exports_failed", "signals_ended"
+        ):  # fmt: skip
             self.counters[name] = 0
         self._client: httpx.AsyncClient | None = None
         self._transports: dict[Signal, Transport] = {}
-        self._resource: tuple[str, Resource] | None = None
-        self._dirty_series: set[Series] = set()
+        self._json: set[Signal] = set()  # signals sent as OTLP/JSON
+        self._ended: dict[Signal, str] = {}  # signal -> why the backend refuses it for good
+        self._processes: dict[Origin, _Process] = {}
+        self._env_resource: dict[str, str] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -120,15 +136,33 @@ class OtlpSink(Sink):
                     "which is not set; export it before starting"
                 )
             headers[header] = value
-        self._client = httpx.AsyncClient(verify=_ssl_context(cfg.tls, self.name), follow_redirects=False)
-        content_type = "application/json" if cfg.encoding == "json" else "application/x-protobuf"
+        self._env_resource = resource_from_env(os.environ)
         for signal in cfg.signals:
-            url = cfg.signal_url(signal)
-            assert url is not None  # checked when the config was loaded
-            self._transports[signal] = Transport(
-                self._client, url, content_type, cfg.compression, headers, cfg.timeout, cfg.retry
-            )
+            try:
+                settings = cfg.settings(signal, os.environ)
+            except ValueError as error:  # an OTEL_* variable changed since the config was loaded
+                raise ConfigError(f"sink {self.name!r}: {error}") from None
+            self._transports[signal] = self._transport(signal, settings, {**settings.headers, **headers})
+            if settings.protocol == "http/json":
+                self._json.add(signal)
         await self._probe()
+
+    def _transport(self, signal: Signal, settings: SignalSettings, headers: dict[str, str]) -> Transport:
+        if settings.protocol == "grpc":
+            from .otlp_grpc import GrpcTransport
+
+            return GrpcTransport(
+                signal, settings.url, settings.compression, headers, settings.timeout, self.cfg.retry,
+                self.cfg.tls, self.name,
+            )  # fmt: skip
+        if self._client is None:
+            verify = _ssl_context(self.cfg.tls, self.name)
+            self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
+        content_type = "application/json" if settings.protocol == "http/json" else "application/x-protobuf"
+        return HttpTransport(
+            self._client, settings.url, content_type, settings.compression, headers, settings.timeout,
+            self.cfg.retry,
+        )  # fmt: skip
 
     async def _probe(self) -> None:
         """Warn in one line if a collector is not listening now; collectors restart, so it is not fatal."""
@@ -155,63 +189,133 @@ class OtlpSink(Sink):
 
     async def close(self) -> None:
         try:
-            if "traces" in self._transports and self.spans.pending:
-                requests = await trio.to_thread.run_sync(self._encode_spans, self.spans.flush())
-                await self._deliver(requests)
+            requests = await trio.to_thread.run_sync(self._encode_final)
+            await self._deliver(requests)
         finally:
+            for transport in self._transports.values():
+                await transport.aclose()
             if self._client is not None:
                 await self._client.aclose()
 
     def stats(self) -> dict[str, int]:
+        processes = self._processes.values()
         return {
             **self.counters,
-            "spans_waiting": self.spans.pending,
-            "spans_unparented_by_timeout": self.spans.forced,
-            "kernel_names_overflowed": self.metrics.kernel_names.overflowed,
-            "function_names_overflowed": self.metrics.function_names.overflowed,
+            "spans_waiting": sum(p.spans.pending for p in processes),
+            "spans_unparented_by_timeout": sum(p.spans.forced for p in processes),
+            "kernel_names_overflowed": sum(p.metrics.kernel_names.overflowed for p in processes),
+            "function_names_overflowed": sum(p.metrics.function_names.overflowed for p in processes),
         }
 
     # --- mapping (worker thread) -------------------------------------------------------------
 
-    def _session_resource(self, batch: Batch) -> Resource:
-        if self._resource is None or self._resource[0] != batch.session_id:
-            self._resource = (batch.session_id, resource(batch))
-        return self._resource[1]
+    def _process(self, batch: Batch) -> tuple[Origin, _Process]:
+        origin = (batch.session_id, batch.resource.host, batch.resource.pid)
+        process = self._processes.get(origin)
+        if process is None:
+            cfg = self.cfg
+            process = self._processes[origin] = _Process(
+                resource(batch, self._env_resource),
+                SpanAssembler(
+                    grouping=cfg.trace_grouping,
+                    window_s=cfg.trace_window,
+                    reorder_window_s=cfg.reorder_window,
+                    max_pending=cfg.max_pending_spans,
+                ),
+                MetricsAggregator(cfg.max_kernel_names, cfg.max_function_names),
+            )
+        return origin, process
+
+    def _sending(self, signal: Signal) -> bool:
+        return signal in self._transports and signal not in self._ended
 
     def _encode(self, batch: Batch) -> list[_Request]:
-        res, enc = self._session_resource(batch), self.cfg.encoding
+        origin, process = self._process(batch)
         requests: list[_Request] = []
-        if "traces" in self._transports:
-            requests += self._encode_spans(self.spans.add(batch))
+        if self._sending("traces"):
+            spans = [(origin, span) for span in process.spans.add(batch)]
+            for other_origin, other in self._processes.items():  # their reorder windows run out too
+                if other is not process and other.spans.pending:
+                    spans += [(other_origin, span) for span in other.spans.release()]
+            requests += self._requests("traces", spans)
+        elif "traces" in self._transports:
+            self._count_ended("traces", sum(1 for ev in batch.events if isinstance(ev, SPAN_EVENTS)))
         if "metrics" in self._transports:
-            self.metrics.add(batch)
-            points, self._dirty_series = self.metrics.export()
-            requests += self._requests(
-                "metrics",
-                points,
-                lambda items: encode(_metrics_request(res, self.cfg, items), self.cfg.encoding),
-            )
-        if "logs" in self._transports:
-            records = log_records(batch, time.time_ns())
-            requests += self._requests(
-                "logs", records, lambda items: encode(_logs_request(res, self.cfg, items), enc)
-            )
+            process.metrics.add(batch)
+            requests += self._metric_requests()
+        if self._sending("logs"):
+            records = [(origin, r) for r in log_records(batch, time.time_ns())]
+            requests += self._requests("logs", records)
+        elif "logs" in self._transports:
+            self._count_ended("logs", sum(1 for ev in batch.events if isinstance(ev, Error)))
         return requests
 
-    def _encode_spans(self, spans: list[bytes]) -> list[_Request]:
-        assert self._resource is not None
-        res, sc = self._resource[1], scope(self.cfg.scope_name)
-        if self.cfg.encoding == "json":
-            return self._requests(
-                "traces",
-                spans,
-                lambda items: to_json(ExportTraceServiceRequest.FromString(traces_request(res, sc, items))),
-            )
-        return self._requests("traces", spans, lambda items: traces_request(res, sc, items))
+    def _encode_final(self) -> list[_Request]:
+        """Everything still held: waiting spans and the last utilization windows."""
+        requests: list[_Request] = []
+        if self._sending("traces"):
+            spans = [(o, span) for o, p in self._processes.items() for span in p.spans.flush()]
+            requests += self._requests("traces", spans)
+        if "metrics" in self._transports:
+            for process in self._processes.values():
+                process.metrics.finish()
+            requests += self._metric_requests()
+        return requests
 
-    def _requests(
-        self, signal: Signal, items: Sequence[Any], encode_items: Callable[[Sequence[Any]], bytes]
-    ) -> list[_Request]:
+    def _metric_requests(self) -> list[_Request]:
+        points: list[tuple[Origin, str, NumberDataPoint]] = []
+        for origin, process in self._processes.items():
+            exported, process.exported = process.metrics.export()
+            points += [(origin, name, point) for name, point in exported]
+        if not self._sending("metrics"):
+            self._count_ended("metrics", len(points))
+            for process in self._processes.values():
+                process.metrics.commit(process.exported)  # nothing will take them: do not pile them up
+            return []
+        return self._requests("metrics", points)
+
+    def _count_ended(self, signal: Signal, items: int) -> None:
+        self.counters[f"{_ITEMS[signal]}_dropped"] += items
+
+    def _encode_items(self, signal: Signal, items: Sequence[Any]) -> bytes:
+        """One request body for ``items`` ((origin, item) pairs), one Resource per origin."""
+        groups = [(self._processes[o].resource, [i[-1] if signal != "metrics" else i[1:] for i in g])
+                  for o, g in groupby(items, key=lambda i: i[0])]  # fmt: skip
+        sc = scope(self.cfg.scope_name)
+        message: Message
+        if signal == "traces":
+            body = traces_request(groups, sc, SCHEMA_URL)
+            if signal not in self._json:
+                return body
+            message = ExportTraceServiceRequest.FromString(body)
+        elif signal == "metrics":
+            message = ExportMetricsServiceRequest(
+                resource_metrics=[
+                    ResourceMetrics(
+                        resource=res,
+                        scope_metrics=[
+                            ScopeMetrics(scope=sc, metrics=metrics_message(g), schema_url=SCHEMA_URL)
+                        ],
+                        schema_url=SCHEMA_URL,
+                    )
+                    for res, g in groups
+                ]
+            )
+        else:
+            message = ExportLogsServiceRequest(
+                resource_logs=[
+                    ResourceLogs(
+                        resource=res,
+                        scope_logs=[ScopeLogs(scope=sc, log_records=g, schema_url=SCHEMA_URL)],
+                        schema_url=SCHEMA_URL,
+                    )
+                    for res, g in groups
+                ]
+            )
+        return to_json(message) if signal in self._json else encode(message, "protobuf")
+
+    def _requests(self, signal: Signal, items: Sequence[Any]) -> list[_Request]:
+        encode_items: Callable[[Sequence[Any]], bytes] = lambda part: self._encode_items(signal, part)  # noqa: E731
         bodies, too_large = split(items, encode_items, self.cfg.max_request_bytes)
         if too_large:
             self.counters[f"{_ITEMS[signal]}_dropped"] += too_large
@@ -231,19 +335,34 @@ class OtlpSink(Sink):
         deadline = trio.current_time() + self.cfg.deadline
         lost: dict[str, int] = {}
         reasons: set[str] = set()
+        ended_now: list[str] = []
         metrics_ok = True
         for request in requests:
-            result = await self._transports[request.signal].post(request.body, deadline)
+            items = _ITEMS[request.signal]
+            if request.signal in self._ended:  # refused for good earlier in this batch
+                self._count_ended(request.signal, request.items)
+                if request.signal == "metrics":
+                    metrics_ok = False
+                continue
+            transport = self._transports[request.signal]
+            result = await transport.post(request.body, deadline)
             self.counters["requests"] += result.attempts
             self.counters["retries"] += result.retries
-            items = _ITEMS[request.signal]
             if not result.ok:
                 self.counters["requests_failed"] += 1
                 reasons.add(result.reason)
+                if result.ended:
+                    self._ended[request.signal] = result.reason
+                    self.counters["signals_ended"] += 1
+                    ended_now.append(
+                        f"the backend refused {request.signal} with {result.reason} at {transport.url}, so "
+                        f"{request.signal} are off for this session"
+                    )
                 if request.signal == "metrics":
                     metrics_ok = False
                     self.counters["metric_exports_failed"] += 1
-                    continue
+                    if not result.ended:
+                        continue
                 self.counters[f"{items}_dropped"] += request.items
                 lost[items] = lost.get(items, 0) + request.items
                 continue
@@ -262,7 +381,14 @@ class OtlpSink(Sink):
                     message[:200] or "no reason given",
                 )
         if metrics_ok and "metrics" in self._transports:
-            self.metrics.commit(self._dirty_series)
+            for process in self._processes.values():
+                process.metrics.commit(process.exported)
+        if ended_now:
+            what = ", ".join(f"{n} {items}" for items, n in lost.items())
+            raise DeliveryError(
+                f"otlp sink {self.name!r}: {'; '.join(ended_now)} ({what} dropped); check the endpoint's "
+                "path and that the backend accepts this signal, or remove it from signals"
+            )
         if lost:
             what = ", ".join(f"{n} {items}" for items, n in lost.items())
             raise DeliveryError(
@@ -286,22 +412,6 @@ class OtlpSink(Sink):
             return 0, ""  # a 2xx with a body we cannot read: the request was accepted
         partial = getattr(response, "partial_success")  # noqa: B009 - response type varies per signal
         return int(getattr(partial, _REJECTED_FIELD[signal])), str(partial.error_message)
-
-
-def _metrics_request(
-    res: Resource, cfg: OtlpSinkConfig, points: Sequence[tuple[str, NumberDataPoint]]
-) -> ExportMetricsServiceRequest:
-    scoped = ScopeMetrics(scope=scope(cfg.scope_name), metrics=metrics_message(points))
-    return ExportMetricsServiceRequest(
-        resource_metrics=[ResourceMetrics(resource=res, scope_metrics=[scoped])]
-    )
-
-
-def _logs_request(
-    res: Resource, cfg: OtlpSinkConfig, records: Sequence[LogRecord]
-) -> ExportLogsServiceRequest:
-    scoped = ScopeLogs(scope=scope(cfg.scope_name), log_records=records)
-    return ExportLogsServiceRequest(resource_logs=[ResourceLogs(resource=res, scope_logs=[scoped])])
 
 
 def _ssl_context(tls: TlsConfig, sink: str) -> ssl.SSLContext:

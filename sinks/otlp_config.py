@@ -6,15 +6,17 @@ a bad combination of keys is a one-line ``ConfigError`` naming the key path when
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Literal
-from urllib.parse import urlsplit
 
 import msgspec
 
 from cuptistream.config import Duration, SinkConfig, Size, Strict, require_at_least, require_positive
 
-Signal = Literal["traces", "metrics", "logs"]
-SIGNAL_PATHS: dict[Signal, str] = {"traces": "/v1/traces", "metrics": "/v1/metrics", "logs": "/v1/logs"}
+from .otlp_env import Compression, ConfigKeys, Protocol, Signal, SignalSettings, check_url, effective
+
+__all__ = ["OtlpSinkConfig", "RetryConfig", "Signal", "TlsConfig", "check_url"]
 
 
 class TlsConfig(Strict):
@@ -38,31 +40,24 @@ class RetryConfig(Strict):
         require_positive("initial_backoff", self.initial_backoff)
 
 
-def check_url(url: str, key: str) -> None:
-    """Raise ValueError (turned into a ConfigError with the key path) unless ``url`` is http(s)://host."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{key}: expected a URL like http://127.0.0.1:4318, got {url!r}")
-    try:
-        parts.port  # noqa: B018 - raises ValueError for a non-numeric port
-    except ValueError:
-        raise ValueError(f"{key}: the port in {url!r} is not a number") from None
-
-
 class OtlpSinkConfig(SinkConfig):
-    """``type: otlp``. See docs/otlp.md for every key and the mapping it drives."""
+    """``type: otlp``. See docs/otlp.md for every key and the mapping it drives.
 
-    endpoint: str | None = None  # base URL; /v1/traces, /v1/metrics and /v1/logs are appended
+    Keys left unset (None) fall back to the ``OTEL_EXPORTER_OTLP_*`` variables, then to the defaults.
+    """
+
+    endpoint: str | None = None  # base URL; /v1/traces, /v1/metrics and /v1/logs are appended (HTTP)
     traces_endpoint: str | None = None  # full URL, overrides endpoint for traces
     metrics_endpoint: str | None = None
     logs_endpoint: str | None = None
     signals: list[Signal] = msgspec.field(default_factory=lambda: ["traces", "metrics", "logs"])
-    encoding: Literal["protobuf", "json"] = "protobuf"
-    compression: Literal["gzip", "none"] = "gzip"
+    protocol: Protocol | None = None  # default http/protobuf
+    encoding: Literal["protobuf", "json"] | None = None  # HTTP body; protocol http/json is encoding json
+    compression: Compression | None = None  # default gzip
     headers: dict[str, str] = {}  # plain, non-secret headers
     headers_env: dict[str, str] = {}  # header name -> environment variable holding its value
     tls: TlsConfig = msgspec.field(default_factory=TlsConfig)
-    timeout: Duration = Duration(10.0)  # one HTTP request
+    timeout: Duration | None = None  # one request; default 10s
     deadline: Duration = Duration(30.0)  # everything for one batch, retries included
     retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
     max_request_bytes: Size = Size(4 * 1024 * 1024)  # encoded, before compression; larger requests are split
@@ -80,19 +75,29 @@ class OtlpSinkConfig(SinkConfig):
         for key in ("endpoint", "traces_endpoint", "metrics_endpoint", "logs_endpoint"):
             if getattr(self, key):
                 check_url(getattr(self, key), key)
-        for signal in self.signals:
-            if self.signal_url(signal) is None:
-                raise ValueError(f"endpoint: required for {signal} (or set {signal}_endpoint)")
+        if self.protocol == "grpc" and self.encoding == "json":
+            raise ValueError("encoding: json is for OTLP/HTTP; protocol grpc always sends protobuf")
+        if self.timeout is not None:
+            require_positive("timeout", self.timeout)
+        for signal in self.signals:  # the environment's OTEL_* variables are checked here too
+            self.settings(signal, os.environ)
         for limit in ("max_request_bytes", "max_kernel_names", "max_function_names", "max_pending_spans"):
             if getattr(self, limit) <= 0:
                 raise ValueError(f"{limit}: must be positive")
         if self.trace_window <= 0:
             raise ValueError("trace_window: must be positive, e.g. 1s")
 
-    def signal_url(self, signal: Signal) -> str | None:
-        explicit: str | None = getattr(self, f"{signal}_endpoint")
-        if explicit:
-            return explicit
-        if self.endpoint:
-            return self.endpoint.rstrip("/") + SIGNAL_PATHS[signal]
-        return None
+    def settings(self, signal: Signal, environ: Mapping[str, str]) -> SignalSettings:
+        """Where and how ``signal`` is sent: these keys, else ``environ``'s OTEL_* variables."""
+        protocol = self.protocol
+        if protocol is None and self.encoding is not None:
+            protocol = "http/json" if self.encoding == "json" else "http/protobuf"
+        keys = ConfigKeys(
+            endpoint=self.endpoint,
+            signal_endpoint=getattr(self, f"{signal}_endpoint"),
+            protocol=protocol,
+            compression=self.compression,
+            timeout=None if self.timeout is None else float(self.timeout),
+            headers={**self.headers, **self.headers_env},
+        )
+        return effective(keys, signal, environ)

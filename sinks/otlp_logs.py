@@ -9,6 +9,7 @@ from cuptistream.events import Batch, Error
 
 from .otlp_common import key_values
 
+EVENT_NAME = "cuptistream.error"
 SEVERITY: dict[str, tuple[int, str]] = {
     "fatal": (SeverityNumber.SEVERITY_NUMBER_FATAL, "FATAL"),
     "error": (SeverityNumber.SEVERITY_NUMBER_ERROR, "ERROR"),
@@ -25,7 +26,6 @@ def log_records(batch: Batch, observed_ns: int) -> list[LogRecord]:
             continue
         number, text = SEVERITY.get(ev.severity, (SeverityNumber.SEVERITY_NUMBER_ERROR, ev.severity.upper()))
         attrs = {
-            "event.name": "cuptistream.error",
             "cuptistream.origin": ev.origin,
             "cuda.result_code": ev.result_code or None,
         }
@@ -37,6 +37,7 @@ def log_records(batch: Batch, observed_ns: int) -> list[LogRecord]:
                 severity_text=text,
                 body=AnyValue(string_value=ev.message),
                 attributes=key_values(attrs),
+                event_name=EVENT_NAME,  # the record's field: the event.name attribute is deprecated
             )
         )
     return out

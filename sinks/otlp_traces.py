@@ -145,6 +145,10 @@ class SpanAssembler:
                 self.devices[event.device_id] = (event.uuid, event.name)
         return self._release(force_all=False)
 
+    def release(self) -> list[bytes]:
+        """The waiting spans whose parent is now known or whose wait is over."""
+        return self._release(force_all=False)
+
     def flush(self) -> list[bytes]:
         return self._release(force_all=True)
 
@@ -291,7 +295,7 @@ class SpanAssembler:
 
     def _device(self, device_id: int) -> dict[str, AttrValue | None]:
         uuid, name = self.devices.get(device_id, (None, None))
-        return {"cuda.device.id": device_id, "hw.id": uuid, "hw.name": name}
+        return {"cuda.device.id": device_id, "hw.id": uuid, "hw.model": name}
 
     def _describe(self, ev: Event) -> tuple[str, dict[str, AttrValue | None], Status | None]:
         if isinstance(ev, Kernel):

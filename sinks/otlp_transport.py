@@ -1,13 +1,18 @@
-"""OTLP/HTTP delivery of one encoded request: retries, backoff, ``Retry-After`` and one deadline.
+"""OTLP delivery of one encoded request: the retry loop shared by HTTP and gRPC, and the HTTP transport.
 
-Per the OTLP specification, 429, 502, 503 and 504 and connection-level failures are retried; any
-other non-2xx answer is permanent. The caller passes an absolute deadline (``trio.current_time()``
-based) shared by every request of a batch, so a batch never holds the pipeline longer than that.
+Per the OTLP specification, HTTP 429, 502, 503 and 504 and connection-level failures are retried
+(and 408, a request the server timed out on); any other answer is not. Of those, a 4xx other than
+413 ends the signal for the session (``Outcome.END``): the same endpoint would refuse every later
+request too (405: the backend takes no such signal; 401/403: bad credentials; 404: wrong path).
+413 and 5xx drop only that request. The caller passes an absolute deadline
+(``trio.current_time()`` based) shared by every request of a batch, so a batch never holds the
+pipeline longer than that.
 """
 
 from __future__ import annotations
 
 import email.utils
+import enum
 import gzip
 import random
 import time
@@ -18,17 +23,34 @@ import trio
 
 from .otlp_config import RetryConfig
 
-RETRYABLE = frozenset({429, 502, 503, 504})
+RETRYABLE = frozenset({408, 429, 502, 503, 504})
+
+
+class Outcome(enum.Enum):
+    OK = "ok"
+    RETRY = "retry"  # transient: try again after a backoff (or the server's delay)
+    FAIL = "fail"  # this request is lost; later ones may succeed
+    END = "end"  # every later request of this signal would be refused too
+
+
+@dataclass
+class Attempt:
+    outcome: Outcome
+    reason: str = ""  # "HTTP 405", "UNIMPLEMENTED", "ConnectError", ...
+    retry_after: float | None = None  # seconds the server asked for
+    body: bytes = b""  # the response body of a success (may hold a partial success)
+    content_type: str = ""
 
 
 @dataclass
 class Delivery:
     ok: bool
     reason: str = ""  # why it failed: "HTTP 400", "deadline (last: HTTP 503)", ...
-    body: bytes = b""  # the response body of a success (may hold a partial success)
+    body: bytes = b""
     content_type: str = ""
     retries: int = 0
     attempts: int = 0
+    ended: bool = False  # the signal is refused for good (Outcome.END)
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -45,8 +67,65 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def http_outcome(status: int) -> Outcome:
+    if 200 <= status < 300:
+        return Outcome.OK
+    if status in RETRYABLE:
+        return Outcome.RETRY
+    if 400 <= status < 500 and status != 413:
+        return Outcome.END
+    return Outcome.FAIL
+
+
 class Transport:
-    """Posts request bodies to one URL with the sink's headers, compression and retry policy."""
+    """Sends request bodies to one endpoint with retries inside a deadline; subclasses do one attempt."""
+
+    url: str
+    timeout: float
+    retry: RetryConfig
+
+    def compress(self, body: bytes) -> bytes:
+        return body
+
+    async def attempt(self, body: bytes, timeout: float) -> Attempt:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        return None
+
+    async def post(self, body: bytes, deadline: float) -> Delivery:
+        """Send ``body`` until it is accepted, refused, or the deadline passes."""
+        result = Delivery(ok=False)
+        backoff = float(self.retry.initial_backoff)
+        while True:
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                result.reason = f"deadline (last: {result.reason or 'no answer'})"
+                return result
+            result.attempts += 1
+            wait: float | None = None
+            with trio.move_on_after(remaining):
+                attempt = await self.attempt(body, min(self.timeout, remaining))
+                result.reason = attempt.reason
+                if attempt.outcome is Outcome.OK:
+                    result.ok, result.body, result.content_type = True, attempt.body, attempt.content_type
+                    return result
+                if attempt.outcome is not Outcome.RETRY:
+                    result.ended = attempt.outcome is Outcome.END
+                    return result  # the same request would be refused again
+                wait = attempt.retry_after
+            if wait is None:
+                wait = backoff * random.uniform(0.5, 1.0)
+                backoff = min(backoff * self.retry.multiplier, self.retry.max_backoff)
+            if trio.current_time() + wait >= deadline:
+                result.reason = f"deadline (last: {result.reason or 'no answer'})"
+                return result
+            result.retries += 1
+            await trio.sleep(wait)
+
+
+class HttpTransport(Transport):
+    """OTLP/HTTP: POSTs bodies to one URL with the sink's headers and compression."""
 
     def __init__(
         self,
@@ -70,40 +149,14 @@ class Transport:
     def compress(self, body: bytes) -> bytes:
         return gzip.compress(body, compresslevel=6, mtime=0) if self.compression == "gzip" else body
 
-    async def post(self, body: bytes, deadline: float) -> Delivery:
-        """Send ``body`` (already compressed) until it is accepted, permanently refused, or the deadline."""
-        result = Delivery(ok=False)
-        backoff = float(self.retry.initial_backoff)
-        while True:
-            remaining = deadline - trio.current_time()
-            if remaining <= 0:
-                result.reason = f"deadline (last: {result.reason or 'no answer'})"
-                return result
-            result.attempts += 1
-            wait: float | None = None
-            with trio.move_on_after(remaining):
-                try:
-                    response = await self.client.post(
-                        self.url, content=body, headers=self.headers, timeout=min(self.timeout, remaining)
-                    )
-                except httpx.TransportError as error:  # connect refused, reset, read timeout, ...
-                    result.reason = type(error).__name__
-                else:
-                    status = response.status_code
-                    if 200 <= status < 300:
-                        result.ok, result.reason = True, ""
-                        result.body = response.content
-                        result.content_type = response.headers.get("content-type", "")
-                        return result
-                    result.reason = f"HTTP {status}"
-                    if status not in RETRYABLE:
-                        return result  # permanent: the same request would be refused again
-                    wait = retry_after_seconds(response.headers.get("retry-after"))
-            if wait is None:
-                wait = backoff * random.uniform(0.5, 1.0)
-                backoff = min(backoff * self.retry.multiplier, self.retry.max_backoff)
-            if trio.current_time() + wait >= deadline:
-                result.reason = f"deadline (last: {result.reason or 'no answer'})"
-                return result
-            result.retries += 1
-            await trio.sleep(wait)
+    async def attempt(self, body: bytes, timeout: float) -> Attempt:
+        try:
+            response = await self.client.post(self.url, content=body, headers=self.headers, timeout=timeout)
+        except httpx.TransportError as error:  # connect refused, reset, read timeout, ...
+            return Attempt(Outcome.RETRY, type(error).__name__)
+        status = response.status_code
+        outcome = http_outcome(status)
+        if outcome is Outcome.OK:
+            return Attempt(outcome, "", None, response.content, response.headers.get("content-type", ""))
+        retry_after = retry_after_seconds(response.headers.get("retry-after"))
+        return Attempt(outcome, f"HTTP {status}", retry_after)

@@ -100,8 +100,16 @@ def span(
     return b"".join(parts)
 
 
-def traces_request(resource: Message, scope: Message, spans: Sequence[bytes]) -> bytes:
-    """An ``ExportTraceServiceRequest`` with one ResourceSpans and one ScopeSpans."""
-    scope_spans = field_bytes(1, scope.SerializeToString()) + b"".join(field_bytes(2, s) for s in spans)
-    resource_spans = field_bytes(1, resource.SerializeToString()) + field_bytes(2, scope_spans)
-    return field_bytes(1, resource_spans)
+def traces_request(
+    groups: Sequence[tuple[Message, Sequence[bytes]]], scope: Message, schema_url: str = ""
+) -> bytes:
+    """An ``ExportTraceServiceRequest`` with one ResourceSpans (with one ScopeSpans) per
+    (resource, spans) group; ``schema_url`` names the semantic conventions the attributes follow."""
+    scope_head = field_bytes(1, scope.SerializeToString())
+    schema = field_bytes(3, schema_url.encode()) if schema_url else b""
+    out = []
+    for resource, spans in groups:
+        scope_spans = scope_head + b"".join(field_bytes(2, s) for s in spans) + schema
+        resource_spans = field_bytes(1, resource.SerializeToString()) + field_bytes(2, scope_spans) + schema
+        out.append(field_bytes(1, resource_spans))
+    return b"".join(out)

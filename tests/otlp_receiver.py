@@ -113,9 +113,20 @@ class OtlpReceiver:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if exc_type is None:
+            self.assert_conventions()
+
+    def assert_conventions(self) -> None:
+        """Every decoded request follows the semantic conventions (tests/semconv_check.py)."""
+        from tests.semconv_check import violations
+
+        with self.lock:
+            decoded = [(r.path, r.message) for r in self.received if r.message is not None]
+        problems = sorted({p for path, message in decoded for p in violations(path, message)})
+        assert not problems, f"{len(problems)} convention problems: " + "; ".join(problems[:20])
 
     def answer(self, path: str, *answers: Answer) -> None:
         with self.lock:

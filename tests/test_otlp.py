@@ -122,7 +122,7 @@ def test_traces_metrics_and_logs_arrive_well_formed(receiver: OtlpReceiver) -> N
     ka = attrs(launches[1])  # attribute scheme
     assert ka["thread.id"] == TID and ka["cuda.api.cbid"] == 211
     kern = attrs(next(x for x in spans if x.name == "k_b"))
-    assert kern["hw.id"] == UUID and kern["hw.name"] == "NVIDIA H100 80GB HBM3"
+    assert kern["hw.id"] == UUID and kern["hw.model"] == "NVIDIA H100 80GB HBM3"
     assert (
         kern["cuda.graph.node.id"] == 11 and kern["cuda.kernel.grid.x"] == 64 and kern["cuda.stream.id"] == 13
     )
@@ -131,17 +131,20 @@ def test_traces_metrics_and_logs_arrive_well_formed(receiver: OtlpReceiver) -> N
     res = attrs(receiver.messages("/v1/traces")[0].resource_spans[0].resource)
     assert res["service.name"] == "trainer" and res["team"] == "ml"
     assert res["host.name"] == "gpu-host-1" and res["process.pid"] == 4242
-    assert res["process.command_line"] == "python train.py --lr 0.1"
+    assert res["process.command_line"] == "python train.py --lr 0.1"  # this batch's probe opted in
     assert res["job.rank"] == "0" and res["job.world_size"] == "8"
-    assert res["hw.gpu.uuids"] == [UUID] and res["cuptistream.session.id"] == "sess-1"
+    assert res["cuda.device.uuids"] == [UUID] and res["cuptistream.session.id"] == "sess-1"
+    assert res["telemetry.sdk.name"] == "cuptistream" and res["telemetry.sdk.version"]
+    assert res["process.executable.name"] == "python" and len(res["service.instance.id"]) == 36
 
     # Metrics: cumulative sums equal to the events' sums.
     points = {(name, tuple(sorted(attrs(p).items()))): p for name, p in receiver.data_points()}
 
-    def value(name: str, **labels: Any) -> int:
-        return int(points[(name, tuple(sorted(labels.items())))].as_int)
+    def value(name: str, **labels: Any) -> int | float:
+        point = points[(name, tuple(sorted(labels.items())))]
+        return point.as_double if point.WhichOneof("value") == "as_double" else int(point.as_int)
 
-    assert value("cuda.kernel.duration", **{"cuda.kernel.name": "k_a", "cuda.device.id": 0}) == 1000 + 200
+    assert value("cuda.kernel.duration", **{"cuda.kernel.name": "k_a", "cuda.device.id": 0}) == 1.2e-6
     assert value("cuda.kernel.count", **{"cuda.kernel.name": "k_a", "cuda.device.id": 0}) == 2
     assert value("cuda.kernel.count", **{"cuda.kernel.name": "k_b", "cuda.device.id": 0}) == 1
     assert value("cuda.memcpy.bytes", **{"cuda.memcpy.kind": "HtoD", "cuda.device.id": 0}) == 4096
@@ -188,7 +191,7 @@ def test_metrics_accumulate_across_batches_and_cap_kernel_names(receiver: OtlpRe
     last: dict[tuple[str, str], int] = {}
     for name, p in receiver.data_points():
         if name == "cuda.kernel.duration":
-            last[(name, attrs(p)["cuda.kernel.name"])] = p.as_int
+            last[(name, attrs(p)["cuda.kernel.name"])] = round(p.as_double * 1e9)
     assert last == {("cuda.kernel.duration", "k_a"): 200, ("cuda.kernel.duration", "other"): 80}
     assert sink.stats()["kernel_names_overflowed"] == 2
 
@@ -313,7 +316,7 @@ def test_400_is_permanent(receiver: OtlpReceiver) -> None:
     receiver.answer("/v1/traces", Answer(400))
     sink = sink_for(receiver.endpoint)
     errors = deliver(sink, make_batch(step_events() + other_events()))
-    assert len(errors) == 1 and "HTTP 400" in str(errors[0])
+    assert len(errors) == 1 and "refused traces with HTTP 400" in str(errors[0])
     assert receiver.count("/v1/traces") == 1  # never retried
     st = sink.stats()
     assert (st["spans_dropped"], st["retries"], st["log_records_sent"]) == (N_SPANS, 0, 2)
@@ -371,7 +374,7 @@ def test_an_item_over_the_limit_on_its_own_is_dropped(receiver: OtlpReceiver) ->
 
 
 def test_failed_metrics_are_resent_with_the_next_batch(receiver: OtlpReceiver) -> None:
-    receiver.answer("/v1/metrics", Answer(400))
+    receiver.answer("/v1/metrics", Answer(500))  # not retried, but a later request may succeed
     sink = sink_for(receiver.endpoint, signals=["metrics"])
     errors = deliver(sink, make_batch([kernel(1, 0, 100)]), make_batch([kernel(2, 0, 50, "k_b")], seq=1))
     assert errors == []  # cumulative metrics lose nothing

@@ -126,7 +126,7 @@ def check_sink_against_events(receiver: OtlpReceiver, events: list[Event], batch
     last: dict[str, int] = {}
     for name, point in receiver.data_points():
         if name == "cuda.kernel.duration":
-            last[attrs(point)["cuda.kernel.name"]] = point.as_int
+            last[attrs(point)["cuda.kernel.name"]] = round(point.as_double * 1e9)  # seconds on the wire
     assert last == dict(durations)
 
     res = attrs(receiver.messages("/v1/traces")[0].resource_spans[0].resource)
