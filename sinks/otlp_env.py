@@ -51,7 +51,7 @@ def _var(environ: Mapping[str, str], signal: Signal, name: str) -> tuple[str, st
     for var in (f"{_PREFIX}{signal.upper()}_{name}", f"{_PREFIX}{name}"):
         value = environ.get(var, "").strip()
         if value:
-            return var, value
+            return f"the environment variable {var}", value
     return None
 
 
@@ -96,8 +96,9 @@ def effective(keys: ConfigKeys, signal: Signal, environ: Mapping[str, str]) -> S
     elif keys.endpoint:
         url, where = _with_path(keys.endpoint, signal, protocol), "endpoint"
     elif found := _var(environ, signal, "ENDPOINT"):
-        var, value = found
-        url, where = (value if signal.upper() in var else _with_path(value, signal, protocol)), var
+        where, value = found
+        check_url(value, where)
+        url = value if f"_{signal.upper()}_" in where else _with_path(value, signal, protocol)
     else:
         raise ValueError(
             f"endpoint: required for {signal} (or set {signal}_endpoint, or the environment variable "
@@ -129,7 +130,7 @@ def effective(keys: ConfigKeys, signal: Signal, environ: Mapping[str, str]) -> S
     headers: dict[str, str] = {}
     for var in (f"{_PREFIX}HEADERS", f"{_PREFIX}{signal.upper()}_HEADERS"):  # the signal's win
         if environ.get(var, "").strip():
-            headers.update(parse_headers(environ[var], var))
+            headers.update(parse_headers(environ[var], f"the environment variable {var}"))
     for name in keys.headers:  # the config's win; matched case-insensitively, as HTTP does
         for other in [h for h in headers if h.lower() == name.lower()]:
             del headers[other]
