@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from cuptistream.analysis.commands import add_commands as add_view_commands
 from cuptistream.errors import UserError
+from cuptistream.repair import add_command as add_repair_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cat = commands.add_parser("cat", help="print events from files or Kafka as JSON Lines")
     cat.add_argument("path", help="a file-sink file or directory, or kafka://host:port/topic")
-    cat.add_argument("--strict", action="store_true", help="exit 1 if a file has a torn tail")
+    cat.add_argument("--strict", action="store_true", help="exit 1 on a torn tail too (corruption always is)")
 
     validate = commands.add_parser("validate", help="check a config file")
     validate.add_argument("config", metavar="FILE", help="YAML config")
@@ -93,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     lines.add_argument("--cubins", required=True, help="the pc_sampling source's cubin_dir")
     lines.add_argument("--top", type=int, default=20, help="lines to print (default 20)")
     _COMMANDS.update(add_view_commands(commands))  # summary, export, plot (cuptistream/analysis)
+    _COMMANDS.update(add_repair_command(commands))  # repair (cuptistream/repair.py)
     return parser
 
 
@@ -125,9 +127,10 @@ def _cmd_cat(args: argparse.Namespace) -> int:
         for batch in reader.batches():
             out.write(jsonl.encode_batch(batch))
     out.flush()
-    for torn in reader.torn_tails:
-        print(f"cuptistream: {torn.describe()}; every complete frame before it was printed", file=sys.stderr)
-    return 1 if args.strict and reader.torn_tails else 0
+    for damage in reader.damage:
+        print(f"cuptistream: {damage.describe()}; every intact frame was printed", file=sys.stderr)
+    # A torn tail is what a killed writer leaves (an error only with --strict); corruption is not.
+    return 1 if any(not d.torn for d in reader.damage) or (args.strict and reader.damage) else 0
 
 
 def _cmd_kinds(args: argparse.Namespace) -> int:

@@ -20,24 +20,102 @@ Wherever the policy is not ``never``, the directory is fsynced after a rename so
 durable too. The writer is plain blocking code: callers in trio run it in ``trio.to_thread``. It is
 not thread-safe; use one writer from one thread at a time.
 
-The Kafka sink reuses it as its spool: ``list_segments`` lists finished segments in write order,
-``seal_orphans`` finishes the ``.tmp`` files a crashed writer left, and ``delete_segment`` removes
-one once it has been replayed.
+A writer holds an ``flock`` on its ``.tmp`` while it writes, so ``seal_orphans`` (run by the next
+file sink or Kafka spool on the directory, and by ``cuptistream repair``) finishes the ``.tmp`` files
+of killed writers and never those of live ones, in this process or another.
+
+The Kafka sink reuses it as its spool: ``list_segments`` lists finished segments in write order and
+``delete_segment`` removes one once it has been replayed.
+
+``prepare_directory`` is the one place output directories are created and checked: created with
+mode 0700 (whatever the umask), and a symlinked or foreign-owned directory refused unless allowed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Literal
 
+from cuptistream.errors import SinkUnavailableError
 from cuptistream.framing import FrameEncoder
 
 FsyncPolicy = Literal["never", "batch", "rotate"]
 TEMP_SUFFIX = ".tmp"
+
+
+DIRECTORY_MODE = 0o700
+
+
+def parse_directory_mode(value: int | str) -> int:
+    """Permission bits for created directories, from an int or an octal string such as "0750".
+    Raises ValueError (one line) unless the owner keeps rwx (without it nobody can write there)."""
+    try:
+        mode = int(value, 8) if isinstance(value, str) else value
+    except ValueError:
+        mode = -1
+    if isinstance(mode, bool) or not 0 <= mode <= 0o777 or mode & 0o700 != 0o700:
+        expected = 'permission bits from 0o700 to 0o777 such as "0750"'
+        raise ValueError(f"directory_mode: expected {expected}, got {value!r}")
+    return mode
+
+
+def prepare_directory(
+    directory: str | Path,
+    *,
+    key: str,
+    mode: int = DIRECTORY_MODE,
+    allow_symlink: bool = False,
+    allow_foreign_owner: bool = False,
+) -> Path:
+    """Create ``directory`` (and missing parents) with ``mode``, or check the one that is there.
+
+    Refused, each with one line naming ``key`` (the config key that chose the directory): a
+    directory that is a symbolic link unless ``allow_symlink`` (another user could point it
+    anywhere), one owned by another user unless ``allow_foreign_owner`` (its owner can read, replace
+    or plant files in it), and anything that is not a directory. An existing directory keeps its
+    mode. Raises ``SinkUnavailableError``; returns the absolute path.
+    """
+    path = Path(os.path.abspath(directory))
+    try:
+        try:
+            os.makedirs(path.parent, exist_ok=True)
+            os.mkdir(path, mode)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fchmod(fd, mode)  # exact, whatever the umask
+            finally:
+                os.close(fd)
+        except FileExistsError:
+            pass
+        info = os.lstat(path)
+    except OSError as error:
+        raise SinkUnavailableError(
+            f"{key}: cannot write to {path}: {error.strerror or error}; choose another directory"
+        ) from None
+    if stat.S_ISLNK(info.st_mode):
+        if not allow_symlink:
+            raise SinkUnavailableError(
+                f"{key}: {path} is a symbolic link (to {os.readlink(path)}); "
+                "give the real directory, or set allow_symlink: true"
+            )
+        try:
+            info = os.stat(path)
+        except OSError as error:
+            raise SinkUnavailableError(f"{key}: {path} is a broken symbolic link: {error.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise SinkUnavailableError(f"{key}: {path} is not a directory; choose a directory")
+    if info.st_uid != os.geteuid() and not allow_foreign_owner:
+        raise SinkUnavailableError(
+            f"{key}: {path} belongs to another user (uid {info.st_uid}); "
+            "use a directory of your own, or set allow_foreign_owner: true"
+        )
+    return path
 
 
 def safe_host(host: str | None = None) -> str:
@@ -80,18 +158,46 @@ def delete_segment(path: str | Path) -> None:
 
 
 def seal_orphans(directory: str | Path, prefix: str, suffix: str, *, keep: Path | None = None) -> list[Path]:
-    """Rename ``.tmp`` files left by a crashed writer to their final names and return the new paths.
+    """Rename ``.tmp`` files left by a killed writer to their final names and return the new paths.
 
-    ``keep`` is a live writer's own temp file, which is left alone. A sealed file may end in a torn
-    tail; readers keep every complete frame and report the rest.
+    A live writer holds an ``flock`` on its ``.tmp`` for as long as it writes, so files of writers in
+    other processes (another collector on the same directory) are left alone, as is ``keep``.
+    Empty ``.tmp`` files are left too: a writer creates its file an instant before it locks it.
+    A sealed file may end in a torn tail; readers keep every complete frame and report the rest.
     """
     sealed = []
     for path in list_segments(directory, prefix, suffix, include_temp=True):
-        if path.name.endswith(TEMP_SUFFIX) and path != keep:
-            final = path.with_name(path.name.removesuffix(TEMP_SUFFIX))
-            os.replace(path, final)
+        if path.name.endswith(TEMP_SUFFIX) and path != keep and (final := seal_if_orphan(path)):
             sealed.append(final)
     return sealed
+
+
+def seal_if_orphan(path: Path) -> Path | None:
+    """Rename one ``.tmp`` file to its final name if no writer holds it and it is not empty.
+    Returns the final path, or None if it was left alone (or is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None  # gone (sealed or finished meanwhile), or not a plain file
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # a live writer
+        held = os.fstat(fd)
+        if held.st_size == 0:
+            return None
+        try:
+            now = os.stat(path, follow_symlinks=False)
+            if (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev):
+                return None  # renamed by its writer (which then unlocked it) and the name reused
+            final = path.with_name(path.name.removesuffix(TEMP_SUFFIX))
+            os.replace(path, final)  # under the lock: its writer, if any, is gone
+        except FileNotFoundError:
+            return None  # its writer renamed it before unlocking it
+        return final
+    finally:
+        os.close(fd)
 
 
 class SegmentWriter:
@@ -173,10 +279,11 @@ class SegmentWriter:
         try:
             if self.fsync != "never":
                 os.fsync(self._fd)
+            # Renamed before the file is closed: closing drops the lock that keeps sealers away.
+            os.replace(temp, final)
         finally:
             os.close(self._fd)
             self._fd, self._final = None, None
-        os.replace(temp, final)
         if self.fsync != "never":
             _fsync_directory(self.directory)
         self.files_finished += 1
@@ -197,6 +304,7 @@ class SegmentWriter:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, self.file_mode)
         try:
             os.fchmod(fd, self.file_mode)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while writing (see seal_orphans); a sealer holds it briefly
         except OSError:
             os.close(fd)
             raise

@@ -26,7 +26,15 @@ from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import Duration, SinkConfig, Size
 from cuptistream.errors import SinkUnavailableError
 from cuptistream.events import Resource
-from cuptistream.segments import FsyncPolicy, SegmentWriter, safe_host
+from cuptistream.segments import (
+    DIRECTORY_MODE,
+    FsyncPolicy,
+    SegmentWriter,
+    parse_directory_mode,
+    prepare_directory,
+    safe_host,
+    seal_orphans,
+)
 
 # A process's file set is finished (renamed to its final name) after this long without a batch, so
 # a node collector that serves many short-lived processes keeps few files open.
@@ -49,6 +57,11 @@ class FileSinkConfig(SinkConfig, kw_only=True):
     rotate_bytes: Size = Size(256 * 1024 * 1024)  # 0: never rotate by size
     rotate_age: Duration = Duration(3600.0)  # 0: never rotate by age
     file_mode: int | str = 0o600  # an int, or an octal string such as "0640"
+    # Directories the sink creates get directory_mode; an existing one keeps its own. A symlinked or
+    # another user's directory is refused unless allowed (segments.prepare_directory says why).
+    directory_mode: int | str = DIRECTORY_MODE
+    allow_symlink: bool = False
+    allow_foreign_owner: bool = False
 
     def __post_init__(self) -> None:
         # Errors raised here reach the user as "sinks[N]: <message>".
@@ -59,6 +72,7 @@ class FileSinkConfig(SinkConfig, kw_only=True):
         if not self.prefix or "/" in self.prefix:
             raise ValueError(f"prefix: expected a non-empty name without '/', got {self.prefix!r}")
         self.file_mode = _parse_mode(self.file_mode)
+        self.directory_mode = parse_directory_mode(self.directory_mode)
 
     @property
     def mode(self) -> int:
@@ -97,12 +111,18 @@ class FileSink(Sink):
 
     def _open(self) -> None:
         config = self.config
-        directory = os.path.abspath(config.directory)
+        directory = str(
+            prepare_directory(
+                config.directory, key=f"sinks[{self.name}].directory", mode=int(config.directory_mode),
+                allow_symlink=config.allow_symlink, allow_foreign_owner=config.allow_foreign_owner,
+            )
+        )  # fmt: skip
         try:
-            os.makedirs(directory, exist_ok=True)
             # A real file is the only reliable writability check (ACLs, read-only mounts, quotas).
             with tempfile.TemporaryFile(dir=directory):
                 pass
+            # A killed run's .tmp files become final files; live writers' (locked) ones are left.
+            seal_orphans(directory, config.prefix, config.suffix)
         except OSError as error:
             reason = error.strerror or str(error)
             raise SinkUnavailableError(

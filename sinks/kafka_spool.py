@@ -23,7 +23,13 @@ import msgspec
 
 from cuptistream.errors import SinkUnavailableError
 from cuptistream.framing import TornTail, iter_frames
-from cuptistream.segments import SegmentWriter, delete_segment, list_segments, seal_orphans
+from cuptistream.segments import (
+    SegmentWriter,
+    delete_segment,
+    list_segments,
+    prepare_directory,
+    seal_orphans,
+)
 
 from .kafka_route import Message
 
@@ -78,7 +84,7 @@ class Spool:
         """Create the directory, take its lock, and seal segments a crashed writer left behind."""
         where = f"sinks[{self._sink}].spool_directory"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            prepare_directory(self.directory, key=where)  # 0700; no symlinked or foreign directory
             fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as error:
             raise SinkUnavailableError(f"{where}: cannot use {self.directory}: {error.strerror}") from None

@@ -219,6 +219,8 @@ def test_spool_helpers_list_seal_and_delete(tmp_path: Path) -> None:
     finished = segments.list_segments(tmp_path, "spool", ".msgpack.zst")
     assert len(finished) == 3
     assert segments.list_segments(tmp_path, "spool", ".msgpack.zst", include_temp=True)[-1] == orphan
+    assert segments.seal_orphans(tmp_path, "spool", ".msgpack.zst") == []  # its writer holds it
+    os.close(crashed._fd)  # type: ignore[arg-type]  # what the kernel does when its process dies
     (sealed,) = segments.seal_orphans(tmp_path, "spool", ".msgpack.zst")
     assert sealed.name == orphan.name.removesuffix(".tmp") and not orphan.exists()
     segments.delete_segment(finished[0])
