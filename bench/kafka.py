@@ -6,6 +6,7 @@ then times open-to-close of the sink: routing, kafka-python send, zstd compressi
 every ack (``acks=all``, idempotence on). A fresh topic per run. Prints median/min/max.
 
     .venv/bin/python bench/kafka.py [--events 1000000] [--batch 8192] [--runs 5] [--key TEMPLATE]
+                                    [--value-format msgpack|json|jsonl]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def make_batches(events: int, per_batch: int, devices: int) -> list[OutgoingBatc
         ]  # fmt: skip
         header = EncodedBatch(
             schema_version=SCHEMA_VERSION, session_id="bench", seq=seq, resource=resource, attributes={},
-            clock=ClockSync(cupti_ns=0, unix_ns=0), events=msgspec.Raw(b""),
+            clock=ClockSync(cupti_ns=1_000, unix_ns=1_763_683_200_000_000_000), events=msgspec.Raw(b""),
         )  # fmt: skip
         data = encode_batch(header, [encode_chunk(kernels)])
         batches.append(OutgoingBatch(data=data, seq=seq, event_count=count))
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--key", default="{host}:{pid}:{device}")
     parser.add_argument("--compression", default="zstd")
+    parser.add_argument("--value-format", default="msgpack", choices=["msgpack", "json", "jsonl"])
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     binary = tansu_binary()
@@ -83,7 +85,7 @@ def main() -> None:
     batches = make_batches(args.events, args.batch, args.devices)
     size = sum(len(b.data) for b in batches)
     print(f"{args.events} events in {len(batches)} batches, {size / args.events:.0f} B/event msgpack, "
-          f"key {args.key!r}, compression {args.compression}")  # fmt: skip
+          f"key {args.key!r}, compression {args.compression}, value_format {args.value_format}")  # fmt: skip
     broker = TansuBroker(binary)
     broker.start()
     rates = []
@@ -92,6 +94,7 @@ def main() -> None:
             entry = {
                 "type": "kafka", "name": "kafka", "bootstrap_servers": broker.bootstrap,
                 "topic": f"bench.{run}", "key": args.key, "compression": args.compression,
+                "value_format": args.value_format,
             }  # fmt: skip
             config = convert(entry, KafkaSinkConfig, "sinks[0]")
             seconds, stats = trio.run(one_run, config, batches)

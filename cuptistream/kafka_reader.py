@@ -21,6 +21,7 @@ import msgspec
 from cuptistream.codec import decode_batch
 from cuptistream.errors import UserError
 from cuptistream.events import Batch
+from cuptistream.rows import decode_rows
 
 _json_batch = msgspec.json.Decoder(Batch)
 
@@ -110,6 +111,9 @@ def iter_kafka_batches(url: str, timeout_s: float = 5.0) -> Iterator[Batch]:
 
 
 def _decode(headers: dict[str, bytes], value: bytes) -> Batch:
-    if headers.get("content-type", b"").endswith(b"+json"):
+    content_type = headers.get("content-type", b"")
+    if content_type.endswith(b"+json"):
         return _json_batch.decode(value)
+    if content_type == b"application/x-ndjson":  # value_format: jsonl, times already epoch ns
+        return decode_rows(value)
     return decode_batch(value)

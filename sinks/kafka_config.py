@@ -25,7 +25,7 @@ class KafkaSinkConfig(SinkConfig):
     # Templates. Per batch: {host} {pid} {session_id} {process_name}; per event: {event_family} {device}.
     topic: str = "cuptistream.events"
     key: str = "{host}:{pid}:{device}"
-    value_format: Literal["msgpack", "json"] = "msgpack"
+    value_format: Literal["msgpack", "json", "jsonl"] = "msgpack"  # jsonl: a row per event (rows.py)
     headers: dict[str, str] = {}  # extra static headers on every message
 
     # Producer settings.

@@ -17,6 +17,7 @@ import msgspec
 from cuptistream.codec import array_header, decode_events, to_json
 from cuptistream.errors import ConfigError
 from cuptistream.events import EVENT_TYPES, SCHEMA_VERSION, Batch, EncodedBatch
+from cuptistream.rows import cut_rows
 
 BATCH_FIELDS = frozenset({"host", "pid", "session_id", "process_name"})
 EVENT_FIELDS = frozenset({"event_family", "device"})
@@ -24,6 +25,7 @@ NO_DEVICE = "-"  # {device} for events that belong to no device (API calls, NVTX
 CONTENT_TYPES = {
     "msgpack": "application/vnd.cuptistream.batch+msgpack",
     "json": "application/vnd.cuptistream.batch+json",
+    "jsonl": "application/x-ndjson",  # one flat row per event: cuptistream/rows.py
 }
 _LEGAL_TOPIC = frozenset(string.ascii_letters + string.digits + "._-")
 
@@ -176,6 +178,8 @@ class Router:
     def _messages(
         self, envelope: EncodedBatch, topic: str, key: str, events: list[msgspec.Raw], families: set[str]
     ) -> list[Message]:
+        if self.value_format == "jsonl":
+            return self._row_messages(envelope, topic, key, events, families)
         parts = self._cut(events)
         messages = []
         for index, part in enumerate(parts):
@@ -186,6 +190,25 @@ class Router:
             part_header = f"{index}/{len(parts)}"
             messages.append(self._message(envelope, topic, key, families, value, len(part), part_header))
         return messages
+
+    def _row_messages(
+        self, envelope: EncodedBatch, topic: str, key: str, events: list[msgspec.Raw], families: set[str]
+    ) -> list[Message]:
+        """jsonl: rows are cut by their own size (about twice the msgpack one), between lines."""
+        batch = Batch(
+            schema_version=envelope.schema_version,
+            session_id=envelope.session_id,
+            seq=envelope.seq,
+            resource=envelope.resource,
+            attributes=envelope.attributes,
+            clock=envelope.clock,
+            events=decode_events(array_header(len(events)) + b"".join(events)),
+        )
+        chunks = cut_rows(batch, self.max_message_bytes)
+        return [
+            self._message(envelope, topic, key, families, rows, count, f"{i}/{len(chunks)}")
+            for i, (rows, count) in enumerate(chunks)
+        ]
 
     def _message(
         self,
@@ -228,8 +251,12 @@ class Router:
 
 
 def _json_value(msgpack_value: bytes) -> bytes:
+    return to_json(_decoded(msgpack_value))
+
+
+def _decoded(msgpack_value: bytes) -> Batch:
     envelope = _envelope_decoder.decode(msgpack_value)
-    batch = Batch(
+    return Batch(
         schema_version=envelope.schema_version,
         session_id=envelope.session_id,
         seq=envelope.seq,
@@ -238,14 +265,17 @@ def _json_value(msgpack_value: bytes) -> bytes:
         clock=envelope.clock,
         events=decode_events(bytes(memoryview(envelope.events))),
     )
-    return to_json(batch)
 
 
 def split_message(message: Message) -> list[Message]:
     """Cut a message the broker refused as too large into two halves (same topic, key and order)."""
     half_headers = [[(k, v) for k, v in message.headers if k != "part"] for _ in range(2)]
     part = dict(message.headers).get("part", b"0/1").decode()
-    if message.value[:1] in (b"{", b"["):
+    if dict(message.headers).get("content-type") == CONTENT_TYPES["jsonl"].encode():
+        rows = message.value.splitlines(keepends=True)
+        middle = len(rows) // 2
+        values, counts = [b"".join(rows[:middle]), b"".join(rows[middle:])], [middle, len(rows) - middle]
+    elif message.value[:1] in (b"{", b"["):
         batch = msgspec.json.decode(message.value, type=Batch)
         middle = len(batch.events) // 2
         halves = [batch.events[:middle], batch.events[middle:]]
