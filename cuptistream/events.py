@@ -293,6 +293,7 @@ class PcSampleBatch(Event, tag="pc_samples"):
     non_user_samples: int = 0
     dropped_samples: int = 0
     hardware_buffer_full: bool = False
+    sampling_period: int = 0  # the exponent in use: a sample every 2^sampling_period cycles; 0 unknown
 
 
 class SassRecord(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -52,7 +52,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import SinkConfig
 from cuptistream.errors import ConfigError
-from cuptistream.events import Batch, Error
+from cuptistream.events import Batch, Error, PcSampleBatch
 
 from .otlp_common import SCHEMA_URL, resource, scope
 from .otlp_config import OtlpSinkConfig, Signal, TlsConfig
@@ -68,7 +68,7 @@ __all__ = ["OtlpSink", "OtlpSinkConfig"]
 
 log = logging.getLogger("cuptistream.sinks.otlp")
 
-_ITEMS = {"traces": "spans", "metrics": "metric_points", "logs": "log_records"}
+_ITEMS = {"traces": "spans", "metrics": "metric_points", "logs": "log_records", "profiles": "profiles"}
 _RESPONSES: dict[Signal, type[Message]] = {
     "traces": ExportTraceServiceResponse,
     "metrics": ExportMetricsServiceResponse,
@@ -78,6 +78,7 @@ _REJECTED_FIELD = {
     "traces": "rejected_spans",
     "metrics": "rejected_data_points",
     "logs": "rejected_log_records",
+    "profiles": "rejected_profiles",
 }
 
 Origin = tuple[str, str, int]  # session id, host, pid: one observed process, one Resource
@@ -91,6 +92,7 @@ class _Process:
     spans: SpanAssembler
     metrics: MetricsAggregator
     exported: Exported = field(default_factory=lambda: (set(), []))  # the export in flight
+    drains: dict[tuple[int, int], int] = field(default_factory=dict)  # (device, context) -> last drain, epoch
 
 
 @dataclass
@@ -137,6 +139,8 @@ class OtlpSink(Sink):
                 )
             headers[header] = value
         self._env_resource = resource_from_env(os.environ)
+        if "profiles" in cfg.signals:
+            _require_profiles(self.name)
         for signal in cfg.signals:
             try:
                 settings = cfg.settings(signal, os.environ)
@@ -248,7 +252,27 @@ class OtlpSink(Sink):
             requests += self._requests("logs", records)
         elif "logs" in self._transports:
             self._count_ended("logs", sum(1 for ev in batch.events if isinstance(ev, Error)))
+        if "profiles" in self._transports:
+            windows = [(origin, w) for w in self._windows(batch, process)]
+            if self._sending("profiles"):
+                requests += self._requests("profiles", windows)
+            else:
+                self._count_ended("profiles", len(windows))
         return requests
+
+    def _windows(self, batch: Batch, process: _Process) -> list[Any]:
+        """Each PC-sampling drain with the window it covers: since the context's previous drain."""
+        from .otlp_profiles import Window
+
+        offset = batch.clock.offset_ns
+        windows = []
+        for ev in batch.events:
+            if isinstance(ev, PcSampleBatch):
+                end = ev.timestamp + offset
+                start = process.drains.get((ev.device_id, ev.context_id), end)
+                process.drains[(ev.device_id, ev.context_id)] = end
+                windows.append(Window(ev, batch.session_id, min(start, end), end))
+        return windows
 
     def _encode_final(self) -> list[_Request]:
         """Everything still held: waiting spans and the last utilization windows."""
@@ -283,7 +307,11 @@ class OtlpSink(Sink):
                   for o, g in groupby(items, key=lambda i: i[0])]  # fmt: skip
         sc = scope(self.cfg.scope_name)
         message: Message
-        if signal == "traces":
+        if signal == "profiles":
+            from .otlp_profiles import profiles_request
+
+            message = profiles_request(groups, sc, SCHEMA_URL)
+        elif signal == "traces":
             body = traces_request(groups, sc, SCHEMA_URL)
             if signal not in self._json:
                 return body
@@ -402,7 +430,14 @@ class OtlpSink(Sink):
     def _partial_success(self, signal: Signal, body: bytes, content_type: str) -> tuple[int, str]:
         if not body:
             return 0, ""
-        response = _RESPONSES[signal]()
+        if signal == "profiles":
+            from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+                ExportProfilesServiceResponse,
+            )
+
+            response: Message = ExportProfilesServiceResponse()
+        else:
+            response = _RESPONSES[signal]()
         try:
             if "json" in content_type:
                 from_json(body, response)
@@ -412,6 +447,24 @@ class OtlpSink(Sink):
             return 0, ""  # a 2xx with a body we cannot read: the request was accepted
         partial = getattr(response, "partial_success")  # noqa: B009 - response type varies per signal
         return int(getattr(partial, _REJECTED_FIELD[signal])), str(partial.error_message)
+
+
+def _require_profiles(sink: str) -> None:
+    """The profiles signal is alpha and its proto changes between releases: refuse one whose layout
+    is not the one ``otlp_profiles`` writes (opentelemetry-proto 1.45.2, proto v1.10.0)."""
+    try:
+        from opentelemetry.proto.profiles.v1development.profiles_pb2 import ProfilesDictionary, Sample
+    except ImportError:
+        fields: set[str] = set()
+    else:
+        fields = {f.name for f in ProfilesDictionary.DESCRIPTOR.fields} | {
+            f.name for f in Sample.DESCRIPTOR.fields
+        }
+    if not {"stack_table", "attribute_table", "stack_index"} <= fields:
+        raise ConfigError(
+            f"sink {sink!r}: signals: profiles needs the profiles proto of opentelemetry-proto 1.45.2; "
+            "install it with pip install 'cuptistream[profiles]', or remove profiles from signals"
+        )
 
 
 def _ssl_context(tls: TlsConfig, sink: str) -> ssl.SSLContext:

@@ -50,6 +50,7 @@ class OtlpSinkConfig(SinkConfig):
     traces_endpoint: str | None = None  # full URL, overrides endpoint for traces
     metrics_endpoint: str | None = None
     logs_endpoint: str | None = None
+    profiles_endpoint: str | None = None  # the profiles signal is alpha: not in the default signals
     signals: list[Signal] = msgspec.field(default_factory=lambda: ["traces", "metrics", "logs"])
     protocol: Protocol | None = None  # default http/protobuf
     encoding: Literal["protobuf", "json"] | None = None  # HTTP body; protocol http/json is encoding json
@@ -71,8 +72,8 @@ class OtlpSinkConfig(SinkConfig):
 
     def __post_init__(self) -> None:
         if not self.signals:
-            raise ValueError("signals: enable at least one of traces, metrics, logs")
-        for key in ("endpoint", "traces_endpoint", "metrics_endpoint", "logs_endpoint"):
+            raise ValueError("signals: enable at least one of traces, metrics, logs, profiles")
+        for key in ("endpoint", "traces_endpoint", "metrics_endpoint", "logs_endpoint", "profiles_endpoint"):
             if getattr(self, key):
                 check_url(getattr(self, key), key)
         if self.protocol == "grpc" and self.encoding == "json":

@@ -16,10 +16,15 @@ from dataclasses import dataclass
 from typing import Literal, cast, get_args
 from urllib.parse import unquote, urlsplit
 
-Signal = Literal["traces", "metrics", "logs"]
+Signal = Literal["traces", "metrics", "logs", "profiles"]
 Protocol = Literal["http/protobuf", "http/json", "grpc"]
 Compression = Literal["gzip", "none"]
-SIGNAL_PATHS: dict[Signal, str] = {"traces": "/v1/traces", "metrics": "/v1/metrics", "logs": "/v1/logs"}
+SIGNAL_PATHS: dict[Signal, str] = {
+    "traces": "/v1/traces",
+    "metrics": "/v1/metrics",
+    "logs": "/v1/logs",
+    "profiles": "/v1development/profiles",  # the path the OTLP specification gives the alpha signal
+}
 DEFAULT_TIMEOUT_S = 10.0
 
 _PREFIX = "OTEL_EXPORTER_OTLP_"

@@ -54,6 +54,10 @@ def _stub(signal: Signal, channel: Any) -> Callable[..., Any]:
         from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as metrics
 
         return metrics.MetricsServiceStub(channel).Export
+    if signal == "profiles":
+        from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2_grpc as profiles
+
+        return profiles.ProfilesServiceStub(channel).Export
     from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc as logs
 
     return logs.LogsServiceStub(channel).Export

@@ -514,6 +514,7 @@ class PcSamplingSource(CuptiWorkerSource):
                         non_user_samples=data.non_user_samples,
                         dropped_samples=data.dropped_samples,
                         hardware_buffer_full=data.hardware_buffer_full,
+                        sampling_period=state.period,
                     )
                 ]
             )

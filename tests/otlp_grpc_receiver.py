@@ -16,9 +16,18 @@ from typing import Any
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.profiles.v1development import (
+    profiles_service_pb2,
+    profiles_service_pb2_grpc,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-PATHS = {"traces": "/v1/traces", "metrics": "/v1/metrics", "logs": "/v1/logs"}  # for the convention checker
+PATHS = {
+    "traces": "/v1/traces",
+    "metrics": "/v1/metrics",
+    "logs": "/v1/logs",
+    "profiles": "/v1development/profiles",
+}  # for the convention checker
 
 
 @dataclass
@@ -71,6 +80,14 @@ class OtlpGrpcReceiver:
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(
             servicer(
                 logs_service_pb2_grpc.LogsServiceServicer, "logs", logs_service_pb2.ExportLogsServiceResponse
+            ),
+            self.server,
+        )
+        profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(
+            servicer(
+                profiles_service_pb2_grpc.ProfilesServiceServicer,
+                "profiles",
+                profiles_service_pb2.ExportProfilesServiceResponse,
             ),
             self.server,
         )

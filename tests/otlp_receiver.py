@@ -27,6 +27,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
+from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+    ExportProfilesServiceRequest,
+    ExportProfilesServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -36,11 +40,13 @@ REQUESTS: dict[str, type[Message]] = {
     "/v1/traces": ExportTraceServiceRequest,
     "/v1/metrics": ExportMetricsServiceRequest,
     "/v1/logs": ExportLogsServiceRequest,
+    "/v1development/profiles": ExportProfilesServiceRequest,
 }
 RESPONSES: dict[str, type[Message]] = {
     "/v1/traces": ExportTraceServiceResponse,
     "/v1/metrics": ExportMetricsServiceResponse,
     "/v1/logs": ExportLogsServiceResponse,
+    "/v1development/profiles": ExportProfilesServiceResponse,
 }
 
 
@@ -154,9 +160,11 @@ class OtlpReceiver:
         if answer.status == 200 and answer.rejected and path in RESPONSES:
             response = RESPONSES[path]()
             partial = response.partial_success
-            field_name = {"/v1/traces": "rejected_spans", "/v1/metrics": "rejected_data_points"}.get(
-                path, "rejected_log_records"
-            )
+            field_name = {
+                "/v1/traces": "rejected_spans",
+                "/v1/metrics": "rejected_data_points",
+                "/v1development/profiles": "rejected_profiles",
+            }.get(path, "rejected_log_records")
             setattr(partial, field_name, answer.rejected)
             partial.error_message = answer.message
             reply = response.SerializeToString()

@@ -68,17 +68,21 @@ def violations(path: str, message: Any) -> list[str]:
     version, _, known_metrics, owned = conventions()
     schema = f"https://opentelemetry.io/schemas/{version}"
     problems: list[str] = []
-    resources = (
-        list(message.resource_spans)
-        if path.endswith("traces")
-        else list(message.resource_metrics)
-        if path.endswith("metrics")
-        else list(message.resource_logs)
-    )
+    field = {"traces": "resource_spans", "metrics": "resource_metrics", "logs": "resource_logs"}
+    resources = list(getattr(message, field.get(path.rsplit("/", 1)[-1], "resource_profiles")))
+    if path.endswith("profiles"):  # profile attributes live in the request's dictionary
+        strings = message.dictionary.string_table
+        keys = [
+            type("KV", (), {"key": strings[a.key_strindex]})() for a in message.dictionary.attribute_table[1:]
+        ]
+        _check_attributes("profile dictionary", keys, problems)
     for rx in resources:
         if rx.schema_url != schema:
             problems.append(f"{path}: schema_url {rx.schema_url!r}, expected {schema}")
         _check_attributes(f"{path} resource", rx.resource.attributes, problems)
+        for scoped in getattr(rx, "scope_profiles", []):
+            if scoped.schema_url != schema:
+                problems.append(f"{path}: scope schema_url {scoped.schema_url!r}, expected {schema}")
         for scoped in getattr(rx, "scope_spans", []):
             for span in scoped.spans:
                 _check_attributes(f"span {span.name}", span.attributes, problems)
