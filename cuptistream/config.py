@@ -284,6 +284,7 @@ def build(data: Any, origin: str = "<dict>") -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"<top level>: expected a mapping of sections, got {_short(data)}")
+    _refuse_nul(data, "")
     raw = convert(data, _RawConfig)
     sources: list[SourceConfig] = []
     for index, entry in enumerate(raw.sources):
@@ -305,6 +306,22 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     )
 
 
+def _refuse_nul(data: Any, path: str) -> None:
+    """A NUL character ("\\0" in YAML) is refused in every key and value: no path, name or
+    attribute can hold one, and file and socket calls fail on it far from the config."""
+    if isinstance(data, str):
+        if "\0" in data:
+            raise ConfigError(f"{path or '<top level>'}: contains a NUL character; remove it")
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            _refuse_nul(key, where)
+            _refuse_nul(value, where)
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            _refuse_nul(value, f"{path}[{index}]")
+
+
 def _component_type(entry: Any, path: str) -> str:
     if not isinstance(entry, dict):
         raise ConfigError(f"{path}: expected a mapping with a `type` key, got {_short(entry)}")
@@ -320,8 +337,18 @@ MAX_YAML_VALUES = 100_000  # after expanding aliases: a config is tiny, an alias
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
+MAX_FLOW_DEPTH = 64  # [ and { nesting: a config needs 3 or 4 levels
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that refuses duplicate keys (the last one would silently win)."""
+    """Safe YAML that refuses duplicate keys (the last one would silently win) and deep flow nesting
+    (PyYAML's scanner costs quadratic time in it: 1000 ``[`` took over a second)."""
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        if self.flow_level >= MAX_FLOW_DEPTH:
+            problem = f"nested too deeply to be a config (over {MAX_FLOW_DEPTH} levels)"
+            raise yaml.scanner.ScannerError(None, None, problem, self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -358,7 +385,13 @@ def parse_yaml(text: str, origin: str) -> Any:
     nesting or a document that expands to more than ``MAX_YAML_VALUES`` values."""
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{origin}: {len(text)} characters is not a config (at most 1MiB)")
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # its reader refuses control characters here, before any parsing
+    except yaml.reader.ReaderError as error:
+        code = ord(error.character) if isinstance(error.character, str) else error.character
+        raise ConfigError(
+            f"{origin}: character #x{code:04x} at position {error.position} is not allowed in YAML; remove it"
+        ) from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import re
+
 
 class UserError(Exception):
     """A problem the user can fix: bad config, bad arguments, no GPU, unreachable sink.
 
-    The message is one line that names the problem and, where possible, the fix.
+    The message is one line that names the problem and, where possible, the fix. Line breaks that
+    reach it from user input (a YAML key, a file name) are escaped, so it stays one line.
     """
 
     exit_code = 2
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(_one_line(arg) if isinstance(arg, str) else arg for arg in args))
+
+
+# Everything str.splitlines() breaks at: a terminal or a log parser may, too.
+_LINE_BREAKS = re.compile("[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    return _LINE_BREAKS.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 class ConfigError(UserError):

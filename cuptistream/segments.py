@@ -94,10 +94,10 @@ def prepare_directory(
         except FileExistsError:
             pass
         info = os.lstat(path)
-    except OSError as error:
-        raise SinkUnavailableError(
-            f"{key}: cannot write to {path}: {error.strerror or error}; choose another directory"
-        ) from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the path
+        reason = getattr(error, "strerror", None) or error
+        message = f"{key}: cannot write to {path}: {reason}; choose another directory"
+        raise SinkUnavailableError(message) from None
     if stat.S_ISLNK(info.st_mode):
         if not allow_symlink:
             raise SinkUnavailableError(
