@@ -300,3 +300,25 @@ def test_reader_keeps_reading_a_file_it_cannot_open(tmp_path: Path) -> None:
         assert [b.seq for b in reader.batches()] == [0, 1, 2, 3]
     assert [Path(d.path).name for d in reader.damage] == ["b.msgpack.zst", "c.msgpack.zst"]
     assert all(d.problem.startswith("cannot read") for d in reader.damage)
+
+
+def test_summary_over_bombs_stays_in_bounded_memory(tmp_path: Path) -> None:
+    """The views (summary, export, plot) read frames the same way: a 4 GiB bomb next to a good file
+    is reported and skipped, and the summary process stays far below the bomb's size."""
+    (tmp_path / "a-bomb.msgpack.zst").write_bytes(rle_frame(4 << 30, declare=False))
+    write_recording(tmp_path / "b-good.msgpack.zst", range(5))
+    measure = (
+        "import resource, sys; from cuptistream.cli import main; code = main(sys.argv[1:]); "
+        "print('maxrss_kib', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
+        "sys.exit(code)"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", measure, "summary", str(tmp_path), "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    assert json.loads(child.stdout)["kernels"]["rows"]  # the good file's kernels are summarized
+    lines = child.stderr.splitlines()
+    assert any("a-bomb.msgpack.zst" in line and "decompresses to more than" in line for line in lines)
+    rss_mib = int(lines[-1].split()[-1]) / 1024
+    assert rss_mib < 400, rss_mib

@@ -16,14 +16,12 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Union
+from typing import Any, Union
 
 import msgspec
-import zstandard
 
 from cuptistream import events as ev
-from cuptistream.errors import UserError
-from cuptistream.framing import TornTail
+from cuptistream.framing import TornTail, scan_frames
 
 
 class Light(msgspec.Struct, tag_field="type", kw_only=True, gc=False):
@@ -235,21 +233,21 @@ class Recording:
         try:
             handle = path.open("rb")
         except OSError as error:
-            raise UserError(f"{path}: cannot read: {error.strerror}") from None
+            self.torn_tails.append(TornTail(str(path), 0, 0, f"cannot read: {error.strerror}"))
+            return
         with handle:
-            for index, frame in enumerate(iter_frames(handle, str(path))):
+            # The reader's rules: checksums checked, frame sizes bounded, damage reported and skipped.
+            for frame in scan_frames(handle, str(path)):
                 if isinstance(frame, TornTail):
-                    if frame.offset == 0:
-                        raise UserError(
-                            f"{path}: not a cuptistream file (it does not start with a zstd frame)"
-                        )
                     self.torn_tails.append(frame)
-                    return
+                    continue
                 try:
-                    envelope = _envelope.decode(frame)
+                    envelope = _envelope.decode(frame.payload)
                     events = self._events.decode(envelope.events)
                 except (msgspec.DecodeError, msgspec.ValidationError) as error:
-                    raise UserError(f"{path}: frame {index} is not a cuptistream batch ({error})") from None
+                    problem = f"not a cuptistream batch: {error}"
+                    self.torn_tails.append(TornTail(str(path), frame.offset, frame.length, problem))
+                    continue
                 yield Part(envelope.resource, envelope.clock.offset_ns, events)
 
     def _other_file(self, path: Path) -> Iterator[Part]:
@@ -262,45 +260,3 @@ class Recording:
             for batch in reader.batches():
                 yield Part(batch.resource, batch.clock.offset_ns, batch.events)
         self.torn_tails.extend(reader.torn_tails)
-
-
-_MAGIC = b"\x28\xb5\x2f\xfd"
-_PIECE = 1 << 16
-
-
-def iter_frames(handle: BinaryIO, path: str) -> Iterator[bytes | TornTail]:
-    """Each complete zstd frame's payload, read from ``handle`` piece by piece; a TornTail last if
-    the file ends inside a frame or holds bytes that are not a frame."""
-    pending = b""  # bytes read past the end of the previous frame
-    offset = 0  # file offset of the frame being read
-    while True:
-        head = pending if len(pending) >= 4 else pending + handle.read(_PIECE)
-        pending = b""
-        if not head:
-            return
-        if head[:4] != _MAGIC:
-            rest = len(head) + len(handle.read())
-            yield TornTail(path, offset, rest)
-            return
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
-        parts: list[bytes] = []
-        consumed = 0
-        piece = head
-        try:
-            while True:
-                parts.append(decompressor.decompress(piece))
-                consumed += len(piece)
-                if decompressor.eof:
-                    break
-                piece = handle.read(_PIECE)
-                if not piece:
-                    break
-        except zstandard.ZstdError:
-            yield TornTail(path, offset, consumed + len(piece) + len(handle.read()))
-            return
-        if not decompressor.eof:
-            yield TornTail(path, offset, consumed)
-            return
-        pending = decompressor.unused_data
-        offset += consumed - len(pending)
-        yield b"".join(parts)
