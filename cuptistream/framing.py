@@ -71,6 +71,7 @@ class Frame:
     offset: int
     length: int
     payload: bytes
+    checked: bool = True  # False for frames written before checksums (nothing verified them)
 
 
 class FrameEncoder:
@@ -116,9 +117,19 @@ def scan_frames(
     decompressor = zstandard.ZstdDecompressor()
     offset = 0
     damaged_at, problem = -1, ""
+    seen_checksum = False
     while offset < size:
         found = _frame_at(source, offset, max_frame_bytes, decompressor)
+        if isinstance(found, Frame) and not found.checked:
+            # Frames from before checksums are taken only as an old writer leaves them: none with
+            # a checksum before them in the file, and the next frame (or the end) right after.
+            # A flipped checksum flag leaves the 4 checksum bytes behind; without this, a second
+            # flip in its data would come back as a "good" frame.
+            after = source.read(found.offset + found.length, 4)
+            if seen_checksum or not MAGIC.startswith(after):
+                found = "corrupt frame (no checksum where one is due)", found.length
         if isinstance(found, Frame):
+            seen_checksum = seen_checksum or found.checked
             if damaged_at >= 0:
                 # Damage followed by an intact frame is corruption, whatever the first failure said.
                 middle = "damaged frame (it runs past the next intact frame)" if problem == TORN else problem
@@ -189,7 +200,7 @@ def _frame_at(
             payload = decompressor.decompress(source.read(offset, end - offset))
         except zstandard.ZstdError as error:
             return _zstd_problem(error), spent
-    return Frame(offset, end - offset, payload)
+    return Frame(offset, end - offset, payload, params.has_checksum)
 
 
 def _bounded(

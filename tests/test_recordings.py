@@ -322,3 +322,18 @@ def test_summary_over_bombs_stays_in_bounded_memory(tmp_path: Path) -> None:
     assert any("a-bomb.msgpack.zst" in line and "decompresses to more than" in line for line in lines)
     rss_mib = int(lines[-1].split()[-1]) / 1024
     assert rss_mib < 400, rss_mib
+
+
+def test_a_cleared_checksum_flag_cannot_smuggle_a_changed_frame_through() -> None:
+    """Found by the nightly fuzz run: one flip clears a frame's checksum flag (it then reads like a
+    frame from before checksums), a second changes its data. The 4 checksum bytes left behind give
+    it away: the frame is reported, never returned changed."""
+    encoder = FrameEncoder()
+    good = encoder.frame(b"\x00\x00\x00\x00\x00")
+    frame = bytearray(encoder.frame(b"\x00\x00\x00"))
+    frame[4] &= ~0x04  # Content_Checksum_flag
+    frame[-5] ^= 0x01  # the last byte of the raw block
+    for data in (good + bytes(frame), bytes(frame), bytes(frame) + good):
+        found = list(scan_frames(data))
+        assert all(isinstance(item, Damage) or item.payload == b"\x00" * 5 for item in found), found
+        assert any(isinstance(item, Damage) and item.problem.startswith("corrupt frame") for item in found)
