@@ -82,6 +82,9 @@ _REJECTED_FIELD = {
 }
 
 Origin = tuple[str, str, int]  # session id, host, pid: one observed process, one Resource
+# A process with no batch for this long has ended (or gone quiet): its last spans and utilization
+# windows are sent and its state dropped, so a long-lived collector does not keep every process ever seen.
+PROCESS_IDLE_S = 600.0
 
 
 @dataclass
@@ -93,6 +96,7 @@ class _Process:
     metrics: MetricsAggregator
     exported: Exported = field(default_factory=lambda: (set(), []))  # the export in flight
     drains: dict[tuple[int, int], int] = field(default_factory=dict)  # (device, context) -> last drain, epoch
+    seen: float = 0.0  # monotonic time of its latest batch
 
 
 @dataclass
@@ -235,17 +239,23 @@ class OtlpSink(Sink):
 
     def _encode(self, batch: Batch) -> list[_Request]:
         origin, process = self._process(batch)
+        now = time.monotonic()
+        process.seen = now
+        idle = {o for o, p in self._processes.items() if now - p.seen > PROCESS_IDLE_S}
         requests: list[_Request] = []
         if self._sending("traces"):
             spans = [(origin, span) for span in process.spans.add(batch)]
             for other_origin, other in self._processes.items():  # their reorder windows run out too
                 if other is not process and other.spans.pending:
-                    spans += [(other_origin, span) for span in other.spans.release()]
+                    release = other.spans.flush if other_origin in idle else other.spans.release
+                    spans += [(other_origin, span) for span in release()]
             requests += self._requests("traces", spans)
         elif "traces" in self._transports:
             self._count_ended("traces", sum(1 for ev in batch.events if isinstance(ev, SPAN_EVENTS)))
         if "metrics" in self._transports:
             process.metrics.add(batch)
+            for other_origin in idle:
+                self._processes[other_origin].metrics.finish()
             requests += self._metric_requests()
         if self._sending("logs"):
             records = [(origin, r) for r in log_records(batch, time.time_ns())]
@@ -258,6 +268,8 @@ class OtlpSink(Sink):
                 requests += self._requests("profiles", windows)
             else:
                 self._count_ended("profiles", len(windows))
+        for other_origin in idle:  # its requests are encoded: they no longer need it
+            del self._processes[other_origin]
         return requests
 
     def _windows(self, batch: Batch, process: _Process) -> list[Any]:

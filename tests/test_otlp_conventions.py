@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 
 from cuptistream.config import build
 from cuptistream.events import Device, Environment, MemoryAllocation, Resource
 from cuptistream.resource import current_resource
-from tests.otlp_batches import OFFSET, UUID, api, kernel, make_batch, other_events, step_events
+from tests.otlp_batches import OFFSET, UUID, api, kernel, make_batch, other_events, outgoing, step_events
 from tests.otlp_receiver import OtlpReceiver
 from tests.semconv_check import conventions
 from tests.test_otlp import attrs, deliver, sink_for
@@ -192,3 +193,32 @@ def test_the_command_line_is_opt_in() -> None:
     assert current_resource([], command_line=True).command_line  # /proc/self/cmdline
     assert build({"session": {"command_line": True}, "sinks": [{"type": "null"}]}).session.command_line
     assert not build({"sinks": [{"type": "null"}]}).session.command_line
+
+
+def test_a_process_gone_quiet_is_flushed_and_forgotten(receiver: OtlpReceiver, monkeypatch: Any) -> None:
+    import cuptistream.sinks.otlp as otlp
+
+    first = make_batch([api(1, 100, 200), kernel(9, 0, SECOND // 2)])  # kernel 9: its call may still come
+    first.resource = Resource(host="h", pid=1, process_name="python3", command_line=[], rank=0)
+    second = make_batch([kernel(2, 300, 400)], seq=1)
+    second.resource = Resource(host="h", pid=2, process_name="python3", command_line=[], rank=1)
+    sink = sink_for(receiver.endpoint, signals=["traces", "metrics"], reorder_window="1h")
+
+    async def main() -> None:
+        await sink.open()
+        await sink.write(outgoing(first))
+        assert sink.stats()["spans_waiting"] == 1
+        monkeypatch.setattr(otlp, "PROCESS_IDLE_S", 0.0)  # everyone but the sender of a batch is idle
+        await sink.write(outgoing(second))
+        assert [o[2] for o in sink._processes] == [2]  # pid 1 is forgotten
+        assert sink.stats()["spans_waiting"] == 0  # pid 1's waiting kernel was sent
+
+    trio.run(main)
+    ranks: dict[int, int] = {}
+    for m in receiver.messages("/v1/traces"):
+        for rs in m.resource_spans:
+            rank = attrs(rs.resource)["job.rank"]
+            ranks[rank] = ranks.get(rank, 0) + len(rs.scope_spans[0].spans)
+    assert ranks == {0: 2, 1: 1}
+    utilization = [p for name, p in receiver.data_points() if name == "hw.gpu.utilization"]
+    assert [p.as_double for p in utilization] == [0.5]  # pid 1's last window, closed when it was dropped
