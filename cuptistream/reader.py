@@ -27,6 +27,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -153,9 +154,9 @@ _FOREIGN = ("not a zstd frame", "not a cuptistream batch", "not cuptistream JSON
 
 
 def _frames_file(
-    path: Path, handle: object, jsonl_frames: bool, max_frame_bytes: int, found: list[Damage]
+    path: Path, handle: BinaryIO, jsonl_frames: bool, max_frame_bytes: int, found: list[Damage]
 ) -> Iterator[Batch]:
-    for item in scan_frames(handle, str(path), max_frame_bytes=max_frame_bytes):  # type: ignore[arg-type]
+    for item in scan_frames(handle, str(path), max_frame_bytes=max_frame_bytes):
         if isinstance(item, Damage):
             found.append(item)
             continue

@@ -73,14 +73,18 @@ class ActivitySourceConfig(SourceConfig):
     capture: str = ""  # also write the raw buffers to this capture file (fixtures, replay)
 
     def __post_init__(self) -> None:
-        unknown = [k for k in self.kinds if k not in kinds.KINDS]
+        # Messages start with the key (the caller adds "sources[N]: "), so each names its key path.
+        unknown = [(i, k) for i, k in enumerate(self.kinds) if k not in kinds.KINDS]
         if unknown:
+            index, kind = unknown[0]
             raise ValueError(
-                f"unknown activity kind {unknown[0]!r} (known: {', '.join(sorted(kinds.KINDS))})"
+                f"kinds[{index}]: unknown activity kind {kind!r} (known: {', '.join(sorted(kinds.KINDS))})"
             )
         for key in self.attributes:
             if key not in ATTRIBUTES:
-                raise ValueError(f"unknown CUPTI activity attribute {key!r} (known: {', '.join(ATTRIBUTES)})")
+                raise ValueError(
+                    f"attributes.{key}: unknown CUPTI activity attribute (known: {', '.join(ATTRIBUTES)})"
+                )
         for domain, patterns in (("runtime", self.runtime_api), ("driver", self.driver_api)):
             if patterns != ["*"] and (bad := kinds.unmatched_patterns(domain, patterns)):
                 raise ValueError(f"{domain}_api pattern {bad[0]!r} matches no {domain} API function")
