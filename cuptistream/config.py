@@ -203,7 +203,11 @@ def _message(error: msgspec.ValidationError, data: Any, prefix: str, model: type
         target = _lookup_model(model, path)
         known = ", ".join(f for f in getattr(target, "__struct_fields__", ()) if f != "type")
         hint = f" (known keys: {known})" if known else ""
-        return f"{_join(prefix, path + '.' + field)}: unknown key{hint}"
+        # A key with invisible characters (a no-break space, a tab) is escaped, and quoted if it
+        # starts or ends with a space, so the user sees what is wrong with it.
+        shown = field if field.isprintable() else repr(field)[1:-1]
+        shown = shown if shown == shown.strip() else repr(field)
+        return f"{_join(prefix, path + '.' + shown)}: unknown key{hint}"
     if expected := _EXPECTED_GOT.match(msg):
         want = expected.group("want")
         if "[...]" in path:  # msgspec does not name the mapping key; find the offending entry
@@ -284,7 +288,7 @@ def build(data: Any, origin: str = "<dict>") -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"<top level>: expected a mapping of sections, got {_short(data)}")
-    _refuse_nul(data, "")
+    _check_scalars(data, "")
     raw = convert(data, _RawConfig)
     sources: list[SourceConfig] = []
     for index, entry in enumerate(raw.sources):
@@ -306,20 +310,25 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     )
 
 
-def _refuse_nul(data: Any, path: str) -> None:
-    """A NUL character ("\\0" in YAML) is refused in every key and value: no path, name or
-    attribute can hold one, and file and socket calls fail on it far from the config."""
+def _check_scalars(data: Any, path: str) -> None:
+    """Refuse, with the key path, what no key can hold and what fails far from the config: a NUL
+    character ("\\0" in YAML) in any key or value (file and socket calls), and an integer outside
+    64 bits (the config is handed to the collector as msgpack, which cannot carry it)."""
+    where = path or "<top level>"
     if isinstance(data, str):
         if "\0" in data:
-            raise ConfigError(f"{path or '<top level>'}: contains a NUL character; remove it")
+            raise ConfigError(f"{where}: contains a NUL character; remove it")
+    elif isinstance(data, int) and not isinstance(data, bool):
+        if not -(2**63) <= data < 2**63:
+            raise ConfigError(f"{where}: integer out of range (64 bits; sizes at most 8EiB)")
     elif isinstance(data, dict):
         for key, value in data.items():
-            where = f"{path}.{key}" if path else str(key)
-            _refuse_nul(key, where)
-            _refuse_nul(value, where)
+            inner = f"{path}.{key}" if path else str(key)
+            _check_scalars(key, inner)
+            _check_scalars(value, inner)
     elif isinstance(data, list):
         for index, value in enumerate(data):
-            _refuse_nul(value, f"{path}[{index}]")
+            _check_scalars(value, f"{path}[{index}]")
 
 
 def _component_type(entry: Any, path: str) -> str:
@@ -407,6 +416,11 @@ def parse_yaml(text: str, origin: str) -> Any:
         raise ConfigError(f"{origin}: {problem}{where}".replace("\n", " ")) from None
     except RecursionError:
         raise ConfigError(f"{origin}: nested too deeply to be a config") from None
+    except (ValueError, OverflowError, LookupError, TypeError, AttributeError) as error:  # a tagged value
+        reason = str(error).split(";")[0]
+        raise ConfigError(
+            f"{origin}: a value YAML cannot read ({reason}); quote it to keep it as text"
+        ) from None
     finally:
         loader.dispose()
 

@@ -74,6 +74,8 @@ YAML_TOKENS = st.sampled_from(
         ".nan", ".inf", "-.inf", "1e400", "0x10", "0o17", "-1", "0", "type: file", "type: null",
         "directory: ", "batch:", "max_events: ", "max_latency: ", "memory_budget: ", "1KiB", "2h",
         "'quoted'", '"\\u2028"', "é", "💥", "\t", "#", "%YAML 1.1\n", "---\n", "...\n", "? ", "|\n",
+        "2001-13-45", "2001-02-30 25:61:00", "!!float ", "!!int ", "!!timestamp ", "!!bool ", "0b", "0x",
+        "9" * 5000, "1_000", "1:30:00", "!!set ", "!!omap ", "!!pairs ", "=", "<<",
     ]
 )  # fmt: skip
 
@@ -207,3 +209,28 @@ def test_one_wrong_value_is_refused_naming_its_key_path(case: tuple[dict[str, An
         # type/name/enabled changes surface elsewhere (another component's keys, a duplicate name,
         # no sink left), still as one line.
         assert _names(result, path), (path, result)
+
+
+TAGS = [
+    "!!float",
+    "!!int",
+    "!!bool",
+    "!!timestamp",
+    "!!binary",
+    "!!set",
+    "!!omap",
+    "!!pairs",
+    "!!map",
+    "!!seq",
+]
+TAGGED = ["", "x", "[1]", "{a: 1}", "0b", "0x", "1_", "2001-13-45", "=", "~", "[[1, 2]]", "9" * 5000]
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_values_yaml_cannot_convert_are_one_line(tmp_path: Path, tag: str) -> None:
+    """Found by the fuzz tests: PyYAML raised ValueError, IndexError, KeyError, TypeError or
+    AttributeError (a traceback) converting a bad date, an empty tagged value or a 5000-digit int."""
+    for value in TAGGED:
+        path = tmp_path / "c.yaml"
+        path.write_text(f"pipeline: {{memory_budget: {tag} {value}}}\n")
+        load_or_error(path)
