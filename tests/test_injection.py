@@ -241,3 +241,20 @@ def test_the_boot_hook_imports_nothing_of_cuptistream_until_cuda(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[] 1"
     assert report["probes"] == 0
+
+
+def test_the_command_line_reaches_the_envelope_only_when_enabled(tmp_path: Path) -> None:
+    marker = "--token=planted-secret"
+    for enabled in (False, True):
+        out = tmp_path / f"out-{enabled}"
+        cfg = tmp_path / f"cfg-{enabled}.json"
+        cfg.write_text(json.dumps({
+            "session": {"command_line": enabled},
+            "sources": [{"type": "replay"}],
+            "sinks": [{"type": "file", "directory": str(out)}],
+        }))  # fmt: skip
+        result = subprocess.run([*CLI, "run", "-c", str(cfg), "--quiet", "--", "python", "-c", "pass", marker],
+                                capture_output=True, text=True, timeout=120, env=_env())  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        lines = {arg for b in cuptistream.read(out).batches() for arg in b.resource.command_line}
+        assert (marker in lines) is enabled

@@ -40,9 +40,9 @@ class Collector:
         self.session_id = session_id or uuid.uuid4().hex[:16]
         if sinks is None:
             sinks = [sink_class(s.type)(s) for s in config.sinks if s.enabled]
-        self.pipeline = Pipeline(
-            config, sinks, self.session_id, current_resource(config.session.job_env), self.clock_sync
-        )
+        session = config.session
+        own = current_resource(session.job_env, command_line=session.command_line)
+        self.pipeline = Pipeline(config, sinks, self.session_id, own, self.clock_sync)
         self._pipeline_thread = PipelineThread(self.pipeline)
         self._clock_offset: int | None = None
         self._changed = threading.Condition()

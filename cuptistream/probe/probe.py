@@ -38,7 +38,7 @@ class Probe:
         self.quiet = quiet
         self.sources: list[Source] = []
         self.failed_sources: dict[str, str] = {}
-        resource = current_resource(config.session.job_env)
+        resource = current_resource(config.session.job_env, command_line=config.session.command_line)
         self.link = ProbeLink(address, session_id, resource, visible_devices())
         probe_cfg = config.probe
         self.emitter = ProbeEmitter(
