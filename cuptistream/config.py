@@ -160,9 +160,9 @@ def _dec_hook(kind: type, value: Any) -> Any:
 
 T = TypeVar("T")
 
-_AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$")
-_EXPECTED_GOT = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`$")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>[^`]+)`$")
+_AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
+_EXPECTED_GOT = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`$", re.DOTALL)
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>.+)`$", re.DOTALL)
 
 
 def _lookup(data: Any, path: str) -> Any:
