@@ -203,11 +203,7 @@ def _message(error: msgspec.ValidationError, data: Any, prefix: str, model: type
         target = _lookup_model(model, path)
         known = ", ".join(f for f in getattr(target, "__struct_fields__", ()) if f != "type")
         hint = f" (known keys: {known})" if known else ""
-        # A key with invisible characters (a no-break space, a tab) is escaped, and quoted if it
-        # starts or ends with a space, so the user sees what is wrong with it.
-        shown = field if field.isprintable() else repr(field)[1:-1]
-        shown = shown if shown == shown.strip() else repr(field)
-        return f"{_join(prefix, path + '.' + shown)}: unknown key{hint}"
+        return f"{_join(prefix, path + '.' + shown_key(field))}: unknown key{hint}"
     if expected := _EXPECTED_GOT.match(msg):
         want = expected.group("want")
         if "[...]" in path:  # msgspec does not name the mapping key; find the offending entry
@@ -310,6 +306,14 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     )
 
 
+def shown_key(key: object) -> str:
+    """A key as a message shows it: invisible characters (a no-break space, a tab, NUL) escaped,
+    quoted if it starts or ends with a space, so the user sees what is wrong with it."""
+    text = str(key)
+    shown = text if text.isprintable() else repr(text)[1:-1]
+    return shown if shown == shown.strip() else repr(text)
+
+
 def _check_scalars(data: Any, path: str) -> None:
     """Refuse, with the key path, what no key can hold and what fails far from the config: a NUL
     character ("\\0" in YAML) in any key or value (file and socket calls), and an integer outside
@@ -323,7 +327,7 @@ def _check_scalars(data: Any, path: str) -> None:
             raise ConfigError(f"{where}: integer out of range (64 bits; sizes at most 8EiB)")
     elif isinstance(data, dict):
         for key, value in data.items():
-            inner = f"{path}.{key}" if path else str(key)
+            inner = f"{path}.{shown_key(key)}" if path else shown_key(key)
             _check_scalars(key, inner)
             _check_scalars(value, inner)
     elif isinstance(data, list):

@@ -236,7 +236,7 @@ def test_values_yaml_cannot_convert_are_one_line(tmp_path: Path, tag: str) -> No
         load_or_error(path)
 
 
-@pytest.mark.parametrize("key", ["a\nb", "a\u2028b", "\xa0pipeline", " x", "a`b"])
+@pytest.mark.parametrize("key", ["a\nb", "a\u2028b", "\xa0pipeline", " x", "a`b", " \x00"])
 def test_unknown_keys_with_odd_characters_name_their_path(key: str) -> None:
     """Found by the nightly run: an unknown key with a line break inside a section lost its path
     (the message said ``<top level>``)."""
