@@ -48,6 +48,7 @@ def test_created_directories_are_0700_whatever_the_umask(tmp_path: Path, open_um
     assert mode(tmp_path / "shared") == 0o750
     spool = Spool(str(tmp_path / "spool"), 1 << 20, 1 << 16, "never", "kafka")
     spool.open()
+    spool.close()
     assert mode(tmp_path / "spool") == 0o700
 
 
