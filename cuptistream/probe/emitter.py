@@ -49,12 +49,12 @@ class SlotOutlet(PoolOutlet):
         self.link.post(self._ready)
 
     def reader_alive(self) -> bool:
-        return self.link.connected
+        return self.link.alive()
 
     def wait_consumed(self, timeout: float) -> bool:
         """Wait until the collector has read every published buffer (while it is there)."""
         deadline = time.monotonic() + timeout
-        while self.link.connected and bool((self.pool.headers["state"] == READY).any()):
+        while self.link.alive() and bool((self.pool.headers["state"] == READY).any()):
             if time.monotonic() > deadline:
                 return False
             time.sleep(_SLOT_POLL_S * 5)
@@ -213,7 +213,7 @@ class ProbeEmitter(Emitter):
     def _take_slot(self) -> int | None:
         """A free event slot, waiting while the collector is there and reading; None without one."""
         while (slot := self.pool.take()) is None:
-            if not self.link.connected:
+            if not self.link.alive():  # a killed collector frees nothing; reconnecting is housekeeping's
                 return None
             time.sleep(_SLOT_POLL_S)
         return slot

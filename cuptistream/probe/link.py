@@ -120,6 +120,24 @@ class ProbeLink:
                 self._disconnected(sock)
                 return False
 
+    def alive(self) -> bool:
+        """Whether the collector is still there. ``connected`` only learns of a dead collector when
+        a send fails; a thread that waits for the collector to free slots sends nothing, so it asks
+        the socket itself (a non-blocking peek: end of file means the collector is gone)."""
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                self._disconnected(sock)
+                return False
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._disconnected(sock)
+            return False
+        return True
+
     def count_lost(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         if count > 0:
             with self._lock:
