@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar
 
-from cuptistream.codec import decode_batch
+from cuptistream.codec import decode_batch, encode_chunk
 from cuptistream.config import SinkConfig, SourceConfig
 from cuptistream.events import Batch, Event, Resource
 
@@ -61,8 +61,10 @@ class Emitter(abc.ABC):
     CUPTI threads must not choose ``block`` for themselves, and the pipeline counts every drop.
     """
 
-    @abc.abstractmethod
-    def emit(self, events: Sequence[Event]) -> None: ...
+    def emit(self, events: Sequence[Event]) -> None:
+        """Encode ``events`` once, on this thread, and hand them over as one chunk."""
+        if events:
+            self.emit_chunk(encode_chunk(events))
 
     @abc.abstractmethod
     def emit_chunk(self, chunk: Chunk) -> None: ...

@@ -18,7 +18,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from cuptistream.codec import Chunk, encode_chunk
+from cuptistream.codec import Chunk
 from cuptistream.component import Emitter
 from cuptistream.config import FullPolicy
 from cuptistream.events import Error, Event
@@ -52,10 +52,6 @@ class Intake(Emitter):
         self.losses: Counter[tuple[str, str, str]] = Counter()
 
     # --- producer side (any thread) ----------------------------------------------------------
-
-    def emit(self, events: Sequence[Event]) -> None:
-        if events:
-            self.emit_chunk(encode_chunk(events))
 
     def emit_chunk(self, chunk: Chunk) -> None:
         with self._lock:
@@ -184,10 +180,6 @@ class _ProducerEmitter(Emitter):
     def __init__(self, intake: Intake, producer: Producer) -> None:
         self._intake = intake
         self._producer = producer
-
-    def emit(self, events: Sequence[Event]) -> None:
-        if events:
-            self.emit_chunk(encode_chunk(events))
 
     def emit_chunk(self, chunk: Chunk) -> None:
         chunk.producer = self._producer
