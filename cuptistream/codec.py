@@ -73,6 +73,15 @@ def encode_batch(header: EncodedBatch, chunks: Iterable[Chunk]) -> bytes:
     return _encoder.encode(header)
 
 
+_ENVELOPE_FIELDS = ("schema_version", "session_id", "seq", "resource", "attributes", "clock")
+
+
+def batch_with_events(envelope: msgspec.Struct, events: list[AnyEvent]) -> Batch:
+    """A Batch of ``events`` under ``envelope``'s header fields (an ``EncodedBatch`` whose events are
+    still raw, or a JSON Lines envelope)."""
+    return Batch(**{name: getattr(envelope, name) for name in _ENVELOPE_FIELDS}, events=events)
+
+
 def decode_batch(data: bytes | memoryview) -> Batch:
     """Decode one msgpack batch. Raises ``msgspec.DecodeError`` or ``ValidationError`` on bad input."""
     return _batch_decoder.decode(data)

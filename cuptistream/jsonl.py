@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from cuptistream.codec import batch_with_events
 from cuptistream.events import AnyEvent, Batch, ClockSync, Resource
 
 
@@ -98,13 +99,5 @@ def iter_batches(data: bytes) -> Iterator[Batch | Incomplete]:
             ) from None
         if len(events) != envelope.event_count:
             raise JsonlError(f"batch at line {line_number} has blank lines among its events")
-        yield Batch(
-            schema_version=envelope.schema_version,
-            session_id=envelope.session_id,
-            seq=envelope.seq,
-            resource=envelope.resource,
-            attributes=envelope.attributes,
-            clock=envelope.clock,
-            events=events,
-        )
+        yield batch_with_events(envelope, events)
         line_number += 1 + envelope.event_count

@@ -107,11 +107,11 @@ def cut_rows(batch: Batch, max_bytes: int) -> list[tuple[bytes, int]]:
         schema_version=batch.schema_version,
         host=res.host,
         pid=res.pid,
-        ppid=getattr(res, "ppid", 0),
+        ppid=res.ppid,
         process_name=res.process_name,
-        rank=getattr(res, "rank", None),
-        local_rank=getattr(res, "local_rank", None),
-        world_size=getattr(res, "world_size", None),
+        rank=res.rank,
+        local_rank=res.local_rank,
+        world_size=res.world_size,
         attributes=batch.attributes,
     )
     plain = _suffix(base)

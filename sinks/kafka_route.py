@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-from cuptistream.codec import array_header, decode_events, to_json
+from cuptistream.codec import array_header, batch_with_events, decode_events, to_json
 from cuptistream.errors import ConfigError
 from cuptistream.events import EVENT_TYPES, SCHEMA_VERSION, Batch, EncodedBatch
 from cuptistream.rows import cut_rows
@@ -195,15 +195,7 @@ class Router:
         self, envelope: EncodedBatch, topic: str, key: str, events: list[msgspec.Raw], families: set[str]
     ) -> list[Message]:
         """jsonl: rows are cut by their own size (about twice the msgpack one), between lines."""
-        batch = Batch(
-            schema_version=envelope.schema_version,
-            session_id=envelope.session_id,
-            seq=envelope.seq,
-            resource=envelope.resource,
-            attributes=envelope.attributes,
-            clock=envelope.clock,
-            events=decode_events(array_header(len(events)) + b"".join(events)),
-        )
+        batch = batch_with_events(envelope, decode_events(array_header(len(events)) + b"".join(events)))
         chunks = cut_rows(batch, self.max_message_bytes)
         return [
             self._message(envelope, topic, key, families, rows, count, f"{i}/{len(chunks)}")
@@ -251,20 +243,8 @@ class Router:
 
 
 def _json_value(msgpack_value: bytes) -> bytes:
-    return to_json(_decoded(msgpack_value))
-
-
-def _decoded(msgpack_value: bytes) -> Batch:
     envelope = _envelope_decoder.decode(msgpack_value)
-    return Batch(
-        schema_version=envelope.schema_version,
-        session_id=envelope.session_id,
-        seq=envelope.seq,
-        resource=envelope.resource,
-        attributes=envelope.attributes,
-        clock=envelope.clock,
-        events=decode_events(bytes(memoryview(envelope.events))),
-    )
+    return to_json(batch_with_events(envelope, decode_events(bytes(memoryview(envelope.events)))))
 
 
 def split_message(message: Message) -> list[Message]:
