@@ -85,16 +85,31 @@ def parse_headers(value: str, var: str) -> dict[str, str]:
     return headers
 
 
+def _one_of(
+    configured: str | None,
+    environ: Mapping[str, str],
+    signal: Signal,
+    name: str,
+    allowed: tuple[str, ...],
+    expected: str,
+) -> str:
+    """The config key if set, else the ``OTEL_*`` variable (checked against ``allowed``), else the
+    first of ``allowed`` (the default)."""
+    if configured is not None:
+        return configured
+    if found := _var(environ, signal, name):
+        var, value = found
+        if value not in allowed:
+            raise ValueError(f"{var}: expected {expected}, got {value!r}")
+        return value
+    return allowed[0]
+
+
 def effective(keys: ConfigKeys, signal: Signal, environ: Mapping[str, str]) -> SignalSettings:
     """The settings ``signal`` is sent with. Raises ValueError naming the key or variable at fault."""
-    protocol: Protocol = "http/protobuf"
-    if keys.protocol is not None:
-        protocol = keys.protocol
-    elif found := _var(environ, signal, "PROTOCOL"):
-        var, value = found
-        if value not in get_args(Protocol):
-            raise ValueError(f"{var}: expected grpc, http/protobuf or http/json, got {value!r}")
-        protocol = cast(Protocol, value)
+    protocol = cast(Protocol, _one_of(
+        keys.protocol, environ, signal, "PROTOCOL", get_args(Protocol), "grpc, http/protobuf or http/json"
+    ))  # fmt: skip
 
     if keys.signal_endpoint:
         url, where = keys.signal_endpoint, f"{signal}_endpoint"
@@ -111,14 +126,9 @@ def effective(keys: ConfigKeys, signal: Signal, environ: Mapping[str, str]) -> S
         )
     check_url(url, where)
 
-    compression: Compression = "gzip"
-    if keys.compression is not None:
-        compression = keys.compression
-    elif found := _var(environ, signal, "COMPRESSION"):
-        var, value = found
-        if value not in get_args(Compression):
-            raise ValueError(f"{var}: expected gzip or none, got {value!r}")
-        compression = cast(Compression, value)
+    compression = cast(Compression, _one_of(
+        keys.compression, environ, signal, "COMPRESSION", get_args(Compression), "gzip or none"
+    ))  # fmt: skip
 
     timeout = DEFAULT_TIMEOUT_S
     if keys.timeout is not None:
