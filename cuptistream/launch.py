@@ -13,6 +13,7 @@ command killed by signal N).
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import signal
@@ -89,10 +90,12 @@ def native_cuda_program(path: str) -> bool:
         with open(path, "rb") as file:
             if file.read(4) != _ELF or os.fstat(file.fileno()).st_size > _SCAN_LIMIT:
                 return False
-            data = file.read()
-    except OSError:
+            # Mapped, not read: a large binary is searched without a copy of it in memory.
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                python = data.find(b"Py_Initialize") >= 0
+                return not python and any(data.find(name) >= 0 for name in _CUDA_LIBRARIES)
+    except (OSError, ValueError):
         return False
-    return b"Py_Initialize" not in data and any(name in data for name in _CUDA_LIBRARIES)
 
 
 def probe_start(cfg: Config) -> str:
