@@ -17,7 +17,7 @@ import msgspec
 import yaml
 
 from cuptistream.errors import ConfigError
-from cuptistream.units import parse_duration, parse_size
+from cuptistream.units import parse_duration, parse_percent, parse_size
 
 
 class Size(int):
@@ -26,6 +26,13 @@ class Size(int):
 
 class Duration(float):
     """Seconds. YAML may say ``2``, ``0.5``, ``500ms`` or ``5min``."""
+
+
+class Percent(float):
+    """A fraction of a whole. YAML says ``1%`` or ``0.5%``."""
+
+
+BUDGET_OFF = Percent(0.0)  # ``overhead.budget: off`` (YAML's false); compared by identity
 
 
 FullPolicy = Literal["block", "drop_newest", "drop_oldest"]
@@ -115,6 +122,22 @@ class ProbeConfig(Strict):
         require_at_least("memory_budget", self.memory_budget, 1)
 
 
+class OverheadConfig(Strict):
+    """What the sampling sources (pc_sampling, sass) may cost the program, together: they adapt
+    their duty cycles to stay under it (``cuptistream.probe.governor``). ``budget: off`` (YAML's
+    false) keeps the duty cycles each source configures."""
+
+    budget: Percent = Percent(0.01)
+
+    def __post_init__(self) -> None:
+        if self.budget is not BUDGET_OFF and not 0.0001 <= self.budget <= 0.5:
+            raise ValueError(f"budget must be between 0.01% and 50%, or off; got {self.budget * 100:g}%")
+
+    @property
+    def fraction(self) -> float | None:
+        return None if self.budget is BUDGET_OFF else float(self.budget)
+
+
 class ComponentConfig(Strict):
     type: str
     name: str = ""  # defaults to ``type``; must be unique among sources (or sinks)
@@ -136,6 +159,7 @@ class Config(msgspec.Struct, kw_only=True):
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
     pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
     probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
+    overhead: OverheadConfig = msgspec.field(default_factory=OverheadConfig)
     sources: list[SourceConfig] = []
     sinks: list[SinkConfig] = []
     origin: str = "<dict>"
@@ -146,6 +170,7 @@ class _RawConfig(Strict):
     session: SessionConfig = msgspec.field(default_factory=SessionConfig)
     pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
     probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
+    overhead: OverheadConfig = msgspec.field(default_factory=OverheadConfig)
     sources: list[dict[str, Any]] = []
     sinks: list[dict[str, Any]] = []
 
@@ -155,6 +180,8 @@ def _dec_hook(kind: type, value: Any) -> Any:
         return Size(parse_size(value))
     if kind is Duration:
         return Duration(parse_duration(value))
+    if kind is Percent:
+        return BUDGET_OFF if value is False or value == "off" else Percent(parse_percent(value))
     raise NotImplementedError(kind)
 
 
@@ -301,7 +328,8 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     if not any(s.enabled for s in sinks):
         raise ConfigError("sinks: no sink is enabled; add one, e.g. `sinks: [{type: file, directory: out}]`")
     return Config(
-        session=raw.session, pipeline=raw.pipeline, probe=raw.probe, sources=sources, sinks=sinks,
+        session=raw.session, pipeline=raw.pipeline, probe=raw.probe, overhead=raw.overhead,
+        sources=sources, sinks=sinks,
         origin=origin, raw=data,
     )
 

@@ -311,6 +311,26 @@ class SassMetricBatch(Event, tag="sass_metrics"):
     records: list[SassRecord]
 
 
+class GovernorDecision(Event, tag="governor"):
+    """What the overhead governor decided for a sampling source, and the measurements behind it
+    (``overhead.budget``; ``cuptistream.probe.governor``). Fractions are of the program's time."""
+
+    timestamp: int
+    source: str  # the governed source's name
+    budget: float  # the session's budget; 0 when there is none (the configured duty cycle holds)
+    share: float  # this source's part of it
+    window_s: float  # the next windows' length
+    pause_s: float  # the pause between windows
+    duty: float  # window / (window + pause)
+    unit_cost: float  # smoothed cost per second of open window (seconds of the program's time)
+    expected_cost: float  # unit_cost x duty: the share of the program's time this plan should cost
+    measured_open_s: float = 0.0  # the window just measured: how long it was open,
+    measured_host_s: float = 0.0  # ... the host time it cost (measured),
+    estimated_gpu_s: float = 0.0  # ... and the GPU time it cost (estimated from its length)
+    windows: int = 0  # windows measured so far
+    reason: str = ""
+
+
 # --- accounting -----------------------------------------------------------------------------
 
 
@@ -365,6 +385,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     Activity,
     PcSampleBatch,
     SassMetricBatch,
+    GovernorDecision,
     Loss,
     SelfStats,
 ]

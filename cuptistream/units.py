@@ -65,3 +65,17 @@ def parse_duration(value: object) -> float:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def parse_percent(value: object) -> float:
+    """A fraction from a percentage string like ``1%`` or ``0.5%``. Bare numbers are refused: ``0.5``
+    could mean half or half a percent. Raises ValueError."""
+    if isinstance(value, str) and len(value) <= 32 and value.strip().endswith("%"):
+        try:
+            percent = float(value.strip()[:-1])
+        except ValueError:
+            pass
+        else:
+            if math.isfinite(percent):
+                return percent / 100
+    raise ValueError(f"expected a percentage like 1% or 0.5%, got {_short(value)}")

@@ -57,6 +57,7 @@ from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
 from cuptistream.errors import ConfigError
 from cuptistream.events import PcSampleBatch, ResourceChange
+from cuptistream.probe.governor import PC_SAMPLING_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
 
 from .cupti_worker import CuptiWorkerSource
 from .pc_sampling_config import PcSamplingConfig, select_stall_reasons
@@ -82,6 +83,7 @@ class _Context:
     buffers: int = 0  # GetData buffers allocated (at most _BUFFERS_PER_CONTEXT)
     enabled: bool = True
     started: bool = False
+    window_start: float = 0.0
     window_end: float = 0.0
     next_start: float = 0.0
     next_drain: float = 0.0
@@ -100,11 +102,21 @@ class _Filled:
 # Each holds collect_pcs x (PC record + stall reasons), about 1.5 MB at the defaults.
 _BUFFERS_PER_CONTEXT = 4
 
+# Under a budget: the longest pause between windows, the shortest window, and the cost per second of
+# open window assumed until one is measured (H100, torch MLP: docs/benchmarks.md).
+_MAX_PAUSE_S = 600.0
+_MIN_WINDOW_S = 0.05
+_PRIOR_UNIT_COST = 0.25
+
 
 class PcSamplingSource(CuptiWorkerSource):
     config_type = PcSamplingConfig
     config: PcSamplingConfig
     label = "PC sampling"
+    _governor: Governor | None = None
+
+    def use_governor(self, governor: Governor) -> None:
+        self._governor = governor
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -128,8 +140,19 @@ class PcSamplingSource(CuptiWorkerSource):
         self.stats: dict[str, float] = {
             "batches": 0, "samples": 0, "dropped": 0, "pcs": 0, "get_data_calls": 0,
             "get_data_s": 0.0, "decode_s": 0.0, "launch_actions": 0, "launch_action_s": 0.0,
-            "function_names": 0,
+            "function_names": 0, "control_s": 0.0, "windows": 0,
         }  # fmt: skip
+        self._throttle: Throttle | None = None
+        self._charged_s = 0.0  # control + decode seconds already charged to a window
+        if self._governor is not None and self._duty:
+            # The configured window is the longest the governor uses; the pause is its to set.
+            self._throttle = self._governor.throttle(
+                self.name,
+                window_s=float(self.config.duty_cycle.on), pause_s=float(self.config.duty_cycle.off),
+                min_window_s=_MIN_WINDOW_S, max_pause_s=_MAX_PAUSE_S, prior_unit_cost=_PRIOR_UNIT_COST,
+                timestamp=self._now,
+            )  # fmt: skip
+            self._throttle.first()
         self._hold_cupti(float(self.config.watchdog_timeout))
         self._hook: LaunchHook | None = None
         try:
@@ -219,7 +242,8 @@ class PcSamplingSource(CuptiWorkerSource):
             now = time.monotonic()
             # Without start/stop control an enabled context samples: its first window is open.
             state.started = not self._start_stop
-            state.window_end = now + float(cfg.duty_cycle.on) if self._duty else float("inf")
+            state.window_start = now
+            state.window_end = now + self._window_s() if self._duty else float("inf")
             state.next_start = now
             state.next_drain = now + self._interval
             self._contexts[ctx] = state
@@ -416,7 +440,13 @@ class PcSamplingSource(CuptiWorkerSource):
 
     def _tick(self, state: _Context, now: float) -> float:
         """Advance one context's duty cycle; return when it next needs attention."""
-        cfg = self.config
+        began = time.perf_counter()
+        try:
+            return self._tick_locked(state, now)
+        finally:  # what the program pays for control, whichever thread this ran on
+            self.stats["control_s"] += time.perf_counter() - began
+
+    def _tick_locked(self, state: _Context, now: float) -> float:
         with state.lock:
             if state.ctx not in self._contexts:
                 return now + 1.0
@@ -427,20 +457,37 @@ class PcSamplingSource(CuptiWorkerSource):
                 else:
                     self._reenable_locked(state)
                 state.started = True
-                state.window_end = now + float(cfg.duty_cycle.on)
+                state.window_start = now
+                state.window_end = now + self._window_s()
                 state.next_drain = now + self._interval
             elif state.started and self._duty and now >= state.window_end:
                 state.started = False
-                state.next_start = now + float(cfg.duty_cycle.off)
                 if self._start_stop:
                     self._watched("cuptiPCSamplingStop", pcs.stop, state.ctx)
                     self._drain_locked(state)
                 else:
                     self._disable_locked(state)
+                closed = time.monotonic()
+                state.next_start = closed + self._window_closed(closed - state.window_start)
             elif state.started and now >= state.next_drain:
                 self._drain_locked(state)
                 state.next_drain = now + self._interval
             return self._next_due(state)
+
+    def _window_s(self) -> float:
+        return self._throttle.plan.window_s if self._throttle else float(self.config.duty_cycle.on)
+
+    def _window_closed(self, open_s: float) -> float:
+        """The pause before the next window: the configured one, or the governor's, told what this
+        window cost (control calls and decoding since the last window closed, and the estimated
+        slowdown of the sampled kernels)."""
+        self.stats["windows"] += 1
+        if self._throttle is None:
+            return float(self.config.duty_cycle.off)
+        spent = self.stats["control_s"] + self.stats["decode_s"]
+        host, self._charged_s = spent - self._charged_s, spent
+        cost = WindowCost(open_s=open_s, host_s=host, gpu_s=open_s * PC_SAMPLING_KERNEL_SLOWDOWN)
+        return self._throttle.window_done(cost).pause_s
 
     def _drain(self, state: _Context) -> None:
         if self._watchdog.wedged.is_set():

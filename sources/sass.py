@@ -39,6 +39,7 @@ from cuptistream.cupti.pcsampling_api import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import SassMetricBatch
+from cuptistream.probe.governor import SASS_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
 
 from .cupti_worker import CuptiWorkerSource
 
@@ -46,6 +47,12 @@ STAGE = "sass"
 
 # device -> the (metric id, granularity) list set there and still set (see stop()).
 _kept_configs: dict[int, list[tuple[int, int]]] = {}
+
+# Under a budget: the longest pause between windows, the shortest window, and the cost per second of
+# open window assumed until one is measured (the window itself, plus Enable/Flush/Disable).
+_MAX_PAUSE_S = 1800.0
+_MIN_WINDOW_S = 0.02
+_PRIOR_UNIT_COST = 1.5
 
 
 class SassConfig(SourceConfig):
@@ -84,6 +91,10 @@ class SassMetricsSource(CuptiWorkerSource):
     config_type = SassConfig
     config: SassConfig
     label = "SASS metrics"
+    _governor: Governor | None = None
+
+    def use_governor(self, governor: Governor) -> None:
+        self._governor = governor
 
     def start(self) -> None:
         from cuptistream.cupti import driver
@@ -107,6 +118,15 @@ class SassMetricsSource(CuptiWorkerSource):
             "windows": 0, "records": 0, "dropped": 0, "enable_s": 0.0, "flush_s": 0.0, "disable_s": 0.0,
             "decode_s": 0.0,
         }  # fmt: skip
+        self._throttle: Throttle | None = None
+        if self._governor is not None and cfg.window > 0:
+            # The configured window is the longest the governor uses; the period its starting point.
+            self._throttle = self._governor.throttle(
+                self.name,
+                window_s=float(cfg.window), pause_s=max(0.0, float(cfg.period) - float(cfg.window)),
+                min_window_s=_MIN_WINDOW_S, max_pause_s=_MAX_PAUSE_S, prior_unit_cost=_PRIOR_UNIT_COST,
+                timestamp=self._now,
+            )  # fmt: skip
         self._hold_cupti(float(cfg.watchdog_timeout))
         try:
             sass.profiler_initialize()
@@ -180,6 +200,8 @@ class SassMetricsSource(CuptiWorkerSource):
     def _run(self) -> None:
         cfg = self.config
         next_window = time.monotonic() + float(cfg.initial_delay)
+        if self._throttle is not None:
+            self._throttle.first()
         while not self._stopping.wait(max(0.0, next_window - time.monotonic())):
             if self._watchdog.wedged.is_set() or (cfg.windows and self.windows_done >= cfg.windows):
                 return
@@ -187,7 +209,10 @@ class SassMetricsSource(CuptiWorkerSource):
             if not self._ctx:
                 continue
             try:
-                self.window()
+                if self._throttle is None:
+                    self.window()
+                else:
+                    next_window = time.monotonic() + self._governed_window(self._throttle)
             except CuptiError as error:
                 self.emitter.report_error(
                     self._origin, f"SASS window failed: {error}", result_code=error.code
@@ -199,8 +224,24 @@ class SassMetricsSource(CuptiWorkerSource):
                 )
                 return
 
-    def window(self) -> None:
-        """One collection window on the adopted context (also callable directly, e.g. by tests)."""
+    def _governed_window(self, throttle: Throttle) -> float:
+        """One window as long as the governor plans, told what it cost; returns the pause after it."""
+        before = self._host_seconds()
+        began = time.monotonic()
+        self.window(throttle.plan.window_s)
+        open_s = time.monotonic() - began
+        host = self._host_seconds() - before
+        window_s = min(open_s, throttle.plan.window_s)  # patched kernels run slowly only while enabled
+        cost = WindowCost(open_s=window_s, host_s=host, gpu_s=window_s * SASS_KERNEL_SLOWDOWN)
+        return throttle.window_done(cost).pause_s
+
+    def _host_seconds(self) -> float:
+        """Seconds in Enable, GetDataProperties+FlushData, Disable and decoding, so far."""
+        return sum(self.stats[key] for key in ("enable_s", "flush_s", "disable_s", "decode_s"))
+
+    def window(self, seconds: float | None = None) -> None:
+        """One collection window on the adopted context, ``seconds`` long (the configured window by
+        default); also callable directly, e.g. by tests."""
         cfg = self.config
         with self._lock:
             ctx = self._ctx
@@ -215,7 +256,7 @@ class SassMetricsSource(CuptiWorkerSource):
             self.stats["enable_s"] += time.perf_counter() - began
             buffer = None
             try:
-                self._stopping.wait(float(cfg.window))
+                self._stopping.wait(float(cfg.window) if seconds is None else seconds)
                 flushing = time.perf_counter()
                 records, instances = self._call(
                     "cuptiSassMetricsGetDataProperties", sass.data_properties, ctx

@@ -22,6 +22,7 @@ import pytest
 
 from cuptistream import events, registry
 from cuptistream.config import (
+    OverheadConfig,
     PipelineConfig,
     ProbeConfig,
     SessionConfig,
@@ -177,6 +178,7 @@ CORE_SECTIONS = {
     "session": (r"^`session`$", SessionConfig),
     "pipeline": (r"^`pipeline`$", PipelineConfig),
     "probe": (r"^`probe`$", ProbeConfig),
+    "overhead": (r"^`overhead`$", OverheadConfig),
     "every source": (r"^Keys every source has$", SourceConfig),
     "every sink": (r"^Keys every sink has$", SinkConfig),
 }

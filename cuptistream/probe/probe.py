@@ -21,6 +21,7 @@ from cuptistream.config import Config
 from cuptistream.cupti.gpus import visible_devices
 from cuptistream.events import ClockSync
 from cuptistream.probe.emitter import ProbeEmitter
+from cuptistream.probe.governor import Governed, Governor
 from cuptistream.probe.link import ProbeLink
 from cuptistream.registry import source_class
 from cuptistream.resource import current_resource
@@ -45,6 +46,7 @@ class Probe:
             self.link, probe_cfg.memory_budget, config.pipeline.full_policy,
             probe_cfg.event_buffer_size, probe_cfg.event_buffers, self.clock_sync,
         )  # fmt: skip
+        self.governor = Governor(config.overhead.fraction, lambda decision: self.emitter.emit([decision]))
         self._lock = threading.Lock()
         self._stopped = False
         self._previous_sigterm: Any = None
@@ -57,6 +59,8 @@ class Probe:
             if not source_config.enabled:
                 continue
             source = source_class(source_config.type)(source_config, self.emitter)
+            if isinstance(source, Governed):
+                source.use_governor(self.governor)
             try:
                 source.start()
             except Exception as error:

@@ -1,0 +1,214 @@
+"""The overhead governor: holds what the sampling sources cost the program under ``overhead.budget``.
+
+PC sampling and SASS metrics cost the observed program almost only while a window is open: CUPTI
+control calls on the application's thread (Start/Stop/GetData, Enable/Flush/Disable), our own
+Python work that takes the GIL (decoding), and kernels that run slower while they are sampled or
+patched. Each governed source measures what every window cost and asks its ``Throttle`` for the
+next window's length and the pause before it. The throttle gives the source its share of the
+budget (the budget split evenly among the session's governed sources) and sets the duty cycle so
+that cost per cycle / cycle length stays under that share:
+
+    cycle = unit_cost x window / share;  pause = cycle - window
+
+where ``unit_cost`` is the measured cost per second of open window, smoothed (quick to rise, slow
+to fall: a costlier phase of the program is met at the next window, a cheaper one earns samples back
+gradually). When even the longest pause would not hold the share, windows get shorter.
+
+What a window costs is ``WindowCost``: host seconds are measured; GPU seconds are an estimate from
+the window's length (``PC_SAMPLING_KERNEL_SLOWDOWN``, ``SASS_KERNEL_SLOWDOWN``), because the probe
+does no per-record work and so does not see kernel durations. ``docs/benchmarks.md`` has the
+benchmark that checks the total against the budget on the GPU.
+
+Every decision that changes the plan is a ``GovernorDecision`` event, with the measurements behind it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from cuptistream.events import GovernorDecision
+
+# Estimated slowdown of the program's GPU work while a window is open, as a fraction of the window.
+# PC sampling in continuous mode samples in hardware; its cost is mostly the control calls, which are
+# measured. Patched SASS kernels run 10-190x slower (DESIGN.md §5): the whole window is charged.
+PC_SAMPLING_KERNEL_SLOWDOWN = 0.05
+SASS_KERNEL_SLOWDOWN = 1.0
+
+_RISE = 0.7  # smoothing weight of a new measurement above the running unit cost
+_FALL = 0.2  # ... and below it
+_ANNOUNCE_CHANGE = 0.1  # a plan that moves less than this (relative) is not announced again
+
+
+@dataclass(frozen=True)
+class WindowCost:
+    """What one window cost the program, in seconds."""
+
+    open_s: float  # how long the window was open
+    host_s: float  # measured: control calls on the application's thread, and our GIL-holding work
+    gpu_s: float  # estimated: extra GPU time of the kernels sampled or patched
+
+    @property
+    def total_s(self) -> float:
+        return self.host_s + self.gpu_s
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The next window's length and the pause before it opens, in seconds."""
+
+    window_s: float
+    pause_s: float
+
+    @property
+    def duty(self) -> float:
+        return self.window_s / (self.window_s + self.pause_s)
+
+
+@runtime_checkable
+class Governed(Protocol):
+    """A source whose duty cycle the governor sets: the probe hands it the session's governor
+    before ``start()``."""
+
+    def use_governor(self, governor: Governor) -> None: ...
+
+
+class Governor:
+    """One per session; the governed sources each get a ``Throttle``.
+
+    ``budget`` is a fraction of the program's time (0.01 for 1%), or None: no governing, every
+    throttle plans the source's configured window and pause. ``emit`` gets each decision event.
+    """
+
+    def __init__(self, budget: float | None, emit: Callable[[GovernorDecision], None]) -> None:
+        self.budget = budget
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._throttles: list[Throttle] = []
+
+    def throttle(
+        self,
+        source: str,
+        *,
+        window_s: float,
+        pause_s: float,
+        min_window_s: float,
+        max_pause_s: float,
+        prior_unit_cost: float,
+        timestamp: Callable[[], int],
+    ) -> Throttle:
+        """A throttle for ``source``: its configured window and pause (kept as they are when there
+        is no budget), the shortest window and longest pause it accepts, and the cost per second of
+        open window to assume before the first measurement."""
+        throttle = Throttle(
+            self, source, window_s=window_s, pause_s=pause_s, min_window_s=min_window_s,
+            max_pause_s=max_pause_s, prior_unit_cost=prior_unit_cost, timestamp=timestamp,
+        )  # fmt: skip
+        with self._lock:
+            self._throttles.append(throttle)
+        return throttle
+
+    def share(self) -> float | None:
+        """Each governed source's part of the budget."""
+        if self.budget is None:
+            return None
+        with self._lock:
+            return self.budget / max(1, len(self._throttles))
+
+    def announce(self, decision: GovernorDecision) -> None:
+        self._emit(decision)
+
+
+class Throttle:
+    """One source's duty cycle under its share of the budget. Thread-safe."""
+
+    def __init__(
+        self,
+        governor: Governor,
+        source: str,
+        *,
+        window_s: float,
+        pause_s: float,
+        min_window_s: float,
+        max_pause_s: float,
+        prior_unit_cost: float,
+        timestamp: Callable[[], int],
+    ) -> None:
+        self.governor = governor
+        self.source = source
+        self.max_window_s = window_s
+        self.configured_pause_s = pause_s
+        self.min_window_s = min(min_window_s, window_s)
+        self.max_pause_s = max_pause_s
+        self.unit_cost = prior_unit_cost  # smoothed cost per second of open window
+        self._timestamp = timestamp
+        self._lock = threading.Lock()
+        self._announced: Plan | None = None
+        self.windows = 0
+        self.plan = self._decide()
+
+    def first(self) -> Plan:
+        """The plan before any window was measured (from the prior), announced once."""
+        with self._lock:
+            self.plan = self._decide()
+            self._announce(self.plan, None, "first plan, from the expected cost of this source")
+            return self.plan
+
+    def window_done(self, cost: WindowCost) -> Plan:
+        """Take one window's measured cost; return the plan for the next window."""
+        with self._lock:
+            self.windows += 1
+            if cost.open_s > 0:
+                measured = cost.total_s / cost.open_s
+                weight = _RISE if measured > self.unit_cost else _FALL
+                self.unit_cost += weight * (measured - self.unit_cost)
+            self.plan = self._decide()
+            self._announce(self.plan, cost, "a window was measured")
+            return self.plan
+
+    def _decide(self) -> Plan:
+        share = self.governor.share()
+        if share is None:
+            return Plan(self.max_window_s, self.configured_pause_s)
+        window = self.max_window_s
+        cycle = self.unit_cost * window / share
+        pause = max(cycle - window, window)  # never more than half the time sampling
+        if pause > self.max_pause_s:
+            # Even the longest pause overspends: shorter windows, down to the floor.
+            window = max(self.min_window_s, share * (self.max_pause_s + window) / max(self.unit_cost, 1e-9))
+            window = min(window, self.max_window_s)
+            pause = self.max_pause_s
+        return Plan(window, pause)
+
+    def _announce(self, plan: Plan, cost: WindowCost | None, why: str) -> None:
+        last = self._announced
+        if last is not None and _close(plan.window_s, last.window_s) and _close(plan.pause_s, last.pause_s):
+            return
+        if last is not None:
+            why = f"{why}; the plan moved by more than {_ANNOUNCE_CHANGE:.0%}"
+        self._announced = plan
+        share = self.governor.share()
+        self.governor.announce(
+            GovernorDecision(
+                timestamp=self._timestamp(),
+                source=self.source,
+                budget=self.governor.budget or 0.0,
+                share=share or 0.0,
+                window_s=round(plan.window_s, 6),
+                pause_s=round(plan.pause_s, 6),
+                duty=round(plan.duty, 6),
+                unit_cost=round(self.unit_cost, 6),
+                expected_cost=round(self.unit_cost * plan.duty, 6),
+                measured_open_s=round(cost.open_s, 6) if cost else 0.0,
+                measured_host_s=round(cost.host_s, 6) if cost else 0.0,
+                estimated_gpu_s=round(cost.gpu_s, 6) if cost else 0.0,
+                windows=self.windows,
+                reason=why,
+            )
+        )
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= _ANNOUNCE_CHANGE * max(abs(a), abs(b), 1e-9)
