@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 import cuptistream
-from cuptistream.events import Error, Loss, PcSampleBatch, SassMetricBatch
+from cuptistream.events import Error, GovernorDecision, Loss, PcSampleBatch, SassMetricBatch
 from cuptistream.reader import read
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}
@@ -47,7 +47,10 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "base": [],
     "pcs": [PC_SAMPLING],
     "sass": [SASS],
-    "both": [PC_SAMPLING, SASS],
+    "both": [PC_SAMPLING, SASS],  # under the default overhead.budget (1%)
+    "both_0.5pct": [PC_SAMPLING, SASS],
+    "both_5pct": [PC_SAMPLING, SASS],
+    "both_ungoverned": [PC_SAMPLING, SASS],  # overhead.budget: off, the sources' own duty cycles
     "pcs_serialized": [{**PC_SAMPLING, "mode": "serialized"}],
     "pcs_start_stop": [{**PC_SAMPLING, "duty_cycle": {"method": "start_stop"}}],
     "pcs_enable_disable": [{**PC_SAMPLING, "duty_cycle": {"method": "enable_disable"}}],
@@ -63,17 +66,27 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
 }
 
 
+BUDGETS: dict[str, str | bool] = {"both_0.5pct": "0.5%", "both_5pct": "5%", "both_ungoverned": False}
+
+
 class Trainer:
     def __init__(self, workload: str = "mlp") -> None:
         torch.manual_seed(0)
         self.tiny = torch.zeros(1024, device="cuda") if workload == "tiny" else None
-        self.model = torch.nn.Sequential(
-            torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
-            torch.nn.Linear(2048, 1024),
-        ).cuda()  # fmt: skip
+        self.model: torch.nn.Module
+        if workload == "transformer":  # bench/workloads.py W4: 4 encoder layers, AdamW
+            layer = torch.nn.TransformerEncoderLayer(d_model=512, nhead=8, batch_first=True)
+            self.model = torch.nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False).cuda()
+            self.x = torch.randn(16, 256, 512, device="cuda")
+            self.y = torch.zeros(16, 256, 512, device="cuda")
+        else:
+            self.model = torch.nn.Sequential(
+                torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048), torch.nn.ReLU(),
+                torch.nn.Linear(2048, 1024),
+            ).cuda()  # fmt: skip
+            self.x = torch.randn(256, 1024, device="cuda")
+            self.y = torch.randn(256, 1024, device="cuda")
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4)
-        self.x = torch.randn(256, 1024, device="cuda")
-        self.y = torch.randn(256, 1024, device="cuda")
         self.last_step = time.monotonic()
 
     def step(self) -> None:
@@ -97,11 +110,14 @@ class Trainer:
         return steps, time.monotonic() - t0
 
 
-def session_config(sources: list[dict[str, Any]], directory: str) -> dict[str, Any]:
-    return {
-        "sources": [{**s, "name": s["type"]} for s in sources],
+def session_config(name: str, directory: str) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "sources": [{**s, "name": s["type"]} for s in CONDITIONS[name]],
         "sinks": [{"type": "file", "directory": directory, "format": "msgpack"}],
     }
+    if name in BUDGETS:
+        config["overhead"] = {"budget": BUDGETS[name]}
+    return config
 
 
 def watch(trainer: Trainer) -> None:
@@ -143,6 +159,8 @@ def summarize_files(directory: str) -> dict[str, Any]:
     errors: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     samples = 0
+    sass_records = 0
+    plans: dict[str, dict[str, float]] = {}
     for event in read(directory):
         kinds[type(event).__name__] += 1
         if isinstance(event, Loss):
@@ -152,14 +170,20 @@ def summarize_files(directory: str) -> dict[str, Any]:
         elif isinstance(event, PcSampleBatch):
             samples += event.total_samples
         elif isinstance(event, SassMetricBatch):
-            kinds["sass_records"] += len(event.records)
-    return {"events": dict(kinds), "pc_samples": samples, "losses": dict(losses), "errors": dict(errors)}
+            sass_records += len(event.records)
+        elif isinstance(event, GovernorDecision):
+            plans[event.source] = {"window_s": event.window_s, "pause_s": event.pause_s,
+                                   "unit_cost": event.unit_cost, "windows": event.windows}  # fmt: skip
+    return {
+        "events": dict(kinds), "pc_samples": samples, "sass_records": sass_records, "plans": plans,
+        "losses": dict(losses), "errors": dict(errors),
+    }  # fmt: skip
 
 
 def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tuple[float, dict[str, Any]]:
     """One window of ``name`` in its own session: steps/s and what the sources and sinks saw."""
     t0 = time.monotonic()
-    with cuptistream.session(session_config(CONDITIONS[name], directory), quiet=True) as s:
+    with cuptistream.session(session_config(name, directory), quiet=True) as s:
         started = time.monotonic() - t0
         cpu0 = thread_cpu()
         steps, took = trainer.run_for(window)
@@ -180,9 +204,13 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
     others = [name for name in names if name != "base"]
     order = [name for _ in range(rounds) for other in others for name in ("base", other)] + ["base"]
     rates: list[float] = []
+    per_minute: dict[str, list[tuple[float, float]]] = {name: [] for name in others}
     for i, name in enumerate(order):
         rate, detail = run_window(trainer, name, window, os.path.join(root, f"{i:03d}-{name}"))
         rates.append(rate)
+        if name != "base":
+            minutes = window / 60
+            per_minute[name].append((detail["pc_samples"] / minutes, detail["sass_records"] / minutes))
         print(json.dumps({"window": i, "condition": name, "steps_per_s": round(rate, 1), **detail})[:2500],
               flush=True)  # fmt: skip
     by_name: dict[str, list[float]] = {name: [] for name in ["base", *others]}
@@ -199,6 +227,8 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
             row["ratio_median"] = round(statistics.median(r), 4)
             row["ratio_min"] = round(min(r), 4)
             row["ratio_max"] = round(max(r), 4)
+            row["pc_samples_per_min"] = round(statistics.median(p for p, _ in per_minute[name]))
+            row["sass_records_per_min"] = round(statistics.median(q for _, q in per_minute[name]))
         table[name] = row
     return {
         "window_s": window,
@@ -213,7 +243,7 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
 def soak(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, Any]:
     directory = os.path.join(root, f"soak-{name}")
     buckets: list[float] = []
-    with cuptistream.session(session_config(CONDITIONS[name], directory), quiet=True) as s:
+    with cuptistream.session(session_config(name, directory), quiet=True) as s:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             steps, took = trainer.run_for(10.0)
@@ -238,8 +268,8 @@ def main() -> None:
     parser.add_argument("--conditions", default="base,both,pcs_serialized")
     parser.add_argument("--window", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workload", choices=["mlp", "tiny"], default="mlp",
-                        help="mlp: the training step; tiny: one 1024-float add per step")  # fmt: skip
+    parser.add_argument("--workload", choices=["mlp", "transformer", "tiny"], default="mlp",
+                        help="mlp or transformer: a training step; tiny: one 1024-float add per step")  # fmt: skip
     parser.add_argument("--soak", type=float, default=0.0, help="one session of the first condition")
     parser.add_argument("--out", default="", help="write the result JSON here")
     parser.add_argument("--keep", default="", help="sink directories go here (default: a temp dir)")

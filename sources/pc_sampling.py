@@ -244,7 +244,7 @@ class PcSamplingSource(CuptiWorkerSource):
             state.started = not self._start_stop
             state.window_start = now
             state.window_end = now + self._window_s() if self._duty else float("inf")
-            state.next_start = now
+            state.next_start = now + (self._throttle.first_delay() if self._throttle else 0.0)
             state.next_drain = now + self._interval
             self._contexts[ctx] = state
             self._device_owner[device_id] = ctx
@@ -467,8 +467,7 @@ class PcSamplingSource(CuptiWorkerSource):
                     self._drain_locked(state)
                 else:
                     self._disable_locked(state)
-                closed = time.monotonic()
-                state.next_start = closed + self._window_closed(closed - state.window_start)
+                state.next_start = now + self._window_closed(now - state.window_start)
             elif state.started and now >= state.next_drain:
                 self._drain_locked(state)
                 state.next_drain = now + self._interval

@@ -12,7 +12,7 @@ from cuptistream.errors import ConfigError
 
 
 class DutyCycle(Strict):
-    on: Duration = Duration(1.0)  # sampling window
+    on: Duration = Duration(0.5)  # sampling window (under overhead.budget: the longest)
     off: Duration = Duration(19.0)  # pause between windows; 0 = sample all the time
     # How a window opens and closes: cuptiPCSamplingStart/Stop on an enabled context, or
     # cuptiPCSamplingEnable/Disable, which also removes what an enabled context costs between windows.

@@ -60,7 +60,7 @@ class SassConfig(SourceConfig):
     granularity: Literal["gpu", "sm", "smsp"] = "gpu"
     lazy_patching: bool = True  # patch a kernel at its first launch in a window, not the whole module
     device: int = 0
-    window: Duration = Duration(0.5)  # how long kernels stay patched
+    window: Duration = Duration(0.25)  # how long kernels stay patched (under overhead.budget: the longest)
     period: Duration = Duration(60.0)  # a window opens this often
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
@@ -202,6 +202,7 @@ class SassMetricsSource(CuptiWorkerSource):
         next_window = time.monotonic() + float(cfg.initial_delay)
         if self._throttle is not None:
             self._throttle.first()
+            next_window += self._throttle.first_delay()
         while not self._stopping.wait(max(0.0, next_window - time.monotonic())):
             if self._watchdog.wedged.is_set() or (cfg.windows and self.windows_done >= cfg.windows):
                 return

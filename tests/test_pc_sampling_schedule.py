@@ -706,3 +706,36 @@ def test_a_launch_during_stop_does_not_reenable_a_detached_context(make: Callabl
     state.lock = _LaunchOnRelease(lambda: source._on_launch_due(CTX_A))
     h.stop()
     assert h.calls()[-1] == "disable", h.calls()
+
+
+def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
+    make: Callable[..., Harness],
+) -> None:
+    """The source tells its throttle what a window cost (control calls timed, plus the estimated
+    kernel slowdown), and waits the pause it gets back; the decisions reach the emitter."""
+    from cuptistream.events import GovernorDecision
+    from cuptistream.probe.governor import PC_SAMPLING_KERNEL_SLOWDOWN, Governor
+
+    h = make()
+    decisions: list[GovernorDecision] = []
+    governor = Governor(0.01, decisions.append)
+    h.source.use_governor(governor)
+    source = h.start()
+    throttle = source._throttle
+    assert throttle is not None and decisions and decisions[0].reason.startswith("first plan")
+    state = h.state()
+    assert T0 <= state.next_start <= T0 + throttle.plan.pause_s  # a random point of the first pause
+    source._tick(state, state.next_start)  # Start
+    opened = state.window_start
+    window = throttle.plan.window_s
+    assert state.window_end == opened + window
+    source.stats["control_s"] = source.stats["decode_s"] = 0.0
+    source._charged_s = 0.0
+    source.stats["control_s"] = 0.03  # what this window's control calls took (the fake CUPTI is instant)
+    closed = opened + window
+    pause = source._tick(state, closed) - closed  # Stop and drain: the window is measured
+    unit = (0.03 + window * PC_SAMPLING_KERNEL_SLOWDOWN) / window
+    assert throttle.windows == 1
+    assert throttle.unit_cost == pytest.approx(0.25 + 0.2 * (unit - 0.25), rel=0.05)
+    assert pause == pytest.approx(throttle.plan.pause_s, rel=1e-6)
+    assert pause == pytest.approx(throttle.unit_cost * window / 0.01 - window, rel=0.05)

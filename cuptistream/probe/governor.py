@@ -24,6 +24,7 @@ Every decision that changes the plan is a ``GovernorDecision`` event, with the m
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -155,6 +156,14 @@ class Throttle:
             self.plan = self._decide()
             self._announce(self.plan, None, "first plan, from the expected cost of this source")
             return self.plan
+
+    def first_delay(self) -> float:
+        """How long to wait before the first window: a random point of the first pause under a budget
+        (so a run's cost does not depend on when it is measured, and the processes of a job do
+        not all sample at once), none without one."""
+        if self.governor.budget is None:
+            return 0.0
+        return random.uniform(0.0, self.plan.pause_s)
 
     def window_done(self, cost: WindowCost) -> Plan:
         """Take one window's measured cost; return the plan for the next window."""
