@@ -28,10 +28,10 @@ from cuptistream.component import OutgoingBatch
 from cuptistream.config import convert
 from cuptistream.events import Event, NvtxRange
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
-from cuptistream.sinks.otlp_common import SCHEMA_URL, resource, scope
-from cuptistream.sinks.otlp_encoding import to_json
-from cuptistream.sinks.otlp_traces import SpanAssembler
-from cuptistream.sinks.otlp_wire import traces_request
+from cuptistream.sinks.otlp.otlp_common import SCHEMA_URL, resource, scope
+from cuptistream.sinks.otlp.otlp_encoding import to_json
+from cuptistream.sinks.otlp.otlp_traces import SpanAssembler
+from cuptistream.sinks.otlp.otlp_wire import traces_request
 from tests.otlp_batches import TID, api, kernel, make_batch, outgoing
 
 

@@ -448,7 +448,7 @@ def test_per_signal_endpoints(receiver: OtlpReceiver) -> None:
 def test_wire_encoded_span_matches_the_official_classes() -> None:
     from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-    from cuptistream.sinks import otlp_wire
+    from cuptistream.sinks.otlp import otlp_wire
 
     status = Status(code=Status.STATUS_CODE_ERROR, message="cudaMalloc returned 2")
     attributes = {
