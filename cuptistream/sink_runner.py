@@ -47,6 +47,9 @@ class SinkLane:
         self._seq = 0
         self.counters = StageStats()
         self.losses: Counter[tuple[str, str, str]] = Counter()
+        self._writing = 0  # events of the batch inside sink.write
+        self._written_off = 0  # ... counted lost by abandon() while its write was still running
+        self._abandon_reason = ""
 
     # --- the distributor's side --------------------------------------------------------------
 
@@ -134,19 +137,30 @@ class SinkLane:
             data=data, seq=self._seq, event_count=count, first_chunk_ns=first_ns, resource=header.resource
         )
         self._seq += 1
+        self._writing = count
         try:
             await self.sink.write(batch)
+        except trio.Cancelled:
+            raise  # only the shutdown deadline cancels a lane, and abandon() counted this batch
         except DeliveryError as error:
-            self._drop(count, "delivery_failed")
+            self._failed(count, "delivery_failed")
             self._report_error(self.stage, f"batch {batch.seq} ({count} events) not delivered: {error}")
         except Exception as error:  # a sink bug must not take the pipeline down
-            self._drop(count, "sink_error")
+            self._failed(count, "sink_error")
             self._report_error(
                 self.stage, f"sink failed on batch {batch.seq}: {type(error).__name__}: {error}"
             )
         else:
+            if self._written_off:  # abandoned at the deadline, yet the write finished (a sink thread)
+                self._undrop(self._written_off, self._abandon_reason)
             self.counters.events_out += count
             self.counters.bytes_out += len(data)
+        finally:
+            self._writing = self._written_off = 0
+
+    def _failed(self, count: int, reason: str) -> None:
+        if not self._written_off:  # else abandon() already counted it, as a deadline loss
+            self._drop(count, reason)
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -168,9 +182,17 @@ class SinkLane:
     async def _wait_change(self) -> None:
         await self._changed.wait()
 
+    def _undrop(self, count: int, reason: str) -> None:
+        self.counters.events_dropped -= count
+        self.losses[self.stage, reason, "events"] -= count
+
     def abandon(self, reason: str) -> int:
-        """Drop whatever is still queued (shutdown deadline passed). Returns the events dropped."""
-        dropped = self._queued_events
+        """Drop whatever is still queued, and the batch being written (shutdown deadline passed;
+        the lane is cancelled next). Returns the events dropped. A write that still finishes (one
+        a sink runs in a thread cannot be cancelled) is then counted delivered, not lost; the
+        returned count is not revised."""
+        self._written_off, self._abandon_reason = self._writing, reason
+        dropped = self._queued_events + self._writing
         if dropped:
             self._drop(dropped, reason)
         self._queue.clear()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+import trio
 
 import cuptistream
+from cuptistream.codec import decode_batch
+from cuptistream.component import OutgoingBatch
 from cuptistream.config import QueueConfig
 from cuptistream.events import Kernel, SelfStats
 from tests.pipeline_helpers import MemorySink
@@ -109,9 +113,32 @@ def test_shutdown_deadline_reports_what_was_not_delivered() -> None:
         _emit(session, 1_000)
     report = session.report
     assert report is not None and report.deadline_hit
-    # One batch is stuck inside write(); the rest is still queued and counted as undelivered.
-    assert 0 < report.undelivered["stuck"] <= 1_000
+    # One batch is stuck inside write(); it and the rest, still queued, are counted as undelivered.
     assert report.losses["sink:stuck/shutdown_deadline"] == report.undelivered["stuck"]
+    lane = report.sinks["stuck"]  # the batch being written is counted too: nothing left uncounted
+    assert lane.events_out == 0 and lane.events_in >= 1_000  # + loss and self_stats events
+    assert lane.events_dropped == report.undelivered["stuck"] == lane.events_in
+
+
+class _ThreadSink(MemorySink):
+    """Writes in a worker thread, as the file sink does: trio cannot cancel that write."""
+
+    async def write(self, batch: OutgoingBatch) -> None:
+        await trio.to_thread.run_sync(time.sleep, self.delay)
+        self.batches.append(decode_batch(batch.data))
+
+
+def test_a_write_that_finishes_after_the_deadline_is_delivered_not_lost() -> None:
+    slow = _ThreadSink("slow", delay=1.0, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    with cuptistream.session(_config(deadline="300ms"), sinks=[slow], quiet=True) as session:
+        _emit(session, 1_000)
+    report = session.report
+    assert report is not None and report.deadline_hit
+    lane = report.sinks["slow"]
+    delivered = sum(len(b.events) for b in slow.batches)
+    assert delivered > 0 and lane.events_out == delivered
+    assert lane.events_in == lane.events_out + lane.events_dropped
+    assert report.losses["sink:slow/shutdown_deadline"] == lane.events_dropped
 
 
 def test_emit_from_many_threads_is_counted_exactly() -> None:
