@@ -35,6 +35,10 @@ from cuptistream.intake import Intake
 from cuptistream.producers import Producer
 from cuptistream.sink_runner import SinkLane
 
+# After ``shutdown_deadline``, each sink still gets this long to close (seal its file, release its
+# client and threads, count what it held); a close that takes longer is abandoned.
+CLOSE_AFTER_DEADLINE_S = 0.5
+
 
 @dataclass
 class ShutdownReport:
@@ -152,6 +156,14 @@ class Pipeline:
         events.append(self._self_stats())
         return encode_chunk(events)
 
+    async def _close_sink(self, lane: SinkLane) -> None:
+        """Close ``lane``'s sink; a sink failing at close is an error event, never the end of the
+        pipeline (the report must still be made)."""
+        try:
+            await lane.sink.close()
+        except Exception as error:
+            self._lane_error(lane.stage, f"sink failed at close: {type(error).__name__}: {error}")
+
     # --- tasks --------------------------------------------------------------------------------
 
     async def _distribute(self, stopping: trio.Event) -> None:
@@ -209,8 +221,17 @@ class Pipeline:
         reporter = trio.CancelScope()
 
         async def run_lane(lane: SinkLane, done: trio.Event) -> None:
-            await lane.run()
-            await lane.sink.close()
+            closing = False
+            try:
+                await lane.run()
+                closing = True
+                await self._close_sink(lane)
+            except trio.Cancelled:
+                if not closing:  # the deadline passed while delivering: still close, briefly
+                    with trio.CancelScope(shield=True) as scope:
+                        scope.deadline = trio.current_time() + CLOSE_AFTER_DEADLINE_S
+                        await self._close_sink(lane)
+                raise
             done.set()
 
         async def report_loop() -> None:
