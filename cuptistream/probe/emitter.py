@@ -148,7 +148,21 @@ class ProbeEmitter(Emitter):
         self.intake.close()
         chunks, _ = self.intake.take(max_chunks=1 << 30)
         self.link.count_lost("probe", "not_sent_at_exit", sum(c.count for c in chunks))
+        self._count_unread_slots()
         self._forward_losses()
+
+    def _count_unread_slots(self) -> None:
+        """At exit without a collector: slots published but never read go with this process's
+        memory, so they are counted (events of the events pool; buffers of the activity pools)."""
+        if self.link.alive():
+            return  # it drains them after the goodbye
+        unread = self.pool.ready()
+        if unread:
+            events = int(self.pool.headers["count"][unread].sum())
+            self.link.count_lost("probe", "collector_unavailable", events)
+        for outlet in self.outlets:
+            if buffers := len(outlet.pool.ready()):
+                self.link.count_lost("probe", "collector_unavailable", buffers, unit="buffers")
 
     def _send_loop(self) -> None:
         next_housekeeping = 0.0
