@@ -42,7 +42,10 @@ from cuptistream.events import Error, GovernorDecision, Loss, PcSampleBatch, Sas
 from cuptistream.reader import read
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}
-SASS: dict[str, Any] = {"type": "sass"}
+# No initial delay: the program is warm before the first window, and with it the first SASS window
+# would land at a random point of the first pause, as in a long run (an initial delay makes short
+# windows see fewer SASS windows than a long run does).
+SASS: dict[str, Any] = {"type": "sass", "initial_delay": 0}
 CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "base": [],
     "pcs": [PC_SAMPLING],
@@ -98,16 +101,41 @@ class Trainer:
         self.opt.step()
 
     def run_for(self, seconds: float) -> tuple[int, float]:
-        """Steps done in ``seconds`` (synchronizing every 10 steps) and the time they took."""
+        """Steps done in ``seconds`` (synchronizing every 10 steps) and the time they took. Each
+        block of 10 steps is kept in ``blocks`` as (end time, duration)."""
         t0 = time.monotonic()
         steps = 0
-        while time.monotonic() - t0 < seconds:
+        self.blocks: list[tuple[float, float]] = []
+        began = t0
+        while began - t0 < seconds:
             for _ in range(10):
                 self.step()
             torch.cuda.synchronize()
             steps += 10
-            self.last_step = time.monotonic()
+            ended = time.monotonic()
+            self.blocks.append((ended, ended - began))
+            self.last_step = began = ended
         return steps, time.monotonic() - t0
+
+
+def excess(blocks: list[tuple[float, float]], radius: float = 5.0) -> float:
+    """The share of a window's time its blocks spent above their local median (blocks within
+    ``radius`` seconds): what short disturbances (a sampling window, a patched kernel) cost, with
+    drift slower than ``radius`` cancelled. A window without sampling has some too (the step time's
+    skew); ``interleaved`` subtracts its neighbouring base windows' value."""
+    if not blocks:
+        return 0.0
+    times = [t for t, _ in blocks]
+    durations = [d for _, d in blocks]
+    over = 0.0
+    lo = hi = 0
+    for i, t in enumerate(times):
+        while times[lo] < t - radius:
+            lo += 1
+        while hi < len(times) and times[hi] <= t + radius:
+            hi += 1
+        over += durations[i] - statistics.median(durations[lo:hi])
+    return over / sum(durations)
 
 
 def session_config(name: str, directory: str) -> dict[str, Any]:
@@ -191,6 +219,7 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
         t1 = time.monotonic()
     stopped = time.monotonic() - t1
     detail = {
+        "excess": round(excess(trainer.blocks), 5),
         "start_s": round(started, 3), "stop_s": round(stopped, 3), "cpu_s": cpu,
         "source_stats": {src.name: getattr(src, "stats", None) for src in s.sources},
         **summarize_files(directory), "report": s.report.summary() if s.report else None,
@@ -204,10 +233,12 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
     others = [name for name in names if name != "base"]
     order = [name for _ in range(rounds) for other in others for name in ("base", other)] + ["base"]
     rates: list[float] = []
+    excesses: list[float] = []
     per_minute: dict[str, list[tuple[float, float]]] = {name: [] for name in others}
     for i, name in enumerate(order):
         rate, detail = run_window(trainer, name, window, os.path.join(root, f"{i:03d}-{name}"))
         rates.append(rate)
+        excesses.append(detail["excess"])
         if name != "base":
             minutes = window / 60
             per_minute[name].append((detail["pc_samples"] / minutes, detail["sass_records"] / minutes))
@@ -215,10 +246,12 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
               flush=True)  # fmt: skip
     by_name: dict[str, list[float]] = {name: [] for name in ["base", *others]}
     ratios: dict[str, list[float]] = {name: [] for name in others}
+    costs: dict[str, list[float]] = {name: [] for name in others}
     for i, name in enumerate(order):
         by_name[name].append(rates[i])
         if name != "base":
             ratios[name].append(rates[i] / ((rates[i - 1] + rates[i + 1]) / 2))
+            costs[name].append(excesses[i] - (excesses[i - 1] + excesses[i + 1]) / 2)
     table: dict[str, dict[str, float]] = {}
     for name, v in by_name.items():
         row = {"median": round(statistics.median(v), 1), "min": round(min(v), 1), "max": round(max(v), 1)}
@@ -227,6 +260,10 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
             row["ratio_median"] = round(statistics.median(r), 4)
             row["ratio_min"] = round(min(r), 4)
             row["ratio_max"] = round(max(r), 4)
+            c = costs[name]
+            row["paired_cost_median"] = round(statistics.median(c), 5)
+            row["paired_cost_min"] = round(min(c), 5)
+            row["paired_cost_max"] = round(max(c), 5)
             row["pc_samples_per_min"] = round(statistics.median(p for p, _ in per_minute[name]))
             row["sass_records_per_min"] = round(statistics.median(q for _, q in per_minute[name]))
         table[name] = row
@@ -237,6 +274,8 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
         "table": table,
         "rates": rates,
         "ratios": ratios,
+        "excess": excesses,
+        "paired_costs": costs,
     }
 
 

@@ -56,13 +56,15 @@ from cuptistream.cupti.cubin_archive import CubinArchive
 from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
 from cuptistream.errors import ConfigError
-from cuptistream.events import PcSampleBatch, ResourceChange
+from cuptistream.events import PcSample, PcSampleBatch, ResourceChange
 from cuptistream.probe.governor import PC_SAMPLING_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
 
 from .cupti_worker import CuptiWorkerSource
 from .pc_sampling_config import PcSamplingConfig, select_stall_reasons
 
 STAGE = "pc_sampling"
+EVENT_PCS = 200  # at most this many PCs per pc_samples event (see _publish) ...
+EVENT_BYTES = 48 * 1024  # ... and about this many bytes, under the smallest event buffer (64 KiB)
 
 
 @dataclass
@@ -548,19 +550,29 @@ class PcSamplingSource(CuptiWorkerSource):
 
     def _publish(self, state: _Context, data: PcData, at_end: bool = False) -> None:
         if data.samples or data.total_samples or data.dropped_samples:
+            # One event per EVENT_PCS PCs: a drain of thousands of PCs encodes to megabytes, more
+            # than one event buffer to the collector holds. Each event's total_samples is its PCs'
+            # samples; the first also carries what CUPTI counted beyond them, so the totals add up.
+            timestamp = self._now()
+            pieces = _pieces(data.samples) or [[]]
+            in_pcs = [sum(sum(sample.stalls.values()) for sample in piece) for piece in pieces]
+            beyond = data.total_samples - sum(in_pcs)
             self.emitter.emit(
                 [
                     PcSampleBatch(
-                        timestamp=self._now(),
+                        timestamp=timestamp,
                         device_id=state.device_id,
                         context_id=state.context_id,
                         range_id=data.range_id,
-                        samples=data.samples,
-                        total_samples=data.total_samples,
-                        non_user_samples=data.non_user_samples,
-                        dropped_samples=data.dropped_samples,
-                        hardware_buffer_full=data.hardware_buffer_full,
+                        samples=piece,
+                        total_samples=samples + (beyond if first else 0),
+                        non_user_samples=data.non_user_samples if first else 0,
+                        dropped_samples=data.dropped_samples if first else 0,
+                        hardware_buffer_full=data.hardware_buffer_full and first,
                         sampling_period=state.period,
+                    )
+                    for first, piece, samples in zip(
+                        [True] + [False] * (len(pieces) - 1), pieces, in_pcs, strict=True
                     )
                 ]
             )
@@ -611,6 +623,23 @@ class PcSamplingSource(CuptiWorkerSource):
             )
         else:
             state.period = state.wanted_period
+
+
+def _pieces(samples: list[PcSample]) -> list[list[PcSample]]:
+    """``samples`` cut into runs of at most EVENT_PCS PCs and about EVENT_BYTES encoded bytes."""
+    pieces: list[list[PcSample]] = []
+    piece: list[PcSample] = []
+    size = 0
+    for sample in samples:
+        cost = 48 + len(sample.function_name) + 24 * len(sample.stalls)  # msgpack, roughly, from above
+        if piece and (len(piece) >= EVENT_PCS or size + cost > EVENT_BYTES):
+            pieces.append(piece)
+            piece, size = [], 0
+        piece.append(sample)
+        size += cost
+    if piece:
+        pieces.append(piece)
+    return pieces
 
 
 def _mode(mode: str) -> int:

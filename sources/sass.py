@@ -44,6 +44,7 @@ from cuptistream.probe.governor import SASS_KERNEL_SLOWDOWN, Governor, Throttle,
 from .cupti_worker import CuptiWorkerSource
 
 STAGE = "sass"
+EVENT_RECORDS = 200  # instruction records per sass_metrics event (see window())
 
 # device -> the (metric id, granularity) list set there and still set (see stop()).
 _kept_configs: dict[int, list[tuple[int, int]]] = {}
@@ -289,11 +290,18 @@ class SassMetricsSource(CuptiWorkerSource):
             self.stats["windows"] += 1
             self.stats["records"] += len(out)
             if out:
+                # EVENT_RECORDS per event: a window's thousands of records would outgrow one event
+                # buffer to the collector.
+                timestamp = self._now()
                 self.emitter.emit(
                     [
                         SassMetricBatch(
-                            timestamp=self._now(), device_id=cfg.device, context_id=context_id, records=out
+                            timestamp=timestamp,
+                            device_id=cfg.device,
+                            context_id=context_id,
+                            records=out[i : i + EVENT_RECORDS],
                         )
+                        for i in range(0, len(out), EVENT_RECORDS)
                     ]
                 )
 

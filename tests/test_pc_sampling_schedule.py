@@ -739,3 +739,37 @@ def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
     assert throttle.unit_cost == pytest.approx(0.25 + 0.2 * (unit - 0.25), rel=0.05)
     assert pause == pytest.approx(throttle.plan.pause_s, rel=1e-6)
     assert pause == pytest.approx(throttle.unit_cost * window / 0.01 - window, rel=0.05)
+
+
+def test_a_large_drain_is_split_into_events_that_fit_an_event_buffer_and_add_up(
+    make: Callable[..., Harness],
+) -> None:
+    """Seen on the H100: a drain of 4,753 PCs encoded to more than the probe's 1 MiB event buffer
+    and was lost whole (probe/chunk_larger_than_slot). Now each event holds at most EVENT_PCS PCs."""
+    from cuptistream.codec import encode_chunk
+    from cuptistream.cupti.sampling_decode import PcData
+    from cuptistream.events import PcSample
+
+    h = make()
+    source = h.start()
+    samples = [
+        PcSample(
+            cubin_crc=7, function_name="k" * 300, function_index=1, pc_offset=16 * i, stalls={"a": 2, "b": 1}
+        )
+        for i in range(450)
+    ]
+    data = PcData(
+        range_id=0, total_samples=3 * 450 + 5, dropped_samples=4, non_user_samples=3, total_num_pcs=450,
+        remaining_num_pcs=0, hardware_buffer_full=True, samples=samples,
+    )  # fmt: skip
+    source._publish(h.state(), data, at_end=True)
+    events = h.batches()
+    assert len(events) >= 3 and all(len(e.samples) <= pcmod.EVENT_PCS for e in events)
+    assert [s for e in events for s in e.samples] == samples
+    assert sum(e.total_samples for e in events) == data.total_samples
+    assert events[0].total_samples == 3 * len(events[0].samples) + 5
+    assert all(e.total_samples == 3 * len(e.samples) for e in events[1:])
+    assert [e.dropped_samples for e in events] == [4] + [0] * (len(events) - 1)
+    assert [e.non_user_samples for e in events] == [3] + [0] * (len(events) - 1)
+    assert [e.hardware_buffer_full for e in events] == [True] + [False] * (len(events) - 1)
+    assert max(len(encode_chunk([e]).payload) for e in events) < 64 * 1024  # the smallest event buffer
