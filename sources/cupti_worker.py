@@ -24,6 +24,10 @@ class CuptiWorkerSource(Source):
         self._registrations: list[subscriber.Registration] = []
         self._watchdog = Watchdog(watchdog_timeout, self._on_wedged, f"cuptistream-{self.name}-watchdog")
         driver.acquire(self.name)
+        # The clock the events are stamped on (``_now``): the probe pairs it with the Unix clock for
+        # every batch's envelope. Without it, a session of this source alone had no CUPTI reading and
+        # its batches paired the monotonic clock with the Unix clock (event times ~56 years late).
+        self.clock = driver.timestamp
 
     def _register_resource_callbacks(self, handlers: Iterable[tuple[int, ResourceHandler]]) -> None:
         for cbid, handler in handlers:

@@ -20,7 +20,7 @@ from typing import Any
 
 from cuptistream.component import Source
 from cuptistream.config import SourceConfig
-from cuptistream.cupti import subscriber
+from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti.subscriber import Domain, Registration, address_of
 
 ORIGIN = "cupti_state"
@@ -60,6 +60,9 @@ class StateSource(Source):
 
     def start(self) -> None:
         self._registration = self._subscriber.register(Domain.STATE, self._on_state)
+        # The probe stamps these Error events with the first source clock it has: in a session of
+        # this source alone, or beside a process whose probe has one, that must be CUPTI's too.
+        self.clock = driver.timestamp
 
     def _on_state(self, domain: int, cbid: int, data: Any) -> None:
         severity = SEVERITIES.get(cbid)

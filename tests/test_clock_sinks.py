@@ -9,15 +9,14 @@ the data was captured.
 * ``synthetic``: generated now, so now is the capture time.
 
 The live ``activity``, ``callbacks``, ``state``, ``pc_sampling`` and ``sass`` sources need a GPU to
-run: their clock (CUPTI's ``cuptiGetTimestamp`` paired with the Unix clock) is exercised by the GPU
-tests; the committed sampling fixtures hold samples without times (the source stamps them when it
-drains), so there is nothing in them for a sink to date.
+run: tests/gpu/test_clocks_gpu.py runs each under ``cuptistream run`` into the same three sinks (the
+committed sampling fixtures hold samples without times: the source stamps them when it drains, so
+there is nothing in them for a sink to date). The readers are shared: tests/clock_times.py.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -26,52 +25,26 @@ from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the f
 
 import cuptistream
 from cuptistream.events import Kernel
+from tests.clock_times import HOUR, file_times, kafka_times, otlp_times, sinks_config
 from tests.otlp_receiver import OtlpReceiver
-from tests.test_kafka_jsonl import consume
-from tests.test_otlp import attrs
 
 FIXTURES = Path(__file__).parent / "fixtures"
-HOUR = 3600 * 10**9
 CAPTURE_DAY = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
 
 
 def run_session(source: dict[str, Any], out: Path, receiver: OtlpReceiver, broker: TansuBroker) -> None:
-    cfg = {
-        "sources": [source],
-        "sinks": [
-            {"type": "file", "directory": str(out)},
-            {"type": "otlp", "name": "otlp", "endpoint": receiver.endpoint, "reorder_window": "100ms"},
-            {"type": "kafka", "name": "kafka", "bootstrap_servers": broker.bootstrap, "topic": "clock",
-             "value_format": "jsonl", "connect_timeout": "5s"},
-        ],
-    }  # fmt: skip
+    cfg = {"sources": [source], "sinks": sinks_config(out, receiver.endpoint, broker.bootstrap, "clock")}
     with cuptistream.session(cfg, quiet=True):
         pass
 
 
 def sink_times(out: Path, receiver: OtlpReceiver, broker: TansuBroker) -> dict[str, list[int]]:
-    """Kernel times as each sink delivered them, in epoch ns."""
-    file_times = [
-        t
-        for batch in cuptistream.read(out).batches()
-        for event in batch.events
-        if isinstance(event, Kernel)
-        for t in (event.start + batch.clock.offset_ns, event.end + batch.clock.offset_ns)
-    ]
-    otlp_times = [
-        t
-        for span in receiver.spans()
-        if attrs(span)["cuda.activity.kind"] == "kernel"
-        for t in (span.start_time_unix_nano, span.end_time_unix_nano)
-    ]
-    kafka_times = [
-        t
-        for record in consume(broker.bootstrap, "clock")
-        for line in record.value.splitlines()
-        if (row := json.loads(line))["type"] == "kernel"
-        for t in (row["start"], row["end"])
-    ]
-    return {"file": file_times, "otlp": otlp_times, "kafka jsonl": kafka_times}
+    """Kernel times as each sink delivered them, in epoch ns (start, end per kernel)."""
+    return {
+        "file": file_times(out).get("kernel", []),
+        "otlp": otlp_times(receiver).get("span:kernel", []),
+        "kafka jsonl": kafka_times(broker.bootstrap, "clock").get("kernel", []),
+    }
 
 
 def assert_near(times: dict[str, list[int]], reference: int, kernels: int) -> None:
@@ -102,3 +75,36 @@ def test_synthetic_events_are_dated_now(kafka_broker: TansuBroker, tmp_path: Pat
         run_session({"type": "synthetic", "events": 2000}, tmp_path / "out", receiver, kafka_broker)
         times = sink_times(tmp_path / "out", receiver, kafka_broker)
     assert_near(times, now, 2000)
+
+
+def test_the_sampling_and_state_sources_give_the_probe_their_clock(monkeypatch: Any) -> None:
+    """pc_sampling, sass and state stamp their events on CUPTI's clock (``cuptiGetTimestamp``), so
+    each must give the probe that clock: a session of one of them alone had no clock reading, and its
+    batches paired the monotonic clock with the Unix clock (times ~56 years late)."""
+    from cuptistream.cupti import driver
+    from cuptistream.sources.cupti_worker import CuptiWorkerSource
+    from cuptistream.sources.state import StateConfig, StateSource
+    from tests.test_callbacks import MemoryEmitter
+    from tests.test_callbacks_subscriber import FakeCupti
+
+    class Worker(CuptiWorkerSource):  # what pc_sampling and sass share
+        label = "test"
+
+        def start(self) -> None:
+            self._hold_cupti(30.0)
+
+        def stop(self) -> None:
+            self._release()
+
+    monkeypatch.setattr(driver, "acquire", lambda name: None)
+    monkeypatch.setattr(driver, "release", lambda name, finalize=True: None)
+    from cuptistream.config import SourceConfig
+    from cuptistream.cupti.subscriber import Subscriber
+
+    worker = Worker(SourceConfig(type="pc_sampling"), MemoryEmitter())
+    state = StateSource(StateConfig(type="state"), MemoryEmitter(), sub=Subscriber(FakeCupti()))
+    for source in (worker, state):
+        assert source.clock is None
+        source.start()
+        assert source.clock is driver.timestamp
+        source.stop()
