@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from cuptistream.cupti.pcsampling_api import CubinLines, CuptiError, SourceLine
+from cuptistream.cupti.cubin_api import CubinLines, SourceLine
+from cuptistream.cupti.library import CuptiError
 from cuptistream.errors import UserError
 from cuptistream.events import Event, PcSampleBatch
 

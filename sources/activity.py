@@ -32,7 +32,7 @@ from cuptistream.component import Emitter, Source
 from cuptistream.config import Duration, Size, SourceConfig, require_at_least
 from cuptistream.correlate import activate as activate_correlation
 from cuptistream.correlate import deactivate as deactivate_correlation
-from cuptistream.cupti import driver, kinds
+from cuptistream.cupti import api_functions, driver, kinds, library
 from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
@@ -57,7 +57,8 @@ _CONSUMED_WAIT_S = 10.0
 
 class ActivitySourceConfig(SourceConfig):
     kinds: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_KINDS))
-    # Function-name patterns (fnmatch) of the API calls recorded by the runtime/driver kinds; ["*"]: all.
+    # Patterns (api_functions: globs over CUPTI's function names) of the API calls the runtime/driver
+    # kinds record; ["*"]: all.
     runtime_api: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_RUNTIME_API))
     driver_api: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_DRIVER_API))
     buffer_size: Size = Size(4 * 1024 * 1024)  # one shared-memory buffer handed to CUPTI
@@ -85,9 +86,8 @@ class ActivitySourceConfig(SourceConfig):
                 raise ValueError(
                     f"attributes.{key}: unknown CUPTI activity attribute (known: {', '.join(ATTRIBUTES)})"
                 )
-        for domain, patterns in (("runtime", self.runtime_api), ("driver", self.driver_api)):
-            if patterns != ["*"] and (bad := kinds.unmatched_patterns(domain, patterns)):
-                raise ValueError(f"{domain}_api pattern {bad[0]!r} matches no {domain} API function")
+        api_functions.check_patterns("runtime", self.runtime_api)
+        api_functions.check_patterns("driver", self.driver_api)
         if self.buffer_size < 64 * 1024:
             raise ValueError("buffer_size must be at least 64KiB")
         for key in ("device_buffer_size", "device_buffer_pool_limit"):
@@ -149,12 +149,12 @@ class ActivitySource(Source):
         self.callbacks.register()
         for spec in wanted:
             try:
-                driver.call("cuptiActivityEnable", spec.kind)
-            except driver.CuptiError as error:
+                library.call("cuptiActivityEnable", spec.kind)
+            except library.CuptiError as error:
                 if error.code in (
-                    driver.ERROR_NOT_COMPATIBLE,
-                    driver.ERROR_NOT_SUPPORTED,
-                    driver.ERROR_INVALID_KIND,
+                    library.ERROR_NOT_COMPATIBLE,
+                    library.ERROR_NOT_SUPPORTED,
+                    library.ERROR_INVALID_KIND,
                 ):
                     raise driver.unsupported(spec.name, self.device, error) from None
                 raise UserError(
@@ -163,7 +163,7 @@ class ActivitySource(Source):
             self._enabled.append(spec.kind)
         self._apply_api_filters(cfg)  # after enabling: cuptiActivityEnable resets the filters
         if cfg.flush_period > 0:
-            driver.call("cuptiActivityFlushPeriod", max(int(cfg.flush_period * 1000), 1))
+            library.call("cuptiActivityFlushPeriod", max(int(cfg.flush_period * 1000), 1))
         self.clock = driver.timestamp
         self._started = True
         if cfg.flush_interval > 0:
@@ -185,12 +185,12 @@ class ActivitySource(Source):
             data = ctype(value)
             size = ctypes.c_size_t(ctypes.sizeof(data))
             try:
-                driver.call("cuptiActivitySetAttribute", attr, ctypes.byref(size), ctypes.byref(data))
-            except driver.CuptiError as error:
+                library.call("cuptiActivitySetAttribute", attr, ctypes.byref(size), ctypes.byref(data))
+            except library.CuptiError as error:
                 raise UserError(f"cannot set CUPTI activity attribute {key}={value}: {error}") from None
 
     def _apply_api_filters(self, cfg: ActivitySourceConfig) -> None:
-        lib = driver.libcupti()
+        lib = library.libcupti()
         for domain, patterns, fn in (
             ("runtime", cfg.runtime_api, lib.cuptiActivityEnableRuntimeApi),
             ("driver", cfg.driver_api, lib.cuptiActivityEnableDriverApi),
@@ -198,20 +198,20 @@ class ActivitySource(Source):
             if domain not in cfg.kinds:
                 continue
             everything = patterns == ["*"]
-            selected = set() if everything else set(kinds.select_cbids(domain, patterns))
-            for cbid in kinds.api_names(domain):
+            selected = set() if everything else set(api_functions.select_cbids(domain, patterns))
+            for cbid in api_functions.api_names(domain):
                 fn(cbid, 1 if everything or cbid in selected else 0)
 
     def flush(self) -> None:
         """Hand over what CUPTI holds now (completed buffers go to the collector)."""
         if self._started:
-            driver.libcupti().cuptiActivityFlushAll(0)
+            library.libcupti().cuptiActivityFlushAll(0)
 
     def stop(self) -> None:
         if not self._started:
             return
         self._started = False
-        lib = driver.libcupti()
+        lib = library.libcupti()
         for kind in self._enabled:
             lib.cuptiActivityDisable(kind)
         self._stopping.set()
@@ -236,7 +236,7 @@ class ActivitySource(Source):
         self._release()
 
     def _undo(self) -> None:
-        lib = driver.libcupti()
+        lib = library.libcupti()
         for kind in self._enabled:
             lib.cuptiActivityDisable(kind)
         self._enabled.clear()
@@ -248,13 +248,13 @@ class ActivitySource(Source):
             deactivate_correlation()
         try:
             driver.release("activity", finalize=self.config.detach)
-        except driver.CuptiError as error:
+        except library.CuptiError as error:
             self.emitter.report_error(f"source:{self.name}", f"detach failed: {error}", severity="warning")
 
     # --- the flush thread --------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
-        lib = driver.libcupti()
+        lib = library.libcupti()
         while not self._stopping.wait(self.config.flush_interval):
             lib.cuptiActivityFlushAll(0)
 
@@ -262,7 +262,7 @@ class ActivitySource(Source):
 
     def _read_dropped(self) -> int:
         dropped = ctypes.c_size_t(0)
-        driver.libcupti().cuptiActivityGetNumDroppedRecords(None, 0, ctypes.byref(dropped))
+        library.libcupti().cuptiActivityGetNumDroppedRecords(None, 0, ctypes.byref(dropped))
         return dropped.value
 
     def _report_dropped(self, count: int) -> None:

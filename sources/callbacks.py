@@ -24,8 +24,9 @@ time for a session opened before the first NVTX call; ``cuptistream run`` sets i
 
 Failure modes: ``start()`` raises ``SubscriberBusy`` when another tool holds CUPTI's callback
 subscriber (the session disables this source and emits an Error event naming that tool),
-``CuptiUnavailable`` without a driver, and ``ConfigError`` for an API function name CUPTI does not
-know. A failure in the worker is reported as an Error event and the worker keeps going.
+``CuptiUnavailable`` without a driver. A ``runtime_api``/``driver_api`` pattern that matches no
+function is a config error when the config is loaded. A failure in the worker is reported as an
+Error event and the worker keeps going.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -42,13 +42,12 @@ import msgspec
 
 from cuptistream.component import Source
 from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
-from cuptistream.cupti import pcsampling_api, subscriber
+from cuptistream.cupti import api_functions, cubin_api, library, subscriber
 from cuptistream.cupti.contexts import module_data
 from cuptistream.cupti.driver import enable_nvtx_injection
 from cuptistream.cupti.subscriber import API_ENTER as _API_ENTER
 from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Domain, Registration, address_of
-from cuptistream.errors import ConfigError
 from cuptistream.events import (
     ApiCall,
     Event,
@@ -79,7 +78,8 @@ class CallbacksConfig(SourceConfig):
     domains: list[CallbackDomainName] = msgspec.field(
         default_factory=lambda: ["resource", "synchronize", "nvtx"]
     )
-    # Function names traced when "runtime" / "driver" is in ``domains``.
+    # API functions traced when "runtime" / "driver" is in ``domains``: patterns (globs) over CUPTI's
+    # function names, the rule of ``cupti.api_functions`` that the activity source uses too.
     runtime_api: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_RUNTIME_API))
     driver_api: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_DRIVER_API))
     flush_interval: Duration = Duration(0.5)  # how often the worker hands records to the pipeline
@@ -88,6 +88,9 @@ class CallbacksConfig(SourceConfig):
     nvtx_injection: bool = True  # set NVTX_INJECTION64_PATH to libcupti when nvtx is enabled
 
     def __post_init__(self) -> None:
+        for domain, patterns in (("runtime", self.runtime_api), ("driver", self.driver_api)):
+            if domain in self.domains:
+                api_functions.check_patterns(domain, patterns)
         require_positive("flush_interval", self.flush_interval)
         require_at_least("max_buffered", self.max_buffered, 1)
         require_at_least("chunk_events", self.chunk_events, 1)
@@ -228,8 +231,8 @@ class CuptiIds:
     def cubin_crc(self, cubin: int, size: int) -> int:
         """CUPTI's CRC of a cubin (``cuptiGetCubinCrc``), as PC sampling and SASS records report it."""
         try:
-            return pcsampling_api.cubin_crc_at(cubin, size)
-        except pcsampling_api.CuptiError:
+            return cubin_api.cubin_crc_at(cubin, size)
+        except library.CuptiError:
             return 0
 
 
@@ -548,35 +551,6 @@ class EventBuilder:
         return events
 
 
-# --- API function names -> cbids ---------------------------------------------------------------
-
-_VERSION_SUFFIX = re.compile(r"_v\d{4,5}$")  # runtime cbids: cudaLaunchKernel_v7000
-
-
-def api_cbids(enum_members: Iterable[Any], wanted: list[str], key: str) -> dict[int, str]:
-    """{cbid: function name} for the wanted names. A name matches its cbid's name without the runtime
-    version suffix (``cudaMemcpy`` ~ ``cudaMemcpy_v3020``), with or without ``_ptsz``/``_ptds`` and the
-    driver's ``_v2`` (``cuMemcpyHtoD`` ~ ``cuMemcpyHtoD_v2``). Raises ConfigError for unknown names."""
-    by_base: dict[str, dict[int, str]] = {}
-    for member in enum_members:
-        if member.name in ("INVALID", "SIZE", "FORCE_INT"):
-            continue
-        exact = _VERSION_SUFFIX.sub("", member.name)
-        base = re.sub(r"(_v\d)?(_pt[sd]z|_ptds)?$", "", exact)
-        for name in {member.name, exact, base}:
-            by_base.setdefault(name, {})[int(member.value)] = exact
-    cbids: dict[int, str] = {}
-    unknown = [name for name in wanted if name not in by_base]
-    if unknown:
-        raise ConfigError(
-            f"{key}: unknown CUDA API function {unknown[0]!r}; use names like "
-            f"{'cudaLaunchKernel' if 'runtime' in key else 'cuLaunchKernel'} (CUPTI callback names)"
-        )
-    for name in wanted:
-        cbids.update(by_base[name])
-    return cbids
-
-
 # --- the source --------------------------------------------------------------------------------
 
 
@@ -602,7 +576,7 @@ class CallbackSource(Source):
         cfg = self.config
         cupti = self._cupti or _import_cupti()
         ids = self._ids or CuptiIds(cupti)
-        api_names = self._api_names(cupti)
+        api_names = self._api_names()
         recorder = self.recorder = Recorder(ids, cfg.max_buffered)
         self._builder = EventBuilder(recorder, api_names)
         if "nvtx" in cfg.domains and cfg.nvtx_injection:
@@ -625,17 +599,18 @@ class CallbackSource(Source):
         self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
         self._thread.start()
 
-    def _api_names(self, cupti: Any) -> dict[tuple[int, int], str]:
+    def _api_names(self) -> dict[tuple[int, int], str]:
+        """(domain, cbid) → function name of every API function to trace."""
         cfg = self.config
         names: dict[tuple[int, int], str] = {}
-        for domain_name, domain, members, wanted in (
-            ("runtime", Domain.RUNTIME_API, lambda: cupti.runtime_api_trace_cbid, cfg.runtime_api),
-            ("driver", Domain.DRIVER_API, lambda: cupti.driver_api_trace_cbid, cfg.driver_api),
+        for domain_name, domain, patterns in (
+            ("runtime", Domain.RUNTIME_API, cfg.runtime_api),
+            ("driver", Domain.DRIVER_API, cfg.driver_api),
         ):
             if domain_name in cfg.domains:
-                key = f"sources.{self.name}.{domain_name}_api"
-                for cbid, name in api_cbids(members(), wanted, key).items():
-                    names[(int(domain), cbid)] = name
+                all_names = api_functions.api_names(domain_name)
+                for cbid in api_functions.select_cbids(domain_name, patterns):
+                    names[(int(domain), cbid)] = all_names[cbid]
         return names
 
     def _run(self) -> None:

@@ -21,6 +21,8 @@ import pytest
 import cuptistream
 from cuptistream.codec import Chunk, decode_events
 from cuptistream.component import Emitter
+from cuptistream.config import load as load_config
+from cuptistream.cupti import api_functions
 from cuptistream.cupti.contexts import ModuleResourceData
 from cuptistream.cupti.subscriber import Subscriber, SubscriberBusy
 from cuptistream.errors import ConfigError
@@ -42,7 +44,6 @@ from cuptistream.sources.callbacks import (
     _NvtxData,
     _ResourceData,
     _SynchronizeData,
-    api_cbids,
 )
 from tests.test_callbacks_subscriber import FakeCupti
 
@@ -319,15 +320,26 @@ def test_handler_failures_are_reported_once_per_flush() -> None:
     assert any("CUPTI callback(s) failed" in message for _, message, _ in h.emitter.errors)
 
 
-def test_api_names_match_cupti_cbid_names() -> None:
-    from cupti import cupti
+def test_api_patterns_follow_the_one_rule_of_api_functions() -> None:
+    """callbacks and activity resolve runtime_api/driver_api alike (cupti.api_functions): a name is a
+    glob without wildcards and selects its per-thread-stream twin; events carry the same names."""
+    h = Harness(domains=["runtime", "driver"], runtime_api=["cudaMemcpy", "cudaLaunchKernel_ptsz"],
+                driver_api=["cuMemcpyHtoD", "cuGraph*Launch"])  # fmt: skip
+    names = h.source._api_names()
+    runtime = {name for (domain, _), name in names.items() if domain == RUNTIME}
+    assert runtime == {"cudaMemcpy", "cudaMemcpy_ptds", "cudaLaunchKernel_ptsz"}
+    driver = {cbid: name for (domain, cbid), name in names.items() if domain == DRIVER}
+    assert set(driver.values()) == {"cuMemcpyHtoD", "cuMemcpyHtoD_v2_ptds", "cuGraphLaunch", "cuGraphLaunch_ptsz"}
+    assert sorted(driver) == api_functions.select_cbids("driver", ["cuMemcpyHtoD", "cuGraph*Launch"])
+    assert all(api_functions.api_names("driver")[cbid] == name for cbid, name in driver.items())
 
-    runtime = api_cbids(cupti.runtime_api_trace_cbid, ["cudaMemcpy", "cudaLaunchKernel_ptsz"], "k")
-    assert set(runtime.values()) == {"cudaMemcpy", "cudaMemcpy_ptds", "cudaLaunchKernel_ptsz"}
-    driver = api_cbids(cupti.driver_api_trace_cbid, ["cuMemcpyHtoD"], "k")
-    assert set(driver.values()) == {"cuMemcpyHtoD", "cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"}
-    with pytest.raises(ConfigError, match=r"^sources.cb.runtime_api: unknown CUDA API function 'cudaFoo'"):
-        api_cbids(cupti.runtime_api_trace_cbid, ["cudaFoo"], "sources.cb.runtime_api")
+
+@pytest.mark.parametrize("source_type", ["callbacks", "activity"])
+def test_a_pattern_that_matches_nothing_is_a_config_error_in_every_source(source_type: str) -> None:
+    extra = {"domains": ["runtime"]} if source_type == "callbacks" else {"kinds": ["runtime"]}
+    source = {"type": source_type, "runtime_api": ["cudaLaunch*", "cudaFoo"], **extra}
+    with pytest.raises(ConfigError, match=r"runtime_api pattern 'cudaFoo' matches no runtime API function"):
+        load_config({"sources": [source], "sinks": [{"type": "null"}]})
 
 
 def test_busy_subscriber_fails_start_with_the_holder_and_leaves_nothing_enabled() -> None:

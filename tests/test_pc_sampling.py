@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from cuptistream.config import convert
+from cuptistream.cupti import cubin_api, library
 from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.sampling_decode import SnapshotMemory, decode_pc_data
@@ -38,8 +39,8 @@ LAYOUTS = [
     ("CUpti_PCSamplingEnableParams", pcs.ContextParams),
     ("CUpti_PCSamplingGetNumStallReasonsParams", pcs.GetNumStallReasonsParams),
     ("CUpti_PCSamplingGetStallReasonsParams", pcs.GetStallReasonsParams),
-    ("CUpti_GetCubinCrcParams", pcs.GetCubinCrcParams),
-    ("CUpti_GetSassToSourceCorrelationParams", pcs.GetSassToSourceCorrelationParams),
+    ("CUpti_GetCubinCrcParams", cubin_api.GetCubinCrcParams),
+    ("CUpti_GetSassToSourceCorrelationParams", cubin_api.GetSassToSourceCorrelationParams),
     ("CUpti_SassMetrics_MetricDetails", sass.MetricDetails),
     ("CUpti_SassMetrics_GetNumOfMetrics_Params", sass.GetNumOfMetricsParams),
     ("CUpti_SassMetrics_GetMetrics_Params", sass.GetMetricsParams),
@@ -125,9 +126,9 @@ def test_layout_known_values_without_compiler() -> None:
     assert ctypes.sizeof(pcs.PCSamplingData) == 80
     assert ctypes.sizeof(pcs.ConfigurationInfo) == 32
     assert ctypes.sizeof(sass.MetricsData) == 48
-    assert pcs.params_size(pcs.ConfigurationInfoParams, "pPCSamplingConfigurationInfo") == 40
-    assert pcs.params_size(pcs.ContextParams, "ctx") == 24
-    assert pcs.params_size(sass.FlushDataParams, "numOfInstances") == 40  # the header's macro, not sizeof
+    assert library.params_size(pcs.ConfigurationInfoParams, "pPCSamplingConfigurationInfo") == 40
+    assert library.params_size(pcs.ContextParams, "ctx") == 24
+    assert library.params_size(sass.FlushDataParams, "numOfInstances") == 40  # the header's macro, not sizeof
 
 
 def test_libcupti_has_every_symbol_we_bind() -> None:
@@ -139,12 +140,14 @@ def test_libcupti_has_every_symbol_we_bind() -> None:
         "cuptiSassMetricsGetNumOfMetrics", "cuptiSassMetricsGetMetrics", "cuptiSassMetricsSetConfig",
         "cuptiSassMetricsUnsetConfig", "cuptiSassMetricsEnable", "cuptiSassMetricsDisable",
         "cuptiSassMetricsGetDataProperties", "cuptiSassMetricsFlushData", "cuptiDeviceGetChipName",
-        "cuptiProfilerInitialize",
+        "cuptiProfilerInitialize", "cuptiGetSassToSourceCorrelation", "cuptiGetDeviceId", "cuptiGetContextId",
+        *(name for name in library._SIGNATURES if name != "cuptiActivityGetStructSize"),  # that one: CUPTI 13
     ):  # fmt: skip
-        assert pcs.function(name) is not None
-    with pytest.raises(pcs.CuptiError) as info:
-        pcs.function("cuptiNoSuchFunction")
-    assert info.value.code == pcs.ERROR_NOT_SUPPORTED
+        assert library.function(name) is not None
+    with pytest.raises(library.CuptiError) as info:
+        library.function("cuptiNoSuchFunction")
+    assert info.value.code == library.ERROR_NOT_SUPPORTED
+    assert pcs.CuptiError is library.CuptiError  # one error type, whichever module a caller names
 
 
 def test_sampling_buffer_is_laid_out_for_cupti() -> None:

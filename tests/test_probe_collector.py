@@ -68,11 +68,11 @@ class _FakeCupti:
 
 
 def test_api_filters_are_set_after_their_kinds_are_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cuptistream.cupti import driver, kinds
+    from cuptistream.cupti import api_functions, driver, kinds, library
     from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
 
     fake = _FakeCupti()
-    monkeypatch.setattr(driver, "libcupti", lambda: fake)
+    monkeypatch.setattr(library, "libcupti", lambda: fake)
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
     monkeypatch.setattr(kinds, "device_name", lambda ordinal=0: "fake GPU")
     config = ActivitySourceConfig(
@@ -95,10 +95,10 @@ def test_api_filters_are_set_after_their_kinds_are_enabled(monkeypatch: pytest.M
         if name.endswith(("RuntimeApi", "DriverApi")) and args[1] == 1
     }  # fmt: skip
     expected = {
-        ("cuptiActivityEnableRuntimeApi", c) for c in kinds.select_cbids("runtime", ["cudaLaunchKernel"])
+        ("cuptiActivityEnableRuntimeApi", c) for c in api_functions.select_cbids("runtime", ["cudaLaunchKernel"])
     }
     expected |= {
-        ("cuptiActivityEnableDriverApi", c) for c in kinds.select_cbids("driver", ["cuLaunchKernel"])
+        ("cuptiActivityEnableDriverApi", c) for c in api_functions.select_cbids("driver", ["cuLaunchKernel"])
     }
     assert on == expected
 
@@ -109,11 +109,11 @@ def test_buffer_callbacks_hand_whole_buffers_over_and_capture_them(
     """CUPTI's two buffer callbacks, called as CUPTI would, with a buffer CUPTI wrote on an H200."""
     import ctypes
 
-    from cuptistream.cupti import capture, driver, kinds
+    from cuptistream.cupti import capture, driver, kinds, library
     from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
 
     cap = capture.read(FIXTURES / "exact_counts.cupti")
-    monkeypatch.setattr(driver, "libcupti", lambda: _FakeCupti(dict(cap.struct_sizes)))
+    monkeypatch.setattr(library, "libcupti", lambda: _FakeCupti(dict(cap.struct_sizes)))
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
     monkeypatch.setattr(kinds, "device_name", lambda ordinal=0: "fake GPU")
     config = ActivitySourceConfig(

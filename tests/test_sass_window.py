@@ -24,7 +24,7 @@ from cuptistream.config import convert
 from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.contexts import CONTEXT_CREATED
-from cuptistream.cupti.pcsampling_api import CuptiError
+from cuptistream.cupti.library import CuptiError
 from cuptistream.events import Event, SassMetricBatch, SassRecord
 from cuptistream.sources.sass import SassConfig, SassMetricsSource
 

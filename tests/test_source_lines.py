@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 import cuptistream
-from cuptistream.cupti.pcsampling_api import CuptiError, SourceLine
+from cuptistream.cupti.cubin_api import SourceLine
+from cuptistream.cupti.library import CuptiError
 from cuptistream.cupti.sampling_decode import SnapshotMemory, decode_pc_data
 from cuptistream.events import PcSampleBatch
 from cuptistream.source_lines import format_report, map_to_lines, samples_per_pc, short_stall

@@ -23,9 +23,9 @@ def _stride_learner(data: memoryview, valid: int) -> SizeLearner | None:
     """Record sizes from libcupti's ``cuptiActivityGetNextRecord`` (for CUPTI releases without
     ``cuptiActivityGetStructSize``); None where libcupti cannot be loaded here."""
     try:
-        from cuptistream.cupti import driver
+        from cuptistream.cupti import library
 
-        lib = driver.libcupti()
+        lib = library.libcupti()
     except Exception:
         return None
     holder = (ctypes.c_char * valid).from_buffer(data) if not data.readonly else None
@@ -36,9 +36,9 @@ def _stride_learner(data: memoryview, valid: int) -> SizeLearner | None:
     def learn(kind: int, offset: int) -> int | None:
         record = ctypes.c_void_p(base + offset)
         code = lib.cuptiActivityGetNextRecord(base, valid, ctypes.byref(record))
-        if code == driver.ERROR_MAX_LIMIT_REACHED:
+        if code == library.ERROR_MAX_LIMIT_REACHED:
             return valid - offset
-        if code != driver.SUCCESS or not record.value:
+        if code != library.SUCCESS or not record.value:
             return None
         return int(record.value) - (base + offset)
 

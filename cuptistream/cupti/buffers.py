@@ -13,7 +13,7 @@ import ctypes
 from typing import Any
 
 from cuptistream.component import ActivityOutlet
-from cuptistream.cupti import driver
+from cuptistream.cupti import library
 
 _RequestFunc = ctypes.CFUNCTYPE(
     None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
@@ -34,12 +34,12 @@ class BufferCallbacks:
         self.errors = 0
         self.refused = 0  # requests refused because every buffer was in use
         self.buffers_completed = 0
-        self._lib = driver.libcupti()
+        self._lib = library.libcupti()
         self._request_fn = _RequestFunc(self._requested)  # kept referenced: CUPTI holds the pointers
         self._complete_fn = _CompleteFunc(self._completed)
 
     def register(self) -> None:
-        driver.call(
+        library.call(
             "cuptiActivityRegisterCallbacks",
             ctypes.cast(self._request_fn, ctypes.c_void_p),
             ctypes.cast(self._complete_fn, ctypes.c_void_p),

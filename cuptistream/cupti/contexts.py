@@ -11,7 +11,7 @@ import ctypes
 from ctypes import Structure, c_size_t, c_uint32, c_void_p
 
 from cuptistream.cupti import gpus
-from cuptistream.cupti.pcsampling_api import CuptiError, library, result_string
+from cuptistream.cupti.library import call
 
 # CUpti_CallbackIdResource (cupti_callbacks.h; stable across CUPTI 12 and 13). 5 is CU_INIT_FINISHED.
 CONTEXT_CREATED = 1
@@ -79,15 +79,9 @@ def active_primary_contexts() -> list[int]:
 
 def context_ids(ctx: int) -> tuple[int, int]:
     """(device id, CUPTI context id) of ``ctx``: the ids activity records use."""
-    lib = library()
     device, context = c_uint32(0), c_uint32(0)
-    for name, out in (("cuptiGetDeviceId", device), ("cuptiGetContextId", context)):
-        fn = getattr(lib, name)
-        fn.argtypes = [c_void_p, ctypes.POINTER(c_uint32)]
-        fn.restype = ctypes.c_int
-        code = fn(ctx, ctypes.byref(out))
-        if code != 0:
-            raise CuptiError(name, code, result_string(code))
+    call("cuptiGetDeviceId", c_void_p(ctx), ctypes.byref(device))
+    call("cuptiGetContextId", c_void_p(ctx), ctypes.byref(context))
     return int(device.value), int(context.value)
 
 

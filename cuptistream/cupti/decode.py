@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from cuptistream.codec import Chunk, encode_chunk
+from cuptistream.cupti.api_functions import api_names
 from cuptistream.cupti.columnar import Packer, group_by
-from cuptistream.cupti.kinds import BY_VALUE, api_names
+from cuptistream.cupti.kinds import BY_VALUE
 from cuptistream.cupti.names import Names, demangle
 from cuptistream.events import (
     Activity,

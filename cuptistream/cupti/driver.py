@@ -1,16 +1,14 @@
-"""Loading libcupti, checking results, and CUPTI's process-wide attach/detach.
+"""Whether CUDA and CUPTI can run here, CUPTI's clock and version, NVTX injection, and CUPTI's
+process-wide attach/detach.
 
-Everything here goes through ctypes against the *same* libcupti that cupti-python uses (found with
-cuda-pathfinder, which returns the already-loaded copy), so a raw call here and a cupti-python call
-elsewhere talk to one CUPTI.
+Calls go through ``cupti.library`` (the one libcupti loader, ``call`` and ``CuptiError``).
 
 Failure modes:
 
 - ``NoGpuError`` (one line) when there is no CUDA driver or no GPU. cupti-python raises
   ``NotSupportedError: CUDA driver is not found`` in that case; ``translate_errors`` turns that into
   the same one-line error.
-- ``CuptiError`` when a CUPTI call returns a non-success code; its message names the call and the
-  result (``CUPTI_ERROR_NOT_COMPATIBLE``, ...).
+- ``CuptiError`` (``cupti.library``) when a CUPTI call returns a non-success code.
 """
 
 from __future__ import annotations
@@ -23,38 +21,12 @@ from contextlib import contextmanager
 from functools import cache
 
 from cuptistream.cupti import gpus
+from cuptistream.cupti.library import SUCCESS, CuptiError, call, call_status, libcupti, result_name
 from cuptistream.errors import NoGpuError, UserError
 
 NO_GPU_HINT = "run on a machine with an NVIDIA GPU and driver, or use the `replay` source"
 
-# CUptiResult values we branch on (cupti_result.h; stable across CUPTI 12 and 13).
-SUCCESS = 0
-ERROR_INVALID_KIND = 21
-ERROR_NOT_COMPATIBLE = 14
-ERROR_NOT_SUPPORTED = 27
-ERROR_MAX_LIMIT_REACHED = 12
-ERROR_UNKNOWN = 999
-
 FLAG_FLUSH_FORCED = 1  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
-
-
-class CuptiError(RuntimeError):
-    """A CUPTI call returned an error code."""
-
-    def __init__(self, call: str, code: int) -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} failed: {result_name(code)} ({code})")
-
-
-def result_name(code: int) -> str:
-    """``CUPTI_ERROR_NOT_COMPATIBLE`` for 14, etc. Falls back to the number."""
-    try:
-        from cupti import cupti
-
-        return "CUPTI_" + cupti.Result(code).name
-    except (ImportError, ValueError):
-        return f"CUPTI result {code}"
 
 
 @cache
@@ -90,46 +62,6 @@ def translate_errors() -> Iterator[None]:
         raise
 
 
-@cache
-def libcupti() -> ctypes.CDLL:
-    """The process's libcupti (the copy cupti-python loads), with the signatures we call declared."""
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        path = load_nvidia_dynamic_lib("cupti").abs_path
-    except Exception as error:
-        raise NoGpuError(f"libcupti cannot be loaded ({error}); install `nvidia-cuda-cupti`") from None
-    lib = ctypes.CDLL(path)
-    u32p, szp = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_size_t)
-    signatures: dict[str, list[object]] = {
-        "cuptiGetVersion": [u32p],
-        "cuptiGetTimestamp": [ctypes.POINTER(ctypes.c_uint64)],
-        "cuptiActivityEnable": [ctypes.c_int],
-        "cuptiActivityDisable": [ctypes.c_int],
-        "cuptiActivityFlushAll": [ctypes.c_uint32],
-        "cuptiActivityFlushPeriod": [ctypes.c_uint32],
-        "cuptiActivityGetNumDroppedRecords": [ctypes.c_void_p, ctypes.c_uint32, szp],
-        "cuptiActivityGetNextRecord": [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)],
-        "cuptiActivitySetAttribute": [ctypes.c_int, szp, ctypes.c_void_p],
-        "cuptiActivityEnableRuntimeApi": [ctypes.c_uint32, ctypes.c_uint8],
-        "cuptiActivityEnableDriverApi": [ctypes.c_uint32, ctypes.c_uint8],
-        "cuptiActivityRegisterCallbacks": [ctypes.c_void_p, ctypes.c_void_p],
-        "cuptiFinalize": [],
-    }
-    for name, argtypes in signatures.items():
-        fn = getattr(lib, name)
-        fn.argtypes = argtypes
-        fn.restype = ctypes.c_int
-    return lib
-
-
-def call(name: str, *args: object) -> None:
-    """Call ``name`` in libcupti; raise ``CuptiError`` on a non-success result."""
-    code = getattr(libcupti(), name)(*args)
-    if code != SUCCESS:
-        raise CuptiError(name, code)
-
-
 def cupti_version() -> int:
     """CUPTI's API version (``cuptiGetVersion``): e.g. 130001 for CUDA 13.0, 26 for CUDA 12.8."""
     value = ctypes.c_uint32(0)
@@ -147,21 +79,18 @@ def timestamp() -> int:
 def struct_size(kind: int) -> int | None:
     """The size of the record CUPTI writes for ``kind`` (``cuptiActivityGetStructSize``, CUPTI >= 13),
     or None where this CUPTI cannot say."""
-    fn = getattr(libcupti(), "cuptiActivityGetStructSize", None)
-    if fn is None:
-        return None
     size = ctypes.c_size_t(0)
-    fn.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_size_t)]
-    fn.restype = ctypes.c_int
-    return size.value if fn(kind, 0, ctypes.byref(size)) == SUCCESS and size.value else None
+    try:
+        code = call_status("cuptiActivityGetStructSize", kind, 0, ctypes.byref(size))
+    except CuptiError:  # not in this libcupti
+        return None
+    return size.value if code == SUCCESS and size.value else None
 
 
 def nvtx_injection_path() -> str:
     """The value for ``NVTX_INJECTION64_PATH``: NVTX calls reach CUPTI (marker kind, NVTX callbacks)
     only when this is set in the environment before the program's first NVTX call."""
-    from cuda.pathfinder import load_nvidia_dynamic_lib
-
-    return load_nvidia_dynamic_lib("cupti").abs_path
+    return str(libcupti()._name)
 
 
 def enable_nvtx_injection() -> str | None:

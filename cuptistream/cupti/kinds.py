@@ -9,10 +9,7 @@ newest first, and ``decode.RecordLayouts`` picks one by the size CUPTI reports f
 from __future__ import annotations
 
 import ctypes
-import fnmatch
-import re
 from dataclasses import dataclass
-from functools import cache
 
 from cuptistream.cupti import gpus
 
@@ -94,44 +91,6 @@ def kind_value(name: str) -> int:
     return KINDS[name].kind
 
 
-# --- API function names ------------------------------------------------------------------------
-
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-
-
-def function_name(cbid_enum_name: str) -> str:
-    """``cudaLaunchKernel_v7000`` → ``cudaLaunchKernel``; ``cuLaunchKernel`` stays as it is."""
-    return _VERSION_SUFFIX.sub("", cbid_enum_name)
-
-
-@cache
-def api_names(domain: str) -> dict[int, str]:
-    """cbid → function name for ``runtime`` or ``driver``, from cupti-python's cbid enums."""
-    from cupti import cupti
-
-    enum = cupti.RuntimeApiTraceCbid if domain == "runtime" else cupti.DriverApiTraceCbid
-    skip = {"INVALID", "SIZE", "FORCE_INT"}
-    return {int(m): function_name(m.name) for m in enum if m.name not in skip}
-
-
-def select_cbids(domain: str, patterns: list[str]) -> list[int]:
-    """The cbids whose function name matches one of ``patterns`` (fnmatch, case-sensitive).
-
-    ``cudaLaunchKernel`` also selects its per-thread-stream twin ``cudaLaunchKernel_ptsz``.
-    """
-    selected = []
-    for cbid, name in api_names(domain).items():
-        base = name.removesuffix("_ptsz").removesuffix("_ptds")
-        if any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(base, p) for p in patterns):
-            selected.append(cbid)
-    return sorted(selected)
-
-
-def unmatched_patterns(domain: str, patterns: list[str]) -> list[str]:
-    """Patterns that match no function: most likely typos, reported as config errors."""
-    return [p for p in patterns if not select_cbids(domain, [p])]
-
-
 # --- what this machine supports ------------------------------------------------------------------
 
 
@@ -171,23 +130,23 @@ def list_kinds() -> list[KindInfo]:
     Each kind is enabled and immediately disabled to ask CUPTI; nothing is traced. Raises
     ``NoGpuError`` where there is no driver or GPU.
     """
-    from cuptistream.cupti import driver
+    from cuptistream.cupti import driver, library
     from cuptistream.cupti.decode import choose_dtype
 
     driver.require_gpu()
-    lib = driver.libcupti()
+    lib = library.libcupti()
     rows = []
     for spec in _SPECS:
         size = driver.struct_size(spec.kind) or 0
         chosen = choose_dtype(spec.kind, size) if size else None
         code = lib.cuptiActivityEnable(spec.kind)
-        if code == driver.SUCCESS:
+        if code == library.SUCCESS:
             lib.cuptiActivityDisable(spec.kind)
-        note = spec.note if code == driver.SUCCESS else driver.result_name(code)
+        note = spec.note if code == library.SUCCESS else library.result_name(code)
         rows.append(
             KindInfo(
                 name=spec.name, kind=spec.kind, event=spec.event, record=chosen[0] if chosen else "",
-                record_size=size, supported=code == driver.SUCCESS, note=note,
+                record_size=size, supported=code == library.SUCCESS, note=note,
             )
         )  # fmt: skip
     return rows

@@ -13,6 +13,8 @@ import ctypes.util
 from functools import cache
 from typing import Protocol
 
+from cuptistream.cupti.library import libc_free
+
 
 class Names(Protocol):
     def __call__(self, pointer: int) -> str: ...
@@ -48,10 +50,6 @@ def _cxa_demangle() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     return fn
 
 
-_libc = ctypes.CDLL(None)
-_libc.free.argtypes = [ctypes.c_void_p]
-
-
 @cache
 def demangle(name: str) -> str:
     """The demangled form of an Itanium C++ name; the name itself where it is not mangled."""
@@ -65,4 +63,4 @@ def demangle(name: str) -> str:
     try:
         return ctypes.string_at(out).decode("utf-8", "replace")
     finally:
-        _libc.free(out)
+        libc_free(out)

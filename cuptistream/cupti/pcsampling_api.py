@@ -10,39 +10,36 @@ knows. We set it the way the header's ``*ParamsSize`` macros do (offset of the l
 size), which keeps the binding valid across CUPTI 12.x and 13.x: older libraries accept a larger size
 as long as the fields they know sit where they expect them.
 
-Nothing here runs at import time; ``library()`` loads libcupti on first use.
+Loading libcupti, ``call`` and ``CuptiError`` are ``cupti.library``'s; the result codes and
+``CuptiError`` are re-exported here for callers that use this module as the PC sampling namespace.
+CUPTI's cubin utilities (CRC, SASS-to-source lines) are in ``cupti.cubin_api``. Nothing here runs at
+import time.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
-from ctypes import (
-    POINTER,
-    Structure,
-    Union,
-    c_char_p,
-    c_int,
-    c_size_t,
-    c_uint8,
-    c_uint32,
-    c_uint64,
-    c_void_p,
-)
-from dataclasses import dataclass
-from functools import cache
+from ctypes import POINTER, Structure, Union, c_char_p, c_int, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 from typing import Any
 
-# --- result codes (cupti_result.h) ----------------------------------------------------------
+from cuptistream.cupti.cubin_api import cubin_crc_at
+from cuptistream.cupti.library import (
+    ERROR_INVALID_OPERATION,
+    ERROR_INVALID_PARAMETER,
+    ERROR_NOT_SUPPORTED,
+    ERROR_OUT_OF_MEMORY,
+    SUCCESS,
+    CuptiError,
+    call,
+    call_status,
+    params_size,
+)
+from cuptistream.cupti.library import result_name as result_string
 
-SUCCESS = 0
-ERROR_INVALID_PARAMETER = 1
-ERROR_INVALID_CONTEXT = 3
-ERROR_INVALID_OPERATION = 7
-ERROR_OUT_OF_MEMORY = 8
-ERROR_NOT_INITIALIZED = 15
-ERROR_NOT_SUPPORTED = 27
+__all__ = [  # the library names re-exported (see above)
+    "ERROR_INVALID_OPERATION", "ERROR_INVALID_PARAMETER", "ERROR_NOT_SUPPORTED", "ERROR_OUT_OF_MEMORY",
+    "SUCCESS", "CuptiError", "cubin_crc_at", "result_string",
+]  # fmt: skip
 
 # --- enums ----------------------------------------------------------------------------------
 
@@ -178,127 +175,6 @@ class GetStallReasonsParams(Structure):
     ]
 
 
-class GetCubinCrcParams(Structure):
-    _fields_ = [("size", c_size_t), ("cubinSize", c_size_t), ("cubin", c_void_p), ("cubinCrc", c_uint64)]
-
-
-class GetSassToSourceCorrelationParams(Structure):
-    _fields_ = [
-        ("size", c_size_t),
-        ("cubin", c_void_p),
-        ("functionName", c_char_p),
-        ("cubinSize", c_size_t),
-        ("lineNumber", c_uint32),
-        ("pcOffset", c_uint64),
-        ("fileName", c_void_p),  # char*, malloc'ed by CUPTI: the caller frees it
-        ("dirName", c_void_p),
-    ]
-
-
-def params_size(struct: type[Structure], last_field: str) -> int:
-    """The header's ``CUPTI_PCSAMPLING_STRUCT_SIZE(type, lastfield)``: offset + size of the last field."""
-    field = getattr(struct, last_field)
-    return int(field.offset + field.size)
-
-
-# --- loading libcupti -----------------------------------------------------------------------
-
-
-class CuptiError(Exception):
-    """A CUPTI call failed. ``code`` is the ``CUptiResult``; ``call`` the function's name."""
-
-    def __init__(self, call: str, code: int, text: str) -> None:
-        super().__init__(f"{call} failed: {text} (CUptiResult {code})")
-        self.call = call
-        self.code = code
-
-
-class LibraryNotFoundError(Exception):
-    """libcupti could not be found or loaded."""
-
-
-@cache
-def library() -> ctypes.CDLL:
-    """libcupti, found with cuda-pathfinder (the installed nvidia-cuda-cupti wheel or CUDA_HOME),
-    falling back to the nvidia wheel folder next to this interpreter, then the loader's search path."""
-    candidates: list[str] = []
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        candidates.append(load_nvidia_dynamic_lib("cupti").abs_path)
-    except Exception:
-        pass
-    try:
-        import nvidia  # the namespace package of the nvidia-* wheels
-
-        for root in nvidia.__path__:
-            for sub in ("cu13/lib", "cuda_cupti/lib"):
-                folder = os.path.join(root, sub)
-                if os.path.isdir(folder):
-                    candidates += sorted(
-                        os.path.join(folder, f) for f in os.listdir(folder) if f.startswith("libcupti.so")
-                    )
-    except ImportError:
-        pass
-    candidates += ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
-    errors = []
-    for path in candidates:
-        try:
-            return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        except OSError as error:
-            errors.append(str(error))
-    raise LibraryNotFoundError(
-        "libcupti not found; install it with `pip install nvidia-cuda-cupti` (or cupti-python)"
-        + (f" ({errors[-1]})" if errors else "")
-    )
-
-
-_fn_lock = threading.Lock()
-_fns: dict[str, Any] = {}
-
-
-def function(name: str) -> Any:
-    """The C function ``name`` of libcupti, typed ``CUptiResult f(void*)`` (every PC sampling and SASS
-    call takes one params struct). Raises ``CuptiError`` with ``ERROR_NOT_SUPPORTED`` if this libcupti
-    is too old to have it."""
-    with _fn_lock:
-        fn = _fns.get(name)
-        if fn is None:
-            try:
-                fn = getattr(library(), name)
-            except AttributeError:
-                raise CuptiError(name, ERROR_NOT_SUPPORTED, "not in this libcupti") from None
-            fn.argtypes = [c_void_p]
-            fn.restype = c_int
-            _fns[name] = fn
-        return fn
-
-
-def result_string(code: int) -> str:
-    try:
-        fn = library().cuptiGetResultString
-    except (LibraryNotFoundError, AttributeError):
-        return f"CUPTI error {code}"
-    fn.argtypes = [c_int, POINTER(c_char_p)]
-    fn.restype = c_int
-    text = c_char_p()
-    if fn(code, ctypes.byref(text)) != SUCCESS or not text.value:
-        return f"CUPTI error {code}"
-    return text.value.decode(errors="replace")
-
-
-def call(name: str, params: Structure) -> None:
-    """Call ``name(&params)``; raise ``CuptiError`` unless it returns CUPTI_SUCCESS."""
-    code = function(name)(ctypes.addressof(params))
-    if code != SUCCESS:
-        raise CuptiError(name, code, result_string(code))
-
-
-def call_status(name: str, params: Structure) -> int:
-    """Call ``name(&params)`` and return the CUptiResult (for calls whose errors carry meaning)."""
-    return int(function(name)(ctypes.addressof(params)))
-
-
 # --- typed wrappers -------------------------------------------------------------------------
 
 
@@ -385,73 +261,6 @@ def stall_reasons(ctx: int) -> dict[int, str]:
         ),
     )
     return {int(indexes[i]): buffers[i].value.decode(errors="replace") for i in range(n)}
-
-
-def cubin_crc(cubin: bytes) -> int:
-    """CUPTI's CRC of a cubin: the key PC records and module events share."""
-    buffer = ctypes.create_string_buffer(cubin, len(cubin))
-    return cubin_crc_at(ctypes.addressof(buffer), len(cubin))
-
-
-def cubin_crc_at(address: int, size: int) -> int:
-    """``cubin_crc`` of the ``size`` bytes at ``address`` (e.g. a module callback's ``pCubin``)."""
-    params = GetCubinCrcParams(size=params_size(GetCubinCrcParams, "cubinCrc"), cubinSize=size, cubin=address)
-    call("cuptiGetCubinCrc", params)
-    return int(params.cubinCrc)
-
-
-@dataclass(frozen=True)
-class SourceLine:
-    file: str
-    directory: str
-    line: int
-
-
-class CubinLines:
-    """SASS-to-source lookups in one cubin (``cuptiGetSassToSourceCorrelation``, guide §2.10.5).
-
-    The cubin needs line info (nvcc or NVRTC ``-lineinfo``). The call needs the NVIDIA driver
-    library, not a GPU: without libcuda it fails with ``CUPTI_ERROR_UNKNOWN``.
-    """
-
-    def __init__(self, cubin: bytes) -> None:
-        self._buffer = ctypes.create_string_buffer(cubin, len(cubin))  # one copy, kept for every lookup
-        self._size = len(cubin)
-
-    def line(self, function: str, pc_offset: int) -> SourceLine | None:
-        """Where ``pc_offset`` of ``function`` comes from; None without line info for it. Raises
-        ``CuptiError`` when CUPTI fails (``ERROR_UNKNOWN`` also means "function not in this cubin")."""
-        params = GetSassToSourceCorrelationParams(
-            size=params_size(GetSassToSourceCorrelationParams, "dirName"),
-            cubin=ctypes.addressof(self._buffer),
-            functionName=function.encode(),
-            cubinSize=self._size,
-            pcOffset=pc_offset,
-        )
-        call("cuptiGetSassToSourceCorrelation", params)
-        try:
-            if not params.fileName or not params.lineNumber:
-                return None
-            directory = ctypes.string_at(params.dirName).decode(errors="replace") if params.dirName else ""
-            file = ctypes.string_at(params.fileName).decode(errors="replace")
-            return SourceLine(file, directory, int(params.lineNumber))
-        finally:  # CUPTI mallocs both strings for the caller to free
-            for pointer in (params.fileName, params.dirName):
-                if pointer:
-                    libc_free(pointer)
-
-
-@cache
-def _libc_free() -> Any:
-    free = ctypes.CDLL(None).free
-    free.argtypes = [c_void_p]
-    free.restype = None
-    return free
-
-
-def libc_free(pointer: int) -> None:
-    """Free memory CUPTI malloc'ed for us (strings it hands over)."""
-    _libc_free()(pointer)
 
 
 class SamplingBuffer:

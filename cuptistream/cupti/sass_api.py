@@ -5,7 +5,7 @@ is set as the header's ``*_STRUCT_SIZE`` macro computes it: offset plus size of 
 names. For ``CUpti_SassMetricsFlushData_Params`` the header's macro names ``numOfInstances``, not the
 last field ``pMetricsData``; we copy that faithfully.
 
-Library loading and error handling are shared with ``pcsampling_api``.
+Loading libcupti, ``call`` and ``CuptiError`` are ``cupti.library``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import Structure, c_char_p, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 
-from cuptistream.cupti.pcsampling_api import CuptiError, call, libc_free, params_size
+from cuptistream.cupti.library import CuptiError, call, libc_free, params_size
 
 GRANULARITY = {"gpu": 0, "sm": 1, "smsp": 2}
 

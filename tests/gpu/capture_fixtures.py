@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from cuptistream.cupti import capture, driver, kinds
+from cuptistream.cupti import capture, driver, kinds, library
 from cuptistream.cupti.decode import choose_dtype
 from sources.activity import ActivitySource, ActivitySourceConfig
 from tests.gpu.workloads import exact_counts
@@ -44,7 +44,7 @@ def _class_for(record: str):
 
 def oracle(cap: capture.Capture) -> dict:
     """Counts and values from CUPTI's own record walk and cupti-python's record classes."""
-    lib = driver.libcupti()
+    lib = library.libcupti()
     by_kind: collections.Counter[str] = collections.Counter()
     kernel_names: collections.Counter[str] = collections.Counter()
     memcpy_bytes = 0

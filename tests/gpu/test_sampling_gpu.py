@@ -69,7 +69,7 @@ def test_sass_to_source_maps_the_captured_hot_spots_to_their_lines(tmp_path: Pat
     sys.path.insert(0, str(WORKLOADS))
     from sampling_common import KERNELS
 
-    from cuptistream.cupti.pcsampling_api import CubinLines
+    from cuptistream.cupti.cubin_api import CubinLines
 
     fixtures = Path(__file__).parents[1] / "fixtures" / "sampling"
     lines = CubinLines((fixtures / "kernels_a_h200.cubin").read_bytes())

@@ -17,8 +17,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from sampling_common import KERNELS, Cuda, compile_cubin
 
-from cuptistream.cupti import pcsampling_api as pcs
-from cuptistream.cupti import subscriber
+from cuptistream.cupti import cubin_api, subscriber
 from cuptistream.cupti.contexts import MODULE_LOADED, MODULE_UNLOAD_STARTING, module_data
 
 
@@ -34,8 +33,8 @@ def main() -> None:
         seen.append({
             "cbid": cbid, "module_id": module_id, "size": size,
             "equal": copy == cubin, "first_diff": diff[0] if diff else None, "diff_bytes": len(diff),
-            "crc_in_callback": pcs.cubin_crc_at(address, size) if address else 0,
-            "crc_of_copy": pcs.cubin_crc(copy) if copy else 0,
+            "crc_in_callback": cubin_api.cubin_crc_at(address, size) if address else 0,
+            "crc_of_copy": cubin_api.cubin_crc(copy) if copy else 0,
             "elf_magic": copy[:4].hex(),
         })  # fmt: skip
 
@@ -50,7 +49,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "ours": {"size": len(cubin), "crc": pcs.cubin_crc(cubin), "magic": cubin[:4].hex()},
+                "ours": {"size": len(cubin), "crc": cubin_api.cubin_crc(cubin), "magic": cubin[:4].hex()},
                 "callbacks": seen,
             }
         )

@@ -29,8 +29,7 @@ from sampling_common import (
 )
 
 from cuptistream.config import convert
-from cuptistream.cupti import pcsampling_api as pcs
-from cuptistream.cupti import sampling_decode
+from cuptistream.cupti import cubin_api, sampling_decode
 from cuptistream.cupti.sampling_decode import RecordingMemory
 from cuptistream.events import PcSampleBatch, ResourceChange, SassMetricBatch
 
@@ -96,7 +95,7 @@ def timed(cuda: Cuda, fn: int, n: int, *launch: Any) -> float:
 def pc_sampling_part(cuda: Cuda, result: dict[str, Any], key: str = "pc") -> None:
     arch = cuda.arch()
     cubin_a, cubin_b = compile_cubin(KERNELS, arch), compile_cubin(OTHER_KERNEL, arch)
-    crc_a, crc_b = pcs.cubin_crc(cubin_a), pcs.cubin_crc(cubin_b)
+    crc_a, crc_b = cubin_api.cubin_crc(cubin_a), cubin_api.cubin_crc(cubin_b)
     result["crc"] = {"A": crc_a, "B": crc_b}
     result["cubin_size"] = {"A": len(cubin_a), "B": len(cubin_b)}
     out, inp = cuda.alloc(264 * 256 * 4), cuda.alloc(1 << 26)

@@ -1,0 +1,136 @@
+"""One CUPTI library layer: one loader per native library, one error type, one ``call``, one rule for
+API function names. Read from the source tree (no GPU needed), so a second loader or a second
+``CuptiError`` that creeps back in fails here."""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+from pathlib import Path
+
+import pytest
+
+from cuptistream.cupti import api_functions, cubin_api, library, pcsampling_api, sass_api
+
+ROOT = Path(__file__).resolve().parents[1]
+TREES = ("cuptistream", "sources", "sinks")
+
+# Where a native library may be opened (ctypes.CDLL), and which: one place each.
+LOADERS = {
+    "cuptistream/cupti/library.py": 2,  # libcupti, and libc for free()
+    "cuptistream/cupti/gpus.py": 1,  # libcuda
+    "cuptistream/cupti/names.py": 1,  # libstdc++ for __cxa_demangle
+    "cuptistream/probe/link.py": 1,  # libc for prctl(PR_SET_PTRACER), before anything CUDA
+}
+
+
+def _modules() -> list[tuple[str, ast.Module]]:
+    found = []
+    for tree in TREES:
+        for path in sorted((ROOT / tree).rglob("*.py")):
+            found.append((path.relative_to(ROOT).as_posix(), ast.parse(path.read_text())))
+    return found
+
+
+def test_native_libraries_are_opened_in_one_place_each() -> None:
+    opened: dict[str, int] = {}
+    for name, module in _modules():
+        for node in ast.walk(module):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("ctypes.CDLL", "CDLL"):
+                opened[name] = opened.get(name, 0) + 1
+    assert opened == LOADERS
+
+
+def test_one_cupti_error_and_one_call() -> None:
+    defined: dict[str, list[str]] = {}
+    for name, module in _modules():
+        for node in module.body:
+            if isinstance(node, ast.ClassDef) and node.name == "CuptiError":
+                defined.setdefault("CuptiError", []).append(name)
+            if isinstance(node, ast.FunctionDef) and node.name in (
+                "call",
+                "call_status",
+                "libcupti",
+                "libc_free",
+            ):
+                defined.setdefault(node.name, []).append(name)
+    assert defined == {
+        name: ["cuptistream/cupti/library.py"]
+        for name in ("CuptiError", "call", "call_status", "libcupti", "libc_free")
+    }
+    assert pcsampling_api.CuptiError is sass_api.CuptiError is library.CuptiError
+
+
+def test_a_missing_function_is_a_cupti_error_not_supported(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Lib:
+        pass
+
+    monkeypatch.setattr(library, "libcupti", lambda: Lib())
+    with pytest.raises(
+        library.CuptiError, match=r"^cuptiNoSuch failed: not in this libcupti \(CUptiResult 27\)$"
+    ):
+        library.call("cuptiNoSuch")
+
+
+def test_call_passes_params_structs_by_reference_and_raises_on_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[int] = []
+
+    class Lib:
+        @staticmethod
+        def cuptiGetCubinCrc(params: object) -> int:
+            address = ctypes.cast(params, ctypes.c_void_p).value
+            struct = cubin_api.GetCubinCrcParams.from_address(address)
+            seen.append(struct.cubinSize)
+            struct.cubinCrc = 0xC0FFEE
+            return library.SUCCESS
+
+        @staticmethod
+        def cuptiGetDeviceId(ctx: object, out: object) -> int:
+            return library.ERROR_INVALID_CONTEXT
+
+    monkeypatch.setattr(library, "libcupti", lambda: Lib())
+    assert cubin_api.cubin_crc_at(0x1000, 64) == 0xC0FFEE and seen == [64]
+    with pytest.raises(library.CuptiError) as info:
+        library.call("cuptiGetDeviceId", None, None)
+    assert (info.value.call, info.value.code) == ("cuptiGetDeviceId", library.ERROR_INVALID_CONTEXT)
+    assert "CUPTI_ERROR_INVALID_CONTEXT" in str(info.value)
+
+
+def test_api_function_names_are_resolved_by_one_module() -> None:
+    """Only cupti/api_functions.py reads cupti-python's API cbid enums for names (the launch hook's
+    list of launch cbids aside: it resolves no user pattern)."""
+    readers = set()
+    for name, module in _modules():
+        for node in ast.walk(module):
+            if isinstance(node, ast.Attribute) and node.attr in (
+                "RuntimeApiTraceCbid", "DriverApiTraceCbid", "runtime_api_trace_cbid", "driver_api_trace_cbid",
+            ):  # fmt: skip
+                readers.add(name)
+    assert readers == {"cuptistream/cupti/api_functions.py", "cuptistream/cupti/launch_hook.py"}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("cudaLaunchKernel", {"cudaLaunchKernel", "cudaLaunchKernel_ptsz"}),  # a name: itself and its twin
+        ("cudaLaunchKernel_v7000", {"cudaLaunchKernel"}),  # CUPTI's enum name
+        ("cudaLaunchKernel_ptsz", {"cudaLaunchKernel_ptsz"}),
+        (
+            "cudaMemset2D*",
+            {"cudaMemset2D", "cudaMemset2DAsync", "cudaMemset2D_ptds", "cudaMemset2DAsync_ptsz"},
+        ),
+    ],
+)
+def test_one_pattern_rule(pattern: str, expected: set[str]) -> None:
+    names = api_functions.api_names("runtime")
+    assert {names[c] for c in api_functions.select_cbids("runtime", [pattern])} == expected
+
+
+def test_driver_names_without_the_v2_suffix_select_every_version() -> None:
+    names = api_functions.api_names("driver")
+    selected = api_functions.select_cbids("driver", ["cuMemcpyHtoD"])
+    assert len(selected) == 3 and {names[c] for c in selected} == {"cuMemcpyHtoD", "cuMemcpyHtoD_v2_ptds"}
+    with pytest.raises(ValueError, match=r"^driver_api pattern 'cuFoo\*' matches no driver API function"):
+        api_functions.check_patterns("driver", ["cuLaunch*", "cuFoo*"])
