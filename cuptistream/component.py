@@ -8,6 +8,7 @@ in ``config_type`` and registers under the entry-point group ``cuptistream.sourc
 from __future__ import annotations
 
 import abc
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from cuptistream.codec import decode_batch, encode_chunk
 from cuptistream.config import SinkConfig, SourceConfig
+from cuptistream.errors import ConfigError
 from cuptistream.events import Batch, Event, Resource
 
 if TYPE_CHECKING:
@@ -139,9 +141,12 @@ class OutgoingBatch:
 class Sink(abc.ABC):
     """Delivers batches somewhere. All methods run in the pipeline's trio thread.
 
-    ``open`` checks the destination and raises ``SinkUnavailableError`` with a one-line message if
-    it cannot be used. ``write`` delivers one batch, or raises ``DeliveryError`` (counted as lost).
-    Blocking I/O belongs in ``trio.to_thread.run_sync`` so other sinks keep moving.
+    ``open`` checks the destination and raises ``SinkUnavailableError`` (cannot reach or use it) or
+    ``ConfigError`` (a setting or a secret's environment variable is wrong) with a one-line message
+    that starts with ``self.where(key)``. ``write`` delivers one batch, or raises ``DeliveryError``
+    (counted as lost). Blocking I/O belongs in ``trio.to_thread.run_sync`` so other sinks keep moving.
+    The shared ``config.retry`` and ``config.timeout`` settings apply to every attempt a sink makes
+    (``cuptistream.retry``). ``docs/architecture.md`` is the whole contract.
     """
 
     config_type: ClassVar[type[SinkConfig]] = SinkConfig
@@ -163,9 +168,39 @@ class Sink(abc.ABC):
         """Flush and release. Called once, after the last write, within the shutdown deadline."""
 
     def stats(self) -> dict[str, int]:
-        """Sink-specific counters (e.g. acked, retried, spooled) folded into self-stats."""
+        """Sink-specific cumulative counters (e.g. acked, retried, spooled). The pipeline copies them
+        into ``SelfStats`` (``stages["sink:<name>"].counters``) and the shutdown report."""
         return {}
+
+    def delivery_losses(self) -> dict[str, int]:
+        """Events lost after ``write`` returned (accepted, then not delivered), cumulative, by reason
+        (e.g. Kafka's ``retries_exhausted``). The pipeline turns their growth into ``Loss`` events
+        (stage ``sink:<name>``), adds them to the stage's ``events_dropped`` (and takes them out of
+        its ``events_out``) and to the shutdown report. A loss raised from ``write`` as
+        ``DeliveryError`` is counted by the pipeline already: do not count it here too."""
+        return {}
+
+    def where(self, key: str = "") -> str:
+        """How every message about this sink starts: ``sinks[<name>]`` or ``sinks[<name>].<key>``."""
+        return sink_where(self.name, key)
+
+
+def sink_where(name: str, key: str = "") -> str:
+    """``sinks[<name>]`` or ``sinks[<name>].<key>``: the one prefix of sink errors and log lines."""
+    return f"sinks[{name}]" + (f".{key}" if key else "")
+
+
+def secret_from_env(sink: str, key: str, variable: str) -> str:
+    """The value of the environment variable a sink's ``key`` names (a password, a header). Raises
+    ``ConfigError`` (one line naming the key and the variable, never a value) if it is not set."""
+    value = os.environ.get(variable)
+    if value is None:
+        raise ConfigError(
+            f"{sink_where(sink, key)}: environment variable {variable} is not set; export the secret there"
+        )
+    return value
 
 
 class DeliveryError(Exception):
-    """A batch could not be delivered and will not be retried by the pipeline."""
+    """A batch could not be delivered and will not be retried by the pipeline. The message starts
+    with ``Sink.where()``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import msgspec
 import yaml
@@ -148,11 +148,46 @@ class SourceConfig(ComponentConfig):
     """Base of every source's config."""
 
 
+class RetryConfig(Strict):
+    """How every sink re-sends what failed for a reason that may pass (the server busy or away, a full
+    disk): exponential backoff with jitter, a server's ``Retry-After`` honoured, within ``max_elapsed``."""
+
+    enabled: bool = True  # false: one attempt, then the data is counted as lost
+    initial_backoff: Duration = Duration(0.5)
+    max_backoff: Duration = Duration(10.0)
+    multiplier: float = 2.0
+    max_elapsed: Duration = Duration(30.0)  # from the first attempt until the data is given up
+
+    def __post_init__(self) -> None:
+        require_positive("initial_backoff", self.initial_backoff)
+        require_at_least("max_backoff", self.max_backoff, self.initial_backoff)
+        require_at_least("multiplier", self.multiplier, 1)
+        require_positive("max_elapsed", self.max_elapsed)
+
+
+DEFAULT_SINK_TIMEOUT = 10.0  # seconds: one request of a sink when ``timeout`` is not set
+
+
 class SinkConfig(ComponentConfig):
-    """Base of every sink's config: the queue and batching every sink shares."""
+    """Base of every sink's config: the queue, batching, retry and timeout settings every sink shares
+    (like the OpenTelemetry Collector's exporter helper). ``docs/config.md`` documents them once."""
 
     queue: QueueConfig = msgspec.field(default_factory=QueueConfig)
     batch: BatchConfig | None = None  # None: the pipeline's batch settings
+    retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
+    timeout: Duration | None = None  # one request or write; None: DEFAULT_SINK_TIMEOUT (otlp: OTEL_* first)
+    # Keys a sink used to have and what replaced them: a config that still says them gets a one-line
+    # "renamed" error instead of "unknown key".
+    renamed_keys: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None:
+            require_positive("timeout", self.timeout)
+
+    @property
+    def request_timeout(self) -> float:
+        """``timeout`` in seconds, the shared default when not set."""
+        return DEFAULT_SINK_TIMEOUT if self.timeout is None else float(self.timeout)
 
 
 class Config(msgspec.Struct, kw_only=True):
@@ -322,6 +357,7 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     for index, entry in enumerate(raw.sinks):
         path = f"sinks[{index}]"
         sink_cls = sink_class(_component_type(entry, path), path)
+        _check_renamed(entry, sink_cls.config_type.renamed_keys, path)
         sinks.append(convert(entry, sink_cls.config_type, path))
     _check_unique_names(sources, "sources")
     _check_unique_names(sinks, "sinks")
@@ -332,6 +368,14 @@ def build(data: Any, origin: str = "<dict>") -> Config:
         sources=sources, sinks=sinks,
         origin=origin, raw=data,
     )
+
+
+def _check_renamed(entry: dict[str, Any], renamed: dict[str, str], path: str) -> None:
+    for key in entry:
+        if key in renamed:
+            raise ConfigError(
+                f"{path}.{key}: renamed to {renamed[key]}; see docs/config.md, Keys every sink has"
+            )
 
 
 def shown_key(key: object) -> str:

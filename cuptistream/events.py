@@ -352,6 +352,7 @@ class StageStats(msgspec.Struct, kw_only=True):
     bytes_in: int = 0
     bytes_out: int = 0
     queued_bytes: int = 0
+    counters: dict[str, int] = {}  # a sink's own (Sink.stats()): acked, retried, spooled, ...
 
 
 class SelfStats(Event, tag="self_stats"):

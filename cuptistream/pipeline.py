@@ -123,8 +123,7 @@ class Pipeline:
         now = time.time_ns()
         losses = self.intake.pop_losses()
         for lane in self.lanes:
-            losses.update(lane.losses)
-            lane.losses.clear()
+            losses.update(lane.take_losses())
         self._all_losses.update(losses)
         events: list[Event] = [
             Loss(stage=stage, reason=reason, count=count, since=self._loss_window_start, until=now, unit=unit)
@@ -265,7 +264,7 @@ class Pipeline:
             nursery.cancel_scope.cancel()
         self._all_losses.update(self.intake.pop_losses())
         for lane in self.lanes:
-            self._all_losses.update(lane.losses)
+            self._all_losses.update(lane.take_losses())
             report.sinks[lane.sink.name] = lane.snapshot()
         report.events_in = self.intake.events_in
         report.intake_dropped = sum(

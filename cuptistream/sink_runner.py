@@ -3,6 +3,10 @@
 Each sink has a lane, so a slow sink only fills its own queue; the queue's full policy then decides
 whether the distributor waits (``block``: backpressure reaches the intake and its policy) or the lane
 drops (``drop_newest`` / ``drop_oldest``, counted per sink).
+
+The lane is also where a sink's own accounting joins the pipeline's: ``take_losses()`` and ``snapshot()``
+read ``Sink.delivery_losses()`` (events lost after ``write`` accepted them) and ``Sink.stats()`` each time, so
+those losses become ``Loss`` events, ``SelfStats`` and the shutdown report like the lane's own drops.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ class SinkLane:
         self._closing = False
         self._seq = 0
         self.counters = StageStats()
-        self.losses: Counter[tuple[str, str, str]] = Counter()
+        self._losses: Counter[tuple[str, str, str]] = Counter()
+        self._sink_lost: dict[str, int] = {}  # Sink.delivery_losses() as last read
+        self._sink_failed = False  # stats() or delivery_losses() raised: said once
         self._writing = 0  # events of the batch inside sink.write
         self._written_off = 0  # ... counted lost by abandon() while its write was still running
         self._abandon_reason = ""
@@ -173,7 +179,38 @@ class SinkLane:
 
     def _drop(self, count: int, reason: str) -> None:
         self.counters.events_dropped += count
-        self.losses[self.stage, reason, "events"] += count
+        self._losses[self.stage, reason, "events"] += count
+
+    def take_losses(self) -> Counter[tuple[str, str, str]]:
+        """(stage, reason, unit) -> count of drops since the last call: the lane's own and what the
+        sink lost after accepting (``Sink.delivery_losses()``)."""
+        self._poll_sink()
+        taken, self._losses = self._losses, Counter()
+        return taken
+
+    def _poll_sink(self) -> None:
+        """Fold the growth of ``Sink.delivery_losses()`` into the lane's drops: accepted, then lost, so out of
+        ``events_out`` and into ``events_dropped`` and a ``Loss`` with the sink's reason."""
+        lost = self._ask_sink(self.sink.delivery_losses)
+        for reason, total in lost.items():
+            grown = total - self._sink_lost.get(reason, 0)
+            if grown > 0:
+                self._sink_lost[reason] = total
+                self._drop(grown, reason)
+                self.counters.events_out = max(0, self.counters.events_out - grown)
+
+    def _ask_sink(self, method: Callable[[], dict[str, int]]) -> dict[str, int]:
+        """A sink's counters, never an exception: a sink bug must not stop the accounting."""
+        try:
+            values = method()
+            return {str(k): int(v) for k, v in values.items()}
+        except Exception as error:
+            if not self._sink_failed:
+                self._sink_failed = True
+                self._report_error(
+                    self.stage, f"sink failed in {method.__name__}(): {type(error).__name__}: {error}"
+                )
+            return {}
 
     def _notify(self) -> None:
         self._changed.set()
@@ -184,7 +221,7 @@ class SinkLane:
 
     def _undrop(self, count: int, reason: str) -> None:
         self.counters.events_dropped -= count
-        self.losses[self.stage, reason, "events"] -= count
+        self._losses[self.stage, reason, "events"] -= count
 
     def abandon(self, reason: str) -> int:
         """Drop whatever is still queued, and the batch being written (shutdown deadline passed;
@@ -200,6 +237,9 @@ class SinkLane:
         return dropped
 
     def snapshot(self) -> StageStats:
+        """The lane's counters now, the sink's own (``Sink.stats()``) and its losses included."""
+        self._poll_sink()
         stats = StageStats(**{f: getattr(self.counters, f) for f in StageStats.__struct_fields__})
         stats.queued_bytes = self._queued_bytes
+        stats.counters = self._ask_sink(self.sink.stats)
         return stats

@@ -14,6 +14,7 @@ per file, and a process's batches stay in order in its files. The collector's ow
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import time
@@ -26,6 +27,7 @@ from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import Duration, SinkConfig, Size
 from cuptistream.errors import SinkUnavailableError
 from cuptistream.events import Resource
+from cuptistream.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.segments import (
     DIRECTORY_MODE,
     FsyncPolicy,
@@ -35,6 +37,10 @@ from cuptistream.segments import (
     safe_host,
     seal_orphans,
 )
+
+# A write that fails with one of these may succeed later (space freed, quota raised): it is retried
+# with the shared ``retry`` settings. Any other error loses the batch at once.
+_TRANSIENT = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR})
 
 # A process's file set is finished (renamed to its final name) after this long without a batch, so
 # a node collector that serves many short-lived processes keeps few files open.
@@ -64,6 +70,7 @@ class FileSinkConfig(SinkConfig, kw_only=True):
     allow_foreign_owner: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # Errors raised here reach the user as "sinks[N]: <message>".
         if self.format == "msgpack" and self.compression == "none":
             raise ValueError("compression: none is only allowed with format: jsonl; use compression: zstd")
@@ -105,6 +112,8 @@ class FileSink(Sink):
         self.batches_written = 0
         self.bytes_written = 0
         self.files_written = 0
+        self.attempts = 0
+        self.retries = 0
 
     async def open(self) -> None:
         await trio.to_thread.run_sync(self._open)
@@ -113,7 +122,7 @@ class FileSink(Sink):
         config = self.config
         directory = str(
             prepare_directory(
-                config.directory, key=f"sinks[{self.name}].directory", mode=int(config.directory_mode),
+                config.directory, key=self.where("directory"), mode=int(config.directory_mode),
                 allow_symlink=config.allow_symlink, allow_foreign_owner=config.allow_foreign_owner,
             )
         )  # fmt: skip
@@ -126,7 +135,7 @@ class FileSink(Sink):
         except OSError as error:
             reason = error.strerror or str(error)
             raise SinkUnavailableError(
-                f"sinks[{self.name}]: cannot write to {directory}: {reason}; choose another directory"
+                f"{self.where()}: cannot write to {directory}: {reason}; choose another directory"
             ) from None
         self._directory = directory
 
@@ -163,11 +172,21 @@ class FileSink(Sink):
         self.files_written += writer.files_finished
 
     async def write(self, batch: OutgoingBatch) -> None:
-        await trio.to_thread.run_sync(self._write, batch)
+        """Write the batch as one frame. A full disk or quota is retried (``retry``; the segment
+        writer cuts off a partial frame first); the deadline passing raises ``DeliveryError``."""
+
+        async def once(_timeout: float) -> None:  # a blocking write cannot be cut short
+            await trio.to_thread.run_sync(self._write, batch)
+
+        deadline = trio.current_time() + self.config.retry.max_elapsed
+        try:
+            await call_with_retry(once, self.config.retry, self.config.request_timeout, deadline, self)
+        except RetriesExhausted as error:
+            raise DeliveryError(f"{self.where()}: cannot write batch {batch.seq}: {error}") from None
 
     def _write(self, batch: OutgoingBatch) -> None:
         if self._directory is None or self._closed:
-            raise DeliveryError(f"sinks[{self.name}]: write while the sink is not open")
+            raise DeliveryError(f"{self.where()}: write while the sink is not open")
         payload = batch.data if self.config.format == "msgpack" else jsonl.encode_batch(batch.batch)
         now = time.monotonic()
         try:
@@ -175,7 +194,9 @@ class FileSink(Sink):
             entry = self._writer_for(batch.resource if batch.resource is not None else batch.batch.resource)
             entry.writer.append(payload)
         except OSError as error:
-            raise DeliveryError(f"sinks[{self.name}]: cannot write batch {batch.seq}: {error}") from error
+            if error.errno in _TRANSIENT:
+                raise RetryableError(error.strerror or type(error).__name__) from error
+            raise DeliveryError(f"{self.where()}: cannot write batch {batch.seq}: {error}") from error
         entry.last_write = now
         self.batches_written += 1
 
@@ -186,7 +207,7 @@ class FileSink(Sink):
         try:
             await trio.to_thread.run_sync(self._finish_all)
         except OSError as error:
-            raise DeliveryError(f"sinks[{self.name}]: cannot finish the last file: {error}") from error
+            raise DeliveryError(f"{self.where()}: cannot finish the last file: {error}") from error
 
     def _finish_all(self) -> None:
         failed: OSError | None = None
@@ -205,6 +226,7 @@ class FileSink(Sink):
             "bytes_written": self.bytes_written + sum(w.bytes_written for w in live),
             "files_written": self.files_written + sum(w.files_finished for w in live),
             "batches_written": self.batches_written,
+            "write_retries": self.retries,
         }
 
 

@@ -42,7 +42,7 @@ class StdoutSink(Sink):
             stream.write(data)
             stream.flush()
         except (BrokenPipeError, ValueError) as error:  # ValueError: stdout was closed
-            raise DeliveryError(f"sinks[{self.name}]: cannot write to stdout: {error}") from error
+            raise DeliveryError(f"{self.where()}: cannot write to stdout: {error}") from error
         return len(data)
 
     def stats(self) -> dict[str, int]:

@@ -34,10 +34,8 @@ def main() -> None:
         "spool_after": "300ms",
         "spool_segment_bytes": "1MiB",
         "max_in_flight_bytes": IN_FLIGHT_BYTES,
-        "request_timeout": "5s",
-        "delivery_timeout": "30s",
-        "retry_backoff": "200ms",
-        "retry_backoff_max": "2s",
+        "timeout": "5s",
+        "retry": {"max_elapsed": "30s", "initial_backoff": "200ms", "max_backoff": "2s"},
         "queue": {"max_bytes": QUEUE_BYTES, "full_policy": "block"},
     }
     sink = KafkaSink(convert(sink_entry, KafkaSinkConfig, "sinks[0]"))

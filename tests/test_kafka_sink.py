@@ -189,7 +189,11 @@ def test_missing_secret_env_var(kafka_broker: TansuBroker, monkeypatch: pytest.M
         sasl_password_env="NO_SUCH_KAFKA_PASSWORD",
     )
     error = _open_error(config)
-    assert "sasl_password_env: environment variable NO_SUCH_KAFKA_PASSWORD is not set" in str(error)
+    assert isinstance(error, ConfigError)  # the same class and form as the OTLP sink's headers_env
+    assert str(error) == (
+        "sinks[kafka].sasl_password_env: environment variable NO_SUCH_KAFKA_PASSWORD is not set; "
+        "export the secret there"
+    )
 
 
 @pytest.mark.parametrize(
@@ -237,7 +241,7 @@ def test_spool_left_at_close_is_replayed_by_the_next_run(kafka_broker: TansuBrok
     spool = tmp_path / "spool"
     config = make_config(
         kafka_broker, key="{host}", on_unavailable="spool", spool_directory=str(spool), spool_after="200ms",
-        max_in_flight_bytes="256KiB", delivery_timeout="1s", request_timeout="1s",
+        max_in_flight_bytes="256KiB", retry={"max_elapsed": "1s"}, timeout="1s",
     )  # fmt: skip
 
     async def first_run() -> dict[str, int]:
@@ -270,20 +274,23 @@ def test_spool_left_at_close_is_replayed_by_the_next_run(kafka_broker: TansuBrok
 
 
 def test_block_mode_counts_what_is_unacked_at_close(kafka_broker: TansuBroker) -> None:
-    config = make_config(kafka_broker, key="{host}", delivery_timeout="1s", request_timeout="1s")
+    config = make_config(kafka_broker, key="{host}", retry={"max_elapsed": "1s"}, timeout="1s")
 
-    async def main() -> dict[str, int]:
+    async def main() -> tuple[dict[str, int], dict[str, int]]:
         sink = KafkaSink(config)
         await sink.open()
         kafka_broker.pause()
         for seq in range(3):
             await sink.write(batch_for(seq, events_for(seq, 500)))
-        await sink.close()  # gives up after delivery_timeout
-        return sink.stats()
+        await sink.close()  # gives up after retry.max_elapsed
+        return sink.stats(), sink.delivery_losses()
 
     try:
-        stats = trio.run(main)
+        stats, lost = trio.run(main)
     finally:
         kafka_broker.resume()
-    assert stats["undelivered_events"] == stats["dropped_events"] == 1500
+    # Each message is given up once: past retry.max_elapsed while the sink ran, or at close.
+    assert stats["dropped_events"] == sum(lost.values()) == 1500
+    assert set(lost) <= {"retries_exhausted", "shutdown"}
+    assert stats["undelivered_events"] == lost.get("shutdown", 0)
     assert stats["acked_events"] == 0

@@ -70,7 +70,7 @@ def test_unavailable_is_retried(receiver: OtlpGrpcReceiver) -> None:
 
 def test_unavailable_past_the_deadline_drops_and_raises(receiver: OtlpGrpcReceiver) -> None:
     receiver.answer("traces", *[Reply(grpc.StatusCode.UNAVAILABLE)] * 50)
-    s = sink(receiver.endpoint, signals=["traces"], deadline="1s", retry={"initial_backoff": "100ms"})
+    s = sink(receiver.endpoint, signals=["traces"], retry={"max_elapsed": "1s", "initial_backoff": "100ms"})
     started = time.monotonic()
     errors = deliver(s, make_batch(step_events()))
     assert time.monotonic() - started < 2.5
@@ -123,8 +123,7 @@ def test_slow_server_hits_the_timeout_then_the_deadline(receiver: OtlpGrpcReceiv
         receiver.endpoint,
         signals=["traces"],
         timeout="300ms",
-        deadline="1s",
-        retry={"initial_backoff": "50ms"},
+        retry={"max_elapsed": "1s", "initial_backoff": "50ms"},
     )
     errors = deliver(s, make_batch(step_events()))
     assert len(errors) == 1 and "DEADLINE_EXCEEDED" in str(errors[0])
@@ -138,9 +137,8 @@ def test_unreachable_server_fails_within_the_deadline() -> None:
     s = sink(
         f"http://127.0.0.1:{port}",
         signals=["traces"],
-        deadline="1s",
         timeout="300ms",
-        retry={"initial_backoff": "100ms"},
+        retry={"max_elapsed": "1s", "initial_backoff": "100ms"},
     )
     started = time.monotonic()
     errors = deliver(s, make_batch(step_events()))

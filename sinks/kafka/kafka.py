@@ -12,7 +12,8 @@ Guarantees (see ``docs/kafka.md``): at-least-once per message; order per key kep
 message is re-sent after kafka-python's own delivery timeout. ``write`` returns once the batch is
 held (memory or spool), not once it is acked. A message that cannot be delivered is never raised
 to the pipeline after the fact; it is counted in ``stats()`` (``dropped_events``, and at close
-``undelivered_events``) and logged once per cause.
+``undelivered_events``) and ``delivery_losses()`` (by reason, which the pipeline turns into
+``Loss`` events and self-stats), and logged once per cause.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ class KafkaSink(Sink):
         """Check the config, reach the broker and start the delivery thread.
 
         Raises ``SinkUnavailableError`` (one line) when no broker answers within ``connect_timeout``,
-        authentication fails, a fixed topic cannot be used, or a secret's env var is missing;
-        ``ConfigError`` for a bad topic or key template.
+        authentication fails or a fixed topic cannot be used; ``ConfigError`` for a bad topic or key
+        template, or a secret's environment variable that is not set.
         """
         config = self.config
         self._router = Router(
@@ -87,8 +88,8 @@ class KafkaSink(Sink):
         self._delivery = Delivery(
             make_producer,
             max_in_flight_bytes=int(config.max_in_flight_bytes),
-            retry_backoff=config.retry_backoff,
-            retry_backoff_max=config.retry_backoff_max,
+            retry=config.retry,
+            expire=config.on_unavailable == "block",
             spool=spool,
             on_change=self._poke,
         )
@@ -113,16 +114,17 @@ class KafkaSink(Sink):
         await trio.to_thread.run_sync(delivery.spool_messages, messages)
 
     async def close(self) -> None:
-        """Deliver what is held: for up to ``delivery_timeout``, or until cancelled (the pipeline's
+        """Deliver what is held: for up to ``retry.max_elapsed``, or until cancelled (the pipeline's
         shutdown deadline). Whatever is still unacked then goes to the spool (spool mode, replayed by
-        the next run) or is counted in ``undelivered_events`` and ``dropped_events``.
+        the next run) or is counted in ``undelivered_events``, ``dropped_events`` and ``delivery_losses()``
+        (reason ``shutdown``).
         """
         delivery = self._delivery
         if delivery is None:
             return
         try:
             await trio.to_thread.run_sync(
-                delivery.wait_idle, float(self.config.delivery_timeout), abandon_on_cancel=True
+                delivery.wait_idle, float(self.config.retry.max_elapsed), abandon_on_cancel=True
             )
         finally:
             with trio.CancelScope(shield=True):  # quick: stop, then spool or count the rest
@@ -136,6 +138,12 @@ class KafkaSink(Sink):
         spool = self._delivery.spool
         stats["spool_bytes"] = spool.bytes if spool is not None else 0
         return stats
+
+    def delivery_losses(self) -> dict[str, int]:
+        """Events accepted by ``write`` and then given up, by reason: ``rejected`` (an error no retry
+        fixes), ``retries_exhausted`` (block mode: unacked ``retry.max_elapsed`` after the first send),
+        ``spool_full``, ``spool_error``, ``shutdown`` (unacked when ``close`` gave up)."""
+        return dict(self._delivery.lost) if self._delivery is not None else {}
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -159,7 +167,7 @@ class KafkaSink(Sink):
         from kafka.errors import KafkaConfigurationError, KafkaError
 
         config = self.config
-        where = f"sinks[{config.name}]"
+        where = self.where()
         servers = ",".join(config.servers)
         timeout = config.connect_timeout
         if not _any_reachable(config.servers, timeout):

@@ -6,9 +6,9 @@ variables that hold them, read once at ``open()`` and never logged.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
+from cuptistream.component import secret_from_env, sink_where
 from cuptistream.config import Duration, SinkConfig, Size
 from cuptistream.errors import SinkUnavailableError
 
@@ -35,14 +35,12 @@ class KafkaSinkConfig(SinkConfig):
     linger: Duration = Duration(0.005)
     batch_size: Size = Size(1024 * 1024)
     max_message_bytes: Size = Size(1024 * 1024)  # larger batches are split into several messages
-    request_timeout: Duration = Duration(30.0)
-    delivery_timeout: Duration = Duration(120.0)  # kafka-python's own retries; ours start after it
     connect_timeout: Duration = Duration(5.0)  # open() gives up after this long
+    # The shared ``timeout`` is kafka-python's request_timeout_ms; the shared ``retry.max_elapsed`` its
+    # delivery_timeout_ms and, in block mode, how long a message may stay unacked before it is lost.
 
     # Delivery tracking.
     max_in_flight_bytes: Size = Size(32 * 1024 * 1024)
-    retry_backoff: Duration = Duration(0.5)
-    retry_backoff_max: Duration = Duration(30.0)
     on_unavailable: Literal["block", "spool"] = "block"
     spool_after: Duration = Duration(1.0)  # spool mode: how long a write waits for room before spooling
     spool_directory: str = ""
@@ -61,7 +59,15 @@ class KafkaSinkConfig(SinkConfig):
     ssl_key_password_env: str = ""
     ssl_check_hostname: bool = True
 
+    renamed_keys = {
+        "request_timeout": "timeout",
+        "delivery_timeout": "retry.max_elapsed",
+        "retry_backoff": "retry.initial_backoff",
+        "retry_backoff_max": "retry.max_backoff",
+    }
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         # msgspec turns these ValueErrors into a ConfigError naming the sink entry.
         if self.enable_idempotence and self.acks != "all":
             raise ValueError("enable_idempotence needs acks: all (or set enable_idempotence: false)")
@@ -80,15 +86,6 @@ class KafkaSinkConfig(SinkConfig):
         return [s.strip() for item in raw for s in item.split(",") if s.strip()]
 
 
-def _secret(config: KafkaSinkConfig, key: str, env_name: str) -> str:
-    value = os.environ.get(env_name)
-    if value is None:
-        raise SinkUnavailableError(
-            f"sinks[{config.name}].{key}: environment variable {env_name} is not set; export the secret there"
-        )
-    return value
-
-
 def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
     """kafka-python ``KafkaProducer`` keyword arguments for ``config`` (secrets resolved from env)."""
     from kafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
@@ -97,7 +94,7 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
     if config.compression != "none" and not available[config.compression]():
         package = {"zstd": "zstandard", "gzip": "gzip", "lz4": "lz4", "snappy": "python-snappy"}
         raise SinkUnavailableError(
-            f"sinks[{config.name}].compression: {config.compression} needs the "
+            f"{sink_where(config.name, 'compression')}: {config.compression} needs the "
             f"{package[config.compression]} package; install it or choose another compression"
         )
     settings: dict[str, Any] = {
@@ -111,9 +108,10 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
         # Our own splitting keeps messages under max_message_bytes; leave room for the envelope.
         "max_request_size": int(config.max_message_bytes) + 64 * 1024,
         "request_timeout_ms": int(config.request_timeout * 1000),
-        # kafka-python insists on delivery_timeout_ms >= linger_ms + request_timeout_ms.
+        # kafka-python's own retries stop at the shared deadline; it insists on
+        # delivery_timeout_ms >= linger_ms + request_timeout_ms.
         "delivery_timeout_ms": max(
-            int(config.delivery_timeout * 1000),
+            int(config.retry.max_elapsed * 1000),
             int(config.request_timeout * 1000) + int(config.linger * 1000),
         ),
         "max_block_ms": int(config.connect_timeout * 1000),
@@ -124,12 +122,14 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
         settings["sasl_mechanism"] = config.sasl_mechanism
         settings["sasl_plain_username"] = config.sasl_username
         if config.sasl_password_env:
-            settings["sasl_plain_password"] = _secret(config, "sasl_password_env", config.sasl_password_env)
+            env = config.sasl_password_env
+            settings["sasl_plain_password"] = secret_from_env(config.name, "sasl_password_env", env)
     if config.security_protocol in ("SSL", "SASL_SSL"):
         settings["ssl_check_hostname"] = config.ssl_check_hostname
         for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
             if getattr(config, key):
                 settings[key] = getattr(config, key)
         if config.ssl_key_password_env:
-            settings["ssl_password"] = _secret(config, "ssl_key_password_env", config.ssl_key_password_env)
+            env = config.ssl_key_password_env
+            settings["ssl_password"] = secret_from_env(config.name, "ssl_key_password_env", env)
     return settings

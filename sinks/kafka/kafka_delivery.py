@@ -8,6 +8,9 @@ this order, never skipping ahead:
 3. messages replayed from the spool.
 
 While a retry waits for its backoff nothing newer is sent, so order per key holds across outages.
+The waits follow the sink's shared ``retry`` settings (``cuptistream.retry.Backoff``, one per
+message). With ``expire`` (block mode) a message still unacked ``retry.max_elapsed`` after its first
+send is given up: counted in ``lost`` as ``retries_exhausted``. In spool mode nothing expires.
 Delivery callbacks run on kafka-python's sender thread; they only append to a deque and notify.
 
 Memory: ``held_bytes`` counts every message we hold (handed over, in kafka-python, or waiting to be
@@ -21,14 +24,17 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import random
+import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, Literal
 
 import kafka.errors as kerrors
+
+from cuptistream.config import RetryConfig
+from cuptistream.retry import Backoff
 
 from .kafka_route import Message, split_message
 from .kafka_spool import Spool, SpoolReader
@@ -74,8 +80,12 @@ COUNTERS = (
 )
 
 
+# Why events were lost after the sink accepted them (``Delivery.lost``; Loss events' reasons).
+LOSS_REASONS = ("rejected", "retries_exhausted", "spool_full", "spool_error", "shutdown")
+
+
 class _Item:
-    __slots__ = ("attempts", "message", "nbytes", "order", "reader")
+    __slots__ = ("attempts", "backoff", "message", "nbytes", "order", "reader")
 
     def __init__(self, message: Message, order: int, reader: SpoolReader | None = None) -> None:
         self.message = message
@@ -83,6 +93,7 @@ class _Item:
         self.order = order
         self.attempts = 0
         self.reader = reader
+        self.backoff: Backoff | None = None  # made at the first send
 
 
 class Delivery:
@@ -91,16 +102,16 @@ class Delivery:
         make_producer: Callable[[], Any],
         *,
         max_in_flight_bytes: int,
-        retry_backoff: float,
-        retry_backoff_max: float,
+        retry: RetryConfig,
+        expire: bool,
         spool: Spool | None,
         on_change: Callable[[], None],
     ) -> None:
         self._make_producer = make_producer
         self._producer = make_producer()
         self.max_bytes = max_in_flight_bytes
-        self._backoff = retry_backoff
-        self._backoff_max = retry_backoff_max
+        self._retry_config = retry
+        self._expire = expire  # give a message up retry.max_elapsed after its first send
         self.spool = spool
         self._on_change = on_change  # called from our threads whenever room may have freed up
         self._cond = threading.Condition()
@@ -117,6 +128,7 @@ class Delivery:
         self._warned: set[str] = set()
         self.held_bytes = 0
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.lost: Counter[str] = Counter()  # events, by reason (LOSS_REASONS); all in dropped_events
         self._thread = threading.Thread(target=self._run, name="cuptistream-kafka", daemon=True)
         self._thread.start()
 
@@ -143,11 +155,13 @@ class Delivery:
     def spool_messages(self, messages: list[Message]) -> None:
         """Write messages to the spool (blocking file I/O: call from a worker thread)."""
         assert self.spool is not None
+        reason = "spool_full"
         try:
             refused = self.spool.append(messages)
         except OSError as error:
             written = 0  # the spool stops at the first failing message
             refused = messages[written:]
+            reason = "spool_error"
             self._warn_once("spool-oserror", f"kafka spool: cannot write ({error.strerror}); dropping")
         else:
             if refused:
@@ -157,8 +171,7 @@ class Delivery:
             spooled = messages[: len(messages) - len(refused)]
             self.counters["spooled_messages"] += len(spooled)
             self.counters["spooled_events"] += sum(m.events for m in spooled)
-            self.counters["dropped_messages"] += len(refused)
-            self.counters["dropped_events"] += sum(m.events for m in refused)
+            self._lose(refused, reason)
             self._cond.notify_all()
 
     def idle(self) -> bool:
@@ -215,8 +228,8 @@ class Delivery:
         elif left:
             events = sum(item.message.events for item in left)
             self.counters["undelivered_events"] += events
-            self.counters["dropped_events"] += events
-            self.counters["dropped_messages"] += len(left)
+            with self._cond:
+                self._lose([item.message for item in left], "shutdown")
             log.warning("kafka: %d events not acked before the close deadline; counted as dropped", events)
         if self.spool is not None:
             self.spool.close()
@@ -273,6 +286,9 @@ class Delivery:
         message = item.message
         with self._cond:
             self._sent[id(item)] = item
+            if item.backoff is None:
+                window = float(self._retry_config.max_elapsed) if self._expire else math.inf
+                item.backoff = Backoff(self._retry_config, time.monotonic() + window)
         try:
             future = producer.send(
                 message.topic, value=message.value, key=message.key, headers=message.headers
@@ -325,23 +341,25 @@ class Delivery:
                 item.reader.outstanding += len(halves) - 1
             self.held_bytes += sum(h.nbytes for h in halves) - item.nbytes
             for half in halves:
+                half.backoff = item.backoff  # the same deadline
                 heapq.heappush(self._retry, (item.order, next(self._order), 0.0, half))
-            return
-        if isinstance(error, _PERMANENT + _TOO_LARGE):
-            self.held_bytes -= item.nbytes
-            self.counters["dropped_messages"] += 1
-            self.counters["dropped_events"] += item.message.events
-            if item.reader is not None:
-                item.reader.outstanding -= 1
-            topic = item.message.topic
-            self._warn_once(type(error).__name__, f"kafka: dropping messages to {topic}: {error}")
             return
         if isinstance(error, _PRODUCER_STATE):
             self._reset_producer = True
+        permanent = isinstance(error, _PERMANENT + _TOO_LARGE)
+        assert item.backoff is not None, "failed before it was sent"
+        delay = None if permanent else item.backoff.wait(time.monotonic())
+        if delay is None:
+            self.held_bytes -= item.nbytes
+            self._lose([item.message], "rejected" if permanent else "retries_exhausted")
+            if item.reader is not None:
+                item.reader.outstanding -= 1
+            topic = item.message.topic
+            why = str(error) if permanent else f"{type(error).__name__}, {item.backoff.give_up_reason()}"
+            self._warn_once(type(error).__name__, f"kafka: dropping messages to {topic}: {why}")
+            return
         item.attempts += 1
         self.counters["retried_messages"] += 1
-        delay = min(self._backoff_max, self._backoff * 2 ** (item.attempts - 1))
-        delay *= random.uniform(0.5, 1.0)  # jitter, so many producers do not retry in step
         heapq.heappush(self._retry, (item.order, next(self._order), time.monotonic() + delay, item))
         if item.attempts == 1:
             log.warning("kafka: retrying a message to %s after %s", item.message.topic, type(error).__name__)
@@ -368,7 +386,7 @@ class Delivery:
                 with self._cond:
                     if self._stopping:
                         return
-                    self._cond.wait(self._backoff_max / 4)
+                    self._cond.wait(float(self._retry_config.max_backoff) / 4)
         with self._cond:
             self._producer = producer
             self._reset_producer = False
@@ -377,6 +395,14 @@ class Delivery:
     def _idle_locked(self) -> bool:
         spool_empty = self.spool is None or (self._reader is None and not self.spool.has_data())
         return not (self._queue or self._retry or self._sent or self._done) and spool_empty
+
+    def _lose(self, messages: list[Message], reason: str) -> None:
+        """Count ``messages`` as lost for good. Called with the lock held (or before the thread runs)."""
+        events = sum(m.events for m in messages)
+        self.counters["dropped_messages"] += len(messages)
+        self.counters["dropped_events"] += events
+        if events:
+            self.lost[reason] += events
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:

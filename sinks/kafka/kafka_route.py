@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 import msgspec
 
 from cuptistream.codec import array_header, batch_with_events, decode_events, to_json
+from cuptistream.component import sink_where
 from cuptistream.errors import ConfigError
 from cuptistream.events import EVENT_TYPES, SCHEMA_VERSION, Batch, EncodedBatch
 from cuptistream.rows import cut_rows
@@ -83,7 +84,7 @@ class _Template:
         if unknown or "" in fields:
             names = ", ".join("{" + f + "}" for f in sorted(BATCH_FIELDS | EVENT_FIELDS))
             raise ConfigError(
-                f"sinks[{sink}].{what}: unknown placeholder {{{sorted(unknown)[0] if unknown else ''}}} "
+                f"{sink_where(sink, what)}: unknown placeholder {{{sorted(unknown)[0] if unknown else ''}}} "
                 f"in {text!r} (known: {names})"
             )
         self.text = text
@@ -117,7 +118,8 @@ class Router:
         for family in EVENT_TYPES:
             name = self.topic.render({**sample, "event_family": family})
             if problem := topic_problem(name):
-                raise ConfigError(f"sinks[{sink}].topic: {name!r} is not a legal Kafka topic name: {problem}")
+                where = sink_where(sink, "topic")
+                raise ConfigError(f"{where}: {name!r} is not a legal Kafka topic name: {problem}")
 
     def fixed_topics(self) -> list[str]:
         """The topics this router will use whatever the data, or [] if they depend on it."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import msgspec
 
+from cuptistream.component import sink_where
 from cuptistream.errors import SinkUnavailableError
 from cuptistream.framing import TornTail, iter_frames
 from cuptistream.segments import (
@@ -82,7 +83,7 @@ class Spool:
 
     def open(self) -> None:
         """Create the directory, take its lock, and seal segments a crashed writer left behind."""
-        where = f"sinks[{self._sink}].spool_directory"
+        where = sink_where(self._sink, "spool_directory")
         try:
             prepare_directory(self.directory, key=where)  # 0700; no symlinked or foreign directory
             fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

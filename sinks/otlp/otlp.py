@@ -49,7 +49,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import ResourceLogs, ScopeLogs
 from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint, ResourceMetrics, ScopeMetrics
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from cuptistream.component import DeliveryError, OutgoingBatch, Sink
+from cuptistream.component import DeliveryError, OutgoingBatch, Sink, secret_from_env, sink_where
 from cuptistream.config import SinkConfig
 from cuptistream.errors import ConfigError
 from cuptistream.events import Batch, Error, PcSampleBatch
@@ -135,13 +135,7 @@ class OtlpSink(Sink):
         cfg = self.cfg
         headers = dict(cfg.headers)
         for header, var in cfg.headers_env.items():
-            value = os.environ.get(var)
-            if value is None:
-                raise ConfigError(
-                    f"sink {self.name!r}: headers_env.{header} names the environment variable {var}, "
-                    "which is not set; export it before starting"
-                )
-            headers[header] = value
+            headers[header] = secret_from_env(self.name, f"headers_env.{header}", var)
         self._env_resource = resource_from_env(os.environ)
         if "profiles" in cfg.signals:
             _require_profiles(self.name)
@@ -149,7 +143,7 @@ class OtlpSink(Sink):
             try:
                 settings = cfg.settings(signal, os.environ)
             except ValueError as error:  # an OTEL_* variable changed since the config was loaded
-                raise ConfigError(f"sink {self.name!r}: {error}") from None
+                raise ConfigError(f"{self.where()}: {error}") from None
             self._transports[signal] = self._transport(signal, settings, {**settings.headers, **headers})
             if settings.protocol == "http/json":
                 self._json.add(signal)
@@ -182,8 +176,8 @@ class OtlpSink(Sink):
                     stream = await trio.open_tcp_stream(parts.hostname or "", port)
                 except OSError as error:
                     log.warning(
-                        "otlp sink %r: %s is not reachable now (%s); batches will be retried",
-                        self.name,
+                        "%s: %s is not reachable now (%s); batches will be retried",
+                        self.where(),
                         url,
                         error.strerror or type(error).__name__,
                     )
@@ -360,8 +354,8 @@ class OtlpSink(Sink):
         if too_large:
             self.counters[f"{_ITEMS[signal]}_dropped"] += too_large
             log.warning(
-                "otlp sink %r: %d %s larger than max_request_bytes (%d) on their own were dropped",
-                self.name,
+                "%s: %d %s larger than max_request_bytes (%d) on their own were dropped",
+                self.where(),
                 too_large,
                 _ITEMS[signal],
                 self.cfg.max_request_bytes,
@@ -372,7 +366,7 @@ class OtlpSink(Sink):
     # --- delivery (trio) ---------------------------------------------------------------------
 
     async def _deliver(self, requests: list[_Request]) -> None:
-        deadline = trio.current_time() + self.cfg.deadline
+        deadline = trio.current_time() + self.cfg.retry.max_elapsed
         lost: dict[str, int] = {}
         reasons: set[str] = set()
         ended_now: list[str] = []
@@ -413,8 +407,8 @@ class OtlpSink(Sink):
             self.counters[f"{items}_rejected"] += rejected
             if rejected or message:
                 log.warning(
-                    "otlp sink %r: the backend rejected %d of %d %s: %s",
-                    self.name,
+                    "%s: the backend rejected %d of %d %s: %s",
+                    self.where(),
                     rejected,
                     request.items,
                     items,
@@ -426,17 +420,17 @@ class OtlpSink(Sink):
         if ended_now:
             what = ", ".join(f"{n} {items}" for items, n in lost.items())
             raise DeliveryError(
-                f"otlp sink {self.name!r}: {'; '.join(ended_now)} ({what} dropped); check the endpoint's "
+                f"{self.where()}: {'; '.join(ended_now)} ({what} dropped); check the endpoint's "
                 "path and that the backend accepts this signal, or remove it from signals"
             )
         if lost:
             what = ", ".join(f"{n} {items}" for items, n in lost.items())
             raise DeliveryError(
-                f"otlp sink {self.name!r}: {what} not delivered ({'; '.join(sorted(reasons))})"
+                f"{self.where()}: {what} not delivered ({'; '.join(sorted(reasons))})"
             )
         if reasons:
             log.warning(
-                "otlp sink %r: metrics export failed (%s); will resend", self.name, "; ".join(reasons)
+                "%s: metrics export failed (%s); will resend", self.where(), "; ".join(reasons)
             )
 
     def _partial_success(self, signal: Signal, body: bytes, content_type: str) -> tuple[int, str]:
@@ -474,8 +468,8 @@ def _require_profiles(sink: str) -> None:
         }
     if not {"stack_table", "attribute_table", "stack_index"} <= fields:
         raise ConfigError(
-            f"sink {sink!r}: signals: profiles needs the profiles proto of opentelemetry-proto 1.45.2; "
-            "install it with pip install 'cuptistream[profiles]', or remove profiles from signals"
+            f"{sink_where(sink, 'signals')}: profiles needs the profiles proto of opentelemetry-proto "
+            "1.45.2; install it with pip install 'cuptistream[profiles]', or remove profiles from signals"
         )
 
 
@@ -486,7 +480,7 @@ def _ssl_context(tls: TlsConfig, sink: str) -> ssl.SSLContext:
             context.load_cert_chain(tls.cert_file, tls.key_file)
     except (OSError, ssl.SSLError) as error:
         raise ConfigError(
-            f"sink {sink!r}: tls: cannot load a certificate or key ({error.strerror or error}); "
+            f"{sink_where(sink, 'tls')}: cannot load a certificate or key ({error.strerror or error}); "
             "check ca_file, cert_file and key_file"
         ) from None
     if tls.insecure_skip_verify:

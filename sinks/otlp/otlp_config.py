@@ -1,4 +1,5 @@
-"""Config of the OTLP sink: where to send, how to encode, how hard to retry, how to map.
+"""Config of the OTLP sink: where to send, how to encode, how to map (retry and
+timeout are the settings every sink shares: ``cuptistream.config.SinkConfig``).
 
 Validation that can be done without the network happens here, in ``__post_init__``, so a bad URL or
 a bad combination of keys is a one-line ``ConfigError`` naming the key path when the YAML is loaded.
@@ -12,11 +13,11 @@ from typing import Literal
 
 import msgspec
 
-from cuptistream.config import Duration, SinkConfig, Size, Strict, require_at_least, require_positive
+from cuptistream.config import Duration, SinkConfig, Size, Strict
 
 from .otlp_env import Compression, ConfigKeys, Protocol, Signal, SignalSettings, check_url, effective
 
-__all__ = ["OtlpSinkConfig", "RetryConfig", "Signal", "TlsConfig", "check_url"]
+__all__ = ["OtlpSinkConfig", "Signal", "TlsConfig", "check_url"]
 
 
 class TlsConfig(Strict):
@@ -30,21 +31,15 @@ class TlsConfig(Strict):
             raise ValueError("tls.cert_file and tls.key_file go together; set both or neither")
 
 
-class RetryConfig(Strict):
-    initial_backoff: Duration = Duration(0.5)
-    max_backoff: Duration = Duration(10.0)
-    multiplier: float = 2.0
-
-    def __post_init__(self) -> None:
-        require_at_least("multiplier", self.multiplier, 1)
-        require_positive("initial_backoff", self.initial_backoff)
-
-
 class OtlpSinkConfig(SinkConfig):
     """``type: otlp``. See docs/otlp.md for every key and the mapping it drives.
 
-    Keys left unset (None) fall back to the ``OTEL_EXPORTER_OTLP_*`` variables, then to the defaults.
+    Keys left unset (None) fall back to the ``OTEL_EXPORTER_OTLP_*`` variables, then to the defaults;
+    the shared ``timeout`` too (``OTEL_EXPORTER_OTLP_[<SIGNAL>_]TIMEOUT``). The shared ``retry`` settings
+    drive the retries, and ``retry.max_elapsed`` is the deadline of one batch, every request included.
     """
+
+    renamed_keys = {"deadline": "retry.max_elapsed"}
 
     endpoint: str | None = None  # base URL; /v1/traces, /v1/metrics and /v1/logs are appended (HTTP)
     traces_endpoint: str | None = None  # full URL, overrides endpoint for traces
@@ -58,9 +53,6 @@ class OtlpSinkConfig(SinkConfig):
     headers: dict[str, str] = {}  # plain, non-secret headers
     headers_env: dict[str, str] = {}  # header name -> environment variable holding its value
     tls: TlsConfig = msgspec.field(default_factory=TlsConfig)
-    timeout: Duration | None = None  # one request; default 10s
-    deadline: Duration = Duration(30.0)  # everything for one batch, retries included
-    retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
     max_request_bytes: Size = Size(4 * 1024 * 1024)  # encoded, before compression; larger requests are split
     trace_grouping: Literal["nvtx_top_level", "window"] = "nvtx_top_level"
     trace_window: Duration = Duration(1.0)  # window length; also the fallback for work outside any range
@@ -71,6 +63,7 @@ class OtlpSinkConfig(SinkConfig):
     scope_name: str = "cuptistream"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.signals:
             raise ValueError("signals: enable at least one of traces, metrics, logs, profiles")
         for key in ("endpoint", "traces_endpoint", "metrics_endpoint", "logs_endpoint", "profiles_endpoint"):
@@ -78,8 +71,6 @@ class OtlpSinkConfig(SinkConfig):
                 check_url(getattr(self, key), key)
         if self.protocol == "grpc" and self.encoding == "json":
             raise ValueError("encoding: json is for OTLP/HTTP; protocol grpc always sends protobuf")
-        if self.timeout is not None:
-            require_positive("timeout", self.timeout)
         for signal in self.signals:  # the environment's OTEL_* variables are checked here too
             self.settings(signal, os.environ)
         for limit in ("max_request_bytes", "max_kernel_names", "max_function_names", "max_pending_spans"):

@@ -19,9 +19,11 @@ from urllib.parse import urlsplit
 
 import trio
 
+from cuptistream.component import sink_where
+from cuptistream.config import RetryConfig
 from cuptistream.errors import ConfigError
 
-from .otlp_config import RetryConfig, TlsConfig
+from .otlp_config import TlsConfig
 from .otlp_env import Signal
 from .otlp_transport import Attempt, Outcome, Transport
 
@@ -66,8 +68,8 @@ def _stub(signal: Signal, channel: Any) -> Callable[..., Any]:
 def require_grpc(sink: str) -> None:
     if grpc is None:
         raise ConfigError(
-            f"sink {sink!r}: protocol grpc needs grpcio; install it with pip install 'cuptistream[grpc]' "
-            "or use protocol http/protobuf"
+            f"{sink_where(sink, 'protocol')}: grpc needs grpcio; install it with "
+            "pip install 'cuptistream[grpc]' or use protocol http/protobuf"
         )
 
 
@@ -80,7 +82,7 @@ def _channel(url: str, tls: TlsConfig, sink: str) -> Any:
         return grpc.insecure_channel(target, options=options)
     if tls.insecure_skip_verify:
         raise ConfigError(
-            f"sink {sink!r}: tls.insecure_skip_verify is not available with protocol grpc; give the "
+            f"{sink_where(sink, 'tls.insecure_skip_verify')}: not available with protocol grpc; give the "
             "collector's CA in tls.ca_file, or use an http:// endpoint for a plaintext connection"
         )
 
@@ -92,7 +94,7 @@ def _channel(url: str, tls: TlsConfig, sink: str) -> Any:
                 return file.read()
         except OSError as error:
             raise ConfigError(
-                f"sink {sink!r}: tls: cannot read {path} ({error.strerror}); check ca_file, cert_file "
+                f"{sink_where(sink, 'tls')}: cannot read {path} ({error.strerror}); check ca_file, cert_file "
                 "and key_file"
             ) from None
 

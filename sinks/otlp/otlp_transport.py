@@ -4,9 +4,10 @@ Per the OTLP specification, HTTP 429, 502, 503 and 504 and connection-level fail
 (and 408, a request the server timed out on); any other answer is not. Of those, a 4xx other than
 413 ends the signal for the session (``Outcome.END``): the same endpoint would refuse every later
 request too (405: the backend takes no such signal; 401/403: bad credentials; 404: wrong path).
-413 and 5xx drop only that request. The caller passes an absolute deadline
-(``trio.current_time()`` based) shared by every request of a batch, so a batch never holds the
-pipeline longer than that.
+413 and 5xx drop only that request. The retries follow the sink's shared ``retry`` settings
+(``cuptistream.retry``); the caller passes an absolute deadline (``trio.current_time()`` based, the
+batch's start plus ``retry.max_elapsed``) shared by every request of a batch, so a batch never holds
+the pipeline longer than that.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from __future__ import annotations
 import email.utils
 import enum
 import gzip
-import random
 import time
 from dataclasses import dataclass
 
 import httpx
-import trio
 
-from .otlp_config import RetryConfig
+from cuptistream.config import RetryConfig
+from cuptistream.retry import RetriesExhausted, RetryableError, call_with_retry
 
 RETRYABLE = frozenset({408, 429, 502, 503, 504})
 
@@ -94,34 +94,26 @@ class Transport:
         return None
 
     async def post(self, body: bytes, deadline: float) -> Delivery:
-        """Send ``body`` until it is accepted, refused, or the deadline passes."""
+        """Send ``body`` until it is accepted, refused, or the deadline passes (``cuptistream.retry``)."""
         result = Delivery(ok=False)
-        backoff = float(self.retry.initial_backoff)
-        while True:
-            remaining = deadline - trio.current_time()
-            if remaining <= 0:
-                result.reason = f"deadline (last: {result.reason or 'no answer'})"
-                return result
-            result.attempts += 1
-            wait: float | None = None
-            with trio.move_on_after(remaining):
-                attempt = await self.attempt(body, min(self.timeout, remaining))
-                result.reason = attempt.reason
-                if attempt.outcome is Outcome.OK:
-                    result.ok, result.body, result.content_type = True, attempt.body, attempt.content_type
-                    return result
-                if attempt.outcome is not Outcome.RETRY:
-                    result.ended = attempt.outcome is Outcome.END
-                    return result  # the same request would be refused again
-                wait = attempt.retry_after
-            if wait is None:
-                wait = backoff * random.uniform(0.5, 1.0)
-                backoff = min(backoff * self.retry.multiplier, self.retry.max_backoff)
-            if trio.current_time() + wait >= deadline:
-                result.reason = f"deadline (last: {result.reason or 'no answer'})"
-                return result
-            result.retries += 1
-            await trio.sleep(wait)
+
+        async def once(timeout: float) -> Attempt:
+            attempt = await self.attempt(body, timeout)
+            result.reason = attempt.reason
+            if attempt.outcome is Outcome.RETRY:
+                raise RetryableError(attempt.reason, attempt.retry_after)
+            return attempt
+
+        try:
+            attempt = await call_with_retry(once, self.retry, self.timeout, deadline, counts=result)
+        except RetriesExhausted as error:
+            result.reason = str(error)
+            return result
+        if attempt.outcome is Outcome.OK:
+            result.ok, result.body, result.content_type = True, attempt.body, attempt.content_type
+        else:  # the same request would be refused again
+            result.ended = attempt.outcome is Outcome.END
+        return result
 
 
 class HttpTransport(Transport):
