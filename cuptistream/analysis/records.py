@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 
@@ -153,9 +153,38 @@ def tag_of(event: object) -> str:
     return str(type(event).__struct_config__.tag)  # type: ignore[attr-defined]
 
 
-# The summary's leaner variants: fewer fields, and no API domain string (the largest share of the
-# decoding cost; the summary derives the domain from the name, see ``summary.api_domain``).
+class FamilyKey:
+    """A family's stand-in in the summary's key column: never equal to an API name (a ``str``)."""
+
+    __slots__ = ("tag",)
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def __repr__(self) -> str:
+        return f"FamilyKey({self.tag!r})"
+
+
+FAMILY_KEY: dict[str, FamilyKey] = {tag: FamilyKey(tag) for tag in ev.EVENT_TYPES}
+
+
+# The summary's Structs. Each has ``summary_key`` (an API call's name; for any other event its
+# family's ``FamilyKey``), ``start`` and ``end`` (0 where the family has none), so the summary reads
+# those three columns of a whole batch with one C-level pass each, never looking at the classes.
+# API calls carry no domain string (the largest share of the decoding cost; the summary derives the
+# domain from the name, see ``summary.api_domain``).
+class SApiCall(Light, tag="api"):
+    summary_key: str = msgspec.field(name="name")
+    start: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        return self.summary_key
+
+
 class SKernel(Light, tag="kernel"):
+    summary_key: ClassVar[FamilyKey] = FAMILY_KEY["kernel"]
     start: int
     end: int
     name: str
@@ -163,14 +192,22 @@ class SKernel(Light, tag="kernel"):
     stream_id: int
 
 
-class SApiCall(Light, tag="api"):
-    name: str
-    start: int
-    end: int
+def _summary_struct(light: type[msgspec.Struct]) -> type[msgspec.Struct]:
+    """``light`` with the summary's class-level columns added (no fields change)."""
+    tag = str(light.__struct_config__.tag)
+    namespace: dict[str, Any] = {"summary_key": FAMILY_KEY[tag]}
+    fields = light.__struct_fields__
+    namespace.update({f: 0 for f in ("start", "end") if f not in fields})
+    return type("S" + light.__name__.removeprefix("L"), (light,), namespace, tag=tag)
 
 
-_LEAN = tuple(c for c in LightEvent.__args__ if c.__struct_config__.tag not in ("kernel", "api"))  # type: ignore[attr-defined]
-_lean_events = msgspec.msgpack.Decoder(list[Union[(SKernel, SApiCall, *_LEAN)]])  # type: ignore[valid-type]
+_SUMMARY_CLASSES: tuple[type[msgspec.Struct], ...] = (
+    SApiCall,
+    SKernel,
+    *(_summary_struct(c) for c in LightEvent.__args__ if c.__struct_config__.tag not in ("kernel", "api")),  # type: ignore[attr-defined]
+)
+SUMMARY_TYPES = frozenset(_SUMMARY_CLASSES)
+_lean_events = msgspec.msgpack.Decoder(list[Union[_SUMMARY_CLASSES]])  # type: ignore[valid-type]  # noqa: UP007
 
 
 class _Envelope(msgspec.Struct, kw_only=True, gc=False):

@@ -104,8 +104,7 @@ def _times(events: Iterable[Any]) -> Iterable[int]:
     for event in events:
         if type(event).__name__ == "SelfStats":  # Unix-epoch ns, not the event clock
             continue
-        start = getattr(event, "start", None)
-        if start is None:
-            start = getattr(event, "timestamp", None)
+        # No family has both; the summary's Structs answer 0 for a start they lack.
+        start = getattr(event, "start", None) or getattr(event, "timestamp", None)
         if start:  # 0 means "not recorded" in a few families
             yield start

@@ -12,6 +12,7 @@ window. Device busy time is the union of the intervals of kernels, copies and me
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections import Counter
 from collections.abc import Sequence
@@ -24,16 +25,11 @@ from cuptistream import events as ev
 from cuptistream.analysis import records as rec
 from cuptistream.analysis.select import Selection
 
-# Both the light and the full Structs, so Kafka and JSON Lines (full) go through the same code.
-_FAMILY: dict[type, str] = {}
-for _light, _full in [
-    (rec.LKernel, ev.Kernel), (rec.LMemcpy, ev.Memcpy), (rec.LMemset, ev.Memset), (rec.LApiCall, ev.ApiCall),
-    (rec.LNvtxRange, ev.NvtxRange), (rec.LPcSampleBatch, ev.PcSampleBatch),
-    (rec.LSassMetricBatch, ev.SassMetricBatch), (rec.LLoss, ev.Loss), (rec.LError, ev.Error),
-]:  # fmt: skip
-    _FAMILY[_light] = _FAMILY[_full] = str(_light.__struct_config__.tag)
-_FAMILY[rec.SKernel] = "kernel"
-_FAMILY[rec.SApiCall] = "api"
+# The families the summary folds; every other family is only counted, by its tag.
+API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, OTHER = range(10)
+_FAMILY_ID = {"api": API, "kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "nvtx_range": NVTX,
+              "pc_samples": PC, "sass_metrics": SASS, "loss": LOSS, "error": ERROR}  # fmt: skip
+_INTERVALS = frozenset({"api", "kernel", "memcpy", "memset", "nvtx_range"})
 
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_")
 
@@ -130,6 +126,7 @@ def _fold(stats: dict[Any, list[int]], key: Any, d: int) -> None:
             s[3] = d
 
 
+_key = operator.attrgetter("summary_key")
 _name = operator.attrgetter("name")
 _start = operator.attrgetter("start")
 _end = operator.attrgetter("end")
@@ -137,53 +134,82 @@ _device = operator.attrgetter("device_id")
 _stream = operator.attrgetter("stream_id")
 
 
-def _durations(items: Sequence[Any]) -> np.ndarray:
-    n = len(items)
-    return np.fromiter(map(_end, items), np.int64, n) - np.fromiter(map(_start, items), np.int64, n)
+def _generic_key(event: Any) -> Any:
+    """``summary_key`` of an event that is not one of the summary's Structs (Kafka, JSON Lines)."""
+    tag = rec.tag_of(event)
+    return event.name if tag == "api" else rec.FAMILY_KEY[tag]
 
 
-def _partition(events: Sequence[Any]) -> dict[type, Sequence[Any]]:
-    """Events grouped by class, with C-level loops only: a batch holds few classes, many events."""
-    classes = list(map(type, events))
-    kinds = list(dict.fromkeys(classes))
-    if len(kinds) == 1:
-        return {kinds[0]: events}
-    codes = np.fromiter(map({k: i for i, k in enumerate(kinds)}.__getitem__, classes), np.intp, len(classes))
-    groups: dict[type, Sequence[Any]] = {}
-    for i, kind in enumerate(kinds):
-        index = np.flatnonzero(codes == i).tolist()
-        groups[kind] = operator.itemgetter(*index)(events) if len(index) > 1 else [events[index[0]]]
-    return groups
+def _generic_time(event: Any, field: str) -> int:
+    return getattr(event, field) if rec.tag_of(event) in _INTERVALS else 0
+
+
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def _within(starts: np.ndarray, low: int, high: int) -> np.ndarray:
+    """``low <= starts < high`` for Python-int bounds that may lie outside int64."""
+    last = high - 1
+    if low > _I64[1] or last < _I64[0] or last < low:
+        return np.zeros(len(starts), bool)
+    return (starts >= max(low, _I64[0])) & (starts <= min(last, _I64[1]))
+
+
+def _take(events: Sequence[Any], index: np.ndarray) -> Sequence[Any]:
+    """``events`` at ``index`` (sorted positions), with C-level loops only."""
+    if len(index) == len(events):
+        return events
+    if len(index) == 1:
+        return [events[int(index[0])]]
+    return operator.itemgetter(*index.tolist())(events) if len(index) else ()
+
+
+class KeyIndex(dict[Any, int]):
+    """key -> a small integer, given to each new key in the order keys are first seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys_: list[Any] = []
+
+    def __missing__(self, key: Any) -> int:
+        code = self[key] = len(self.keys_)
+        self.keys_.append(key)
+        return code
+
+    def codes(self, keys: Any, n: int) -> np.ndarray:
+        return np.fromiter(map(self.__getitem__, keys), np.intp, n)
 
 
 class Groups:
-    """count, total, min and max of durations per key, folded a batch at a time with numpy."""
+    """count, total, min and max of durations per key, folded a batch at a time with numpy.
 
-    def __init__(self) -> None:
-        self.index: dict[str, int] = {}
-        self.stats = np.zeros((4, 64), np.int64)  # rows: count, total, min, max
+    Keys are coded by ``index`` (its own, or one shared with other tables: only keys that were
+    folded here have rows)."""
 
-    def add(self, keys: list[str], durations: np.ndarray) -> None:
-        new = set(keys).difference(self.index)
-        if new:
-            for key in new:
-                self.index[key] = len(self.index)
-            if len(self.index) > self.stats.shape[1]:
-                grown = np.zeros((4, 2 * len(self.index)), np.int64)
-                grown[:, : self.stats.shape[1]] = self.stats
-                self.stats = grown
-            fresh = list(self.index.values())[-len(new) :]
-            self.stats[2, fresh] = np.iinfo(np.int64).max
-            self.stats[3, fresh] = np.iinfo(np.int64).min
-        codes = np.fromiter(map(self.index.__getitem__, keys), np.intp, len(keys))
+    def __init__(self, index: KeyIndex | None = None) -> None:
+        self.index = KeyIndex() if index is None else index
+        self.stats = np.zeros((4, 0), np.int64)  # rows: count, total, min, max
+
+    def add(self, keys: Sequence[str], durations: np.ndarray) -> None:
+        self.add_codes(self.index.codes(keys, len(keys)), durations)
+
+    def add_codes(self, codes: np.ndarray, durations: np.ndarray) -> None:
+        width = self.stats.shape[1]
+        if len(self.index.keys_) > width:
+            grown = np.zeros((4, max(64, 2 * len(self.index.keys_))), np.int64)
+            grown[:, :width] = self.stats
+            grown[2, width:] = np.iinfo(np.int64).max
+            grown[3, width:] = np.iinfo(np.int64).min
+            self.stats = grown
         np.add.at(self.stats[0], codes, 1)
         np.add.at(self.stats[1], codes, durations)
         np.minimum.at(self.stats[2], codes, durations)
         np.maximum.at(self.stats[3], codes, durations)
 
-    def items(self) -> list[tuple[str, list[int]]]:
-        columns = self.stats[:, : len(self.index)].T.tolist()
-        return [(key, columns[i]) for key, i in self.index.items() if columns[i][0]]
+    def items(self) -> list[tuple[Any, list[int]]]:
+        keys = self.index.keys_[: self.stats.shape[1]]
+        columns = self.stats[:, : len(keys)].T.tolist()
+        return [(key, columns[i]) for i, key in enumerate(keys) if columns[i][0]]
 
 
 class Summarizer:
@@ -196,9 +222,12 @@ class Summarizer:
         self.processes: dict[int, ev.Resource] = {}
         self.first_ns: int | None = None  # Unix ns of the earliest/latest GPU or API time seen
         self.last_ns: int | None = None
+        # Every event's key: its API name, or its family's FamilyKey; the family of each code.
+        self.keys = KeyIndex()
+        self.families = np.zeros(0, np.int8)
         self.kernels = Groups()  # by kernel name
         self.copies: dict[tuple[str, str], list[int]] = {}  # (op, detail) -> [count, bytes, ns]
-        self.apis = Groups()  # by API name (each name belongs to one domain)
+        self.apis = Groups(self.keys)  # by API name (each name belongs to one domain)
         self.nvtx: dict[tuple[str, str], list[int]] = {}
         self.streams: dict[tuple[int, int, int], list[int]] = {}  # (pid, dev, stream) -> [ops, busy, lo, hi]
         self.devices: dict[tuple[int, int], IntervalUnion] = {}
@@ -218,58 +247,102 @@ class Summarizer:
         self.batches += 1
         pid = resource.pid
         self.processes.setdefault(pid, resource)
-        groups = _partition(part.events)
+        events = part.events
         off = part.offset_ns
         low = high = None
         if sel.timed:
-            low, high = sel.window(off, part.events)
-        families: dict[str, Sequence[Any]] = {}
-        for cls, group in groups.items():
-            family = _FAMILY.get(cls)
-            if family is None:
-                self.event_counts[rec.tag_of(group[0])] += len(group)
+            low, high = sel.window(off, events)
+        n = len(events)
+        if not n:
+            return
+        codes, starts, ends = self._columns(events)
+        family = self.families[codes]
+        present = np.bincount(family, minlength=OTHER + 1).tolist()
+        inside = None if low is None else _within(starts, low - off, high - off)  # type: ignore[operator]
+        if present[OTHER]:  # counted by tag, whatever the filters
+            counted = np.bincount(codes[family == OTHER])
+            keys = self.keys.keys_
+            for code in np.flatnonzero(counted).tolist():
+                self.event_counts[keys[code].tag] += int(counted[code])
+        seen_lo: list[int] = []
+        seen_hi: list[int] = []
+        for fam in (API, NVTX):
+            if not present[fam]:
                 continue
-            families[family] = group
+            mask = family == fam
+            if inside is not None:
+                mask &= inside
+            index = np.flatnonzero(mask)
+            self.event_counts["api" if fam == API else "nvtx_range"] += len(index)
+            if not len(index):
+                continue
+            s, e = starts[index], ends[index]
+            seen_lo.append(int(s.min()))
+            seen_hi.append(int(e.max()))
+            if fam == API:
+                self.apis.add_codes(codes[index], e - s)
+            else:
+                for r in _take(events, index):
+                    _fold(self.nvtx, (r.domain, r.name), r.end - r.start)
+        if seen_lo:
+            self._seen(min(seen_lo) + off, max(seen_hi) + off)
+        gpu: list[tuple[np.ndarray, ...]] = []
         devices = sel.devices
-        gpu: list[Any] = []
-        for family in ("kernel", "memcpy", "memset"):
-            items = families.get(family)
-            if not items:
+        for fam, tag in ((KERNEL, "kernel"), (MEMCPY, "memcpy"), (MEMSET, "memset")):
+            if not present[fam]:
                 continue
+            index = np.flatnonzero(family == fam)
+            items = _take(events, index)
+            dev = np.fromiter(map(_device, items), np.int64, len(index))
+            keep = None
             if devices is not None:
-                items = [e for e in items if e.device_id in devices]
-            if low is not None:
-                lo, hi = low - off, high - off  # type: ignore[operator]
-                items = [e for e in items if lo <= e.start < hi]
-            self.event_counts[family] += len(items)
-            gpu.extend(items)
-            if family == "kernel":
-                self.kernels.add(list(map(_name, items)), _durations(items))
-            elif family == "memcpy":
+                keep = np.isin(dev, np.fromiter(devices, np.int64, len(devices)))
+            if inside is not None:
+                keep = inside[index] if keep is None else keep & inside[index]
+            if keep is not None and not keep.all():
+                items = list(itertools.compress(items, keep.tolist()))
+                index, dev = index[keep], dev[keep]
+            self.event_counts[tag] += len(index)
+            if not len(index):
+                continue
+            s, e = starts[index], ends[index]
+            gpu.append((s, e, dev, np.fromiter(map(_stream, items), np.int64, len(index))))
+            if fam == KERNEL:
+                self.kernels.add(list(map(_name, items)), e - s)
+            elif fam == MEMCPY:
                 for c in items:
                     self._copy(("memcpy " + c.copy_kind, f"{c.src_kind} -> {c.dst_kind}"), c)
             else:
                 for m in items:
                     self._copy(("memset", m.memory_kind), m)
         if gpu:
-            self._busy(pid, gpu, off, low, high)
-        for family in ("api", "nvtx_range"):
-            items = families.get(family)
-            if not items:
-                continue
-            if low is not None:
-                lo, hi = low - off, high - off  # type: ignore[operator]
-                items = [e for e in items if lo <= e.start < hi]
-            self.event_counts[family] += len(items)
-            if family == "api":
-                self.apis.add(list(map(_name, items)), _durations(items))
-            else:
-                for n in items:
-                    _fold(self.nvtx, (n.domain, n.name), n.end - n.start)
-            if items:
-                self._seen(min(map(_start, items)) + off, max(map(_end, items)) + off)
-        self._sampling(families, devices, off, low, high)
-        self._accounting(families, off, low, high)
+            s, e, dev, stream = (np.concatenate(c) if len(gpu) > 1 else c[0] for c in zip(*gpu, strict=True))
+            self._busy(pid, s, e, dev, stream, off, high)
+        rare = {}
+        for fam, tag in ((PC, "pc_samples"), (SASS, "sass_metrics"), (LOSS, "loss"), (ERROR, "error")):
+            if present[fam]:
+                rare[tag] = _take(events, np.flatnonzero(family == fam))
+        if rare:
+            self._sampling(rare, devices, off, low, high)
+            self._accounting(rare, off, low, high)
+
+    def _columns(self, events: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each event's key code, start and end (0 for families without them)."""
+        n = len(events)
+        index = self.keys
+        try:  # the summary's Structs (records.SUMMARY_TYPES): C-level passes
+            codes = index.codes(map(_key, events), n)
+            starts = np.fromiter(map(_start, events), np.int64, n)
+            ends = np.fromiter(map(_end, events), np.int64, n)
+        except AttributeError:  # any other Structs (Kafka, JSON Lines, the light ones)
+            codes = index.codes(map(_generic_key, events), n)
+            starts = np.fromiter((_generic_time(e, "start") for e in events), np.int64, n)
+            ends = np.fromiter((_generic_time(e, "end") for e in events), np.int64, n)
+        known = len(self.families)
+        if len(index.keys_) > known:
+            fresh = [API if isinstance(k, str) else _FAMILY_ID.get(k.tag, OTHER) for k in index.keys_[known:]]
+            self.families = np.concatenate([self.families, np.array(fresh, np.int8)])
+        return codes, starts, ends
 
     def _copy(self, key: tuple[str, str], op: Any) -> None:
         s = self.copies.get(key)
@@ -286,14 +359,13 @@ class Summarizer:
         if self.last_ns is None or last > self.last_ns:
             self.last_ns = last
 
-    def _busy(self, pid: int, ops: list[Any], off: int, low: int | None, high: int | None) -> None:
-        starts = np.fromiter(map(_start, ops), np.int64, len(ops))
-        ends = np.fromiter(map(_end, ops), np.int64, len(ops))
-        if low is not None:
-            np.clip(ends, None, high - off, out=ends)  # type: ignore[operator]
+    def _busy(
+        self, pid: int, starts: np.ndarray, ends: np.ndarray, dev: np.ndarray, stream: np.ndarray, off: int,
+        high: int | None,
+    ) -> None:  # fmt: skip
+        if high is not None:
+            ends = np.minimum(ends, max(min(high - off, _I64[1]), _I64[0]))
         self._seen(int(starts.min()) + off, int(ends.max()) + off)
-        dev = np.fromiter(map(_device, ops), np.int64, len(ops))
-        stream = np.fromiter(map(_stream, ops), np.int64, len(ops))
         # One key per (device, stream): group with numpy instead of a dict update per operation.
         keys = (dev << 32) | stream
         uniq, inverse = np.unique(keys, return_inverse=True)
