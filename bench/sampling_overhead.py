@@ -118,6 +118,37 @@ class Trainer:
         return steps, time.monotonic() - t0
 
 
+def window_cost(
+    blocks: list[tuple[float, float]],
+    windows: list[tuple[float, float]],
+    before: float = 0.2,
+    after: float = 2.0,
+    radius: float = 5.0,
+) -> tuple[float, list[float]]:
+    """The program's time lost around each sampling window, from the 10-step blocks: for every block
+    that overlaps [open - ``before``, close + ``after``], its duration above the median of the
+    untouched blocks within ``radius`` seconds. ``windows`` are (close time, seconds open), as the
+    governor's throttles keep them. Returns the lost time over the session's time, and the seconds
+    lost per window. Drift slower than ``radius`` cancels; so does the step time's own skew, which
+    the untouched blocks share."""
+    if not blocks:
+        return 0.0, []
+    spans = [(closed - open_s - before, closed + after) for closed, open_s in windows]
+    touched = [any(end - d < hi and end > lo for lo, hi in spans) for end, d in blocks]
+    lost_per_window = [0.0] * len(windows)
+    for i, (end, d) in enumerate(blocks):
+        if not touched[i]:
+            continue
+        near = [
+            dd for (t, dd), hit in zip(blocks, touched, strict=True) if not hit and abs(t - end) <= radius
+        ]
+        if not near:
+            continue
+        which = next(k for k, (lo, hi) in enumerate(spans) if end - d < hi and end > lo)
+        lost_per_window[which] += d - statistics.median(near)
+    return sum(lost_per_window) / sum(d for _, d in blocks), lost_per_window
+
+
 def excess(blocks: list[tuple[float, float]], radius: float = 5.0) -> float:
     """The share of a window's time its blocks spent above their local median (blocks within
     ``radius`` seconds): what short disturbances (a sampling window, a patched kernel) cost, with
@@ -218,8 +249,26 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
         cpu = cpu_delta(cpu0, thread_cpu())
         t1 = time.monotonic()
     stopped = time.monotonic() - t1
+    windows = [
+        (closed, cost.open_s)
+        for src in s.sources
+        if getattr(src, "_throttle", None) is not None
+        for closed, cost in src._throttle.history  # type: ignore[attr-defined]
+    ]
+    governed = {
+        src.name: [
+            {"open_s": round(c.open_s, 3), "host_s": round(c.host_s, 4), "gpu_s": round(c.gpu_s, 4)}
+            for _, c in src._throttle.history  # type: ignore[attr-defined]
+        ]
+        for src in s.sources
+        if getattr(src, "_throttle", None) is not None
+    }
+    lost, per_window = window_cost(trainer.blocks, windows)
     detail = {
         "excess": round(excess(trainer.blocks), 5),
+        "window_cost": round(lost, 5),
+        "lost_s_per_window": [round(x, 4) for x in per_window],
+        "windows_measured": governed,
         "start_s": round(started, 3), "stop_s": round(stopped, 3), "cpu_s": cpu,
         "source_stats": {src.name: getattr(src, "stats", None) for src in s.sources},
         **summarize_files(directory), "report": s.report.summary() if s.report else None,
@@ -234,11 +283,14 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
     order = [name for _ in range(rounds) for other in others for name in ("base", other)] + ["base"]
     rates: list[float] = []
     excesses: list[float] = []
+    window_costs: dict[str, list[float]] = {name: [] for name in others}
     per_minute: dict[str, list[tuple[float, float]]] = {name: [] for name in others}
     for i, name in enumerate(order):
         rate, detail = run_window(trainer, name, window, os.path.join(root, f"{i:03d}-{name}"))
         rates.append(rate)
         excesses.append(detail["excess"])
+        if name != "base":
+            window_costs[name].append(detail["window_cost"])
         if name != "base":
             minutes = window / 60
             per_minute[name].append((detail["pc_samples"] / minutes, detail["sass_records"] / minutes))
@@ -260,6 +312,10 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
             row["ratio_median"] = round(statistics.median(r), 4)
             row["ratio_min"] = round(min(r), 4)
             row["ratio_max"] = round(max(r), 4)
+            w = window_costs[name]
+            row["window_cost_median"] = round(statistics.median(w), 5)
+            row["window_cost_min"] = round(min(w), 5)
+            row["window_cost_max"] = round(max(w), 5)
             c = costs[name]
             row["paired_cost_median"] = round(statistics.median(c), 5)
             row["paired_cost_min"] = round(min(c), 5)
@@ -276,6 +332,7 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
         "ratios": ratios,
         "excess": excesses,
         "paired_costs": costs,
+        "window_costs": window_costs,
     }
 
 

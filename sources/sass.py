@@ -50,10 +50,11 @@ EVENT_RECORDS = 200  # instruction records per sass_metrics event (see window())
 _kept_configs: dict[int, list[tuple[int, int]]] = {}
 
 # Under a budget: the longest pause between windows, the shortest window, and the cost per second of
-# open window assumed until one is measured (the window itself, plus Enable/Flush/Disable).
+# open window assumed until one is measured: the window itself, plus Enable/Flush/Disable (about
+# 0.8 s a window for a torch MLP on the H100, docs/benchmarks.md).
 _MAX_PAUSE_S = 1800.0
 _MIN_WINDOW_S = 0.02
-_PRIOR_UNIT_COST = 1.5
+_PRIOR_UNIT_COST = 4.0
 
 
 class SassConfig(SourceConfig):

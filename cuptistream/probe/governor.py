@@ -24,8 +24,10 @@ Every decision that changes the plan is a ``GovernorDecision`` event, with the m
 
 from __future__ import annotations
 
+import collections
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -148,6 +150,8 @@ class Throttle:
         self._lock = threading.Lock()
         self._announced: Plan | None = None
         self.windows = 0
+        # The last windows measured: (time.monotonic() when the source reported it, its cost).
+        self.history: collections.deque[tuple[float, WindowCost]] = collections.deque(maxlen=256)
         self.plan = self._decide()
 
     def first(self) -> Plan:
@@ -169,6 +173,7 @@ class Throttle:
         """Take one window's measured cost; return the plan for the next window."""
         with self._lock:
             self.windows += 1
+            self.history.append((time.monotonic(), cost))
             if cost.open_s > 0:
                 measured = cost.total_s / cost.open_s
                 weight = _RISE if measured > self.unit_cost else _FALL
