@@ -134,7 +134,7 @@ def _cmd_cat(args: argparse.Namespace) -> int:
 
 
 def _cmd_kinds(args: argparse.Namespace) -> int:
-    from cuptistream.cupti.kinds import list_kinds
+    from cuptistream.cupti.kind_support import list_kinds
 
     kinds = list_kinds()
     print(f"{'kind':<26} {'supported':<9} {'event':<20} record")

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import msgspec
 import yaml
 
+from cuptistream import registry
 from cuptistream.errors import ConfigError
 from cuptistream.units import parse_duration, parse_percent, parse_size
 
@@ -199,6 +200,19 @@ class Config(msgspec.Struct, kw_only=True):
     sinks: list[SinkConfig] = []
     origin: str = "<dict>"
     raw: dict[str, Any] = {}  # the parsed YAML it was built from (handed to a collector process)
+    # The class ``build`` found in the registry for each entry of ``sources`` and ``sinks``, in order:
+    # the probe and the collector make their components from these, so validation and the runtime
+    # use one resolution (a collector process rebuilds its Config from ``raw``, and resolves there).
+    source_classes: list[type[Any]] = []
+    sink_classes: list[type[Any]] = []
+
+    def enabled_sources(self) -> list[tuple[SourceConfig, type[Any]]]:
+        """Each enabled source's config with its class (a ``component.Source``)."""
+        return [(c, cls) for c, cls in zip(self.sources, self.source_classes, strict=True) if c.enabled]
+
+    def enabled_sinks(self) -> list[tuple[SinkConfig, type[Any]]]:
+        """Each enabled sink's config with its class (a ``component.Sink``)."""
+        return [(c, cls) for c, cls in zip(self.sinks, self.sink_classes, strict=True) if c.enabled]
 
 
 class _RawConfig(Strict):
@@ -339,9 +353,8 @@ def _check_unique_names(entries: list[Any], section: str) -> None:
 
 
 def build(data: Any, origin: str = "<dict>") -> Config:
-    """Turn parsed YAML (a dict) into a Config, validating every component's entry."""
-    from cuptistream.registry import sink_class, source_class
-
+    """Turn parsed YAML (a dict) into a Config, validating every component's entry with the config
+    type of the class the registry finds for it."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -349,14 +362,18 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     _check_scalars(data, "")
     raw = convert(data, _RawConfig)
     sources: list[SourceConfig] = []
+    source_classes: list[type[Any]] = []
     for index, entry in enumerate(raw.sources):
         path = f"sources[{index}]"
-        cls = source_class(_component_type(entry, path), path)
+        cls = registry.source_class(_component_type(entry, path), path)
         sources.append(convert(entry, cls.config_type, path))
+        source_classes.append(cls)
     sinks: list[SinkConfig] = []
+    sink_classes: list[type[Any]] = []
     for index, entry in enumerate(raw.sinks):
         path = f"sinks[{index}]"
-        sink_cls = sink_class(_component_type(entry, path), path)
+        sink_cls = registry.sink_class(_component_type(entry, path), path)
+        sink_classes.append(sink_cls)
         _check_renamed(entry, sink_cls.config_type.renamed_keys, path)
         sinks.append(convert(entry, sink_cls.config_type, path))
     _check_unique_names(sources, "sources")
@@ -365,7 +382,7 @@ def build(data: Any, origin: str = "<dict>") -> Config:
         raise ConfigError("sinks: no sink is enabled; add one, e.g. `sinks: [{type: file, directory: out}]`")
     return Config(
         session=raw.session, pipeline=raw.pipeline, probe=raw.probe, overhead=raw.overhead,
-        sources=sources, sinks=sinks,
+        sources=sources, sinks=sinks, source_classes=source_classes, sink_classes=sink_classes,
         origin=origin, raw=data,
     )
 

@@ -31,7 +31,6 @@ from cuptistream.collector.status import StatusLine
 from cuptistream.config import Config, load
 from cuptistream.errors import UserError
 from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_PROBE_START, ENV_QUIET
-from cuptistream.registry import source_class
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ def probe_start(cfg: Config) -> str:
     """``probe.start`` with ``auto`` resolved: wait for CUDA only where a source traces it."""
     if cfg.probe.start != "auto":
         return cfg.probe.start
-    sources = [source_class(s.type) for s in cfg.sources if s.enabled]
+    sources = [source_class for _, source_class in cfg.enabled_sources()]
     return "cuda" if any(source.traces_cuda for source in sources) else "process"
 
 

@@ -32,7 +32,7 @@ from cuptistream.component import Emitter, Source
 from cuptistream.config import Duration, Size, SourceConfig, require_at_least
 from cuptistream.correlate import activate as activate_correlation
 from cuptistream.correlate import deactivate as deactivate_correlation
-from cuptistream.cupti import api_functions, driver, kinds, library
+from cuptistream.cupti import api_functions, driver, gpus, kinds, library
 from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
@@ -133,7 +133,7 @@ class ActivitySource(Source):
     def _start(self, cfg: ActivitySourceConfig) -> None:
         if "marker" in cfg.kinds:  # NVTX ranges reach CUPTI only through NVTX's injection hook
             driver.enable_nvtx_injection()
-        self.device = kinds.device_name(0)
+        self.device = gpus.device_name(0)
         self.cupti_version = driver.cupti_version()
         self._set_attributes(cfg)
         wanted = [kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)]

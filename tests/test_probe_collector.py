@@ -68,13 +68,13 @@ class _FakeCupti:
 
 
 def test_api_filters_are_set_after_their_kinds_are_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cuptistream.cupti import api_functions, driver, kinds, library
+    from cuptistream.cupti import api_functions, driver, gpus, library
     from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
 
     fake = _FakeCupti()
     monkeypatch.setattr(library, "libcupti", lambda: fake)
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
-    monkeypatch.setattr(kinds, "device_name", lambda ordinal=0: "fake GPU")
+    monkeypatch.setattr(gpus, "device_name", lambda ordinal=0: "fake GPU")
     config = ActivitySourceConfig(
         type="activity", kinds=["concurrent_kernel", "runtime", "driver"], flush_interval=0,
         runtime_api=["cudaLaunchKernel"], driver_api=["cuLaunchKernel"],
@@ -109,13 +109,13 @@ def test_buffer_callbacks_hand_whole_buffers_over_and_capture_them(
     """CUPTI's two buffer callbacks, called as CUPTI would, with a buffer CUPTI wrote on an H200."""
     import ctypes
 
-    from cuptistream.cupti import capture, driver, kinds, library
+    from cuptistream.cupti import capture, driver, gpus, library
     from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
 
     cap = capture.read(FIXTURES / "exact_counts.cupti")
     monkeypatch.setattr(library, "libcupti", lambda: _FakeCupti(dict(cap.struct_sizes)))
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
-    monkeypatch.setattr(kinds, "device_name", lambda ordinal=0: "fake GPU")
+    monkeypatch.setattr(gpus, "device_name", lambda ordinal=0: "fake GPU")
     config = ActivitySourceConfig(
         type="activity", kinds=["concurrent_kernel", "runtime", "driver", "memcpy"], flush_interval=0,
         capture=str(tmp_path / "again.cupti"),

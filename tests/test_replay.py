@@ -93,7 +93,7 @@ def test_activity_source_without_gpu_is_one_line_no_gpu_error() -> None:
     with pytest.raises(NoGpuError, match="no NVIDIA driver found") as info:
         ActivitySource(ActivitySourceConfig(type="activity"), Collect()).start()
     assert "\n" not in str(info.value)
-    from cuptistream.cupti.kinds import list_kinds
+    from cuptistream.cupti.kind_support import list_kinds
 
     with pytest.raises(NoGpuError):
         list_kinds()

@@ -26,7 +26,6 @@ from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline import Pipeline, PipelineThread, ShutdownReport
 from cuptistream.producers import Producer
-from cuptistream.registry import sink_class
 from cuptistream.resource import current_resource
 
 _SHUTDOWN_GRACE_S = 5.0
@@ -39,7 +38,7 @@ class Collector:
         self.config = config
         self.session_id = session_id or uuid.uuid4().hex[:16]
         if sinks is None:
-            sinks = [sink_class(s.type)(s) for s in config.sinks if s.enabled]
+            sinks = [sink_class(s) for s, sink_class in config.enabled_sinks()]
         session = config.session
         own = current_resource(session.job_env, command_line=session.command_line)
         self.pipeline = Pipeline(config, sinks, self.session_id, own, self.clock_sync)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import msgspec
 
@@ -20,17 +20,28 @@ from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.component import Emitter
-from cuptistream.events import Error
+from cuptistream.events import ClockSync, Error
+from cuptistream.pipeline import Pipeline
 from cuptistream.producers import Producer
-
-if TYPE_CHECKING:
-    from cuptistream.collector.collector import Collector
 
 _POLL_S = 0.5
 
 
+class Host(Protocol):
+    """What a connection needs from the collector that accepted it (``collector.Collector``), which
+    imports this module: a protocol here, not an import back, keeps the two out of an import loop."""
+
+    pipeline: Pipeline
+
+    def probe_said_hello(self, hello: messages.Hello) -> Producer: ...
+
+    def clock_reading(self, producer: Producer, clock: ClockSync) -> None: ...
+
+    def probe_left(self, connection: ProbeConnection) -> None: ...
+
+
 class ProbeConnection:
-    def __init__(self, sock: socket.socket, collector: Collector) -> None:
+    def __init__(self, sock: socket.socket, collector: Host) -> None:
         self.sock = sock
         self.collector = collector
         self.intake = collector.pipeline.intake

@@ -18,6 +18,23 @@ def libcuda() -> ctypes.CDLL:
     return ctypes.CDLL("libcuda.so.1")
 
 
+def device_name(ordinal: int = 0) -> str:
+    """The GPU's name (``cuDeviceGetName``), for error messages; "GPU <n>" where unavailable."""
+    try:
+        cuda = libcuda()
+        device = ctypes.c_int(0)
+        buf = ctypes.create_string_buffer(256)
+        if (
+            cuda.cuInit(0) == 0
+            and cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
+            and cuda.cuDeviceGetName(buf, 256, device) == 0
+        ):
+            return f"{buf.value.decode(errors='replace')} (device {ordinal})"
+    except OSError:
+        pass
+    return f"GPU {ordinal}"
+
+
 def _uuid_text(raw: bytes) -> str:
     text = raw.hex()
     return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

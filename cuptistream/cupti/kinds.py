@@ -8,10 +8,7 @@ newest first, and ``decode.RecordLayouts`` picks one by the size CUPTI reports f
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
-
-from cuptistream.cupti import gpus
 
 
 @dataclass(frozen=True)
@@ -89,64 +86,3 @@ DEFAULT_DRIVER_API = [
 def kind_value(name: str) -> int:
     """CUPTI's enum value for a YAML kind name. Raises KeyError for an unknown name."""
     return KINDS[name].kind
-
-
-# --- what this machine supports ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KindInfo:
-    """One row of ``cuptistream kinds``."""
-
-    name: str
-    kind: int
-    event: str
-    record: str  # the record struct CUPTI writes here, e.g. ``kernel11``; "" where unknown
-    record_size: int  # bytes; 0 where unknown
-    supported: bool  # whether CUPTI let us enable it on this device
-    note: str = ""
-
-
-def device_name(ordinal: int = 0) -> str:
-    """The GPU's name (``cuDeviceGetName``), for error messages; "GPU <n>" where unavailable."""
-    try:
-        libcuda = gpus.libcuda()
-        device = ctypes.c_int(0)
-        buf = ctypes.create_string_buffer(256)
-        if (
-            libcuda.cuInit(0) == 0
-            and libcuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0
-            and libcuda.cuDeviceGetName(buf, 256, device) == 0
-        ):
-            return f"{buf.value.decode(errors='replace')} (device {ordinal})"
-    except OSError:
-        pass
-    return f"GPU {ordinal}"
-
-
-def list_kinds() -> list[KindInfo]:
-    """Every named kind, with the record layout CUPTI writes here and whether it can be enabled.
-
-    Each kind is enabled and immediately disabled to ask CUPTI; nothing is traced. Raises
-    ``NoGpuError`` where there is no driver or GPU.
-    """
-    from cuptistream.cupti import driver, library
-    from cuptistream.cupti.decode import choose_dtype
-
-    driver.require_gpu()
-    lib = library.libcupti()
-    rows = []
-    for spec in _SPECS:
-        size = driver.struct_size(spec.kind) or 0
-        chosen = choose_dtype(spec.kind, size) if size else None
-        code = lib.cuptiActivityEnable(spec.kind)
-        if code == library.SUCCESS:
-            lib.cuptiActivityDisable(spec.kind)
-        note = spec.note if code == library.SUCCESS else library.result_name(code)
-        rows.append(
-            KindInfo(
-                name=spec.name, kind=spec.kind, event=spec.event, record=chosen[0] if chosen else "",
-                record_size=size, supported=code == library.SUCCESS, note=note,
-            )
-        )  # fmt: skip
-    return rows

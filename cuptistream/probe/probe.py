@@ -23,7 +23,6 @@ from cuptistream.events import ClockSync
 from cuptistream.probe.emitter import ProbeEmitter
 from cuptistream.probe.governor import Governed, Governor
 from cuptistream.probe.link import ProbeLink
-from cuptistream.registry import source_class
 from cuptistream.resource import current_resource
 
 
@@ -55,10 +54,8 @@ class Probe:
         """Connect and start the sources. Raises ``ChannelError`` when no collector answers."""
         self.link.connect(self.clock_sync())
         self.emitter.start()
-        for source_config in self.config.sources:
-            if not source_config.enabled:
-                continue
-            source = source_class(source_config.type)(source_config, self.emitter)
+        for source_config, source_class in self.config.enabled_sources():
+            source = source_class(source_config, self.emitter)
             if isinstance(source, Governed):
                 source.use_governor(self.governor)
             try:

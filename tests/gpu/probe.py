@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import ctypes
 
-from cuptistream.cupti import driver, kinds, library
+from cuptistream.cupti import driver, gpus, kind_support, kinds, library
 from cuptistream.cupti.decode import choose_dtype
 
 
 def main() -> None:
     driver.require_gpu()
-    print("device", kinds.device_name(0), "cupti", driver.cupti_version(), "lib", library.libcupti()._name)
-    for info in kinds.list_kinds():
+    print("device", gpus.device_name(0), "cupti", driver.cupti_version(), "lib", library.libcupti()._name)
+    for info in kind_support.list_kinds():
         print(
             f"  {info.name:30} kind={info.kind:2} record={info.record or '?':24} size={info.record_size:4} "
             f"supported={info.supported} {info.note}"

@@ -100,7 +100,7 @@ def test_kineto_agreement(tmp_path: Path) -> None:
 def test_forced_error_keeps_exit_code(tmp_path: Path) -> None:
     # Enabling a kind this GPU cannot trace makes the source fail at start: an Error event, and the
     # program still runs to its own exit code.
-    from cuptistream.cupti.kinds import list_kinds
+    from cuptistream.cupti.kind_support import list_kinds
 
     unsupported = [k.name for k in list_kinds() if not k.supported]
     assert unsupported, "expected at least one kind this GPU cannot enable"

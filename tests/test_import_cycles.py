@@ -1,0 +1,124 @@
+"""No import loops in the package: walks every module's imports (read with ``ast``, nothing is imported)
+and fails on any cycle, naming it.
+
+Every import counts, wherever it sits: at module level, inside a function, or under
+``if TYPE_CHECKING:``. A function-level or type-only import does not make a loop go away; it only
+stops it from failing at import time, and leaves two modules that cannot be read, tested or moved
+one without the other (``config → registry → component → config`` hid that way). Implicit imports of
+parent packages (``import a.b`` runs ``a/__init__``) are not edges: they are how Python finds a
+module, not a dependency of the code.
+
+``sources/`` and ``sinks/`` are walked under their installed names (``cuptistream.sources``/``.sinks``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"cuptistream": ROOT / "cuptistream", "cuptistream.sources": ROOT / "sources",
+            "cuptistream.sinks": ROOT / "sinks"}  # fmt: skip
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = [p for p in path.relative_to(folder).with_suffix("").parts if p != "__init__"]
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports, anywhere in its body."""
+    is_package = path.name == "__init__.py"
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:  # `from a import b` imports the module a.b where there is one
+                targets.add(f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in modules else origin)
+    edges = set()
+    for target in targets:
+        while target and target not in modules:  # `import a.b.c as x` of a name inside a module
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            edges.add(target)
+    return edges
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each as a loop."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _loop(graph: dict[str, set[str]], members: list[str]) -> str:
+    """One concrete loop through a component, for the message: ``a → b → c → a``."""
+    inside = set(members)
+    start = members[0]
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(graph[path[-1]] & inside)
+        back = start in nxt
+        if back:
+            return " → ".join([*path, start])
+        step = next((n for n in nxt if n not in seen), None)
+        if step is None:
+            return " ↔ ".join(members)
+        if start in graph[step]:
+            return " → ".join([*path, step, start])
+        path.append(step)
+        seen.add(step)
+
+
+def test_the_walk_sees_the_package() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "cuptistream.sources.activity" in modules and "cuptistream.cupti.library" in modules
+    assert "cuptistream.cupti.library" in graph["cuptistream.cupti.driver"]
+    assert "cuptistream.sources.cupti_worker" in graph["cuptistream.sources.pc_sampling"]  # relative
+
+
+def test_no_import_cycles() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    loops = [_loop(graph, members) for members in _cycles(graph)]
+    assert not loops, "import cycles:\n" + "\n".join(loops)
