@@ -12,15 +12,16 @@ import csv
 import io
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cuptistream import events as ev
-from cuptistream.analysis.records import Recording
-from cuptistream.analysis.select import Selection, parse_time
-from cuptistream.analysis.summary import IntervalUnion, summarize
+from cuptistream.analysis.records import Part, Recording
+from cuptistream.analysis.select import Selection, parse_ids, parse_time
+from cuptistream.analysis.summary import IntervalUnion, Report, summarize
 from cuptistream.cli import main
 from tests.helpers.fixture_recording import FIXTURES, Process, fixture_processes, write_recording
 
@@ -120,7 +121,7 @@ def test_gpu_busy_per_device_and_stream(processes: list[Process], recording: Pat
         assert row["span_ns"] == span
         assert row["idle_ns"] == span - row["busy_ns"]
         assert row["process"] == f"rank {p.resource.rank}"
-        per_stream = collections.Counter()
+        per_stream: collections.Counter[int] = collections.Counter()
         for o in ops:
             per_stream[o.stream_id] += o.end - o.start
         for stream, busy in per_stream.items():
@@ -249,3 +250,127 @@ def test_torn_tail_is_reported(recording: Path, tmp_path: Path, capsys: pytest.C
     losses = json.loads(out)["losses"]["rows"]
     assert any(r["reason"] == "torn_tail" for r in losses)
     assert "torn tail" in err and err.count("\n") == 1
+
+
+# --- the summary's column path against the per-event one, on random recordings -----------------
+
+_NAMES = ["cudaLaunchKernel", "cuMemAlloc_v2", "shared_name"]  # shared_name: an API call and a kernel
+
+
+def _synthetic(seed: int) -> list[Process]:
+    rng = random.Random(seed)
+    processes = []
+    for index in range(2):
+        t = 10**15 + index * 12345
+        events: list[ev.Event] = []
+        for i in range(2500):
+            t += rng.randint(1, 2000)
+            end = t + rng.randint(0, 4000)
+            kind = rng.random()
+            if kind < 0.5:
+                name = rng.choice(_NAMES)
+                domain = "runtime" if name.startswith("cuda") else "driver"
+                events.append(ev.ApiCall(domain=domain, name=name, cbid=1, start=t, end=end, process_id=1,
+                                         thread_id=1, correlation_id=i))  # fmt: skip
+            elif kind < 0.7:
+                events.append(ev.Kernel(start=t, end=end, name=rng.choice(["k1", "k2", "shared_name"]),
+                                        device_id=rng.choice([0, 1]), context_id=1, stream_id=rng.choice([7, 13]),
+                                        correlation_id=i))  # fmt: skip
+            elif kind < 0.77:
+                events.append(ev.Memcpy(start=t, end=end, bytes=rng.randint(1, 10**6), copy_kind="HtoD",
+                                        src_kind=rng.choice(["pinned", "pageable"]), dst_kind="device",
+                                        device_id=rng.choice([0, 1]), context_id=1, stream_id=7, correlation_id=i))  # fmt: skip
+            elif kind < 0.82:
+                events.append(ev.Memset(start=t, end=end, bytes=4096, value=0, memory_kind="device", device_id=0,
+                                        context_id=1, stream_id=13, correlation_id=i))  # fmt: skip
+            elif kind < 0.88:
+                events.append(ev.NvtxRange(name=rng.choice(["step", "shared_name"]), start=t, end=end,
+                                           thread_id=1, domain=rng.choice(["", "app"])))  # fmt: skip
+            else:
+                events.append(ev.ExternalCorrelation(external_kind="custom0", external_id=i, correlation_id=i))
+        resource = ev.Resource(host="synthetic", pid=9000 + index, process_name="p", command_line=["p"], rank=index)
+        # Process 0 has no clock offset: a window without --until reaches 2**63 ns, past int64.
+        clock = ev.ClockSync(cupti_ns=0, unix_ns=0 if index == 0 else 10**9)
+        processes.append(Process(resource, clock, events))
+    return processes
+
+
+class _FullStructs:
+    """A recording whose batches hold the full Structs (as Kafka and JSON Lines deliver them)."""
+
+    def __init__(self, processes: list[Process], batch_events: int) -> None:
+        self.processes, self.batch_events = processes, batch_events
+        self.torn_tails: list = []
+
+    def parts(self) -> Iterator[Part]:
+        for p in self.processes:
+            for i in range(0, len(p.events), self.batch_events):
+                yield Part(p.resource, p.clock.offset_ns, p.events[i : i + self.batch_events])
+
+
+def _tables(report: Report) -> list:
+    return [report.meta] + [(t.name, t.rows, t.total_rows) for t in report.tables]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"devices": "1"}, {"ranks": "1"}, {"since": "2ms"}, {"since": "1ms", "until": "+4ms", "devices": "0"},
+     {"until": "3ms"}, {"exact": "yes"}],
+)
+def test_column_path_matches_per_event_path_and_plain_python(options: dict[str, str], tmp_path: Path) -> None:
+    exact = "exact" in options
+    processes = _synthetic(11)
+    path = write_recording(tmp_path / "rec", processes, batch_events=333)
+    if "exact" in options:  # both bounds on an API call's start: the first counts, the last does not
+        calls = [e.start + 10**9 for e in processes[1].events if isinstance(e, ev.ApiCall)]
+        options = {"since": f"@{calls[100] / 1e9:.9f}", "until": f"@{calls[900] / 1e9:.9f}"}
+
+    def selection() -> Selection:
+        return Selection(
+            devices=parse_ids("--device", options["devices"]) if "devices" in options else None,
+            ranks=parse_ids("--rank", options["ranks"]) if "ranks" in options else None,
+            since=parse_time("--since", options["since"]) if "since" in options else None,
+            until=parse_time("--until", options["until"]) if "until" in options else None,
+        )
+
+    sel = selection()
+    columns = summarize(Recording(str(path), lean=True), sel, top=None)
+    assert _tables(summarize(_FullStructs(processes, 333), selection(), top=None)) == _tables(columns)  # type: ignore[arg-type]
+    assert _tables(summarize(Recording(str(path)), selection(), top=None)) == _tables(columns)
+
+    # And against plain Python over the events, with the window the summary fixed.
+    low, high = sel.window(0, []) if sel.timed else (-(2**63), 2**63)
+    if exact:
+        assert (low, high) == (calls[100], calls[900])
+    api: dict[str, list[int]] = collections.defaultdict(list)
+    kernels: dict[str, list[int]] = collections.defaultdict(list)
+    for p in processes:
+        if sel.ranks is not None and p.resource.rank not in sel.ranks:
+            continue
+        off = p.clock.offset_ns
+        for e in p.events:
+            if isinstance(e, ev.ApiCall) and low <= e.start + off < high:
+                api[e.name].append(e.end - e.start)
+            elif isinstance(e, ev.Kernel) and low <= e.start + off < high and (
+                sel.devices is None or e.device_id in sel.devices
+            ):
+                kernels[e.name].append(e.end - e.start)
+    for table, expected in (("api", api), ("kernels", kernels)):
+        got = {r["name"]: (r["count"], r["total_ns"], r["min_ns"], r["max_ns"]) for r in columns.table(table).as_dicts()}
+        assert got == {n: (len(d), sum(d), min(d), max(d)) for n, d in expected.items()}, table
+    assert "shared_name" in {r["name"] for r in columns.table("api").as_dicts()} or options
+    assert columns.meta["events"]["external_correlation"] == sum(
+        isinstance(e, ev.ExternalCorrelation) for p in processes for e in p.events
+        if sel.ranks is None or p.resource.rank in sel.ranks
+    )  # fmt: skip
+
+
+def test_every_summary_struct_answers_the_three_columns() -> None:
+    from cuptistream.analysis.records import FAMILY_KEY, SUMMARY_TYPES
+
+    assert {str(c.__struct_config__.tag) for c in SUMMARY_TYPES} == set(ev.EVENT_TYPES)
+    for cls in SUMMARY_TYPES:
+        tag = str(cls.__struct_config__.tag)
+        assert tag == "api" or cls.summary_key is FAMILY_KEY[tag]  # type: ignore[attr-defined]
+        for column in ("start", "end"):
+            assert column in cls.__struct_fields__ or getattr(cls, column) == 0, (cls, column)
