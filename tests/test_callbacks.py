@@ -24,6 +24,7 @@ from cuptistream.component import Emitter
 from cuptistream.config import load as load_config
 from cuptistream.cupti import api_functions
 from cuptistream.cupti.contexts import ModuleResourceData
+from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Subscriber, SubscriberBusy
 from cuptistream.errors import ConfigError
 from cuptistream.events import (
@@ -35,11 +36,9 @@ from cuptistream.events import (
     ResourceChange,
     Synchronization,
 )
-from cuptistream.sources.callbacks import (
-    CallbacksConfig,
-    CallbackSource,
+from cuptistream.sources.callbacks import CallbacksConfig, CallbackSource
+from cuptistream.sources.callbacks.structs import (
     EventAttributes,
-    _CallbackData,
     _GraphData,
     _NvtxData,
     _ResourceData,
