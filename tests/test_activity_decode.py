@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from cuptistream.cupti import capture, kinds
-from cuptistream.cupti.decode import Decoder, LayoutError, RecordLayouts, choose_dtype, walk
+from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
+from cuptistream.cupti.records import LayoutError, RecordLayouts, choose_dtype, walk
 from cuptistream.events import ApiCall, ExternalCorrelation, Kernel, Memcpy, NvtxRange
 
 FIXTURES = Path(__file__).parent / "fixtures"

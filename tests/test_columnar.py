@@ -10,8 +10,9 @@ import pytest
 
 from cuptistream.codec import array_header, decode_events
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder, RecordLayouts
+from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
+from cuptistream.cupti.records import RecordLayouts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -15,8 +15,9 @@ from cuptistream.channel.messages import OpenStream
 from cuptistream.collector.names import ProcessNames
 from cuptistream.component import Emitter
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder, LayoutError, RecordLayouts, SizeLearner
+from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
+from cuptistream.cupti.records import LayoutError, RecordLayouts, SizeLearner
 
 
 def _stride_learner(data: memoryview, valid: int) -> SizeLearner | None:

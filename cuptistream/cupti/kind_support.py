@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuptistream.cupti import driver, library
-from cuptistream.cupti.decode import choose_dtype
 from cuptistream.cupti.kinds import KINDS
+from cuptistream.cupti.records import choose_dtype
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 ``KINDS`` is the table behind ``sources[].kinds`` in YAML and behind ``cuptistream kinds``. The
 enum values are CUPTI's ABI (``CUpti_ActivityKind``) and do not change between releases; the record
 *layout* does (Kernel9 … Kernel13), so each kind lists the cupti-python dtypes that can describe it,
-newest first, and ``decode.RecordLayouts`` picks one by the size CUPTI reports for the record.
+newest first, and ``records.RecordLayouts`` picks one by the size CUPTI reports for the record.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from cuptistream.cupti import capture, driver, kinds, library
-from cuptistream.cupti.decode import choose_dtype
+from cuptistream.cupti.records import choose_dtype
 from sources.activity import ActivitySource, ActivitySourceConfig
 from tests.gpu.workloads import exact_counts
 from tests.gpu.workloads.collect import Collect

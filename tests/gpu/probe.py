@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 
 from cuptistream.cupti import driver, gpus, kind_support, kinds, library
-from cuptistream.cupti.decode import choose_dtype
+from cuptistream.cupti.records import choose_dtype
 
 
 def main() -> None:

@@ -1,0 +1,119 @@
+"""Finding the records in an activity buffer and viewing them as arrays: the first two steps of
+decoding (``decode`` converts them to events).
+
+- *Layouts*: the record size of a kind is not hard-wired to a CUPTI release: it comes from CUPTI
+  itself (``cuptiActivityGetStructSize``), from the stride ``cuptiActivityGetNextRecord`` reports, or
+  from a fixture's recorded table. The dtype is then the newest one for that kind with exactly that
+  size (``choose_dtype``).
+- *Walk*: read each record's kind and step by that kind's record size, collecting offsets per kind
+  (one cheap loop over 4-byte ints; no per-record objects).
+- *Gather*: view each kind's records as one numpy structured array (cupti-python's dtypes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from cuptistream.cupti.kinds import BY_VALUE
+
+
+@cache
+def choose_dtype(kind: int, size: int) -> tuple[str, np.dtype[Any]] | None:
+    """The newest cupti-python dtype for ``kind`` whose size is ``size``, as (record name, dtype)."""
+    spec = BY_VALUE.get(kind)
+    if spec is None:
+        return None
+    try:
+        from cupti import cupti
+    except ImportError:
+        return None
+    for name in spec.dtypes:
+        dtype = getattr(cupti, f"activity_{name}_dtype", None)
+        if dtype is not None and dtype.itemsize == size:
+            return name, dtype
+    return None
+
+
+SizeLearner = Callable[[int, int], int | None]
+"""``learn(kind, offset)`` → the size of the record at ``offset``, or None."""
+
+
+@dataclass
+class RecordLayouts:
+    """Record size per kind, learned once per session and shared by every buffer."""
+
+    sizes: dict[int, int] = field(default_factory=dict)
+
+    def dtype(self, kind: int) -> tuple[str, np.dtype[Any]] | None:
+        size = self.sizes.get(kind)
+        return choose_dtype(kind, size) if size else None
+
+
+class LayoutError(Exception):
+    """A buffer's records could not be walked (unknown kind size, or a walk past the end)."""
+
+
+def walk(
+    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None
+) -> dict[int, list[int]]:
+    """Offsets of every record in ``data[:valid]``, grouped by kind."""
+    return _walk_each(data, valid, layouts, learn)
+
+
+def _walk_each(
+    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None
+) -> dict[int, list[int]]:
+    """Record by record (one list lookup per record), learning sizes it does not know."""
+    ints = data[: valid - valid % 4].cast("i")
+    sizes = layouts.sizes
+    table = [0] * (max(sizes, default=0) + 1)
+    for known, size in sizes.items():
+        table[known] = size
+    limit = len(table)
+    offsets: dict[int, list[int]] = {}
+    buckets: list[list[int] | None] = [None] * limit
+    offset = 0
+    while offset < valid:
+        kind = ints[offset >> 2]
+        size = table[kind] if 0 <= kind < limit else 0
+        if not size:
+            size = (learn(kind, offset) if learn else None) or 0
+            if not size:
+                raise LayoutError(f"no record size known for activity kind {kind} at offset {offset}")
+            sizes[kind] = size
+            if kind >= limit:
+                grow = kind + 1 - limit
+                table += [0] * grow
+                buckets += [None] * grow
+                limit = len(table)
+            table[kind] = size
+        bucket = buckets[kind]
+        if bucket is None:
+            buckets[kind] = bucket = offsets.setdefault(kind, [])
+        bucket.append(offset)
+        offset += size
+    if offset != valid:
+        raise LayoutError(f"records overrun the buffer: walked to {offset}, valid bytes {valid}")
+    return offsets
+
+
+def gather(data: memoryview, offsets: list[int], dtype: np.dtype[Any]) -> np.ndarray:
+    """The records at ``offsets`` as one structured array (a view where they are evenly spaced)."""
+    size = dtype.itemsize
+    first, count = offsets[0], len(offsets)
+    if offsets[-1] - first == size * (count - 1):  # one contiguous run: no copy
+        return np.ndarray((count,), dtype=dtype, buffer=data, offset=first)
+    starts = np.asarray(offsets, dtype=np.int64)
+    if size % 8 == 0 and not (starts % 8).any():
+        # A record could start at any 8-byte position: view the buffer that way, pick whole records.
+        positions = (len(data) - size) // 8 + 1
+        every = np.ndarray((positions,), dtype=dtype, buffer=data, offset=0, strides=(8,))
+        return every[starts // 8]
+    raw = np.frombuffer(data, dtype=np.uint8)
+    index = starts[:, None] + np.arange(size, dtype=np.int64)
+    return raw[index].view(dtype).reshape(count)
