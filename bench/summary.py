@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--dir", default="/tmp/cuptistream-bench-summary")
     parser.add_argument("--cpu", type=int, default=min(os.sched_getaffinity(0)))
-    parser.add_argument("--rounds", type=int, default=1, help="summary runs (the best is kept too)")
+    parser.add_argument("--rounds", type=int, default=1, help="summary runs (median, min and max events/s per CPU second reported)")
     parser.add_argument("--skip-export", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the recording (reused if present)")
     args = parser.parse_args()
@@ -128,6 +128,8 @@ def main() -> None:
         r["events_per_s_wall"] = round(n / r["wall_s"])
         r["events_per_cpu_s"] = round(n / r["cpu_s"])
     results["summary"] = runs
+    rates = sorted(r["events_per_cpu_s"] for r in runs)
+    results["summary_events_per_cpu_s"] = {"median": rates[len(rates) // 2], "min": rates[0], "max": rates[-1]}
     if not args.skip_export:
         export = measure(["export", str(rec), "-o", str(directory / "trace.json.gz")], args.cpu)
         export["trace_mb"] = round((directory / "trace.json.gz").stat().st_size / 2**20, 1)
