@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -149,12 +150,15 @@ def run_program(
         if program.native_cuda and not quiet:
             _note_native(program.argv[0])
         status = StatusLine.for_stream(collector, sys.stderr, quiet=quiet)  # None unless a terminal
+        signalled: list[float] = []  # when SIGINT/SIGTERM first came: the shutdown deadline starts
         try:
-            code = _run_child(program.argv, env)
+            code = _run_child(program.argv, env, signalled)
         finally:
             if status is not None:
                 status.stop()  # erased before the shutdown summary
-        report = collector.conclude(report_json=report_json, summary=None if quiet else "session")
+        began = signalled[0] if signalled else None  # else the program's exit, now
+        summary = None if quiet else "session"
+        report = collector.conclude(report_json=report_json, summary=summary, began=began)
         if report is not None and report.probes == 0 and not quiet and not program.native_cuda:
             print(f"cuptistream: no Python process of `{program.argv[0]}` initialized CUDA, so nothing "
                   "was probed; if it reaches CUDA other than through torch, cuda.bindings or cupy, "
@@ -170,13 +174,17 @@ def _note_native(executable: str) -> None:
           file=sys.stderr)  # fmt: skip
 
 
-def _run_child(argv: list[str], env: dict[str, str]) -> int:
+def _run_child(argv: list[str], env: dict[str, str], signalled: list[float]) -> int:
+    """Run the program, passing SIGINT and SIGTERM on; the first one's ``time.monotonic()`` is
+    appended to ``signalled``."""
     try:
         child = subprocess.Popen(argv, env=env)
     except OSError as error:
         raise UserError(f"run: cannot start {argv[0]}: {error.strerror}") from None
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        if not signalled:
+            signalled.append(time.monotonic())
         if child.poll() is None:
             child.send_signal(signum)
 

@@ -35,8 +35,9 @@ from cuptistream.intake import Intake
 from cuptistream.producers import Producer
 from cuptistream.sink_runner import SinkLane
 
-# After ``shutdown_deadline``, each sink still gets this long to close (seal its file, release its
-# client and threads, count what it held); a close that takes longer is abandoned.
+# The last part of ``shutdown_deadline`` (this long, at most a quarter of it) is kept for closing
+# the sinks (seal the file, release clients and threads, count what they held) when draining does
+# not finish; a close that takes longer is abandoned.
 CLOSE_AFTER_DEADLINE_S = 0.5
 
 
@@ -97,6 +98,8 @@ class Pipeline:
         self._loss_window_start = time.time_ns()
         self._all_losses: Counter[tuple[str, str, str]] = Counter()
         self._started = time.time_ns()
+        # ``time.monotonic()`` by which draining must end; None: ``shutdown_deadline`` from stop().
+        self.drain_until: float | None = None
 
     def _event_ns(self) -> int:
         return self._clock_sync().cupti_ns
@@ -218,6 +221,8 @@ class Pipeline:
         distributor_done = trio.Event()
         lanes_done = [trio.Event() for _ in self.lanes]
         reporter = trio.CancelScope()
+        deadline_s = float(self.config.pipeline.shutdown_deadline)
+        close_s = min(CLOSE_AFTER_DEADLINE_S, deadline_s / 4)
 
         async def run_lane(lane: SinkLane, done: trio.Event) -> None:
             closing = False
@@ -228,7 +233,7 @@ class Pipeline:
             except trio.Cancelled:
                 if not closing:  # the deadline passed while delivering: still close, briefly
                     with trio.CancelScope(shield=True) as scope:
-                        scope.deadline = trio.current_time() + CLOSE_AFTER_DEADLINE_S
+                        scope.deadline = trio.current_time() + close_s
                         await self._close_sink(lane)
                 raise
             done.set()
@@ -248,7 +253,10 @@ class Pipeline:
             nursery.start_soon(distribute)
             await stop_requested.wait()
             self.intake.close()
-            with trio.move_on_after(self.config.pipeline.shutdown_deadline) as deadline:
+            budget = deadline_s
+            if self.drain_until is not None:  # the deadline began earlier (the signal, the program's exit)
+                budget = min(budget, self.drain_until - time.monotonic())
+            with trio.move_on_after(max(0.0, budget - close_s)) as deadline:
                 await distributor_done.wait()
                 reporter.cancel()
                 final = self._accounting_chunk()
@@ -312,8 +320,10 @@ class PipelineThread:
             self._thread.join()
             raise self._start_error
 
-    def stop(self, timeout: float) -> ShutdownReport | None:
-        """Ask the pipeline to drain and wait for it (at most ``timeout`` seconds)."""
+    def stop(self, timeout: float, drain_until: float | None = None) -> ShutdownReport | None:
+        """Ask the pipeline to drain (by ``drain_until``, a ``time.monotonic()``; None:
+        ``shutdown_deadline`` from now) and wait for it (at most ``timeout`` seconds)."""
+        self.pipeline.drain_until = drain_until
         if self._token is not None and self._stop is not None and self._thread.is_alive():
             stop = self._stop
             try:

@@ -24,7 +24,7 @@ from cuptistream.collector.connection import ProbeConnection
 from cuptistream.component import Sink
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
-from cuptistream.pipeline import Pipeline, PipelineThread, ShutdownReport
+from cuptistream.pipeline import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
 from cuptistream.producers import Producer
 from cuptistream.resource import current_resource
 
@@ -119,23 +119,34 @@ class Collector:
 
     # --- shutdown -----------------------------------------------------------------------------
 
-    def finish(self, probe_timeout: float | None = None) -> ShutdownReport | None:
-        """Stop accepting, let connected probes hang up (up to ``probe_timeout``, then cut them off:
-        what they published is still drained), then drain the pipeline."""
+    def finish(self, probe_timeout: float | None = None, began: float | None = None) -> ShutdownReport | None:
+        """Stop accepting, let connected probes hang up (up to ``probe_timeout`` and half the
+        time left, then cut them off: what they published is still drained), then drain the
+        pipeline. All of it within one ``shutdown_deadline`` from ``began`` (a
+        ``time.monotonic()``: the signal, the program's exit; None: now); past it, what is left is
+        counted undelivered. The pipeline keeps the deadline's last ``CLOSE_AFTER_DEADLINE_S`` for
+        closing the sinks."""
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
             self._listener = None
-        deadline = float(self.config.pipeline.shutdown_deadline)
-        with self._changed:
-            self._changed.wait_for(lambda: not self._connections, probe_timeout)
+        ends = (time.monotonic() if began is None else began) + float(self.config.pipeline.shutdown_deadline)
+
+        def left() -> float:
+            return max(0.0, ends - time.monotonic())
+
+        with self._changed:  # probes still connected get half the time left; draining, the rest
+            wait = left() / 2 if probe_timeout is None else min(probe_timeout, left() / 2)
+            self._changed.wait_for(lambda: not self._connections, wait)
             remaining = list(self._connections)
         for connection in remaining:
             with contextlib.suppress(OSError):
                 connection.sock.shutdown(socket.SHUT_RDWR)
-        for thread in self._threads:
-            thread.join(deadline)
-        self.report = self._pipeline_thread.stop(deadline + _SHUTDOWN_GRACE_S)
+        for thread in self._threads:  # one still blocked (a full intake under ``block``) is let go
+            thread.join(left())  # by the pipeline's stop, its events counted lost
+        self.report = self._pipeline_thread.stop(
+            left() + CLOSE_AFTER_DEADLINE_S + _SHUTDOWN_GRACE_S, drain_until=ends
+        )
         if self.report is not None:
             usage = rusage.getrusage(rusage.RUSAGE_SELF)
             self.report.probes = self.served
@@ -146,12 +157,12 @@ class Collector:
         return self.report
 
     def conclude(
-        self, *, report_json: str | None = None, summary: str | None = None
+        self, *, report_json: str | None = None, summary: str | None = None, began: float | None = None
     ) -> ShutdownReport | None:
-        """``finish`` with ``shutdown_deadline`` for the probes to hang up, then the report written
-        as JSON (``report_json``) and one line on stderr: ``summary`` followed by the report's summary
+        """``finish`` (the deadline counted from ``began``), then the report written as JSON
+        (``report_json``) and one line on stderr: ``summary`` followed by the report's summary
         (None: no line), or that the pipeline did not drain."""
-        report = self.finish(probe_timeout=float(self.config.pipeline.shutdown_deadline))
+        report = self.finish(began=began)
         if report is None:
             print(f"cuptistream: the pipeline did not drain within {self.stop_timeout:.0f}s; "
                   "undelivered data is lost", file=sys.stderr)  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 
 from cuptistream.collector.collector import Collector
@@ -28,8 +29,11 @@ def serve(
     cfg = load(config_path)
     collector = Collector(cfg, session_id=session_id).start()
     stop = threading.Event()
+    signalled: list[float] = []  # the shutdown deadline starts at the first signal
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
+        if not signalled:
+            signalled.append(time.monotonic())
         stop.set()
 
     signal.signal(signal.SIGTERM, request_stop)
@@ -43,4 +47,6 @@ def serve(
         if until_idle and collector.wait_idle(timeout=0):
             break
     summary = None if quiet or until_idle else "collector"
-    return 0 if collector.conclude(report_json=report_json, summary=summary) is not None else 1
+    began = signalled[0] if signalled else None
+    report = collector.conclude(report_json=report_json, summary=summary, began=began)
+    return 0 if report is not None else 1

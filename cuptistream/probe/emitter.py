@@ -80,6 +80,7 @@ class ProbeEmitter(Emitter):
         self._flushed = threading.Condition()
         self._flush_requested = self._flush_done = 0
         self._stopping = False
+        self._given_up = False  # past the shutdown deadline: no more waiting for slots
         self._thread = threading.Thread(target=self._send_loop, name="cuptistream-probe-sender", daemon=True)
 
     def start(self) -> None:
@@ -139,12 +140,21 @@ class ProbeEmitter(Emitter):
             self._wake.set()
             return self._flushed.wait_for(lambda: self._flush_done >= target, timeout)
 
+    def give_up(self) -> None:
+        """The shutdown deadline passed: hand-offs blocked on a full queue return (their events
+        counted lost), and the sender stops waiting for free slots."""
+        self._given_up = True
+        self.intake.close()
+
     def close(self, timeout: float) -> None:
-        """Send what is queued (up to ``timeout``), then stop the sender; the rest is counted lost."""
-        self.flush(timeout)
+        """Send what is queued (up to ``timeout`` in all), then stop the sender; the rest is counted
+        lost."""
+        ends = time.monotonic() + timeout
+        if not self.flush(timeout):
+            self._given_up = True  # the collector is not taking slots: stop waiting for them
         self._stopping = True
         self._wake.set()
-        self._thread.join(timeout)
+        self._thread.join(max(0.0, ends - time.monotonic()) + 0.1)  # 0.1: counting what it holds
         self.intake.close()
         chunks, _ = self.intake.take(max_chunks=1 << 30)
         self.link.count_lost("probe", "not_sent_at_exit", sum(c.count for c in chunks))
@@ -214,7 +224,8 @@ class ProbeEmitter(Emitter):
                 slot = self._take_slot()
                 used = count = 0
                 if slot is None:
-                    self.link.count_lost("probe", "collector_unavailable", chunk.count)
+                    reason = "not_sent_at_exit" if self._given_up else "collector_unavailable"
+                    self.link.count_lost("probe", reason, chunk.count)
                     continue
             view = self.pool.view(slot)
             CHUNK_PREFIX.pack_into(view, used, chunk.nbytes, chunk.count)
@@ -228,6 +239,8 @@ class ProbeEmitter(Emitter):
         """A free event slot, waiting while the collector is there and reading; None without one."""
         while (slot := self.pool.take()) is None:
             if not self.link.alive():  # a killed collector frees nothing; reconnecting is housekeeping's
+                return None
+            if self._given_up:
                 return None
             time.sleep(_SLOT_POLL_S)
         return slot

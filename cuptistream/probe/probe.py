@@ -25,6 +25,10 @@ from cuptistream.probe.governor import Governed, Governor
 from cuptistream.probe.link import ProbeLink
 from cuptistream.resource import current_resource
 
+# The end of ``shutdown_deadline`` the collector keeps for closing its sinks (as the pipeline's
+# ``CLOSE_AFTER_DEADLINE_S``, not imported: the probe does not load the pipeline).
+_COLLECTOR_CLOSE_S = 0.5
+
 
 def note(message: str) -> None:
     print(f"cuptistream: {message}", file=sys.stderr, flush=True)
@@ -103,13 +107,22 @@ class Probe:
             self._stopped = True
         atexit.unregister(self.stop)
         self._restore_sigterm()
+        # One deadline for all of it: a source blocked handing over (``block`` policy, a collector
+        # that cannot take more) is released when it passes, its events counted lost. The
+        # collector's deadline started with ours (the same signal): leave it time to close its sinks.
+        deadline = float(self.config.pipeline.shutdown_deadline)
+        deadline -= min(_COLLECTOR_CLOSE_S, deadline / 4)
+        ends = time.monotonic() + deadline
+        release = threading.Timer(deadline, self.emitter.give_up)
+        release.daemon = True
+        release.start()
         for source in reversed(self.sources):
             try:
                 source.stop()
             except Exception as error:
                 self.emitter.report_error(f"source:{source.name}", f"stop failed: {error}")
-        deadline = float(self.config.pipeline.shutdown_deadline)
-        self.emitter.close(deadline)
+        self.emitter.close(max(0.0, ends - time.monotonic()))
+        release.cancel()
         stats = {"activity_buffers": sum(o.buffers for o in self.emitter.outlets)}
         connected = self.link.connected
         self.link.close(stats)
