@@ -26,6 +26,7 @@ import argparse
 import faulthandler
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -257,8 +258,8 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
     ]
     governed = {
         src.name: [
-            {"open_s": round(c.open_s, 3), "host_s": round(c.host_s, 4), "gpu_s": round(c.gpu_s, 4)}
-            for _, c in src._throttle.history  # type: ignore[attr-defined]
+            (closed, {"open_s": round(c.open_s, 3), "host_s": round(c.host_s, 4), "gpu_s": round(c.gpu_s, 4)})
+            for closed, c in src._throttle.history  # type: ignore[attr-defined]
         ]
         for src in s.sources
         if getattr(src, "_throttle", None) is not None
@@ -359,6 +360,31 @@ def soak(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, An
     }
 
 
+def steady(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, Any]:
+    """One governed session of ``seconds`` in the steady state: the time lost around its windows
+    (``window_cost``), then a base session half as long with as many pretend windows at random
+    times, whose value is the estimator's own noise (what it reads where nothing happened)."""
+    rate, detail = run_window(trainer, name, seconds, os.path.join(root, f"steady-{name}"))
+    windows = [
+        (closed, cost["open_s"]) for costs in detail["windows_measured"].values() for closed, cost in costs
+    ]
+    base_rate, _ = run_window(trainer, "base", seconds / 2, os.path.join(root, f"steady-{name}-base"))
+    blocks = trainer.blocks
+    span = blocks[-1][0] - blocks[0][0] if blocks else 0.0
+    pretend = [(blocks[0][0] + random.uniform(2.0, max(2.0, span - 2.0)), w) for _, w in windows][
+        : len(windows) // 2 + 1
+    ]
+    null, _ = window_cost(blocks, pretend)
+    minutes = seconds / 60
+    return {
+        "condition": name, "seconds": seconds, "steps_per_s": round(rate, 1), "base_steps_per_s": round(base_rate, 1),
+        "window_cost": detail["window_cost"], "null_window_cost": round(null, 5), "windows": len(windows),
+        "lost_s_per_window": detail["lost_s_per_window"], "windows_measured": detail["windows_measured"],
+        "pc_samples_per_min": round(detail["pc_samples"] / minutes), "sass_records_per_min": round(detail["sass_records"] / minutes),
+        "plans": detail["plans"], "losses": detail["losses"], "errors": detail["errors"],
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conditions", default="base,both,pcs_serialized")
@@ -367,6 +393,8 @@ def main() -> None:
     parser.add_argument("--workload", choices=["mlp", "transformer", "tiny"], default="mlp",
                         help="mlp or transformer: a training step; tiny: one 1024-float add per step")  # fmt: skip
     parser.add_argument("--soak", type=float, default=0.0, help="one session of the first condition")
+    parser.add_argument("--steady", type=float, default=0.0,
+                        help="one governed session per condition of this many seconds: time lost around its windows")  # fmt: skip
     parser.add_argument("--out", default="", help="write the result JSON here")
     parser.add_argument("--keep", default="", help="sink directories go here (default: a temp dir)")
     args = parser.parse_args()
@@ -389,6 +417,8 @@ def main() -> None:
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     if args.soak:
         result = {**meta, "soak": soak(trainer, names[0], args.soak, root)}
+    elif args.steady:
+        result = {**meta, "steady": [steady(trainer, name, args.steady, root) for name in names]}
     else:
         result = {**meta, **interleaved(trainer, names, args.window, args.rounds, root)}
     text = json.dumps(result, indent=1)

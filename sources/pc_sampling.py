@@ -108,7 +108,7 @@ _BUFFERS_PER_CONTEXT = 4
 # open window assumed until one is measured (H100, torch MLP: docs/benchmarks.md).
 _MAX_PAUSE_S = 600.0
 _MIN_WINDOW_S = 0.05
-_PRIOR_UNIT_COST = 0.25
+_PRIOR_UNIT_COST = 0.85
 
 
 class PcSamplingSource(CuptiWorkerSource):
