@@ -365,6 +365,7 @@ def steady(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, 
     (``window_cost``), then a base session half as long with as many pretend windows at random
     times, whose value is the estimator's own noise (what it reads where nothing happened)."""
     rate, detail = run_window(trainer, name, seconds, os.path.join(root, f"steady-{name}"))
+    print(json.dumps({"steady": name, "steps_per_s": round(rate, 1), **detail})[:4000], flush=True)
     windows = [
         (closed, cost["open_s"]) for costs in detail["windows_measured"].values() for closed, cost in costs
     ]
@@ -407,6 +408,7 @@ def main() -> None:
     from cuptistream.cupti import driver
 
     driver.acquire("bench")
+    faulthandler.enable()  # a crash in CUPTI or the driver prints every thread's stack
     trainer = Trainer(args.workload)
     for _ in range(50):
         trainer.step()
