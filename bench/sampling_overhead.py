@@ -55,6 +55,8 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "both_0.5pct": [PC_SAMPLING, SASS],
     "both_5pct": [PC_SAMPLING, SASS],
     "both_ungoverned": [PC_SAMPLING, SASS],  # overhead.budget: off, the sources' own duty cycles
+    "pcs_5pct": [PC_SAMPLING],
+    "sass_5pct": [SASS],
     "pcs_serialized": [{**PC_SAMPLING, "mode": "serialized"}],
     "pcs_start_stop": [{**PC_SAMPLING, "duty_cycle": {"method": "start_stop"}}],
     "pcs_enable_disable": [{**PC_SAMPLING, "duty_cycle": {"method": "enable_disable"}}],
@@ -70,7 +72,9 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-BUDGETS: dict[str, str | bool] = {"both_0.5pct": "0.5%", "both_5pct": "5%", "both_ungoverned": False}
+BUDGETS: dict[str, str | bool] = {
+    "both_0.5pct": "0.5%", "both_5pct": "5%", "both_ungoverned": False, "pcs_5pct": "5%", "sass_5pct": "5%",
+}  # fmt: skip
 
 
 class Trainer:
