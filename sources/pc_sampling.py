@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuptistream.cupti import pcsampling_api as pcs
+from cuptistream.cupti import sampling_pair
 from cuptistream.cupti.contexts import (
     CONTEXT_CREATED,
     CONTEXT_DESTROY_STARTING,
@@ -126,6 +127,14 @@ class PcSamplingSource(CuptiWorkerSource):
         from cuptistream.cupti import driver
 
         driver.require_gpu()
+        sampling_pair.claim("pc_sampling", self.name)
+        try:
+            self._start()
+        except BaseException:
+            sampling_pair.release("pc_sampling", self.name)
+            raise
+
+    def _start(self) -> None:
         self._contexts: dict[int, _Context] = {}
         self._device_owner: dict[int, int] = {}  # device id -> sampled ctx
         self._refused: set[int] = set()
@@ -191,6 +200,7 @@ class PcSamplingSource(CuptiWorkerSource):
         self._decode_filled()
         self._cubins.write()
         self._release()
+        sampling_pair.release("pc_sampling", self.name)
 
     def _release(self) -> None:
         if self._hook is not None:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import msgspec
 
 from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
+from cuptistream.cupti import sampling_pair
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.contexts import (
     CONTEXT_CREATED,
@@ -109,6 +110,7 @@ class SassMetricsSource(CuptiWorkerSource):
                 "SASS metrics cannot start after CUPTI was detached earlier in this process "
                 "(a crash was seen on CUPTI 13.0); start the sass source in the process's first session"
             )
+        sampling_pair.claim("sass", self.name)
         cfg = self.config
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # one window at a time; stop() waits for it
@@ -145,6 +147,7 @@ class SassMetricsSource(CuptiWorkerSource):
                     break
         except BaseException:
             self._release()
+            sampling_pair.release("sass", self.name)
             raise
         self._start_worker(self._run)
 
@@ -173,6 +176,7 @@ class SassMetricsSource(CuptiWorkerSource):
                 self._lock.release()
         self._configured = False
         self._release()
+        sampling_pair.release("sass", self.name)
 
     # --- contexts -----------------------------------------------------------------------------
 
