@@ -69,7 +69,7 @@ def file_times(out: Path) -> dict[str, list[int]]:
 
 def kafka_rows(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     """Every row of a ``value_format: jsonl`` topic, as ``json`` reads them."""
-    from tests.test_kafka_jsonl import consume  # needs kafka-python: imported where Kafka is used
+    from tests.kafka_consume import consume  # needs kafka-python: imported where Kafka is used
 
     return [json.loads(line) for record in consume(bootstrap, topic) for line in record.value.splitlines()]
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import jsonschema
 import trio
 from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the fixture
+from kafka_consume import consume
 from kafka_data import RESOURCE, batch_for, events_for, key_of
 
 from cuptistream.config import convert
@@ -33,27 +33,6 @@ def test_the_published_schema_is_current() -> None:
     finally:
         sys.path.pop(0)
     assert SCHEMA.read_text() == render(), "docs/events.schema.json is stale: run scripts/events_schema.py"
-
-
-def consume(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[Any]:
-    """Every record of ``topic`` from the beginning: the consumer a warehouse loader would run."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=[bootstrap], group_id=None, enable_auto_commit=False)
-    try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
-        end = consumer.end_offsets(partitions)
-        records: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(tp) < end[tp] for tp in partitions):
-            assert time.monotonic() < deadline, "the broker stopped delivering"
-            for batch in consumer.poll(timeout_ms=200).values():
-                records.extend(batch)
-        return records
-    finally:
-        consumer.close()
 
 
 def produce(bootstrap: str, batches: int, per_batch: int, **keys: Any) -> dict[str, int]:
