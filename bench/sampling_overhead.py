@@ -368,12 +368,16 @@ def steady(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, 
     """One governed session of ``seconds`` in the steady state: the time lost around its windows
     (``window_cost``), then a base session half as long with as many pretend windows at random
     times, whose value is the estimator's own noise (what it reads where nothing happened)."""
-    rate, detail = run_window(trainer, name, seconds, os.path.join(root, f"steady-{name}-{time.monotonic_ns()}"))
+    rate, detail = run_window(
+        trainer, name, seconds, os.path.join(root, f"steady-{name}-{time.monotonic_ns()}")
+    )
     print(json.dumps({"steady": name, "steps_per_s": round(rate, 1), **detail})[:4000], flush=True)
     windows = [
         (closed, cost["open_s"]) for costs in detail["windows_measured"].values() for closed, cost in costs
     ]
-    base_rate, _ = run_window(trainer, "base", seconds / 2, os.path.join(root, f"steady-{name}-base-{time.monotonic_ns()}"))
+    base_rate, _ = run_window(
+        trainer, "base", seconds / 2, os.path.join(root, f"steady-{name}-base-{time.monotonic_ns()}")
+    )
     blocks = trainer.blocks
     span = blocks[-1][0] - blocks[0][0] if blocks else 0.0
     pretend = [(blocks[0][0] + random.uniform(2.0, max(2.0, span - 2.0)), w) for _, w in windows][
