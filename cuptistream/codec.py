@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from cuptistream.events import AnyEvent, Batch, EncodedBatch, Event
+from cuptistream.events import AnyEvent, Batch, BatchHeader, EncodedBatch, Event, header_fields
 
 if TYPE_CHECKING:
     from cuptistream.producers import Producer
@@ -73,13 +73,10 @@ def encode_batch(header: EncodedBatch, chunks: Iterable[Chunk]) -> bytes:
     return _encoder.encode(header)
 
 
-_ENVELOPE_FIELDS = ("schema_version", "session_id", "seq", "resource", "attributes", "clock")
-
-
-def batch_with_events(envelope: msgspec.Struct, events: list[AnyEvent]) -> Batch:
-    """A Batch of ``events`` under ``envelope``'s header fields (an ``EncodedBatch`` whose events are
-    still raw, or a JSON Lines envelope)."""
-    return Batch(**{name: getattr(envelope, name) for name in _ENVELOPE_FIELDS}, events=events)
+def batch_with_events(header: BatchHeader, events: list[AnyEvent]) -> Batch:
+    """A Batch of ``events`` under ``header``'s fields (an ``EncodedBatch`` whose events are still
+    raw, or a JSON Lines envelope)."""
+    return Batch(**header_fields(header), events=events)
 
 
 def decode_batch(data: bytes | memoryview) -> Batch:

@@ -8,7 +8,7 @@ incompatible change (a field renamed, retyped or removed); adding a field with a
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -434,23 +434,31 @@ class ClockSync(msgspec.Struct, kw_only=True):
         return self.unix_ns - self.cupti_ns
 
 
-class Batch(msgspec.Struct, kw_only=True):
+class BatchHeader(msgspec.Struct, kw_only=True):
+    """The fields every batch carries ahead of its events, in wire order. ``Batch``, ``EncodedBatch``
+    and the JSON Lines ``Envelope`` derive from it; copy a header with ``header_fields``."""
+
     schema_version: int
     session_id: str
     seq: int  # 0, 1, 2, ... per session; a gap means batches were lost
     resource: Resource
     attributes: dict[str, str]
     clock: ClockSync
+
+
+HEADER_FIELDS: tuple[str, ...] = BatchHeader.__struct_fields__
+
+
+def header_fields(header: BatchHeader) -> dict[str, Any]:
+    """``header``'s ``BatchHeader`` fields by name, to build another kind of batch under it."""
+    return {name: getattr(header, name) for name in HEADER_FIELDS}
+
+
+class Batch(BatchHeader, kw_only=True):
     events: list[AnyEvent]
 
 
-class EncodedBatch(msgspec.Struct, kw_only=True):
+class EncodedBatch(BatchHeader, kw_only=True):
     """A Batch whose events are already msgpack-encoded. Encodes to the same bytes as the Batch."""
 
-    schema_version: int
-    session_id: str
-    seq: int
-    resource: Resource
-    attributes: dict[str, str]
-    clock: ClockSync
     events: msgspec.Raw

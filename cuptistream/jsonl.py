@@ -19,18 +19,12 @@ from dataclasses import dataclass
 import msgspec
 
 from cuptistream.codec import batch_with_events
-from cuptistream.events import AnyEvent, Batch, ClockSync, Resource
+from cuptistream.events import AnyEvent, Batch, BatchHeader, header_fields
 
 
-class Envelope(msgspec.Struct, tag_field="type", tag="batch", kw_only=True):
-    """The first line of every batch: the Batch without its events, plus how many follow."""
+class Envelope(BatchHeader, tag_field="type", tag="batch", kw_only=True):
+    """The first line of every batch: the Batch's header (no events), plus how many events follow."""
 
-    schema_version: int
-    session_id: str
-    seq: int
-    resource: Resource
-    attributes: dict[str, str]
-    clock: ClockSync
     event_count: int
 
 
@@ -41,15 +35,7 @@ _event_decoder = msgspec.json.Decoder(AnyEvent)
 
 def encode_batch(batch: Batch) -> bytes:
     """The JSON Lines of one batch, each line ending in ``\\n``."""
-    envelope = Envelope(
-        schema_version=batch.schema_version,
-        session_id=batch.session_id,
-        seq=batch.seq,
-        resource=batch.resource,
-        attributes=batch.attributes,
-        clock=batch.clock,
-        event_count=len(batch.events),
-    )
+    envelope = Envelope(**header_fields(batch), event_count=len(batch.events))
     return _encoder.encode(envelope) + b"\n" + _encoder.encode_lines(batch.events)
 
 
