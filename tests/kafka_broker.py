@@ -35,10 +35,13 @@ def free_port() -> int:
 
 
 class TansuBroker:
-    def __init__(self, binary: Path, port: int | None = None, authentication: bool = False) -> None:
+    def __init__(
+        self, binary: Path, port: int | None = None, authentication: bool = False, advertised: str = ""
+    ) -> None:
         self.binary = binary
         self.port = port or free_port()
         self.authentication = authentication
+        self.advertised = advertised  # host:port clients are told to use (a TLS proxy); "" = the broker's
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -47,7 +50,8 @@ class TansuBroker:
 
     def start(self, timeout: float = 10.0) -> None:
         url = f"tcp://127.0.0.1:{self.port}"
-        command = [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        advertised = f"tcp://{self.advertised}" if self.advertised else url
+        command = [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised]
         command += ["--storage-engine", "memory://tansu/", "--silent"]
         if self.authentication:
             command.append("--authentication")

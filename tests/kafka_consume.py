@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 
-def consume(bootstrap: str, topic: str, timeout_s: float = 10.0) -> list[Any]:
-    """Every record of ``topic`` from the beginning."""
+def consume(bootstrap: str, topic: str, timeout_s: float = 10.0, **settings: Any) -> list[Any]:
+    """Every record of ``topic`` from the beginning; ``settings`` go to the consumer (TLS, SASL)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=[bootstrap], group_id=None, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=[bootstrap], group_id=None, enable_auto_commit=False, **settings
+    )
     try:
         partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
         consumer.assign(partitions)

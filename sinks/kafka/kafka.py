@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import socket
+import ssl
 import time
 from typing import Any
 
@@ -179,6 +180,13 @@ class KafkaSink(Sink):
         except KafkaConfigurationError as error:
             raise SinkUnavailableError(f"{where}: kafka-python rejects these settings: {error}") from None
         except KafkaError as error:
+            tls = config.security_protocol.endswith("SSL")
+            problem = _tls_problem(config.servers, settings) if tls else ""
+            if problem:
+                raise SinkUnavailableError(
+                    f"{where}: TLS handshake with the broker at {servers} failed: {problem}; "
+                    "check ssl_cafile (the CA that signs the brokers' certificates) and ssl_check_hostname"
+                ) from None
             if config.sasl_mechanism:
                 env = config.sasl_password_env
                 secret = f" and the password in ${env}" if env else ""
@@ -202,6 +210,36 @@ class KafkaSink(Sink):
                 "check that it exists (or auto-creation is on) and that this client may write to it"
             ) from None
         return producer
+
+
+def _tls_problem(servers: list[str], settings: dict[str, Any], timeout: float = 1.0) -> str:
+    """Why a TLS handshake with the first reachable server fails (e.g. "certificate verify failed:
+    unable to get local issuer certificate"), or "" if it succeeds or none answers: after a failed
+    connect only, so the error names the certificate instead of a timeout."""
+    try:
+        context = ssl.create_default_context(cafile=settings.get("ssl_cafile"))
+        context.check_hostname = bool(settings.get("ssl_check_hostname", True))
+        if settings.get("ssl_certfile"):
+            context.load_cert_chain(
+                settings["ssl_certfile"], settings.get("ssl_keyfile"), settings.get("ssl_password")
+            )
+    except (OSError, ssl.SSLError) as error:
+        return f"cannot load a certificate or key ({error})"
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        host = host.strip("[]") or "localhost"
+        try:
+            with socket.create_connection((host, int(port or 9092)), timeout) as sock:
+                sock.settimeout(timeout)
+                context.wrap_socket(sock, server_hostname=host).close()
+            return ""
+        except ssl.SSLCertVerificationError as error:
+            return f"certificate verify failed: {error.verify_message}"
+        except ssl.SSLError as error:
+            return str(error.reason or error)
+        except (OSError, ValueError):
+            continue
+    return ""
 
 
 def _any_reachable(servers: list[str], timeout: float) -> bool:

@@ -137,7 +137,10 @@ class GrpcTransport(Transport):
             code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
             name = code.name if code is not None else "UNKNOWN"
             outcome = Outcome.RETRY if name in _RETRY else Outcome.END if name in _END else Outcome.FAIL
-            return Attempt(outcome, f"gRPC {name}")
+            details = str(error.details() or "") if hasattr(error, "details") else ""
+            handshake = "handshake failed" in details.lower()
+            tls = " (TLS handshake failed: check tls.ca_file)" if handshake else ""
+            return Attempt(outcome, f"gRPC {name}{tls}")
         return Attempt(Outcome.OK, "", None, response.SerializeToString(), "application/grpc")
 
     async def aclose(self) -> None:

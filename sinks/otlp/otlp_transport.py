@@ -15,6 +15,7 @@ from __future__ import annotations
 import email.utils
 import enum
 import gzip
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -145,10 +146,23 @@ class HttpTransport(Transport):
         try:
             response = await self.client.post(self.url, content=body, headers=self.headers, timeout=timeout)
         except httpx.TransportError as error:  # connect refused, reset, read timeout, ...
-            return Attempt(Outcome.RETRY, type(error).__name__)
+            return Attempt(Outcome.RETRY, _transport_reason(error))
         status = response.status_code
         outcome = http_outcome(status)
         if outcome is Outcome.OK:
             return Attempt(outcome, "", None, response.content, response.headers.get("content-type", ""))
         retry_after = retry_after_seconds(response.headers.get("retry-after"))
         return Attempt(outcome, f"HTTP {status}", retry_after)
+
+
+def _transport_reason(error: BaseException) -> str:
+    """The exception's name, and for a failed TLS handshake what failed, e.g. "ConnectError: TLS
+    certificate verify failed: unable to get local issuer certificate"."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"{type(error).__name__}: TLS certificate verify failed: {cause.verify_message}"
+        if isinstance(cause, ssl.SSLError):
+            return f"{type(error).__name__}: TLS handshake failed: {cause.reason or cause}"
+        cause = cause.__cause__ or cause.__context__
+    return type(error).__name__
