@@ -190,9 +190,24 @@ class Pipeline:
                 chunks.append(encode_chunk(events))
                 chunks[-1].producer = producer
             for index, chunk in enumerate(chunks):
-                for lane in self.lanes:  # control chunks (errors) are never dropped by a full lane
-                    await lane.offer(chunk, bypass_bound=index >= data_chunks)
-                await trio.lowlevel.checkpoint()  # let the lanes deliver before their queues fill
+                for position, lane in enumerate(self.lanes):
+                    try:  # control chunks (errors) are never dropped by a full lane
+                        await lane.offer(chunk, bypass_bound=index >= data_chunks)
+                    except trio.Cancelled:  # the deadline: what is in hand is lost, and counted
+                        lane.write_off(chunk, "shutdown_deadline", offered=True)
+                        for later in self.lanes[position + 1 :]:
+                            later.write_off(chunk, "shutdown_deadline", offered=False)
+                        for rest in chunks[index + 1 :]:
+                            for each in self.lanes:
+                                each.write_off(rest, "shutdown_deadline", offered=False)
+                        raise
+                try:
+                    await trio.lowlevel.checkpoint()  # let the lanes deliver before their queues fill
+                except trio.Cancelled:
+                    for rest in chunks[index + 1 :]:
+                        for each in self.lanes:
+                            each.write_off(rest, "shutdown_deadline", offered=False)
+                    raise
             if chunks:
                 continue
             if stopping.is_set():
@@ -270,6 +285,9 @@ class Pipeline:
                 for lane in self.lanes:
                     report.undelivered[lane.sink.name] = lane.abandon("shutdown_deadline")
             nursery.cancel_scope.cancel()
+        left, _ = self.intake.take(max_chunks=1 << 30)  # never reached a lane: lost for every sink
+        if left:
+            self.intake.report_loss("intake", "shutdown_deadline", sum(c.count for c in left))
         self._all_losses.update(self.intake.pop_losses())
         for lane in self.lanes:
             self._all_losses.update(lane.take_losses())

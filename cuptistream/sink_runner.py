@@ -223,6 +223,14 @@ class SinkLane:
         self.counters.events_dropped -= count
         self._losses[self.stage, reason, "events"] -= count
 
+    def write_off(self, chunk: Chunk, reason: str, offered: bool) -> None:
+        """Count ``chunk`` lost in this lane without queueing it: the distributor was cancelled
+        holding it. ``offered``: ``offer()`` had already counted it in (it was waiting for room)."""
+        if not offered:
+            self.counters.events_in += chunk.count
+            self.counters.bytes_in += chunk.nbytes
+        self._drop(chunk.count, reason)
+
     def abandon(self, reason: str) -> int:
         """Drop whatever is still queued, and the batch being written (shutdown deadline passed;
         the lane is cancelled next). Returns the events dropped. A write that still finishes (one

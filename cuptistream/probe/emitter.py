@@ -155,6 +155,11 @@ class ProbeEmitter(Emitter):
         self._stopping = True
         self._wake.set()
         self._thread.join(max(0.0, ends - time.monotonic()) + 0.1)  # 0.1: counting what it holds
+        if self._thread.is_alive():
+            # Still waiting for a free slot with chunks in hand: stop it waiting, so what it holds
+            # is counted before the losses are forwarded (a chunk counted later was counted nowhere).
+            self._given_up = True
+            self._thread.join(1.0)
         self.intake.close()
         chunks, _ = self.intake.take(max_chunks=1 << 30)
         self.link.count_lost("probe", "not_sent_at_exit", sum(c.count for c in chunks))
