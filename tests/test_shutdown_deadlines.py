@@ -20,6 +20,7 @@ stalled sinks' losses counted in it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -148,6 +149,7 @@ def start_combination(binary: Path, tmp: Path, intake: str, lane: str) -> Runnin
         [*CLI, "run", "-c", str(tmp / "cfg.json"), "--report-json", str(tmp / "report.json"), "--",
          "python", str(tmp / "prog.py")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp,
+        start_new_session=True,  # its own process group: frozen (SIGSTOP) while others are timed
     )  # fmt: skip
     running = Running(intake, lane, broker, silent, process, tmp / "report.json")
     assert process.stdout is not None
@@ -157,6 +159,7 @@ def start_combination(binary: Path, tmp: Path, intake: str, lane: str) -> Runnin
         cleanup(running)
         raise AssertionError(f"{intake}/{lane}: did not start: {stderr}")
     broker.pause()  # after open(): the producer holds a connection to a broker that never answers
+    os.killpg(process.pid, signal.SIGSTOP)  # run and its program wait, frozen, for their turn
     return running
 
 
@@ -183,6 +186,8 @@ def stop_combination(running: Running) -> Outcome:
 
 def cleanup(running: Running) -> None:
     if running.process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(running.process.pid, signal.SIGCONT)
         running.process.kill()
         running.process.wait()
     running.broker.kill()
@@ -211,9 +216,12 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
             except Exception as error:  # reported by that combination's test, not by all of them
                 results[combo] = error
     try:
-        # Let the floods fill the queues so the policies are in force at the signal (setup, not a check).
-        time.sleep(1.0)
         for combo, running in started.items():
+            # One at a time, the others frozen, so no other combination's flood competes for the CPU
+            # while this one's shutdown is timed. The flood fills the queues first, so the policies
+            # are in force at the signal (setup, not a check).
+            os.killpg(running.process.pid, signal.SIGCONT)
+            time.sleep(1.0)
             results[combo] = stop_combination(running)
     finally:
         for running in started.values():
