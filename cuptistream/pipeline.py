@@ -190,23 +190,14 @@ class Pipeline:
                 chunks.append(encode_chunk(events))
                 chunks[-1].producer = producer
             for index, chunk in enumerate(chunks):
-                for position, lane in enumerate(self.lanes):
-                    try:  # control chunks (errors) are never dropped by a full lane
-                        await lane.offer(chunk, bypass_bound=index >= data_chunks)
-                    except trio.Cancelled:  # the deadline: what is in hand is lost, and counted
-                        lane.write_off(chunk, "shutdown_deadline", offered=True)
-                        for later in self.lanes[position + 1 :]:
-                            later.write_off(chunk, "shutdown_deadline", offered=False)
-                        for rest in chunks[index + 1 :]:
-                            for each in self.lanes:
-                                each.write_off(rest, "shutdown_deadline", offered=False)
-                        raise
+                offered = 0  # lanes that have this chunk
                 try:
+                    for lane in self.lanes:  # control chunks (errors) are never dropped by a full lane
+                        await lane.offer(chunk, bypass_bound=index >= data_chunks)
+                        offered += 1
                     await trio.lowlevel.checkpoint()  # let the lanes deliver before their queues fill
-                except trio.Cancelled:
-                    for rest in chunks[index + 1 :]:
-                        for each in self.lanes:
-                            each.write_off(rest, "shutdown_deadline", offered=False)
+                except trio.Cancelled:  # the deadline: what is in hand is lost, and counted
+                    self._write_off(chunks[index:], offered)
                     raise
             if chunks:
                 continue
@@ -214,6 +205,16 @@ class Pipeline:
                 return
             with trio.move_on_after(0.25):  # re-check ``stopping`` even when nothing arrives
                 await ready.wait()
+
+    def _write_off(self, chunks: list[Chunk], offered: int) -> None:
+        """Count ``chunks`` lost in every lane that does not have them: the first was handed to the
+        first ``offered`` lanes, and the lane after those was waiting in ``offer()`` for room."""
+        first, *rest = chunks
+        for position, lane in enumerate(self.lanes[offered:], start=offered):
+            lane.write_off(first, "shutdown_deadline", offered=position == offered)
+        for chunk in rest:
+            for lane in self.lanes:
+                lane.write_off(chunk, "shutdown_deadline", offered=False)
 
     async def _report_periodically(self) -> None:
         while True:

@@ -157,7 +157,8 @@ class PcSamplingSource(CuptiWorkerSource):
         self._charged_s = 0.0  # control + decode seconds already charged to a window
         if self._governor is not None and self._duty:
             # The configured window is the longest the governor uses; the pause is its to set.
-            self._throttle = self._governor.throttle(
+            self._throttle = Throttle(
+                self._governor,
                 self.name,
                 window_s=float(self.config.duty_cycle.on), pause_s=float(self.config.duty_cycle.off),
                 min_window_s=_MIN_WINDOW_S, max_pause_s=_MAX_PAUSE_S, prior_unit_cost=_PRIOR_UNIT_COST,

@@ -125,7 +125,8 @@ class SassMetricsSource(CuptiWorkerSource):
         self._throttle: Throttle | None = None
         if self._governor is not None and cfg.window > 0:
             # The configured window is the longest the governor uses; the period its starting point.
-            self._throttle = self._governor.throttle(
+            self._throttle = Throttle(
+                self._governor,
                 self.name,
                 window_s=float(cfg.window), pause_s=max(0.0, float(cfg.period) - float(cfg.window)),
                 min_window_s=_MIN_WINDOW_S, max_pause_s=_MAX_PAUSE_S, prior_unit_cost=_PRIOR_UNIT_COST,

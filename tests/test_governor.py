@@ -19,7 +19,8 @@ def governor(budget: float | None) -> tuple[Governor, list[GovernorDecision]]:
 
 
 def throttle(gov: Governor, name: str = "pc_sampling", window: float = 1.0, prior: float = 0.25) -> Throttle:
-    return gov.throttle(
+    return Throttle(
+        gov,
         name, window_s=window, pause_s=19.0, min_window_s=0.05, max_pause_s=600.0,
         prior_unit_cost=prior, timestamp=lambda: 123,
     )  # fmt: skip

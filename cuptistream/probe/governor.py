@@ -81,7 +81,7 @@ class Governed(Protocol):
 
 
 class Governor:
-    """One per session; the governed sources each get a ``Throttle``.
+    """One per session; each governed source makes a ``Throttle`` on it.
 
     ``budget`` is a fraction of the program's time (0.01 for 1%), or None: no governing, every
     throttle plans the source's configured window and pause. ``emit`` gets each decision event.
@@ -93,27 +93,9 @@ class Governor:
         self._lock = threading.Lock()
         self._throttles: list[Throttle] = []
 
-    def throttle(
-        self,
-        source: str,
-        *,
-        window_s: float,
-        pause_s: float,
-        min_window_s: float,
-        max_pause_s: float,
-        prior_unit_cost: float,
-        timestamp: Callable[[], int],
-    ) -> Throttle:
-        """A throttle for ``source``: its configured window and pause (kept as they are when there
-        is no budget), the shortest window and longest pause it accepts, and the cost per second of
-        open window to assume before the first measurement."""
-        throttle = Throttle(
-            self, source, window_s=window_s, pause_s=pause_s, min_window_s=min_window_s,
-            max_pause_s=max_pause_s, prior_unit_cost=prior_unit_cost, timestamp=timestamp,
-        )  # fmt: skip
+    def _register(self, throttle: Throttle) -> None:
         with self._lock:
             self._throttles.append(throttle)
-        return throttle
 
     def share(self) -> float | None:
         """Each governed source's part of the budget."""
@@ -127,7 +109,12 @@ class Governor:
 
 
 class Throttle:
-    """One source's duty cycle under its share of the budget. Thread-safe."""
+    """One source's duty cycle under its share of the budget. Thread-safe.
+
+    ``window_s`` and ``pause_s`` are the source's configured window and pause (kept as they are when
+    there is no budget), ``min_window_s`` and ``max_pause_s`` the shortest window and longest pause
+    it accepts, ``prior_unit_cost`` the cost per second of open window to assume before the first
+    measurement. Joins ``governor``'s budget split on creation."""
 
     def __init__(
         self,
@@ -152,6 +139,7 @@ class Throttle:
         self._lock = threading.Lock()
         self._announced: Plan | None = None
         self.windows = 0
+        governor._register(self)
         # The last windows measured: (time.monotonic() when the source reported it, its cost).
         self.history: collections.deque[tuple[float, WindowCost]] = collections.deque(maxlen=256)
         self.plan = self._decide()
