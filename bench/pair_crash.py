@@ -1,0 +1,40 @@
+"""Diagnose the crash of PC sampling together with SASS metrics (docs/gpu-validation.md, issue 17).
+
+Runs ``bench/sampling_overhead.py`` with the one-source-per-process rule
+(``cuptistream.cupti.sampling_pair``) lifted, so both sources run in one process, and with the SASS
+source's ``free`` of each record's function name either kept (``--free on``, what NVIDIA's sample
+does) or skipped (``--free off``). The PC sampling header says CUPTI may share a function-name string
+between records of several APIs; if SASS frees a string PC sampling still uses, the heap is corrupt.
+
+    python bench/pair_crash.py --free off -- --workload transformer --conditions both --steady 60
+
+Everything after ``--`` goes to sampling_overhead.py. The exit status is the bench's: -11
+(SIGSEGV) or 139 is the crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from pathlib import Path
+
+from cuptistream.cupti import sampling_pair, sass_api
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--free", choices=["on", "off"], required=True)
+    parser.add_argument("bench_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    sampling_pair.claim = lambda kind, name: None
+    if args.free == "off":
+        sass_api.free_function_names = lambda buffer: None
+    bench = Path(__file__).with_name("sampling_overhead.py")
+    sys.argv = [str(bench), *[a for a in args.bench_args if a != "--"]]
+    print(f"pair_crash: both sources in one process, SASS name free {args.free}", flush=True)
+    runpy.run_path(str(bench), run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
