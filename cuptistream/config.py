@@ -4,19 +4,23 @@ The top level has four sections: ``session``, ``pipeline``, ``sources`` and ``si
 ``sources`` and ``sinks`` names its component with ``type``; the component's own config Struct
 (a subclass of ``SourceConfig`` or ``SinkConfig``) validates the rest of the entry.
 ``docs/config.md`` documents every key with its default.
+
+This module is the model and how it is built (``build``, ``load``, ``convert``); reading the YAML
+safely is ``config_yaml``, and turning msgspec's validation errors into one-line messages with the
+key path is ``config_messages``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 import msgspec
-import yaml
 
 from cuptistream import registry
+from cuptistream.config_messages import short, shown_key, validation_message
+from cuptistream.config_yaml import parse_yaml
 from cuptistream.errors import ConfigError
 from cuptistream.units import parse_duration, parse_percent, parse_size
 
@@ -236,99 +240,6 @@ def _dec_hook(kind: type, value: Any) -> Any:
 
 T = TypeVar("T")
 
-_AT = re.compile(r"^(?P<msg>.*) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
-_EXPECTED_GOT = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`$", re.DOTALL)
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>.+)`$", re.DOTALL)
-
-
-def _lookup(data: Any, path: str) -> Any:
-    for key in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
-        name, index = key
-        try:
-            data = data[int(index)] if index else data[name]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return data
-
-
-def _short(value: Any) -> str:
-    text = msgspec.json.encode(value).decode() if _json_safe(value) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _json_safe(value: Any) -> bool:
-    try:
-        msgspec.json.encode(value)
-    except (TypeError, msgspec.EncodeError):
-        return False
-    return True
-
-
-def _join(prefix: str, path: str) -> str:
-    if not prefix:
-        return path.lstrip(".") or "<top level>"
-    return prefix + path
-
-
-def _message(error: msgspec.ValidationError, data: Any, prefix: str, model: type) -> str:
-    text = str(error)
-    match = _AT.match(text)
-    msg, path = (match.group("msg"), match.group("path")) if match else (text, "")
-    if unknown := _UNKNOWN.match(msg):
-        field = unknown.group("field")
-        target = _lookup_model(model, path)
-        known = ", ".join(f for f in getattr(target, "__struct_fields__", ()) if f != "type")
-        hint = f" (known keys: {known})" if known else ""
-        return f"{_join(prefix, path + '.' + shown_key(field))}: unknown key{hint}"
-    if expected := _EXPECTED_GOT.match(msg):
-        want = expected.group("want")
-        if "[...]" in path:  # msgspec does not name the mapping key; find the offending entry
-            path = _name_mapping_key(data, path, want)
-        got = _lookup(data, path)
-        want = {"object": "a mapping", "array": "a list"}.get(want, want)
-        return f"{_join(prefix, path)}: expected {want}, got {_short(got)}"
-    if msg.startswith("Object missing required field"):
-        field = msg.split("`")[1]
-        return f"{_join(prefix, path + '.' + field)}: required key is missing"
-    return f"{_join(prefix, path)}: {msg[0].lower() + msg[1:] if msg else 'invalid value'}"
-
-
-_PY_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,),
-    "int": (int,),
-    "float": (int, float),
-    "bool": (bool,),
-}
-
-
-def _name_mapping_key(data: Any, path: str, want: str) -> str:
-    head, _, tail = path.partition("[...]")
-    mapping = _lookup(data, head)
-    accepted = _PY_TYPES.get(want)
-    if isinstance(mapping, dict) and accepted and not tail:
-        for key, value in mapping.items():
-            if not isinstance(value, accepted) or (bool not in accepted and isinstance(value, bool)):
-                return f"{head}.{key}"
-    return path
-
-
-def _lookup_model(model: type, path: str) -> type | None:
-    """The Struct type found by following ``path`` through ``model``'s annotations (best effort)."""
-    import typing
-
-    current: Any = model
-    for name, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
-        hints = typing.get_type_hints(current) if isinstance(current, type) else {}
-        if index:
-            args = typing.get_args(current)
-            current = args[0] if args else None
-        else:
-            current = hints.get(name)
-        for arg in typing.get_args(current) or ():  # Optional[X] / list[X]
-            if isinstance(arg, type) and issubclass(arg, msgspec.Struct):
-                current = arg
-    return current if isinstance(current, type) else None
-
 
 def convert(data: Any, model: type[T], prefix: str = "") -> T:
     """Validate ``data`` against ``model``. Raises ConfigError naming the key path."""
@@ -336,7 +247,7 @@ def convert(data: Any, model: type[T], prefix: str = "") -> T:
         return msgspec.convert(data, model, dec_hook=_dec_hook)
     except msgspec.ValidationError as error:
         # One line, whatever the key: a key with a newline in it must not break the message.
-        raise ConfigError(_message(error, data, prefix, model).replace("\n", "\\n")) from None
+        raise ConfigError(validation_message(error, data, prefix, model).replace("\n", "\\n")) from None
 
 
 def _check_unique_names(entries: list[Any], section: str) -> None:
@@ -358,7 +269,7 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"<top level>: expected a mapping of sections, got {_short(data)}")
+        raise ConfigError(f"<top level>: expected a mapping of sections, got {short(data)}")
     _check_scalars(data, "")
     raw = convert(data, _RawConfig)
     sources: list[SourceConfig] = []
@@ -395,14 +306,6 @@ def _check_renamed(entry: dict[str, Any], renamed: dict[str, str], path: str) ->
             )
 
 
-def shown_key(key: object) -> str:
-    """A key as a message shows it: invisible characters (a no-break space, a tab, NUL) escaped,
-    quoted if it starts or ends with a space, so the user sees what is wrong with it."""
-    text = str(key)
-    shown = text if text.isprintable() else repr(text)[1:-1]
-    return shown if shown == shown.strip() else repr(text)
-
-
 def _check_scalars(data: Any, path: str) -> None:
     """Refuse, with the key path, what no key can hold and what fails far from the config: a NUL
     character ("\\0" in YAML) in any key or value (file and socket calls), and an integer outside
@@ -426,96 +329,13 @@ def _check_scalars(data: Any, path: str) -> None:
 
 def _component_type(entry: Any, path: str) -> str:
     if not isinstance(entry, dict):
-        raise ConfigError(f"{path}: expected a mapping with a `type` key, got {_short(entry)}")
+        raise ConfigError(f"{path}: expected a mapping with a `type` key, got {short(entry)}")
     kind = entry.get("type")
     if "type" in entry and kind is None:  # YAML reads a bare `null` as nothing
         raise ConfigError(f'{path}.type: is empty; for the null sink write `type: "null"` (quoted)')
     if not isinstance(kind, str) or not kind:
         raise ConfigError(f"{path}.type: required key is missing (e.g. `type: file`)")
     return kind
-
-
-MAX_YAML_VALUES = 100_000  # after expanding aliases: a config is tiny, an alias bomb is not
-MAX_CONFIG_BYTES = 1024 * 1024
-
-
-MAX_FLOW_DEPTH = 64  # [ and { nesting: a config needs 3 or 4 levels
-
-
-class _Loader(yaml.SafeLoader):
-    """Safe YAML that refuses duplicate keys (the last one would silently win) and deep flow nesting
-    (PyYAML's scanner costs quadratic time in it: 1000 ``[`` took over a second)."""
-
-    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
-        if self.flow_level >= MAX_FLOW_DEPTH:
-            problem = f"nested too deeply to be a config (over {MAX_FLOW_DEPTH} levels)"
-            raise yaml.scanner.ScannerError(None, None, problem, self.get_mark())
-        super().fetch_flow_collection_start(TokenClass)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, str | int | float | bool):
-                continue  # unhashable keys are refused by validation with their path
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (keep one)", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
-    """How many values ``node`` stands for once its aliases are expanded (shared nodes counted once
-    per use), without expanding them."""
-    known = memo.get(id(node))
-    if known is not None:
-        return known
-    memo[id(node)] = 1  # a cycle counts once; a recursive alias is refused by the constructor anyway
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded_size(child, memo) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
-    memo[id(node)] = size = min(size, MAX_YAML_VALUES + 1)
-    return size
-
-
-def parse_yaml(text: str, origin: str) -> Any:
-    """Parse one YAML document. Raises ``ConfigError`` (one line) on bad YAML, duplicate keys, deep
-    nesting or a document that expands to more than ``MAX_YAML_VALUES`` values."""
-    if len(text) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{origin}: {len(text)} characters is not a config (at most 1MiB)")
-    try:
-        loader = _Loader(text)  # its reader refuses control characters here, before any parsing
-    except yaml.reader.ReaderError as error:
-        code = ord(error.character) if isinstance(error.character, str) else error.character
-        raise ConfigError(
-            f"{origin}: character #x{code:04x} at position {error.position} is not allowed in YAML; remove it"
-        ) from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_size(node, {}) > MAX_YAML_VALUES:
-            limit = f"more than {MAX_YAML_VALUES} values"
-            raise ConfigError(f"{origin}: expands to {limit} (YAML aliases); write the values out")
-        return loader.construct_document(node)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{origin}: {problem}{where}".replace("\n", " ")) from None
-    except RecursionError:
-        raise ConfigError(f"{origin}: nested too deeply to be a config") from None
-    except (ValueError, OverflowError, LookupError, TypeError, AttributeError) as error:  # a tagged value
-        reason = str(error).split(";")[0]
-        raise ConfigError(
-            f"{origin}: a value YAML cannot read ({reason}); quote it to keep it as text"
-        ) from None
-    finally:
-        loader.dispose()
 
 
 def load(source: str | Path | dict[str, Any] | Config, *, given_as: str = "with -c") -> Config:
