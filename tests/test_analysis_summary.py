@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from cuptistream import events as ev
+from cuptistream.analysis.aggregate import IntervalUnion
 from cuptistream.analysis.records import Part, Recording
 from cuptistream.analysis.select import Selection, parse_ids, parse_time
-from cuptistream.analysis.summary import IntervalUnion, Report, summarize
+from cuptistream.analysis.summary import Report, summarize
 from cuptistream.cli import main
 from tests.helpers.fixture_recording import FIXTURES, Process, fixture_processes, write_recording
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from cuptistream.analysis import records as rec
 from cuptistream.analysis.select import Selection
-from cuptistream.analysis.summary import Report, Summarizer, stall_name
+from cuptistream.analysis.summary import Summarizer
+from cuptistream.analysis.summary_report import Report, stall_name
 from cuptistream.errors import UserError
 
 if TYPE_CHECKING:

@@ -172,7 +172,7 @@ FAMILY_KEY: dict[str, FamilyKey] = {tag: FamilyKey(tag) for tag in ev.EVENT_TYPE
 # family's ``FamilyKey``), ``start`` and ``end`` (0 where the family has none), so the summary reads
 # those three columns of a whole batch with one C-level pass each, never looking at the classes.
 # API calls carry no domain string (the largest share of the decoding cost; the summary derives the
-# domain from the name, see ``summary.api_domain``).
+# domain from the name, see ``summary_report.api_domain``).
 class SApiCall(Light, tag="api"):
     summary_key: str = msgspec.field(name="name")
     start: int

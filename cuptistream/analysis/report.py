@@ -12,7 +12,7 @@ import io
 import json
 from typing import Any, Literal
 
-from cuptistream.analysis.summary import Report, Table
+from cuptistream.analysis.summary_report import Report, Table
 
 Format = Literal["table", "csv", "json"]
 _NAME_WIDTH = 60
