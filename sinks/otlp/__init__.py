@@ -2,7 +2,8 @@
 
 - ``otlp``: the ``Sink`` (per-process state, mapping in a worker thread, delivery);
 - ``otlp_config`` / ``otlp_env``: the YAML keys, and the ``OTEL_EXPORTER_OTLP_*`` variables;
-- ``otlp_traces``, ``otlp_metrics``, ``otlp_logs``, ``otlp_profiles``, ``otlp_hw``: events -> OTLP;
+- ``otlp_traces`` (the span tree), ``otlp_span_attributes`` (each span's name and attributes),
+  ``otlp_metrics``, ``otlp_logs``, ``otlp_profiles``, ``otlp_hw``: events -> OTLP;
 - ``otlp_wire``, ``otlp_encoding``, ``otlp_common``: hand-written protobuf, JSON, splitting, Resource;
 - ``otlp_transport`` / ``otlp_grpc``: one request over HTTP or gRPC.
 

@@ -1,4 +1,4 @@
-"""Events → OTLP spans: which span is whose parent, which trace it belongs to, and its attributes.
+"""Events → OTLP spans: which span is whose parent and which trace it belongs to.
 
 The tree (docs/otlp.md, "Traces"):
 
@@ -19,7 +19,7 @@ done where it can pay off: API calls wait only on threads that have used NVTX, G
 API calls have been seen at all.
 
 All ids are derived from the session id and the event's identity, so a resent batch produces the
-same ids.
+same ids. A span's name and attributes are ``otlp_span_attributes``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from cuptistream.events import (
     ApiCall,
@@ -46,7 +44,8 @@ from cuptistream.events import (
 )
 
 from . import otlp_wire as wire
-from .otlp_common import AttrValue, derive_id
+from .otlp_common import derive_id
+from .otlp_span_attributes import describe
 
 GpuWork = Kernel | Memcpy | Memset | Synchronization | GraphLaunch
 SPAN_EVENTS = (Kernel, Memcpy, Memset, Synchronization, GraphLaunch, ApiCall, NvtxRange)
@@ -289,138 +288,12 @@ class SpanAssembler:
     # --- protobuf ----------------------------------------------------------------------------
 
     def _span(self, item: _Item) -> bytes:
-        name, attrs, status = self._describe(item.event)
+        name, attrs, status = describe(item.event, self.devices)
         end = max(item.end, item.start)
         return wire.span(item.trace_id, item.span_id, item.parent_id, name, item.start, end, attrs, status)
-
-    def _device(self, device_id: int) -> dict[str, AttrValue | None]:
-        uuid, name = self.devices.get(device_id, (None, None))
-        return {"cuda.device.id": device_id, "hw.id": uuid, "hw.model": name}
-
-    def _describe(self, ev: Event) -> tuple[str, dict[str, AttrValue | None], Status | None]:
-        if isinstance(ev, Kernel):
-            return (
-                ev.demangled_name or ev.name,
-                {
-                    "cuda.activity.kind": "kernel",
-                    **self._device(ev.device_id),
-                    **_stream(ev),
-                    "cuda.kernel.name": ev.name,
-                    **_xyz("cuda.kernel.grid", ev.grid),
-                    **_xyz("cuda.kernel.block", ev.block),
-                    "cuda.kernel.registers_per_thread": ev.registers_per_thread,
-                    "cuda.kernel.shared_memory.static": ev.static_shared_bytes,
-                    "cuda.kernel.shared_memory.dynamic": ev.dynamic_shared_bytes,
-                    "cuda.kernel.local_memory_per_thread": ev.local_memory_per_thread,
-                    **_graph(ev.graph_id, ev.graph_node_id),
-                },
-                None,
-            )
-        if isinstance(ev, Memcpy):
-            return (
-                f"memcpy {ev.copy_kind}",
-                {
-                    "cuda.activity.kind": "memcpy",
-                    **self._device(ev.device_id),
-                    **_stream(ev),
-                    "cuda.memcpy.kind": ev.copy_kind,
-                    "cuda.memcpy.bytes": ev.bytes,
-                    "cuda.memcpy.src_kind": ev.src_kind,
-                    "cuda.memcpy.dst_kind": ev.dst_kind,
-                    "cuda.memcpy.src_device.id": ev.src_device_id,
-                    "cuda.memcpy.dst_device.id": ev.dst_device_id,
-                    **_graph(ev.graph_id, ev.graph_node_id),
-                },
-                None,
-            )
-        if isinstance(ev, Memset):
-            return (
-                "memset",
-                {
-                    "cuda.activity.kind": "memset",
-                    **self._device(ev.device_id),
-                    **_stream(ev),
-                    "cuda.memset.bytes": ev.bytes,
-                    "cuda.memset.value": ev.value,
-                    "cuda.memset.memory_kind": ev.memory_kind,
-                    **_graph(ev.graph_id, ev.graph_node_id),
-                },
-                None,
-            )
-        if isinstance(ev, Synchronization):
-            return (
-                f"sync {ev.sync_type}",
-                {
-                    "cuda.activity.kind": "synchronization",
-                    **_stream(ev),
-                    "cuda.sync.type": ev.sync_type,
-                    "cuda.event.id": ev.cuda_event_id or None,
-                },
-                None,
-            )
-        if isinstance(ev, GraphLaunch):
-            return (
-                "graph launch",
-                {
-                    "cuda.activity.kind": "graph_launch",
-                    **self._device(ev.device_id),
-                    **_stream(ev),
-                    "cuda.graph.id": ev.graph_id,
-                },
-                None,
-            )
-        if isinstance(ev, ApiCall):
-            status = None
-            if ev.return_value != 0:
-                status = Status(
-                    code=Status.STATUS_CODE_ERROR, message=f"{ev.name} returned {ev.return_value}"
-                )
-            return (
-                ev.name,
-                {
-                    "cuda.activity.kind": "api",
-                    "cuda.api.domain": ev.domain,
-                    "cuda.api.cbid": ev.cbid,
-                    "cuda.api.return_value": ev.return_value,
-                    "cuda.correlation_id": ev.correlation_id,
-                    "thread.id": ev.thread_id,
-                },
-                status,
-            )
-        assert isinstance(ev, NvtxRange)
-        return (
-            ev.name,
-            {
-                "cuda.activity.kind": "nvtx",
-                "nvtx.domain": ev.domain or None,
-                "nvtx.depth": ev.depth,
-                "nvtx.category": ev.category or None,
-                "nvtx.color": ev.color,
-                "nvtx.payload": ev.payload,
-                "nvtx.range_id": ev.range_id or None,
-                "thread.id": ev.thread_id,
-            },
-            None,
-        )
 
 
 def _depth(item: _Item) -> int:
     ev = item.event
     assert isinstance(ev, NvtxRange)
     return ev.depth
-
-
-def _stream(ev: Kernel | Memcpy | Memset | Synchronization | GraphLaunch) -> dict[str, AttrValue | None]:
-    return {
-        "cuda.context.id": ev.context_id,
-        "cuda.stream.id": ev.stream_id,
-        "cuda.correlation_id": ev.correlation_id,
-    }
-
-
-def _graph(graph_id: int, node_id: int) -> dict[str, AttrValue | None]:
-    return {"cuda.graph.id": graph_id or None, "cuda.graph.node.id": node_id or None}
-
-
-def _xyz(prefix: str, dims: tuple[int, int, int]) -> dict[str, AttrValue | None]:
-    return {f"{prefix}.x": dims[0], f"{prefix}.y": dims[1], f"{prefix}.z": dims[2]}
