@@ -4,8 +4,9 @@
 - ``otlp_config`` / ``otlp_env``: the YAML keys, and the ``OTEL_EXPORTER_OTLP_*`` variables;
 - ``otlp_traces`` (the span tree), ``otlp_span_attributes`` (each span's name and attributes),
   ``otlp_metrics``, ``otlp_logs``, ``otlp_profiles``, ``otlp_hw``: events -> OTLP;
+- ``otlp_requests``: a signal's request body, and a response's partial success;
 - ``otlp_wire``, ``otlp_encoding``, ``otlp_common``: hand-written protobuf, JSON, splitting, Resource;
-- ``otlp_transport`` / ``otlp_grpc``: one request over HTTP or gRPC.
+- ``otlp_transport`` / ``otlp_grpc``: one request over HTTP (and its TLS context) or gRPC.
 
 ``docs/otlp.md`` describes the mapping and the delivery rules.
 """

@@ -15,14 +15,14 @@ with its own span tree, metric series and start time. Outcomes are counted in ``
   UNIMPLEMENTED, UNAUTHENTICATED, ...) ends that signal for the session: one ``DeliveryError``
   says so, and from then on its items are counted in ``*_dropped`` without being sent.
 
-See docs/otlp.md for the configuration and the mapping.
+Request bodies and responses are ``otlp_requests``; the transports are ``otlp_transport`` and
+``otlp_grpc``. See docs/otlp.md for the configuration and the mapping.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,55 +32,29 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
-from google.protobuf.message import DecodeError, Message
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-    ExportMetricsServiceResponse,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from opentelemetry.proto.logs.v1.logs_pb2 import ResourceLogs, ScopeLogs
-from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint, ResourceMetrics, ScopeMetrics
+from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from cuptistream.component import DeliveryError, OutgoingBatch, Sink, secret_from_env, sink_where
+from cuptistream.component import DeliveryError, OutgoingBatch, Sink, secret_from_env
 from cuptistream.config import SinkConfig
 from cuptistream.errors import ConfigError
 from cuptistream.events import Batch, Error, PcSampleBatch
 
-from .otlp_common import SCHEMA_URL, resource, scope
-from .otlp_config import OtlpSinkConfig, Signal, TlsConfig
-from .otlp_encoding import encode, from_json, split, to_json
+from .otlp_common import resource, scope
+from .otlp_config import OtlpSinkConfig, Signal
+from .otlp_encoding import split
 from .otlp_env import SignalSettings, resource_from_env
 from .otlp_logs import log_records
-from .otlp_metrics import Exported, MetricsAggregator, metrics_message
+from .otlp_metrics import Exported, MetricsAggregator
+from .otlp_requests import partial_success, request_body, require_profiles
 from .otlp_traces import SPAN_EVENTS, SpanAssembler
-from .otlp_transport import HttpTransport, Transport
-from .otlp_wire import traces_request
+from .otlp_transport import HttpTransport, Transport, ssl_context
 
 __all__ = ["OtlpSink", "OtlpSinkConfig"]
 
 log = logging.getLogger("cuptistream.sinks.otlp")
 
 _ITEMS = {"traces": "spans", "metrics": "metric_points", "logs": "log_records", "profiles": "profiles"}
-_RESPONSES: dict[Signal, type[Message]] = {
-    "traces": ExportTraceServiceResponse,
-    "metrics": ExportMetricsServiceResponse,
-    "logs": ExportLogsServiceResponse,
-}
-_REJECTED_FIELD = {
-    "traces": "rejected_spans",
-    "metrics": "rejected_data_points",
-    "logs": "rejected_log_records",
-    "profiles": "rejected_profiles",
-}
-
 Origin = tuple[str, str, int]  # session id, host, pid: one observed process, one Resource
 # A process with no batch for this long has ended (or gone quiet): its last spans and utilization
 # windows are sent and its state dropped, so a long-lived collector does not keep every process ever seen.
@@ -138,7 +112,7 @@ class OtlpSink(Sink):
             headers[header] = secret_from_env(self.name, f"headers_env.{header}", var)
         self._env_resource = resource_from_env(os.environ)
         if "profiles" in cfg.signals:
-            _require_profiles(self.name)
+            require_profiles(self.name)
         for signal in cfg.signals:
             try:
                 settings = cfg.settings(signal, os.environ)
@@ -158,7 +132,7 @@ class OtlpSink(Sink):
                 self.cfg.tls, self.name,
             )  # fmt: skip
         if self._client is None:
-            verify = _ssl_context(self.cfg.tls, self.name)
+            verify = ssl_context(self.cfg.tls, self.name)
             self._client = httpx.AsyncClient(verify=verify, follow_redirects=False)
         content_type = "application/json" if settings.protocol == "http/json" else "application/x-protobuf"
         return HttpTransport(
@@ -311,42 +285,7 @@ class OtlpSink(Sink):
         """One request body for ``items`` ((origin, item) pairs), one Resource per origin."""
         groups = [(self._processes[o].resource, [i[-1] if signal != "metrics" else i[1:] for i in g])
                   for o, g in groupby(items, key=lambda i: i[0])]  # fmt: skip
-        sc = scope(self.cfg.scope_name)
-        message: Message
-        if signal == "profiles":
-            from .otlp_profiles import profiles_request
-
-            message = profiles_request(groups, sc, SCHEMA_URL)
-        elif signal == "traces":
-            body = traces_request(groups, sc, SCHEMA_URL)
-            if signal not in self._json:
-                return body
-            message = ExportTraceServiceRequest.FromString(body)
-        elif signal == "metrics":
-            message = ExportMetricsServiceRequest(
-                resource_metrics=[
-                    ResourceMetrics(
-                        resource=res,
-                        scope_metrics=[
-                            ScopeMetrics(scope=sc, metrics=metrics_message(g), schema_url=SCHEMA_URL)
-                        ],
-                        schema_url=SCHEMA_URL,
-                    )
-                    for res, g in groups
-                ]
-            )
-        else:
-            message = ExportLogsServiceRequest(
-                resource_logs=[
-                    ResourceLogs(
-                        resource=res,
-                        scope_logs=[ScopeLogs(scope=sc, log_records=g, schema_url=SCHEMA_URL)],
-                        schema_url=SCHEMA_URL,
-                    )
-                    for res, g in groups
-                ]
-            )
-        return to_json(message) if signal in self._json else encode(message, "protobuf")
+        return request_body(signal, groups, scope(self.cfg.scope_name), signal in self._json)
 
     def _requests(self, signal: Signal, items: Sequence[Any]) -> list[_Request]:
         encode_items: Callable[[Sequence[Any]], bytes] = lambda part: self._encode_items(signal, part)  # noqa: E731
@@ -401,7 +340,7 @@ class OtlpSink(Sink):
                 lost[items] = lost.get(items, 0) + request.items
                 continue
             self.counters["bytes_sent"] += len(request.body)
-            rejected, message = self._partial_success(request.signal, result.body, result.content_type)
+            rejected, message = partial_success(request.signal, result.body, result.content_type)
             rejected = min(rejected, request.items)
             self.counters[f"{items}_sent"] += request.items - rejected
             self.counters[f"{items}_rejected"] += rejected
@@ -432,58 +371,3 @@ class OtlpSink(Sink):
             log.warning(
                 "%s: metrics export failed (%s); will resend", self.where(), "; ".join(reasons)
             )
-
-    def _partial_success(self, signal: Signal, body: bytes, content_type: str) -> tuple[int, str]:
-        if not body:
-            return 0, ""
-        if signal == "profiles":
-            from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
-                ExportProfilesServiceResponse,
-            )
-
-            response: Message = ExportProfilesServiceResponse()
-        else:
-            response = _RESPONSES[signal]()
-        try:
-            if "json" in content_type:
-                from_json(body, response)
-            else:
-                response.ParseFromString(body)
-        except (DecodeError, ValueError):
-            return 0, ""  # a 2xx with a body we cannot read: the request was accepted
-        partial = getattr(response, "partial_success")  # noqa: B009 - response type varies per signal
-        return int(getattr(partial, _REJECTED_FIELD[signal])), str(partial.error_message)
-
-
-def _require_profiles(sink: str) -> None:
-    """The profiles signal is alpha and its proto changes between releases: refuse one whose layout
-    is not the one ``otlp_profiles`` writes (opentelemetry-proto 1.45.2, proto v1.10.0)."""
-    try:
-        from opentelemetry.proto.profiles.v1development.profiles_pb2 import ProfilesDictionary, Sample
-    except ImportError:
-        fields: set[str] = set()
-    else:
-        fields = {f.name for f in ProfilesDictionary.DESCRIPTOR.fields} | {
-            f.name for f in Sample.DESCRIPTOR.fields
-        }
-    if not {"stack_table", "attribute_table", "stack_index"} <= fields:
-        raise ConfigError(
-            f"{sink_where(sink, 'signals')}: profiles needs the profiles proto of opentelemetry-proto "
-            "1.45.2; install it with pip install 'cuptistream[profiles]', or remove profiles from signals"
-        )
-
-
-def _ssl_context(tls: TlsConfig, sink: str) -> ssl.SSLContext:
-    try:
-        context = ssl.create_default_context(cafile=tls.ca_file)
-        if tls.cert_file and tls.key_file:
-            context.load_cert_chain(tls.cert_file, tls.key_file)
-    except (OSError, ssl.SSLError) as error:
-        raise ConfigError(
-            f"{sink_where(sink, 'tls')}: cannot load a certificate or key ({error.strerror or error}); "
-            "check ca_file, cert_file and key_file"
-        ) from None
-    if tls.insecure_skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context

@@ -21,8 +21,12 @@ from dataclasses import dataclass
 
 import httpx
 
+from cuptistream.component import sink_where
 from cuptistream.config import RetryConfig
+from cuptistream.errors import ConfigError
 from cuptistream.retry import RetriesExhausted, RetryableError, call_with_retry
+
+from .otlp_config import TlsConfig
 
 RETRYABLE = frozenset({408, 429, 502, 503, 504})
 
@@ -166,3 +170,21 @@ def _transport_reason(error: BaseException) -> str:
             return f"{type(error).__name__}: TLS handshake failed: {cause.reason or cause}"
         cause = cause.__cause__ or cause.__context__
     return type(error).__name__
+
+
+def ssl_context(tls: TlsConfig, sink: str) -> ssl.SSLContext:
+    """The HTTP client's TLS settings from the sink's ``tls`` keys; a file that cannot be loaded is a
+    ``ConfigError`` naming them."""
+    try:
+        context = ssl.create_default_context(cafile=tls.ca_file)
+        if tls.cert_file and tls.key_file:
+            context.load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(
+            f"{sink_where(sink, 'tls')}: cannot load a certificate or key ({error.strerror or error}); "
+            "check ca_file, cert_file and key_file"
+        ) from None
+    if tls.insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
