@@ -53,6 +53,8 @@ ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
 }
 
 _CONSUMED_WAIT_S = 10.0
+# Kinds whose records describe resources that may predate CUPTI: enabled with a dump of the existing ones.
+DUMPED_KINDS = frozenset({"device", "context", "stream"})
 
 
 class ActivitySourceConfig(SourceConfig):
@@ -149,7 +151,10 @@ class ActivitySource(Source):
         self.callbacks.register()
         for spec in wanted:
             try:
-                library.call("cuptiActivityEnable", spec.kind)
+                # Device records are made at CUDA's initialization and context/stream records at
+                # creation: CUPTI attached later (the usual case) gets them only by a dump.
+                enable = "cuptiActivityEnableAndDump" if spec.name in DUMPED_KINDS else "cuptiActivityEnable"
+                library.call(enable, spec.kind)
             except library.CuptiError as error:
                 if error.code in (
                     library.ERROR_NOT_COMPATIBLE,

@@ -103,6 +103,29 @@ def test_api_filters_are_set_after_their_kinds_are_enabled(monkeypatch: pytest.M
     assert on == expected
 
 
+def test_resource_kinds_are_enabled_with_a_dump_of_what_predates_cupti(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUPTI makes device records at CUDA's initialization and context/stream records at creation; a
+    probe attached later (the usual case) sees them only through cuptiActivityEnableAndDump. On the
+    H100 the plain enable gave no device event, so no hw.gpu.memory.limit (docs/gpu-validation.md)."""
+    from cuptistream.cupti import driver, gpus, library
+    from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
+
+    fake = _FakeCupti()
+    monkeypatch.setattr(library, "libcupti", lambda: fake)
+    monkeypatch.setattr(driver, "require_gpu", lambda: None)
+    monkeypatch.setattr(gpus, "device_name", lambda ordinal=0: "fake GPU")
+    config = ActivitySourceConfig(
+        type="activity", kinds=["concurrent_kernel", "device", "context", "stream", "memory2"], flush_interval=0
+    )
+    source = ActivitySource(config, Collect())
+    source.start()
+    source.stop()
+    dumped = {args[0] for name, args in fake.calls if name == "cuptiActivityEnableAndDump"}
+    plain = {args[0] for name, args in fake.calls if name == "cuptiActivityEnable"}
+    assert dumped == {8, 9, 37}  # CUPTI_ACTIVITY_KIND_DEVICE, _CONTEXT, _STREAM
+    assert plain == {10, 49}  # CONCURRENT_KERNEL, MEMORY2
+
+
 def test_buffer_callbacks_hand_whole_buffers_over_and_capture_them(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

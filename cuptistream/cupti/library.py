@@ -84,6 +84,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuptiGetDeviceId": [c_void_p, _u32p],
     "cuptiGetContextId": [c_void_p, _u32p],
     "cuptiActivityEnable": [c_int],
+    "cuptiActivityEnableAndDump": [c_int],
     "cuptiActivityDisable": [c_int],
     "cuptiActivityFlushAll": [c_uint32],
     "cuptiActivityFlushPeriod": [c_uint32],
