@@ -6,16 +6,20 @@ source's ``free`` of each record's function name either kept (``--free on``, wha
 does) or skipped (``--free off``). The PC sampling header says CUPTI may share a function-name string
 between records of several APIs; if SASS frees a string PC sampling still uses, the heap is corrupt.
 
-    python bench/pair_crash.py --free off -- --workload transformer --conditions both --steady 60
+The condition ``pair_often`` (added here) runs PC sampling at its defaults and a SASS window every
+``--sass-period`` seconds from 2 s on, ungoverned, so a short run sees several SASS flushes (at the
+default 1% budget the first SASS window can be 200 s away)::
 
-Everything after ``--`` goes to sampling_overhead.py. The exit status is the bench's: -11
-(SIGSEGV) or 139 is the crash.
+    python bench/pair_crash.py --free off -- --workload transformer --conditions pair_often --steady 60
+
+Everything after ``--`` goes to sampling_overhead.py. The exit status is the bench's: 139 (SIGSEGV)
+is the crash.
 """
 
 from __future__ import annotations
 
 import argparse
-import runpy
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -25,15 +29,23 @@ from cuptistream.cupti import sampling_pair, sass_api
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--free", choices=["on", "off"], required=True)
+    parser.add_argument("--sass-period", type=float, default=8.0)
     parser.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     sampling_pair.claim = lambda kind, name: None
     if args.free == "off":
         sass_api.free_function_names = lambda buffer: None
-    bench = Path(__file__).with_name("sampling_overhead.py")
-    sys.argv = [str(bench), *[a for a in args.bench_args if a != "--"]]
+    path = Path(__file__).with_name("sampling_overhead.py")
+    spec = importlib.util.spec_from_file_location("sampling_overhead", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sass = {**bench.SASS, "period": args.sass_period, "initial_delay": 2}
+    bench.CONDITIONS["pair_often"] = [bench.PC_SAMPLING, sass]
+    bench.BUDGETS["pair_often"] = False
+    sys.argv = [str(path), *[a for a in args.bench_args if a != "--"]]
     print(f"pair_crash: both sources in one process, SASS name free {args.free}", flush=True)
-    runpy.run_path(str(bench), run_name="__main__")
+    bench.main()
 
 
 if __name__ == "__main__":
