@@ -30,6 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--free", choices=["on", "off"], required=True)
     parser.add_argument("--sass-period", type=float, default=8.0)
+    parser.add_argument("--pc-method", choices=["start_stop", "enable_disable"], default="start_stop",
+                        help="enable_disable: PC sampling is disabled between its windows")  # fmt: skip
     parser.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     sampling_pair.claim = lambda kind, name: None
@@ -41,10 +43,11 @@ def main() -> None:
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     sass = {**bench.SASS, "period": args.sass_period, "initial_delay": 2}
-    bench.CONDITIONS["pair_often"] = [bench.PC_SAMPLING, sass]
+    pcs = {**bench.PC_SAMPLING, "duty_cycle": {"method": args.pc_method}}
+    bench.CONDITIONS["pair_often"] = [pcs, sass]
     bench.BUDGETS["pair_often"] = False
     sys.argv = [str(path), *[a for a in args.bench_args if a != "--"]]
-    print(f"pair_crash: both sources in one process, SASS name free {args.free}", flush=True)
+    print(f"pair_crash: both in one process, SASS name free {args.free}, PC {args.pc_method}", flush=True)
     bench.main()
 
 
