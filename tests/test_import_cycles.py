@@ -114,7 +114,8 @@ def test_the_walk_sees_the_package() -> None:
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert "cuptistream.sources.activity" in modules and "cuptistream.cupti.library" in modules
     assert "cuptistream.cupti.library" in graph["cuptistream.cupti.driver"]
-    assert "cuptistream.sources.cupti_worker" in graph["cuptistream.sources.pc_sampling"]  # relative
+    assert "cuptistream.sources.cupti_worker" in graph["cuptistream.sources.pc_sampling.source"]  # `..`
+    assert "cuptistream.sources.pc_sampling.source" in graph["cuptistream.sources.pc_sampling"]  # `.`
 
 
 def test_no_import_cycles() -> None:

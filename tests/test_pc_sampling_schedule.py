@@ -9,8 +9,9 @@ No GPU here, so CUPTI cannot run. What stands in for it, and only that:
 - the context look-ups (``context_ids``, ``current_context``, ``active_primary_contexts``,
   ``module_data``), the driver's attach/clock calls and the callback subscriber.
 
-The schedule is driven by calling ``_tick``/``_drain``/``_decode_filled`` with chosen times on a
-fake clock; the worker thread only runs in the launch-control test.
+The schedule is driven by calling ``Schedule.tick``, ``Drains.drain`` and ``Drains.decode_filled``
+(``source._schedule``, ``source._drains``) with chosen times on a fake clock; the worker thread only
+runs in the launch-control test.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any
 
 import pytest
 
-import cuptistream.sources.pc_sampling as pcmod
 from cuptistream.config import convert
 from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti import pcsampling_api as pcs
@@ -34,6 +34,12 @@ from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.subscriber import API_EXIT
 from cuptistream.events import PcSample, PcSampleBatch, ResourceChange
 from cuptistream.sources.pc_sampling import PcSamplingConfig, PcSamplingSource
+from cuptistream.sources.pc_sampling import adapt as pc_adapt
+from cuptistream.sources.pc_sampling import attach as pc_attach
+from cuptistream.sources.pc_sampling import drain as pc_drain
+from cuptistream.sources.pc_sampling import schedule as pc_schedule
+from cuptistream.sources.pc_sampling import source as pc_source
+from cuptistream.sources.pc_sampling import windows as pc_windows
 from tests.test_launch_hook import FAKE_CUPTI, RUNTIME, FakeSubscriber
 from tests.test_sass_window import RecordingEmitter
 
@@ -205,10 +211,10 @@ class Harness:
         # Stands in for cuptiGetResultString (CUPTI needs a GPU that CI does not have).
         monkeypatch.setattr(pcs, "result_string", lambda code: f"CUPTI error {code}")
         # Stand in for the CUDA driver / CUPTI context look-ups, which need a GPU that CI does not have.
-        monkeypatch.setattr(pcmod, "context_ids", lambda ctx: IDS[ctx])
-        monkeypatch.setattr(pcmod, "current_context", lambda: 0)
-        monkeypatch.setattr(pcmod, "active_primary_contexts", lambda: list(contexts))
-        monkeypatch.setattr(pcmod, "module_data", lambda address: (5, 0, 0))
+        monkeypatch.setattr(pc_attach, "context_ids", lambda ctx: IDS[ctx])
+        monkeypatch.setattr(pc_source, "current_context", lambda: 0)
+        monkeypatch.setattr(pc_source, "active_primary_contexts", lambda: list(contexts))
+        monkeypatch.setattr(pc_source, "module_data", lambda address: (5, 0, 0))
         # Stand in for CUPTI attach/detach and cuptiGetTimestamp (need a GPU that CI does not have).
         monkeypatch.setattr(driver, "require_gpu", lambda: None)
         monkeypatch.setattr(driver, "acquire", lambda user: None)
@@ -218,8 +224,11 @@ class Harness:
         # Stands in for the CUPTI callback subscriber, which needs a GPU that CI does not have.
         monkeypatch.setattr(subscriber, "register", self.sub.register)
         # Stands in for cupti-python's cbid enums in the launch hook (CUPTI needs a GPU).
-        monkeypatch.setattr(pcmod, "LaunchHook", lambda action: LaunchHook(action, cupti=FAKE_CUPTI))
-        monkeypatch.setattr(pcmod, "time", self.clock)
+        monkeypatch.setattr(pc_schedule, "LaunchHook", lambda action: LaunchHook(action, cupti=FAKE_CUPTI))
+        # The source's clock (``time.monotonic``), in every module of it that reads it.
+        for module in (pc_adapt, pc_attach, pc_drain, pc_schedule):
+            monkeypatch.setattr(module, "time", self.clock)
+        self.monkeypatch = monkeypatch
         cfg = {
             "type": "pc_sampling",
             "control": "worker",
@@ -236,7 +245,7 @@ class Harness:
     def start(self, worker: bool = False) -> PcSamplingSource:
         if not worker:
             # The test drives the schedule itself: the worker thread starts and returns at once.
-            self.source._run = lambda: None
+            self.monkeypatch.setattr(pc_schedule.Schedule, "run", lambda self: None)
         self.source.start()
         self.started = True
         return self.source
@@ -247,7 +256,7 @@ class Harness:
             self.source.stop()
 
     def state(self, ctx: int = CTX_A) -> Any:
-        return self.source._contexts[ctx]
+        return self.source._sampled[ctx]
 
     def calls(self, ctx: int | None = None) -> list[str]:
         return [call for call, c in self.fake.calls if ctx is None or c == ctx]
@@ -284,18 +293,18 @@ def test_start_stop_duty_cycle(make: Callable[..., Harness]) -> None:
     assert attrs[pcs.ATTR_SAMPLING_DATA_BUFFER] == state.final.address
     assert not state.started  # start/stop control: nothing samples before the first Start
 
-    assert source._tick(state, T0) == T0 + 0.5  # window opens; first drain due
+    assert source._schedule.tick(state, T0) == T0 + 0.5  # window opens; first drain due
     assert h.calls()[2:] == ["start"]
-    assert source._tick(state, T0 + 0.25) == T0 + 0.5  # nothing due yet
+    assert source._schedule.tick(state, T0 + 0.25) == T0 + 0.5  # nothing due yet
     assert h.calls()[2:] == ["start"]
-    assert source._tick(state, T0 + 0.5) == T0 + 1.0  # periodic drain; window ends at T0+1
+    assert source._schedule.tick(state, T0 + 0.5) == T0 + 1.0  # periodic drain; window ends at T0+1
     assert h.calls()[2:] == ["start", "get_data"]
-    assert source._tick(state, T0 + 1.0) == T0 + 5.0  # window closes: Stop, then GetData
+    assert source._schedule.tick(state, T0 + 1.0) == T0 + 5.0  # window closes: Stop, then GetData
     assert h.calls()[2:] == ["start", "get_data", "stop", "get_data"]
     assert not state.started
-    assert source._tick(state, T0 + 4.0) == T0 + 5.0  # off: no call, no drain
+    assert source._schedule.tick(state, T0 + 4.0) == T0 + 5.0  # off: no call, no drain
     assert h.calls()[2:] == ["start", "get_data", "stop", "get_data"]
-    assert source._tick(state, T0 + 5.0) == T0 + 5.5  # the next window
+    assert source._schedule.tick(state, T0 + 5.0) == T0 + 5.5  # the next window
     assert h.calls()[2:] == ["start", "get_data", "stop", "get_data", "start"]
     assert "disable" not in h.calls() and h.calls().count("enable") == 1
     h.stop()
@@ -312,12 +321,12 @@ def test_enable_disable_duty_cycle(make: Callable[..., Harness]) -> None:
     assert state.started  # Enable opened the first window
     window = [Pc("window_kernel", 0x10, {0: 3}), Pc("window_kernel", 0x20, {1: 2})]
     h.fake.pending = list(window)
-    assert source._tick(state, T0 + 0.5) == T0 + 1.0
+    assert source._schedule.tick(state, T0 + 0.5) == T0 + 1.0
     assert h.calls()[2:] == ["get_data"]
     # What Disable leaves in the final buffer: one PC, 5 dropped samples, 2 PCs it could not write.
     last = Pc("tail_kernel", 0x400, {2: 4, 3: 1})
     h.fake.at_disable, h.fake.dropped_at_disable, h.fake.remaining_at_disable = [last], 5, 2
-    assert source._tick(state, T0 + 1.0) == T0 + 5.0  # window closes: drain, then Disable
+    assert source._schedule.tick(state, T0 + 1.0) == T0 + 5.0  # window closes: drain, then Disable
     assert h.calls()[2:] == ["get_data", "get_data", "disable"]
     assert not state.started and not state.enabled
     source.flush()  # off window: a disabled context gets no GetData
@@ -330,9 +339,9 @@ def test_enable_disable_duty_cycle(make: Callable[..., Harness]) -> None:
         (STAGE, "hardware_dropped", 5, "samples"),
         (STAGE, "not_collected_at_disable", 2, "pcs"),
     ]
-    assert h.emitter.errors == [] and source._interval == 0.5
+    assert h.emitter.errors == [] and source._adaptation.interval == 0.5
     assert state.final not in state.spare
-    assert source._tick(state, T0 + 5.0) == T0 + 5.5  # the next window: Enable and configure again
+    assert source._schedule.tick(state, T0 + 5.0) == T0 + 5.5  # the next window: Enable and configure again
     assert h.calls()[2:] == ["get_data", "get_data", "disable", "enable", "set_attributes"]
     again = h.fake.attributes[-1][1]
     assert again[pcs.ATTR_SAMPLING_DATA_BUFFER] == state.final.address
@@ -347,11 +356,11 @@ def test_reopening_decodes_the_last_final_buffer_before_enable(make: Callable[..
     source = h.start()
     state = h.state()
     h.fake.at_disable = [Pc("tail_kernel", 0x400, {2: 4})]
-    source._tick(state, T0 + 1.0)
-    assert h.batches() == [] and source._filled[-1].at_end  # the worker has not decoded it yet
+    source._schedule.tick(state, T0 + 1.0)
+    assert h.batches() == [] and source._drains.filled[-1].at_end  # the worker has not decoded it yet
     batches_at_enable: list[int] = []
     h.fake.before["enable"] = lambda: batches_at_enable.append(len(h.batches()))
-    source._tick(state, T0 + 5.0)
+    source._schedule.tick(state, T0 + 5.0)
     assert h.calls()[-2:] == ["enable", "set_attributes"]
     assert batches_at_enable == [1]  # decoded before CUPTI may write the final buffer again
     assert h.batches()[0].samples[0].function_name == "tail_kernel"
@@ -360,7 +369,7 @@ def test_reopening_decodes_the_last_final_buffer_before_enable(make: Callable[..
 def test_stop_in_the_off_window_of_enable_disable_makes_no_call(make: Callable[..., Harness]) -> None:
     h = make(duty_cycle={"on": 1, "off": 4, "method": "enable_disable"})
     source = h.start()
-    source._tick(h.state(), T0 + 1.0)
+    source._schedule.tick(h.state(), T0 + 1.0)
     assert h.calls()[-2:] == ["get_data", "disable"]
     calls = len(h.fake.calls)
     h.stop()  # disabled already: no GetData, no second Disable
@@ -372,8 +381,8 @@ def test_continuous_without_duty_cycle_only_drains(make: Callable[..., Harness])
     source = h.start()
     state = h.state()
     assert h.fake.attributes[0][1][pcs.ATTR_ENABLE_START_STOP_CONTROL] == 0 and state.started
-    assert source._tick(state, T0 + 0.5) == T0 + 1.0
-    assert source._tick(state, T0 + 50.0) == T0 + 50.5  # no window ever closes
+    assert source._schedule.tick(state, T0 + 0.5) == T0 + 1.0
+    assert source._schedule.tick(state, T0 + 50.0) == T0 + 50.5  # no window ever closes
     assert h.calls()[2:] == ["get_data", "get_data"]
 
 
@@ -421,9 +430,9 @@ def test_launch_control_arms_the_hook_only_when_due(make: Callable[..., Harness]
 def test_launch_action_ticks_only_its_own_context(make: Callable[..., Harness]) -> None:
     h = make(contexts=[CTX_A, CTX_C])
     source = h.start()
-    source._on_launch_due(CTX_C)
+    source._schedule.on_launch_due(CTX_C)
     assert h.calls(CTX_C)[-1] == "start" and "start" not in h.calls(CTX_A)
-    source._on_launch_due(0xDEAD)  # a context we do not sample
+    source._schedule.on_launch_due(0xDEAD)  # a context we do not sample
     assert h.calls().count("start") == 1
     assert source.stats["launch_actions"] == 2
 
@@ -432,24 +441,24 @@ def test_get_data_hands_off_and_the_worker_decodes(make: Callable[..., Harness])
     h = make()
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     first = [Pc("gemm", 0x100, {0: 7, 1: 2}), Pc("softmax", 0x2F0, {2: 1})]
     h.fake.pending = list(first)
-    source._tick(state, T0 + 0.5)
+    source._schedule.tick(state, T0 + 0.5)
     assert h.calls()[-1] == "get_data"
     assert h.batches() == []  # GetData ran; decoding waits for the worker
-    assert len(source._filled) == 1 and state.buffers == 1 and state.spare == []
-    source._decode_filled()
+    assert len(source._drains.filled) == 1 and state.buffers == 1 and state.spare == []
+    source._drains.decode_filled()
     (batch,) = h.batches()
     assert batch.samples == [pc.expected() for pc in first]
     assert batch.samples[0].stalls == {LONG: 7, MATH: 2} and batch.samples[1].stalls == {BARRIER: 1}
     assert (batch.device_id, batch.context_id, batch.total_samples) == (0, 11, 10)
-    assert len(state.spare) == 1 and not source._filled
+    assert len(state.spare) == 1 and not source._drains.filled
     # The buffer is reused; CUPTI may write more reasons per PC now than last time.
     second = [Pc("gemm", 0x100, {0: 1, 1: 1, 2: 1, 3: 1})]
     h.fake.pending = list(second)
-    source._drain(state)
-    source._decode_filled()
+    source._drains.drain(state)
+    source._drains.decode_filled()
     assert state.buffers == 1
     assert h.batches()[-1].samples == [second[0].expected()]
     assert h.batches()[-1].samples[0].stalls == {LONG: 1, MATH: 1, BARRIER: 1, NOT_SELECTED: 1}
@@ -461,19 +470,19 @@ def test_when_every_buffer_waits_the_drain_decodes_inline(make: Callable[..., Ha
     h = make()
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     batches_at_call: list[int] = []
     h.fake.before["get_data"] = lambda: batches_at_call.append(len(h.batches()))
-    for i in range(pcmod._BUFFERS_PER_CONTEXT):
+    for i in range(pc_drain._BUFFERS_PER_CONTEXT):
         h.fake.pending = [Pc(f"k{i}", 0x10 * i, {0: i + 1})]
-        source._drain(state)
-    assert state.buffers == pcmod._BUFFERS_PER_CONTEXT and len(source._filled) == 4
+        source._drains.drain(state)
+    assert state.buffers == pc_drain._BUFFERS_PER_CONTEXT and len(source._drains.filled) == 4
     assert h.batches() == []
     h.fake.pending = [Pc("k4", 0x40, {1: 9})]
-    source._drain(state)  # no free buffer: the four waiting ones are decoded first, on this thread
+    source._drains.drain(state)  # no free buffer: the four waiting ones are decoded first, on this thread
     assert batches_at_call == [0, 0, 0, 0, 4]
-    assert state.buffers == pcmod._BUFFERS_PER_CONTEXT and len(source._filled) == 1
-    source._decode_filled()
+    assert state.buffers == pc_drain._BUFFERS_PER_CONTEXT and len(source._drains.filled) == 1
+    source._drains.decode_filled()
     assert [b.samples[0].function_name for b in h.batches()] == ["k0", "k1", "k2", "k3", "k4"]
 
 
@@ -481,12 +490,12 @@ def test_remaining_pcs_are_fetched_in_the_same_drain(make: Callable[..., Harness
     h = make(collect_pcs=2)
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     pcs_ = [Pc("k", 0x10 * i, {i % 4: i + 1}) for i in range(5)]
     h.fake.pending = list(pcs_)
-    source._drain(state)
-    assert h.calls().count("get_data") == 3 and len(source._filled) == 3
-    source._decode_filled()
+    source._drains.drain(state)
+    assert h.calls().count("get_data") == 3 and len(source._drains.filled) == 3
+    source._drains.decode_filled()
     assert [len(b.samples) for b in h.batches()] == [2, 2, 1]
     assert [s for b in h.batches() for s in b.samples] == [pc.expected() for pc in pcs_]
     assert h.emitter.losses == [] and h.emitter.errors == []
@@ -496,37 +505,37 @@ def test_dropped_samples_are_a_loss_and_halve_the_drain_interval(make: Callable[
     h = make(duty_cycle={"on": 2, "off": 4})
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     h.fake.dropped = 7
-    assert source._tick(state, T0 + 0.5) == T0 + 1.0
+    assert source._schedule.tick(state, T0 + 0.5) == T0 + 1.0
     assert h.emitter.losses == []  # not before decoding
-    source._decode_filled()
+    source._drains.decode_filled()
     assert h.emitter.losses == [(STAGE, "hardware_dropped", 7, "samples")]
     assert h.batches()[0].dropped_samples == 7
     (origin, message, severity, _) = h.emitter.errors[0]
     assert origin == "source:pc_sampling" and severity == "warning"
     assert message == "PC sampling adapts: samples were lost; draining every 0.25 s"
-    assert source._interval == 0.25 and source.stats["dropped"] == 7
-    assert source._tick(state, T0 + 1.0) == T0 + 1.25  # the next drain comes sooner
+    assert source._adaptation.interval == 0.25 and source.stats["dropped"] == 7
+    assert source._schedule.tick(state, T0 + 1.0) == T0 + 1.25  # the next drain comes sooner
 
 
 def test_out_of_memory_is_a_full_hardware_buffer(make: Callable[..., Harness]) -> None:
     h = make()
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     h.fake.codes = [pcs.ERROR_OUT_OF_MEMORY]
     h.fake.pending = [Pc("k", 0x10, {0: 1})]
-    source._drain(state)
+    source._drains.drain(state)
     assert h.calls().count("get_data") == 1  # no retry in the same drain
     assert h.emitter.losses == [(STAGE, "hardware_buffer_full", 1, "buffers")]
     assert [e[1] for e in h.emitter.errors] == [
         "PC sampling adapts: the hardware buffer filled; draining every 0.25 s"
     ]
-    assert not source._filled and state.spare and state.buffers == 1  # the buffer went back
+    assert not source._drains.filled and state.spare and state.buffers == 1  # the buffer went back
     # Any other GetData failure is an error event; the schedule backs off.
     h.fake.codes = [pcs.ERROR_INVALID_OPERATION]
-    assert source._tick_reporting(state, T0 + 0.5) == T0 + 1.5
+    assert source._schedule.tick_reporting(state, T0 + 0.5) == T0 + 1.5
     assert h.emitter.errors[-1][1:] == (
         "cuptiPCSamplingGetData failed: CUPTI error 7 (CUptiResult 7)",
         "error",
@@ -539,11 +548,11 @@ def test_hardware_buffer_full_flag_is_a_loss(make: Callable[..., Harness]) -> No
     h = make()
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     h.fake.hardware_full = True
     h.fake.pending = [Pc("k", 0x10, {0: 1})]
-    source._drain(state)
-    source._decode_filled()
+    source._drains.drain(state)
+    source._drains.decode_filled()
     assert h.emitter.losses == [(STAGE, "hardware_buffer_full", 1, "buffers")]
     assert h.batches()[0].hardware_buffer_full
 
@@ -552,15 +561,15 @@ def test_at_the_interval_floor_a_loss_lengthens_the_sampling_period(make: Callab
     h = make(get_data_interval=0.25, max_sampling_period=21, duty_cycle={"on": 10, "off": 4})
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
 
     def lose() -> None:
         h.fake.dropped = 1
-        source._drain(state)
-        source._decode_filled()
+        source._drains.drain(state)
+        source._drains.decode_filled()
 
     lose()
-    assert source._interval == 0.125 and state.wanted_period == 20
+    assert source._adaptation.interval == 0.125 and state.wanted_period == 20
     lose()  # within one interval of the last step: no second step yet
     assert len(h.emitter.errors) == 1 and state.wanted_period == 20
     h.clock.now += 1.0
@@ -568,11 +577,11 @@ def test_at_the_interval_floor_a_loss_lengthens_the_sampling_period(make: Callab
     assert h.emitter.errors[-1][1] == "PC sampling adapts: samples were lost; sampling period to 2^21 cycles"
     assert state.wanted_period == 21 and state.period == 20
     assert h.calls().count("set_attributes") == 1  # not applied by the decoding thread
-    source._tick(state, h.clock.now)  # the next tick sets it, before anything else
+    source._schedule.tick(state, h.clock.now)  # the next tick sets it, before anything else
     assert h.fake.attributes[-1] == (CTX_A, {pcs.ATTR_SAMPLING_PERIOD: 21})
     assert state.period == 21
     calls = h.calls().count("set_attributes")
-    source._tick(state, h.clock.now + 0.125)
+    source._schedule.tick(state, h.clock.now + 0.125)
     assert h.calls().count("set_attributes") == calls  # applied once
     h.clock.now += 1.0
     lose()  # at max_sampling_period: nothing more to change
@@ -586,7 +595,7 @@ def test_a_refused_period_is_reported_and_kept(make: Callable[..., Harness]) -> 
     state = h.state()
     state.wanted_period = 22
     h.fake.fail["set_attributes"] = pcs.ERROR_INVALID_PARAMETER
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     assert state.period == 20 and state.wanted_period == 20
     assert h.emitter.errors[-1][1].startswith("could not lengthen the sampling period")
     assert h.calls()[-1] == "start"  # the window still opened
@@ -597,7 +606,7 @@ def test_a_second_context_on_the_same_gpu_is_not_sampled(make: Callable[..., Har
     source = h.start()
     created = h.resource_handler(CONTEXT_CREATED)
     created(3, CONTEXT_CREATED, SimpleNamespace(context=CTX_B))
-    assert CTX_B not in source._contexts and "enable" not in h.calls(CTX_B)
+    assert CTX_B not in source._sampled and "enable" not in h.calls(CTX_B)
     (origin, message, severity, _) = h.emitter.errors[0]
     assert severity == "warning" and origin == "source:pc_sampling"
     assert message == (
@@ -607,8 +616,8 @@ def test_a_second_context_on_the_same_gpu_is_not_sampled(make: Callable[..., Har
     created(3, CONTEXT_CREATED, SimpleNamespace(context=CTX_B))
     assert len(h.emitter.errors) == 1  # said once
     created(3, CONTEXT_CREATED, SimpleNamespace(context=CTX_C))  # another GPU: sampled
-    assert CTX_C in source._contexts and h.calls(CTX_C) == ["enable", "set_attributes"]
-    source._on_launch_due(CTX_B)
+    assert CTX_C in source._sampled and h.calls(CTX_C) == ["enable", "set_attributes"]
+    source._schedule.on_launch_due(CTX_B)
     assert h.calls(CTX_B) == []
 
 
@@ -616,7 +625,7 @@ def test_context_destroy_and_module_unload_drain(make: Callable[..., Harness]) -
     h = make()
     source = h.start()
     state = h.state()
-    source._tick(state, T0)
+    source._schedule.tick(state, T0)
     h.fake.pending = [Pc("k", 0x10, {0: 1})]
     data = SimpleNamespace(context=CTX_A, resource_descriptor=0)
     h.resource_handler(MODULE_UNLOAD_STARTING)(3, MODULE_UNLOAD_STARTING, data)
@@ -624,8 +633,8 @@ def test_context_destroy_and_module_unload_drain(make: Callable[..., Harness]) -
     (change,) = [e for e in h.emitter.events if isinstance(e, ResourceChange)]
     assert (change.operation, change.context_id, change.module_id) == ("module_unload", 11, 5)
     h.resource_handler(CONTEXT_DESTROY_STARTING)(3, CONTEXT_DESTROY_STARTING, data)
-    assert h.calls()[-3:] == ["stop", "get_data", "disable"] and CTX_A not in source._contexts
-    source._decode_filled()
+    assert h.calls()[-3:] == ["stop", "get_data", "disable"] and CTX_A not in source._sampled
+    source._drains.decode_filled()
     assert [b.samples for b in h.batches()] == [[h.batches()[0].samples[0]]]
 
 
@@ -634,7 +643,7 @@ def test_a_wedged_call_stops_every_further_cupti_call(make: Callable[..., Harnes
     source = h.start()
     state = h.state()
     h.fake.hang["start"] = threading.Event()
-    launcher = threading.Thread(target=source._tick, args=(state, T0))  # the hung launch thread
+    launcher = threading.Thread(target=source._schedule.tick, args=(state, T0))  # the hung launch thread
     launcher.start()
     assert _wait_for(lambda: bool(h.emitter.errors), seconds=0.45)
     assert h.emitter.errors[0][1].startswith("cuptiPCSamplingStart has not returned after")
@@ -642,8 +651,8 @@ def test_a_wedged_call_stops_every_further_cupti_call(make: Callable[..., Harnes
     h.fake.hang["start"].set()
     launcher.join(1.0)
     before = list(h.fake.calls)
-    source._drain(state)
-    source._on_launch_due(CTX_A)
+    source._drains.drain(state)
+    source._schedule.on_launch_due(CTX_A)
     h.resource_handler(CONTEXT_CREATED)(3, CONTEXT_CREATED, SimpleNamespace(context=CTX_C))
     h.stop()
     assert h.fake.calls == before  # no CUPTI call after the wedge, not even at stop
@@ -656,7 +665,7 @@ def test_a_wedged_call_stops_every_further_cupti_call(make: Callable[..., Harnes
 def test_a_failing_drain_at_stop_still_disables(make: Callable[..., Harness]) -> None:
     h = make()
     source = h.start()
-    source._tick(h.state(), T0)
+    source._schedule.tick(h.state(), T0)
     h.fake.codes = [pcs.ERROR_INVALID_OPERATION]
     h.stop()
     assert h.emitter.errors[-1][1].startswith("disabling PC sampling")
@@ -703,7 +712,7 @@ def test_a_launch_during_stop_does_not_reenable_a_detached_context(make: Callabl
     h = make(control="launch", duty_cycle={"on": 1, "off": 4, "method": "enable_disable"})
     source = h.start()
     state = h.state()
-    state.lock = _LaunchOnRelease(lambda: source._on_launch_due(CTX_A))
+    state.lock = _LaunchOnRelease(lambda: source._schedule.on_launch_due(CTX_A))
     h.stop()
     assert h.calls()[-1] == "disable", h.calls()
 
@@ -725,18 +734,18 @@ def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
     assert throttle is not None and decisions and decisions[0].reason.startswith("first plan")
     state = h.state()
     assert T0 <= state.next_start <= T0 + throttle.plan.pause_s  # a random point of the first pause
-    source._tick(state, state.next_start)  # Start
+    source._schedule.tick(state, state.next_start)  # Start
     opened = state.window_start
     window = throttle.plan.window_s
     assert state.window_end == opened + window
     source.stats["control_s"] = source.stats["decode_s"] = 0.0
-    source._charged_s = 0.0
+    source._windows.charged_s = 0.0
     source.stats["control_s"] = 0.03  # what this window's control calls took (the fake CUPTI is instant)
     closed = opened + window
-    pause = source._tick(state, closed) - closed  # Stop and drain: the window is measured
+    pause = source._schedule.tick(state, closed) - closed  # Stop and drain: the window is measured
     unit = (0.03 + window * PC_SAMPLING_KERNEL_SLOWDOWN) / window
     assert throttle.windows == 1
-    prior = pcmod._PRIOR_UNIT_COST
+    prior = pc_windows._PRIOR_UNIT_COST
     weight = 0.7 if unit > prior else 0.2  # the throttle's smoothing: quick to rise, slow to fall
     assert throttle.unit_cost == pytest.approx(prior + weight * (unit - prior), rel=0.05)
     assert pause == pytest.approx(throttle.plan.pause_s, rel=1e-6)
@@ -764,9 +773,9 @@ def test_a_large_drain_is_split_into_events_that_fit_an_event_buffer_and_add_up(
         range_id=0, total_samples=3 * 450 + 5, dropped_samples=4, non_user_samples=3, total_num_pcs=450,
         remaining_num_pcs=0, hardware_buffer_full=True, samples=samples,
     )  # fmt: skip
-    source._publish(h.state(), data, at_end=True)
+    source._drains.publish(h.state(), data, at_end=True)
     events = h.batches()
-    assert len(events) >= 3 and all(len(e.samples) <= pcmod.EVENT_PCS for e in events)
+    assert len(events) >= 3 and all(len(e.samples) <= pc_drain.EVENT_PCS for e in events)
     assert [s for e in events for s in e.samples] == samples
     assert sum(e.total_samples for e in events) == data.total_samples
     assert events[0].total_samples == 3 * len(events[0].samples) + 5

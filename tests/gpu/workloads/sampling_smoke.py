@@ -36,9 +36,11 @@ from cuptistream.events import PcSampleBatch, ResourceChange, SassMetricBatch
 try:
     from cuptistream.sources import pc_sampling as pc_mod
     from cuptistream.sources import sass as sass_mod
+    from cuptistream.sources.pc_sampling import drain as pc_drain  # where the decoder is looked up
 except ImportError:  # not installed: the checkout is on PYTHONPATH
     from sources import pc_sampling as pc_mod  # type: ignore[no-redef]
     from sources import sass as sass_mod  # type: ignore[no-redef]
+    from sources.pc_sampling import drain as pc_drain  # type: ignore[no-redef]
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
 OUT.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,7 @@ def _capture_sass(
     return out
 
 
-pc_mod.decode_pc_data = _capture_pc  # type: ignore[assignment]
+pc_drain.decode_pc_data = _capture_pc  # type: ignore[assignment]
 sass_mod.decode_sass_records = _capture_sass  # type: ignore[assignment]
 
 
@@ -174,7 +176,7 @@ def pc_sampling_part(cuda: Cuda, result: dict[str, Any], key: str = "pc") -> Non
         "errors": emitter.errors,
         "stats": src.stats,
         "cubins_written": sorted(p.name for p in Path("/tmp/cubins").glob("*.cubin")),
-        "distinct_name_pointers": len(src._names),
+        "distinct_name_pointers": len(src._drains._names),
     }
 
 

@@ -98,7 +98,7 @@ def main() -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         t0 = time.monotonic()
-        sampling = bool(pcs_src and any(c.started for c in pcs_src._contexts.values()))
+        sampling = bool(pcs_src and any(c.started for c in pcs_src._sampled.values()))
         n = 0
         while time.monotonic() - t0 < 0.5:
             step()
