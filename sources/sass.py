@@ -36,7 +36,7 @@ from cuptistream.cupti.contexts import (
     current_context,
     make_current,
 )
-from cuptistream.cupti.pcsampling_api import CuptiError
+from cuptistream.cupti.library import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import SassMetricBatch
