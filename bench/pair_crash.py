@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--sass-period", type=float, default=8.0)
     parser.add_argument("--pc-method", choices=["start_stop", "enable_disable"], default="start_stop",
                         help="enable_disable: PC sampling is disabled between its windows")  # fmt: skip
+    parser.add_argument("--sass-only", action="store_true", help="pair_often without PC sampling")
     parser.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     sampling_pair.claim = lambda kind, name: None
@@ -44,7 +45,7 @@ def main() -> None:
     spec.loader.exec_module(bench)
     sass = {**bench.SASS, "period": args.sass_period, "initial_delay": 2}
     pcs = {**bench.PC_SAMPLING, "duty_cycle": {"method": args.pc_method}}
-    bench.CONDITIONS["pair_often"] = [pcs, sass]
+    bench.CONDITIONS["pair_often"] = [sass] if args.sass_only else [pcs, sass]
     bench.BUDGETS["pair_often"] = False
     sys.argv = [str(path), *[a for a in args.bench_args if a != "--"]]
     print(f"pair_crash: both in one process, SASS name free {args.free}, PC {args.pc_method}", flush=True)

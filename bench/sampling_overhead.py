@@ -364,33 +364,56 @@ def soak(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, An
     }
 
 
-def steady(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, Any]:
-    """One governed session of ``seconds`` in the steady state: the time lost around its windows
-    (``window_cost``), then a base session half as long with as many pretend windows at random
-    times, whose value is the estimator's own noise (what it reads where nothing happened)."""
-    rate, detail = run_window(
-        trainer, name, seconds, os.path.join(root, f"steady-{name}-{time.monotonic_ns()}")
-    )
-    print(json.dumps({"steady": name, "steps_per_s": round(rate, 1), **detail})[:4000], flush=True)
-    windows = [
-        (closed, cost["open_s"]) for costs in detail["windows_measured"].values() for closed, cost in costs
-    ]
+def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dict[str, Any]:
+    """One governed session of ``seconds`` per name in ``names`` (repeat a name for several ratios),
+    each valued by the time lost around its windows (``window_cost``); then one base session half as
+    long with pretend windows at random times, whose value is the estimator's own noise (what it
+    reads where nothing happened). Per condition: median, min and max over its sessions."""
+    sessions: list[dict[str, Any]] = []
+    per_session: list[list[tuple[float, float]]] = []
+    for name in names:
+        rate, detail = run_window(
+            trainer, name, seconds, os.path.join(root, f"steady-{name}-{time.monotonic_ns()}")
+        )
+        print(json.dumps({"steady": name, "steps_per_s": round(rate, 1), **detail})[:4000], flush=True)
+        windows = [
+            (closed, cost["open_s"])
+            for costs in detail["windows_measured"].values()
+            for closed, cost in costs
+        ]
+        per_session.append(windows)
+        minutes = seconds / 60
+        sessions.append({
+            "condition": name, "seconds": seconds, "steps_per_s": round(rate, 1),
+            "window_cost": detail["window_cost"], "windows": len(windows),
+            "lost_s_per_window": detail["lost_s_per_window"], "windows_measured": detail["windows_measured"],
+            "pc_samples_per_min": round(detail["pc_samples"] / minutes),
+            "sass_records_per_min": round(detail["sass_records"] / minutes),
+            "plans": detail["plans"], "losses": detail["losses"], "errors": detail["errors"],
+        })  # fmt: skip
     base_rate, _ = run_window(
-        trainer, "base", seconds / 2, os.path.join(root, f"steady-{name}-base-{time.monotonic_ns()}")
+        trainer, "base", seconds / 2, os.path.join(root, f"steady-base-{time.monotonic_ns()}")
     )
     blocks = trainer.blocks
     span = blocks[-1][0] - blocks[0][0] if blocks else 0.0
-    pretend = [(blocks[0][0] + random.uniform(2.0, max(2.0, span - 2.0)), w) for _, w in windows][
-        : len(windows) // 2 + 1
+    most = max(per_session, key=len, default=[])
+    pretend = [(blocks[0][0] + random.uniform(2.0, max(2.0, span - 2.0)), w) for _, w in most][
+        : len(most) // 2 + 1
     ]
     null, _ = window_cost(blocks, pretend)
-    minutes = seconds / 60
+    summary: dict[str, Any] = {}
+    for name in dict.fromkeys(names):
+        costs = [x["window_cost"] for x in sessions if x["condition"] == name]
+        rates = [x["pc_samples_per_min"] for x in sessions if x["condition"] == name]
+        summary[name] = {
+            "sessions": len(costs), "window_cost_median": statistics.median(costs),
+            "window_cost_min": min(costs), "window_cost_max": max(costs),
+            "pc_samples_per_min_median": statistics.median(rates),
+        }  # fmt: skip
+    print(json.dumps({"null_window_cost": round(null, 5), "summary": summary}), flush=True)
     return {
-        "condition": name, "seconds": seconds, "steps_per_s": round(rate, 1), "base_steps_per_s": round(base_rate, 1),
-        "window_cost": detail["window_cost"], "null_window_cost": round(null, 5), "windows": len(windows),
-        "lost_s_per_window": detail["lost_s_per_window"], "windows_measured": detail["windows_measured"],
-        "pc_samples_per_min": round(detail["pc_samples"] / minutes), "sass_records_per_min": round(detail["sass_records"] / minutes),
-        "plans": detail["plans"], "losses": detail["losses"], "errors": detail["errors"],
+        "sessions": sessions, "base_steps_per_s": round(base_rate, 1),
+        "null_window_cost": round(null, 5), "null_windows": len(pretend), "summary": summary,
     }  # fmt: skip
 
 
@@ -403,7 +426,7 @@ def main() -> None:
                         help="mlp or transformer: a training step; tiny: one 1024-float add per step")  # fmt: skip
     parser.add_argument("--soak", type=float, default=0.0, help="one session of the first condition")
     parser.add_argument("--steady", type=float, default=0.0,
-                        help="one governed session per condition of this many seconds: time lost around its windows")  # fmt: skip
+                        help="one governed session per condition (repeat one for several) of this many seconds: time lost around its windows")  # fmt: skip
     parser.add_argument("--out", default="", help="write the result JSON here")
     parser.add_argument("--keep", default="", help="sink directories go here (default: a temp dir)")
     args = parser.parse_args()
@@ -428,7 +451,7 @@ def main() -> None:
     if args.soak:
         result = {**meta, "soak": soak(trainer, names[0], args.soak, root)}
     elif args.steady:
-        result = {**meta, "steady": [steady(trainer, name, args.steady, root) for name in names]}
+        result = {**meta, "steady": steady(trainer, names, args.steady, root)}
     else:
         result = {**meta, **interleaved(trainer, names, args.window, args.rounds, root)}
     text = json.dumps(result, indent=1)
