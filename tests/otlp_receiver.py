@@ -2,7 +2,9 @@
 
 It decodes every request with the official ``opentelemetry-proto`` classes (protobuf, or OTLP/JSON
 through ``google.protobuf.json_format``), independently of the code under test, and can be scripted
-to answer with errors, ``Retry-After``, partial successes or delays.
+to answer with errors, ``Retry-After``, partial successes or delays, or to close the connection
+without an answer. ``script`` holds one-shot answers per path; ``fallback`` (settable while it runs)
+answers everything the script does not, so a test can drive phases of behaviour by time.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import base64
 import gzip
 import http.server
 import json
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -52,13 +56,16 @@ RESPONSES: dict[str, type[Message]] = {
 
 @dataclass
 class Answer:
-    """One scripted reply. ``rejected`` (with ``message``) makes a 200 carry a partial success."""
+    """One scripted reply. ``rejected`` (with ``message``) makes a 200 carry a partial success.
+    ``close``: after ``delay``, reset the connection (SO_LINGER 0) instead of answering; the request
+    is recorded undecoded, like an error reply."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     rejected: int = 0
     message: str = ""
+    close: bool = False
 
 
 @dataclass
@@ -67,7 +74,9 @@ class Received:
     headers: dict[str, str]
     raw: bytes  # as sent, before decompression
     message: Message | None  # None where the reply was scripted as an error
-    at: float
+    at: float  # when it was recorded: after the answer's delay, before the reply is written
+    answer: Answer = field(default_factory=Answer)  # how it was answered
+    arrived: float = 0.0  # when its body had been read
 
 
 def otlp_json_to_message(data: bytes, cls: type[Message]) -> Message:
@@ -93,6 +102,7 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.script: dict[str, deque[Answer]] = {path: deque() for path in REQUESTS}
+        self.fallback = Answer()  # the answer where the script has none
         self.lock = threading.Lock()
         receiver = self
 
@@ -140,11 +150,23 @@ class OtlpReceiver:
 
     def _handle(self, handler: http.server.BaseHTTPRequestHandler, raw: bytes) -> None:
         path = handler.path
+        arrived = time.monotonic()
         with self.lock:
             script = self.script.get(path)
-            answer = script.popleft() if script else Answer()
+            answer = script.popleft() if script else self.fallback
         if answer.delay:
             time.sleep(answer.delay)
+        if answer.close:
+            with self.lock:
+                self.received.append(
+                    Received(
+                        path, dict(handler.headers.items()), raw, None, time.monotonic(), answer, arrived
+                    )
+                )
+            handler.close_connection = True
+            # No reply; closing with a zero linger time resets the connection (RST).
+            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return
         message = None
         if path in REQUESTS and answer.status == 200:
             body = gzip.decompress(raw) if handler.headers.get("Content-Encoding") == "gzip" else raw
@@ -154,7 +176,7 @@ class OtlpReceiver:
                 message = REQUESTS[path].FromString(body)
         with self.lock:
             self.received.append(
-                Received(path, dict(handler.headers.items()), raw, message, time.monotonic())
+                Received(path, dict(handler.headers.items()), raw, message, time.monotonic(), answer, arrived)
             )
         reply = b""
         if answer.status == 200 and answer.rejected and path in RESPONSES:

@@ -538,3 +538,134 @@ def test_kafka_broker_killed_mid_run(tmp_path: Path, persistent_kafka_broker: An
     # above is exact): the kill must have found something to lose, else this proves nothing.
     assert held[0] > 0, "the broker had stored nothing when it was killed"
     assert total > held[0], "nothing was produced after the restart"
+
+
+# --- OTLP: a receiver answering 503, then slowly, then closing connections -----------------------
+
+
+def _correlation_id(span: Any) -> int:
+    for attribute in span.attributes:
+        if attribute.key == "cuda.correlation_id":
+            return int(attribute.value.int_value)
+    raise AssertionError(f"a span without cuda.correlation_id: {span.name}")
+
+
+@pytest.mark.slow
+def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
+    """A program produces for about 52 s to an OTLP/HTTP sink (``timeout`` 2 s, retries within an 8 s
+    deadline per batch, a 1 MiB ``drop_newest`` queue) whose receiver, driven by the test's clock,
+    answers 503 with ``Retry-After: 1`` (15 s), 503 without it (15 s), then answers after 3 s, past the
+    sink's timeout (6 s), then after 0.2 s (5 s), then resets every connection without an answer
+    (6 s), then accepts everything.
+
+    Each Kernel is one span (``cuda.correlation_id``). The receiver keeps every request it decoded
+    (a 200 answer; one answered after the sink's timeout is decoded too: the client gave up on it,
+    so it is "late"). Exact reconciliation:
+
+    - the sink's span ledger: Kernels it was handed = ``spans_sent`` + ``spans_dropped`` +
+      ``spans_rejected`` + ``spans_waiting`` (0 at the end), where Kernels it was handed = emitted -
+      losses before the lanes - what its lane dropped (``queue_full``, ``shutdown_deadline``);
+    - the spans in requests answered in time are exactly ``spans_sent``, each Kernel at most once;
+    - an event received twice was in a late request (a retry after a timeout sent it again): no
+      other cause of duplicates; a Kernel received only late was counted dropped (its batch ran out
+      of deadline), so ``spans_dropped`` includes it;
+    - distinct Kernels received + counted losses of Kernels not received = emitted.
+    """
+    from otlp_receiver import Answer, OtlpReceiver
+
+    timeout, slow, quick = 2.0, 3.0, 0.2
+    phases = [  # (name, answer, seconds)
+        ("503 Retry-After 1", Answer(status=503, headers={"Retry-After": "1"}), 15.0),
+        ("503", Answer(status=503), 15.0),
+        ("slow past timeout", Answer(delay=slow), 6.0),
+        ("slow under timeout", Answer(delay=quick), 5.0),
+        ("connection reset", Answer(close=True), 6.0),
+        ("healthy", Answer(), 0.0),
+    ]
+    rate, seconds = 4_000, 52
+    emitted = rate * seconds
+    with OtlpReceiver() as receiver:
+        receiver.fallback = phases[0][1]
+        sink = {
+            "type": "otlp", "name": "otlp", "endpoint": receiver.endpoint, "timeout": f"{timeout}s",
+            "retry": {"initial_backoff": "0.2s", "max_backoff": "1s", "max_elapsed": "8s"},
+            "queue": {"max_bytes": "1MiB", "full_policy": "drop_newest"},
+        }  # fmt: skip
+        switched: list[float] = []
+
+        def phases_by_the_clock() -> None:
+            for _, answer, length in phases:
+                receiver.fallback = answer
+                switched.append(time.monotonic())
+                time.sleep(length)
+
+        started = time.monotonic()
+        report, _ = run_with_fault(
+            tmp_path, emitted, rate, [sink], phases_by_the_clock, shutdown_deadline="30s"
+        )
+        ran = time.monotonic() - started
+        with receiver.lock:
+            received = list(receiver.received)
+
+    def phase_of(answer: Answer) -> str:
+        return next(name for name, a, _ in phases if a is answer)
+
+    timely: list[int] = []  # Kernels in requests answered 200 within the sink's timeout
+    late: list[int] = []  # ... answered 200 after it: the client had given up
+    per_phase: dict[str, collections.Counter[str]] = {name: collections.Counter() for name, _, _ in phases}
+    for request in received:
+        counts = per_phase[phase_of(request.answer)]
+        counts[request.path.rsplit("/", 1)[1]] += 1  # requests: traces, metrics, logs
+        if request.path != "/v1/traces" or request.message is None:
+            continue
+        ids = [
+            _correlation_id(span)
+            for rs in request.message.resource_spans
+            for ss in rs.scope_spans
+            for span in ss.spans
+        ]
+        (late if request.answer.delay > timeout else timely).extend(ids)
+        counts["spans late" if request.answer.delay > timeout else "spans"] += len(ids)
+
+    losses = report_losses(report)
+    upstream = kernel_losses(losses)
+    lane = {k.split("/", 1)[1]: n for k, n in losses.items() if k.startswith("sink:otlp/")}
+    lane_dropped = lane.get("queue_full", 0) + lane.get("shutdown_deadline", 0)  # never handed to the sink
+    stats = report["sinks"]["otlp"]
+    counters = stats["counters"]
+    sent, dropped, rejected = counters["spans_sent"], counters["spans_dropped"], counters["spans_rejected"]
+    distinct = set(timely) | set(late)
+    late_only = set(late) - set(timely)
+    all_ids = collections.Counter(timely + late)
+    twice = {i for i, n in all_ids.items() if n > 1}
+    print(
+        f"otlp: run {ran:.1f} s, phases at {[round(t - switched[0], 1) for t in switched]} s; emitted {emitted}"
+    )
+    for name, counts in per_phase.items():
+        print(f"  {name}: {dict(counts)}")
+    print(f"  sink: sent {sent}, dropped {dropped}, rejected {rejected}, waiting {counters['spans_waiting']}, "
+          f"requests {counters['requests']}, retries {counters['retries']}, failed {counters['requests_failed']}; "
+          f"lane {lane}; upstream {upstream}")  # fmt: skip
+    print(f"  received: {len(timely)} in time, {len(late)} late ({len(late_only)} only late), "
+          f"{len(distinct)} distinct, {sum(all_ids.values()) - len(all_ids)} duplicates")  # fmt: skip
+
+    assert distinct <= set(range(1, emitted + 1))
+    assert stats["events_in"] == stats["events_out"] + stats["events_dropped"], stats
+    # The sink's span ledger, against what its lane handed it.
+    handed = emitted - upstream - lane_dropped
+    assert counters["spans_waiting"] == 0
+    assert sent + dropped + rejected == handed, (sent, dropped, rejected, handed)
+    # What the receiver answered in time is exactly what the sink counted sent, each once.
+    assert rejected == 0
+    assert len(timely) == len(set(timely)) == sent
+    # Duplicates come only from a late request sent again; a Kernel received only late was counted.
+    assert twice <= set(late)
+    assert len(late_only) <= dropped
+    # The headline: distinct received + counted losses of what was not received = emitted.
+    assert len(distinct) + (dropped - len(late_only)) + lane_dropped + upstream == emitted
+    # Every phase was met, and the faults had effects worth proving.
+    assert all(counts["traces"] for counts in per_phase.values()), per_phase
+    assert late, "no request was answered after the sink's timeout"
+    assert dropped > 0 and lane.get("delivery_failed", 0) > 0, "no batch ran out of its deadline"
+    assert lane.get("queue_full", 0) > 0, "the outage never filled the queue"
+    assert max(distinct) == emitted, "delivery did not resume after the faults"
