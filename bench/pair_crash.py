@@ -32,12 +32,22 @@ def main() -> None:
     parser.add_argument("--sass-period", type=float, default=8.0)
     parser.add_argument("--pc-method", choices=["start_stop", "enable_disable"], default="start_stop",
                         help="enable_disable: PC sampling is disabled between its windows")  # fmt: skip
+    parser.add_argument("--headroom", type=int, default=1,
+                        help="SASS flush buffers this many times the records GetDataProperties reports")  # fmt: skip
     parser.add_argument("--sass-only", action="store_true", help="pair_often without PC sampling")
     parser.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     sampling_pair.claim = lambda kind, name: None
     if args.free == "off":
         sass_api.free_function_names = lambda buffer: None
+    if args.headroom > 1:
+        plain, times = sass_api.FlushBuffer, args.headroom
+
+        class Roomy(plain):  # type: ignore[valid-type,misc]
+            def __init__(self, records: int, instances: int) -> None:
+                super().__init__(records * times, instances)
+
+        sass_api.FlushBuffer = Roomy  # type: ignore[misc]
     path = Path(__file__).with_name("sampling_overhead.py")
     spec = importlib.util.spec_from_file_location("sampling_overhead", path)
     assert spec and spec.loader
@@ -48,7 +58,7 @@ def main() -> None:
     bench.CONDITIONS["pair_often"] = [sass] if args.sass_only else [pcs, sass]
     bench.BUDGETS["pair_often"] = False
     sys.argv = [str(path), *[a for a in args.bench_args if a != "--"]]
-    print(f"pair_crash: both in one process, SASS name free {args.free}, PC {args.pc_method}", flush=True)
+    print(f"pair_crash: both in one process, SASS name free {args.free}, PC {args.pc_method}, headroom {args.headroom}", flush=True)
     bench.main()
 
 
