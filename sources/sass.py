@@ -270,7 +270,7 @@ class SassMetricsSource(CuptiWorkerSource):
                     "cuptiSassMetricsGetDataProperties", sass.data_properties, ctx
                 )
                 if records and instances:
-                    buffer = sass.FlushBuffer(records, instances)
+                    buffer = sass.FlushBuffer(sass.flush_capacity(records, instances), instances)
                     self._call("cuptiSassMetricsFlushData", sass.flush, ctx, buffer)
                 self.stats["flush_s"] += time.perf_counter() - flushing
             finally:
@@ -288,7 +288,7 @@ class SassMetricsSource(CuptiWorkerSource):
                 # A fresh name cache per flush: CUPTI mallocs each record's name and we free them
                 # below, so a pointer seen in an earlier flush may now hold another function's name.
                 out = decode_sass_records(
-                    LiveMemory(), buffer.address, records, instances, self.metric_names, {}
+                    LiveMemory(), buffer.address, buffer.records, instances, self.metric_names, {}
                 )
                 sass.free_function_names(buffer)
                 self.stats["decode_s"] += time.perf_counter() - decoding

@@ -81,3 +81,35 @@ def test_config_defaults_are_duty_cycled() -> None:
     assert cfg.window < cfg.period and cfg.metrics == ["smsp__sass_inst_executed"]
     with pytest.raises(ConfigError, match="granularity"):
         convert({"type": "sass", "granularity": "warp"}, SassConfig, "sources[0]")
+
+
+def test_room_cupti_left_empty_decodes_to_nothing() -> None:
+    """Flush buffers are larger than the records GetDataProperties reported (kernels patched after
+    the query add records); the entries CUPTI did not fill are zero and must not become records."""
+    from cuptistream.cupti.sampling_decode import _SASS_DATA
+
+    capture, expected = _decode()
+    memory = SnapshotMemory.from_json(capture["memory"])
+    address, n = capture["address"], capture["num_records"]
+    start = next(a for a, blob in memory.regions.items() if a <= address < a + len(blob))
+    blob = memory.regions.pop(start)
+    end = address + n * _SASS_DATA.size - start
+    memory.regions[start] = blob[:end] + bytes(3 * n * _SASS_DATA.size) + blob[end:]
+    records = decode_sass_records(
+        memory, address, 4 * n, capture["num_instances"],
+        {int(k): v for k, v in capture["metric_names"].items()},
+    )  # fmt: skip
+    assert records == expected
+
+
+def test_flush_capacity_leaves_room_within_a_bound() -> None:
+    from cuptistream.cupti import sass_api
+
+    assert sass_api.flush_capacity(100, 1) == 100 + sass_api.FLUSH_MIN_EXTRA
+    assert sass_api.flush_capacity(80_000, 1) == 4 * 80_000
+    import ctypes
+
+    per_record = ctypes.sizeof(sass_api.MetricsData) + 132 * ctypes.sizeof(sass_api.InstanceValue)
+    big = sass_api.flush_capacity(100_000, 132)  # SM granularity: 132 instances per record
+    assert big > 100_000 and big * per_record <= sass_api.FLUSH_MAX_BYTES
+    assert sass_api.flush_capacity(10**7, 132) == 10**7  # never fewer than reported

@@ -171,7 +171,8 @@ def decode_sass_records(
     metric_names: dict[int, str],
     names: dict[int, str] | None = None,
 ) -> list[SassRecord]:
-    """Decode ``num_records`` ``CUpti_SassMetrics_Data`` at ``address``.
+    """Decode up to ``num_records`` ``CUpti_SassMetrics_Data`` at ``address`` (entries CUPTI left
+    empty, no cubin CRC and no function name, are skipped).
 
     Each record carries ``num_instances`` (metric id, value) pairs. Records of the same instruction
     (same cubin, function and pc offset) are merged, so a record per metric and a record holding
@@ -185,6 +186,8 @@ def decode_sass_records(
     raw = memory.read(address, num_records * _SASS_DATA.size)
     merged: dict[tuple[int, int, str, int], SassRecord] = {}
     for _, _, crc, function_index, function_pointer, pc_offset, values_at in _SASS_DATA.iter_unpack(raw):
+        if not crc and not function_pointer:
+            continue  # room CUPTI did not fill: buffers are larger than the records it reported
         function = _name(memory, function_pointer, names)
         key = (crc, function_index, function, pc_offset)
         out = merged.get(key)

@@ -246,6 +246,23 @@ def data_properties(ctx: int) -> tuple[int, int]:
     return int(params.numOfPatchedInstructionRecords), int(params.numOfInstances)
 
 
+# Kernels the program launches between GetDataProperties and FlushData are patched too and add
+# records. A buffer sized to the query was outgrown under a torch transformer (78k records per 0.5 s
+# window), FlushData returned CUPTI_ERROR_OUT_OF_MEMORY and the heap was corrupt: a segfault, 6 runs
+# of 6 on the H100; with 4x room, none (docs/gpu-validation.md).
+FLUSH_HEADROOM = 4
+FLUSH_MIN_EXTRA = 1024
+FLUSH_MAX_BYTES = 256 << 20
+
+
+def flush_capacity(records: int, instances: int) -> int:
+    """Records a FlushData buffer holds: ``FLUSH_HEADROOM`` times what GetDataProperties reported (at
+    least ``FLUSH_MIN_EXTRA`` more), within ``FLUSH_MAX_BYTES``; never fewer than ``records``."""
+    per_record = ctypes.sizeof(MetricsData) + instances * ctypes.sizeof(InstanceValue)
+    wanted = max(records * FLUSH_HEADROOM, records + FLUSH_MIN_EXTRA)
+    return max(records, min(wanted, FLUSH_MAX_BYTES // per_record))
+
+
 class FlushBuffer:
     """Room for ``records`` x ``instances`` values, laid out as FlushData expects."""
 
