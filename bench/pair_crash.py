@@ -1,19 +1,22 @@
-"""Diagnose the crash of PC sampling together with SASS metrics (docs/gpu-validation.md, issue 17).
+"""PC sampling and SASS metrics together in one process: the crash diagnosis (issue 17).
 
-Runs ``bench/sampling_overhead.py`` with the one-source-per-process rule
-(``cuptistream.cupti.sampling_pair``) lifted, so both sources run in one process, and with the SASS
-source's ``free`` of each record's function name either kept (``--free on``, what NVIDIA's sample
-does) or skipped (``--free off``). The PC sampling header says CUPTI may share a function-name string
-between records of several APIs; if SASS frees a string PC sampling still uses, the heap is corrupt.
+Runs ``bench/sampling_overhead.py`` with both sources in one process and a SASS window often. Before
+0f1ee91 a torch transformer crashed this way (segfault, heap corruption), 9 runs of 9 on the H100.
+The knobs are the hypotheses tried, in docs/gpu-validation.md:
+
+- ``--free off``: skip the SASS source's ``free`` of each record's function name (if CUPTI shared
+  one with PC sampling). Still crashed: not the cause.
+- ``--pc-method enable_disable``: PC sampling disabled between its windows. Still crashed.
+- ``--headroom N``: flush buffers N times what GetDataProperties reported. Every crash followed a
+  FlushData OUT_OF_MEMORY: kernels launched between the query and the flush add records. With 4x
+  room, no crash; the source now always leaves room (``sass_api.flush_capacity``).
 
 The condition ``pair_often`` (added here) runs PC sampling at its defaults and a SASS window every
-``--sass-period`` seconds from 2 s on, ungoverned, so a short run sees several SASS flushes (at the
-default 1% budget the first SASS window can be 200 s away)::
+``--sass-period`` seconds from 2 s on, ungoverned, so a short run sees several SASS flushes::
 
-    python bench/pair_crash.py --free off -- --workload transformer --conditions pair_often --steady 60
+    python bench/pair_crash.py --free on -- --workload transformer --conditions pair_often --steady 60
 
-Everything after ``--`` goes to sampling_overhead.py. The exit status is the bench's: 139 (SIGSEGV)
-is the crash.
+Everything after ``--`` goes to sampling_overhead.py. Exit status 139 (SIGSEGV) is the crash.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from cuptistream.cupti import sampling_pair, sass_api
+from cuptistream.cupti import sass_api
 
 
 def main() -> None:
@@ -37,7 +40,6 @@ def main() -> None:
     parser.add_argument("--sass-only", action="store_true", help="pair_often without PC sampling")
     parser.add_argument("bench_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    sampling_pair.claim = lambda kind, name: None
     if args.free == "off":
         sass_api.free_function_names = lambda buffer: None
     if args.headroom > 1:

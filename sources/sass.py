@@ -26,7 +26,6 @@ from typing import Any, Literal
 import msgspec
 
 from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
-from cuptistream.cupti import sampling_pair
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.contexts import (
     CONTEXT_CREATED,
@@ -51,11 +50,13 @@ EVENT_RECORDS = 200  # instruction records per sass_metrics event (see window())
 _kept_configs: dict[int, list[tuple[int, int]]] = {}
 
 # Under a budget: the longest pause between windows, the shortest window, and the cost per second of
-# open window assumed until one is measured: the window itself, plus Enable/Flush/Disable (about
-# 0.8 s a window for a torch MLP on the H100, docs/benchmarks.md).
+# open window assumed until one is measured. A window's cost grows with the kernels it patches, not
+# its length: about 0.8 s for a torch MLP, but 4.9 s of program time for one 0.25 s window of a
+# transformer on the H100 (66k records; FlushData 5.6 s, Disable 1.7 s; measured unit cost 25.8,
+# docs/benchmarks.md). The prior is near the costly case, so the first window does not overspend.
 _MAX_PAUSE_S = 1800.0
 _MIN_WINDOW_S = 0.02
-_PRIOR_UNIT_COST = 4.0
+_PRIOR_UNIT_COST = 20.0
 
 
 class SassConfig(SourceConfig):
@@ -110,7 +111,6 @@ class SassMetricsSource(CuptiWorkerSource):
                 "SASS metrics cannot start after CUPTI was detached earlier in this process "
                 "(a crash was seen on CUPTI 13.0); start the sass source in the process's first session"
             )
-        sampling_pair.claim("sass", self.name)
         cfg = self.config
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # one window at a time; stop() waits for it
@@ -148,7 +148,6 @@ class SassMetricsSource(CuptiWorkerSource):
                     break
         except BaseException:
             self._release()
-            sampling_pair.release("sass", self.name)
             raise
         self._start_worker(self._run)
 
@@ -177,7 +176,6 @@ class SassMetricsSource(CuptiWorkerSource):
                 self._lock.release()
         self._configured = False
         self._release()
-        sampling_pair.release("sass", self.name)
 
     # --- contexts -----------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ import threading
 from typing import Any
 
 from cuptistream.cupti import pcsampling_api as pcs
-from cuptistream.cupti import sampling_pair
 from cuptistream.cupti.contexts import (
     CONTEXT_CREATED,
     CONTEXT_DESTROY_STARTING,
@@ -46,12 +45,7 @@ class PcSamplingSource(CuptiWorkerSource):
         from cuptistream.cupti import driver
 
         driver.require_gpu()
-        sampling_pair.claim("pc_sampling", self.name)
-        try:
-            self._start()
-        except BaseException:
-            sampling_pair.release("pc_sampling", self.name)
-            raise
+        self._start()
 
     def _start(self) -> None:
         self._sampled: dict[int, SampledContext] = {}  # ctx -> its state: attach adds, detach removes
@@ -116,7 +110,6 @@ class PcSamplingSource(CuptiWorkerSource):
         self._drains.decode_filled()
         self._cubins.write()
         self._release()
-        sampling_pair.release("pc_sampling", self.name)
 
     def _release(self) -> None:
         if self._schedule.hook is not None:
