@@ -9,16 +9,7 @@ from __future__ import annotations
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
-from cuptistream.events import (
-    ApiCall,
-    Event,
-    GraphLaunch,
-    Kernel,
-    Memcpy,
-    Memset,
-    NvtxRange,
-    Synchronization,
-)
+from cuptistream.events import ApiCall, Event, GraphLaunch, Kernel, Memcpy, Memset, NvtxRange, Synchronization
 
 from .otlp_common import AttrValue
 
@@ -32,54 +23,33 @@ def describe(
 ) -> tuple[str, dict[str, AttrValue | None], Status | None]:
     """The span name, attributes and status of ``ev``; ``devices`` maps a device id to its (uuid, name)."""
     if isinstance(ev, Kernel):
-        return (
-            ev.demangled_name or ev.name,
-            {
-                "cuda.activity.kind": "kernel",
-                **_device(devices, ev.device_id),
-                **_stream(ev),
-                "cuda.kernel.name": ev.name,
-                **_xyz("cuda.kernel.grid", ev.grid),
-                **_xyz("cuda.kernel.block", ev.block),
-                "cuda.kernel.registers_per_thread": ev.registers_per_thread,
-                "cuda.kernel.shared_memory.static": ev.static_shared_bytes,
-                "cuda.kernel.shared_memory.dynamic": ev.dynamic_shared_bytes,
-                "cuda.kernel.local_memory_per_thread": ev.local_memory_per_thread,
-                **_graph(ev.graph_id, ev.graph_node_id),
-            },
-            None,
-        )
+        kernel: dict[str, AttrValue | None] = {
+            "cuda.kernel.name": ev.name,
+            **_xyz("cuda.kernel.grid", ev.grid),
+            **_xyz("cuda.kernel.block", ev.block),
+            "cuda.kernel.registers_per_thread": ev.registers_per_thread,
+            "cuda.kernel.shared_memory.static": ev.static_shared_bytes,
+            "cuda.kernel.shared_memory.dynamic": ev.dynamic_shared_bytes,
+            "cuda.kernel.local_memory_per_thread": ev.local_memory_per_thread,
+        }
+        return ev.demangled_name or ev.name, _work("kernel", ev, devices, kernel), None
     if isinstance(ev, Memcpy):
-        return (
-            f"memcpy {ev.copy_kind}",
-            {
-                "cuda.activity.kind": "memcpy",
-                **_device(devices, ev.device_id),
-                **_stream(ev),
-                "cuda.memcpy.kind": ev.copy_kind,
-                "cuda.memcpy.bytes": ev.bytes,
-                "cuda.memcpy.src_kind": ev.src_kind,
-                "cuda.memcpy.dst_kind": ev.dst_kind,
-                "cuda.memcpy.src_device.id": ev.src_device_id,
-                "cuda.memcpy.dst_device.id": ev.dst_device_id,
-                **_graph(ev.graph_id, ev.graph_node_id),
-            },
-            None,
-        )
+        memcpy: dict[str, AttrValue | None] = {
+            "cuda.memcpy.kind": ev.copy_kind,
+            "cuda.memcpy.bytes": ev.bytes,
+            "cuda.memcpy.src_kind": ev.src_kind,
+            "cuda.memcpy.dst_kind": ev.dst_kind,
+            "cuda.memcpy.src_device.id": ev.src_device_id,
+            "cuda.memcpy.dst_device.id": ev.dst_device_id,
+        }
+        return f"memcpy {ev.copy_kind}", _work("memcpy", ev, devices, memcpy), None
     if isinstance(ev, Memset):
-        return (
-            "memset",
-            {
-                "cuda.activity.kind": "memset",
-                **_device(devices, ev.device_id),
-                **_stream(ev),
-                "cuda.memset.bytes": ev.bytes,
-                "cuda.memset.value": ev.value,
-                "cuda.memset.memory_kind": ev.memory_kind,
-                **_graph(ev.graph_id, ev.graph_node_id),
-            },
-            None,
-        )
+        memset: dict[str, AttrValue | None] = {
+            "cuda.memset.bytes": ev.bytes,
+            "cuda.memset.value": ev.value,
+            "cuda.memset.memory_kind": ev.memory_kind,
+        }
+        return "memset", _work("memset", ev, devices, memset), None
     if isinstance(ev, Synchronization):
         return (
             f"sync {ev.sync_type}",
@@ -135,6 +105,22 @@ def describe(
         },
         None,
     )
+
+
+def _work(
+    kind: str,
+    ev: Kernel | Memcpy | Memset,
+    devices: dict[int, tuple[str, str]],
+    attrs: dict[str, AttrValue | None],
+) -> dict[str, AttrValue | None]:
+    """A kernel's, copy's or memset's attributes: its kind, device and stream, ``attrs``, its graph node."""
+    return {
+        "cuda.activity.kind": kind,
+        **_device(devices, ev.device_id),
+        **_stream(ev),
+        **attrs,
+        **_graph(ev.graph_id, ev.graph_node_id),
+    }
 
 
 def _stream(ev: Kernel | Memcpy | Memset | Synchronization | GraphLaunch) -> dict[str, AttrValue | None]:
