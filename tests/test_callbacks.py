@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import cuptistream
+from cuptistream import events as ev
 from cuptistream.codec import Chunk, decode_events
 from cuptistream.component import Emitter
 from cuptistream.config import load as load_config
@@ -27,15 +28,6 @@ from cuptistream.cupti.contexts import ModuleResourceData
 from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Subscriber, SubscriberBusy
 from cuptistream.errors import ConfigError
-from cuptistream.events import (
-    ApiCall,
-    Event,
-    GraphNode,
-    NvtxMarker,
-    NvtxRange,
-    ResourceChange,
-    Synchronization,
-)
 from cuptistream.sources.callbacks import CallbacksConfig, CallbackSource
 from cuptistream.sources.callbacks.structs import (
     EventAttributes,
@@ -53,12 +45,12 @@ class MemoryEmitter(Emitter):
     """Collects what a source emits, as the pipeline's intake would receive it."""
 
     def __init__(self, fail: bool = False) -> None:
-        self.events: list[Event] = []
+        self.events: list[ev.Event] = []
         self.losses: list[tuple[str, str, int]] = []
         self.errors: list[tuple[str, str, str]] = []
         self.fail = fail
 
-    def emit(self, events: Sequence[Event]) -> None:
+    def emit(self, events: Sequence[ev.Event]) -> None:
         if self.fail:
             raise RuntimeError("pipeline is gone")
         self.events.extend(events)
@@ -125,7 +117,7 @@ class Harness:
         )
         self.fire(NVTX, cbid, data)
 
-    def events(self) -> list[Event]:
+    def events(self) -> list[ev.Event]:
         self.source.flush()
         return self.emitter.events
 
@@ -182,7 +174,7 @@ def test_nested_push_pop_ranges_have_per_thread_depth() -> None:
     worker.start()
     worker.join()
     h.nvtx(11)  # a pop with nothing pushed (pushed before we subscribed) is ignored
-    ranges = [e for e in h.events() if isinstance(e, NvtxRange)]
+    ranges = [e for e in h.events() if isinstance(e, ev.NvtxRange)]
     h.source.stop()
     assert sorted((r.name, r.depth) for r in ranges) == [
         ("m0", 0), ("m1", 1), ("m2", 2), ("m3", 3), ("w0", 0), ("w1", 1), ("w2", 2)
@@ -219,8 +211,8 @@ def test_ex_attributes_domains_registered_strings_markers_and_start_end() -> Non
     ended.join()
     events = h.events()
     h.source.stop()
-    ranges = {e.name: e for e in events if isinstance(e, NvtxRange)}
-    markers = {e.name: e for e in events if isinstance(e, NvtxMarker)}
+    ranges = {e.name: e for e in events if isinstance(e, ev.NvtxRange)}
+    markers = {e.name: e for e in events if isinstance(e, ev.NvtxMarker)}
     assert ranges["forward"].domain == "trainer" and ranges["forward"].color == 0xFF00FF00
     assert (
         ranges["load"].range_id == 42 and ranges["load"].payload == -3 and ranges["load"].color == 0x80112233
@@ -243,7 +235,7 @@ def test_api_calls_pair_entry_and_exit_by_correlation_id() -> None:
                 callbackSite=site, correlationId=corr, functionReturnValue=ctypes.addressof(status)
             )
             h.fire(RUNTIME, launch, data)
-    calls = [e for e in h.events() if isinstance(e, ApiCall)]
+    calls = [e for e in h.events() if isinstance(e, ev.ApiCall)]
     h.source.stop()
     assert [(c.name, c.correlation_id, c.domain) for c in calls] == [
         ("cudaLaunchKernel", 5, "runtime"), ("cudaLaunchKernel", 6, "runtime")
@@ -270,7 +262,7 @@ def test_resource_and_synchronize_callbacks() -> None:
     h.fire(SYNC, 1, _SynchronizeData(context=0x1007, stream=0x2009))
     events = h.events()
     h.source.stop()
-    resources = [e for e in events if isinstance(e, ResourceChange)]
+    resources = [e for e in events if isinstance(e, ev.ResourceChange)]
     assert [r.operation for r in resources] == [
         "context_create",
         "stream_create",
@@ -280,12 +272,12 @@ def test_resource_and_synchronize_callbacks() -> None:
     assert resources[1].stream_id == 0x2009 % 1000 and resources[0].context_id == 0x1007 % 1000
     assert resources[2].module_id == 12 and resources[2].cubin_size == len(cubin.raw)
     assert resources[2].cubin_crc == sum(cubin.raw) == resources[3].cubin_crc
-    graphs = [e for e in events if isinstance(e, GraphNode)]
+    graphs = [e for e in events if isinstance(e, ev.GraphNode)]
     assert [(g.operation, g.graph_id, g.node_id, g.node_type, g.original_node_id) for g in graphs] == [
         ("node_create", 0x3005 % 1000, 0x4006 % 1000, "kernel", 0),
         ("node_clone", 0x3008 % 1000, 0x4010 % 1000, "kernel", 0x4006 % 1000),
     ]
-    (sync,) = [e for e in events if isinstance(e, Synchronization)]
+    (sync,) = [e for e in events if isinstance(e, ev.Synchronization)]
     assert sync.sync_type == "stream_synchronize" and sync.stream_id == 0x2009 % 1000
 
 

@@ -13,19 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from cuptistream import events as ev
 from cuptistream.config import convert
-from cuptistream.events import (
-    ApiCall,
-    Batch,
-    ClockSync,
-    Event,
-    GraphLaunch,
-    Kernel,
-    Memcpy,
-    Memset,
-    NvtxRange,
-    Synchronization,
-)
 from tests.gpu.workloads.collect import Collect
 from tests.otlp_batches import make_batch, step_events
 from tests.otlp_receiver import OtlpReceiver
@@ -33,17 +22,17 @@ from tests.test_otlp import attrs, deliver, sink_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KINDS: dict[type, str] = {
-    Kernel: "kernel",
-    Memcpy: "memcpy",
-    Memset: "memset",
-    Synchronization: "synchronization",
-    GraphLaunch: "graph_launch",
-    ApiCall: "api",
-    NvtxRange: "nvtx",
+    ev.Kernel: "kernel",
+    ev.Memcpy: "memcpy",
+    ev.Memset: "memset",
+    ev.Synchronization: "synchronization",
+    ev.GraphLaunch: "graph_launch",
+    ev.ApiCall: "api",
+    ev.NvtxRange: "nvtx",
 }
 
 
-def replayed_events() -> list[Event]:
+def replayed_events() -> list[ev.Event]:
     from cuptistream.sources.replay import ReplayConfig, ReplaySource
 
     emitter = Collect()  # decodes inline (no collector process needed here)
@@ -53,18 +42,18 @@ def replayed_events() -> list[Event]:
     return emitter.events
 
 
-def _innermost_range(call: ApiCall, ranges: list[NvtxRange]) -> NvtxRange | None:
+def _innermost_range(call: ev.ApiCall, ranges: list[ev.NvtxRange]) -> ev.NvtxRange | None:
     enclosing = [
         r for r in ranges if r.thread_id == call.thread_id and r.start <= call.start and call.end <= r.end
     ]
     return max(enclosing, key=lambda r: (r.start, r.depth), default=None)
 
 
-def check_sink_against_events(receiver: OtlpReceiver, events: list[Event], batch_size: int) -> None:
-    batches: list[Batch] = []
+def check_sink_against_events(receiver: OtlpReceiver, events: list[ev.Event], batch_size: int) -> None:
+    batches: list[ev.Batch] = []
     for seq, start in enumerate(range(0, len(events), batch_size)):
         batch = make_batch(events[start : start + batch_size], seq=seq)
-        batch.clock = ClockSync(cupti_ns=0, unix_ns=0)  # the fixtures' CUPTI timestamps are the epoch times
+        batch.clock = ev.ClockSync(cupti_ns=0, unix_ns=0)  # the fixtures' CUPTI timestamps are the epoch times
         batches.append(batch)
     sink = sink_for(receiver.endpoint, signals=["traces", "metrics"], reorder_window="1h")
     assert deliver(sink, *batches) == []
@@ -75,7 +64,7 @@ def check_sink_against_events(receiver: OtlpReceiver, events: list[Event], batch
     assert len({s.span_id for s in spans}) == len(spans)
 
     # Times: every kernel span matches a kernel event exactly (epoch ns = CUPTI ns + offset 0).
-    kernels = [e for e in events if isinstance(e, Kernel)]
+    kernels = [e for e in events if isinstance(e, ev.Kernel)]
     kernel_spans = [s for s in spans if attrs(s)["cuda.activity.kind"] == "kernel"]
     assert sorted((s.start_time_unix_nano, s.end_time_unix_nano) for s in kernel_spans) == sorted(
         (k.start, k.end) for k in kernels
@@ -95,12 +84,12 @@ def check_sink_against_events(receiver: OtlpReceiver, events: list[Event], batch
             assert s.parent_span_id == runtime[a["cuda.correlation_id"]].span_id
             assert s.trace_id == runtime[a["cuda.correlation_id"]].trace_id
             linked += 1
-    calls = [e for e in events if isinstance(e, ApiCall) and e.domain == "runtime"]
-    work_ids = {e.correlation_id for e in events if isinstance(e, Kernel | Memcpy | Memset)}
+    calls = [e for e in events if isinstance(e, ev.ApiCall) and e.domain == "runtime"]
+    work_ids = {e.correlation_id for e in events if isinstance(e, ev.Kernel | ev.Memcpy | ev.Memset)}
     assert linked >= sum(1 for c in calls if c.correlation_id in work_ids)
 
     # NVTX: a runtime call inside a range on its thread hangs under the innermost such range.
-    ranges = [e for e in events if isinstance(e, NvtxRange)]
+    ranges = [e for e in events if isinstance(e, ev.NvtxRange)]
     nvtx_spans = {
         (attrs(s)["thread.id"], s.start_time_unix_nano): s
         for s in spans
@@ -142,6 +131,6 @@ def test_checker_on_the_hand_built_step() -> None:
 @pytest.mark.skipif(not any(FIXTURES.glob("*.cupti")), reason="no real-GPU fixtures in tests/fixtures yet")
 def test_real_gpu_fixtures_through_the_sink() -> None:
     events = replayed_events()
-    assert any(isinstance(e, Kernel) for e in events)
+    assert any(isinstance(e, ev.Kernel) for e in events)
     with OtlpReceiver() as receiver:
         check_sink_against_events(receiver, events, batch_size=8192)
