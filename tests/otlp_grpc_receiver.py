@@ -22,6 +22,8 @@ from opentelemetry.proto.collector.profiles.v1development import (
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from tests.otlp_receiver import data_points_in, log_records_in, spans_in
+
 PATHS = {
     "traces": "/v1/traces",
     "metrics": "/v1/metrics",
@@ -153,29 +155,10 @@ class OtlpGrpcReceiver:
             return [c.message for c in self.calls if c.signal == signal and c.message is not None]
 
     def spans(self) -> list[Any]:
-        return [
-            s
-            for m in self.messages("traces")
-            for rs in m.resource_spans
-            for ss in rs.scope_spans
-            for s in ss.spans
-        ]
+        return spans_in(self.messages("traces"))
 
     def log_records(self) -> list[Any]:
-        return [
-            r
-            for m in self.messages("logs")
-            for rl in m.resource_logs
-            for sl in rl.scope_logs
-            for r in sl.log_records
-        ]
+        return log_records_in(self.messages("logs"))
 
     def data_points(self) -> list[tuple[str, Any]]:
-        return [
-            (metric.name, point)
-            for m in self.messages("metrics")
-            for rm in m.resource_metrics
-            for sm in rm.scope_metrics
-            for metric in sm.metrics
-            for point in (metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points)
-        ]
+        return data_points_in(self.messages("metrics"))

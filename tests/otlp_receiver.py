@@ -18,6 +18,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from tests.loopback_http import LoopbackServer, QuietHandler
 
 REQUESTS: dict[str, type[Message]] = {
     "/v1/traces": ExportTraceServiceRequest,
@@ -98,7 +101,33 @@ def otlp_json_to_message(data: bytes, cls: type[Message]) -> Message:
     return json_format.ParseDict(tree, cls())
 
 
-class OtlpReceiver:
+def nested(messages: Iterable[Any], *fields: str) -> list[Any]:
+    """Every item at the end of the path ``fields`` in each message, e.g. the spans of export
+    requests: ``nested(requests, "resource_spans", "scope_spans", "spans")``."""
+    items = list(messages)
+    for name in fields:
+        items = [item for parent in items for item in getattr(parent, name)]
+    return items
+
+
+def spans_in(requests: Iterable[Any]) -> list[Any]:
+    return nested(requests, "resource_spans", "scope_spans", "spans")
+
+
+def log_records_in(requests: Iterable[Any]) -> list[Any]:
+    return nested(requests, "resource_logs", "scope_logs", "log_records")
+
+
+def data_points_in(requests: Iterable[Any]) -> list[tuple[str, Any]]:
+    """(metric name, data point) of every sum and gauge point."""
+    return [
+        (metric.name, point)
+        for metric in nested(requests, "resource_metrics", "scope_metrics", "metrics")
+        for point in (metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points)
+    ]
+
+
+class OtlpReceiver(LoopbackServer):
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.script: dict[str, deque[Answer]] = {path: deque() for path in REQUESTS}
@@ -106,32 +135,16 @@ class OtlpReceiver:
         self.lock = threading.Lock()
         receiver = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(length)
                 receiver._handle(self, raw)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> OtlpReceiver:
-        self.thread.start()
-        return self
+        super().__init__(Handler)
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__exit__(exc_type, *exc)
         if exc_type is None:
             self.assert_conventions()
 
@@ -208,32 +221,13 @@ class OtlpReceiver:
             return [r.message for r in self.received if r.path == path and r.message is not None]
 
     def spans(self) -> list[Any]:
-        return [
-            span
-            for m in self.messages("/v1/traces")
-            for rs in m.resource_spans
-            for ss in rs.scope_spans
-            for span in ss.spans
-        ]
+        return spans_in(self.messages("/v1/traces"))
 
     def data_points(self) -> list[tuple[str, Any]]:
-        return [
-            (metric.name, point)
-            for m in self.messages("/v1/metrics")
-            for rm in m.resource_metrics
-            for sm in rm.scope_metrics
-            for metric in sm.metrics
-            for point in (metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points)
-        ]
+        return data_points_in(self.messages("/v1/metrics"))
 
     def log_records(self) -> list[Any]:
-        return [
-            rec
-            for m in self.messages("/v1/logs")
-            for rl in m.resource_logs
-            for sl in rl.scope_logs
-            for rec in sl.log_records
-        ]
+        return log_records_in(self.messages("/v1/logs"))
 
     def count(self, path: str) -> int:
         with self.lock:

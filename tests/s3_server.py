@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
+from tests.loopback_http import LoopbackServer, QuietHandler
+
 
 @dataclass
 class S3Object:
@@ -40,7 +42,7 @@ class S3Object:
     modified: int  # microseconds since the epoch, unique
 
 
-class S3Server:
+class S3Server(LoopbackServer):
     def __init__(self) -> None:
         self.objects: dict[str, S3Object] = {}  # "bucket/key"
         self.lock = threading.Lock()
@@ -48,9 +50,7 @@ class S3Server:
         self._last_modified = 0
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 server._get(self, body=True)
 
@@ -66,16 +66,7 @@ class S3Server:
             def do_POST(self) -> None:
                 server._post(self)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(Handler)
 
     def env(self) -> dict[str, str]:
         """What ``AmazonS3Builder::from_env()`` in the broker needs to use this server."""
@@ -83,14 +74,6 @@ class S3Server:
             "AWS_ENDPOINT": self.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
         }  # fmt: skip
-
-    def __enter__(self) -> S3Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def batches(self) -> int:
         """Record batches the broker has stored (tansu keeps one object per batch)."""
