@@ -35,11 +35,13 @@ TID = 7
 UUID = "GPU-0b5c7f2e-1111-2222-3333-444455556666"
 
 
-def api(corr: int, start: int, end: int, name: str = "cudaLaunchKernel", domain: str = "runtime") -> ApiCall:
+def api(
+    corr: int, start: int, end: int, name: str = "cudaLaunchKernel", domain: str = "runtime", cbid: int = 211
+) -> ApiCall:
     return ApiCall(
         domain=domain,
         name=name,
-        cbid=211,
+        cbid=cbid,
         start=start,
         end=end,
         process_id=4242,
@@ -68,16 +70,7 @@ def step_events() -> list[Event]:
     """One step: NVTX "step" ⊃ "forward" ⊃ a launch; copies, memset, sync and a graph launch in "step"."""
     return [
         api(1, 300, 400),
-        ApiCall(
-            domain="driver",
-            name="cuLaunchKernel",
-            cbid=307,
-            start=310,
-            end=390,
-            process_id=4242,
-            thread_id=TID,
-            correlation_id=1,
-        ),
+        api(1, 310, 390, "cuLaunchKernel", "driver", cbid=307),
         NvtxRange(name="forward", start=200, end=5000, thread_id=TID, depth=1, domain="torch"),
         kernel(1, 1000, 2000),
         api(2, 5500, 5600, "cudaMemcpyAsync"),
