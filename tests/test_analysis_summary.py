@@ -24,17 +24,13 @@ from cuptistream.analysis.records import Part, Recording
 from cuptistream.analysis.select import Selection, parse_ids, parse_time
 from cuptistream.analysis.summary import Report, summarize
 from cuptistream.cli import main
-from tests.helpers.fixture_recording import FIXTURES, Process, fixture_processes, write_recording
-
-
-@pytest.fixture(scope="module")
-def processes() -> list[Process]:
-    return fixture_processes()
-
-
-@pytest.fixture(scope="module")
-def recording(processes: list[Process], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_recording(tmp_path_factory.mktemp("rec") / "out", processes, batch_events=100)
+from tests.helpers.fixture_recording import (  # noqa: F401 - the fixtures
+    FIXTURES,
+    Process,
+    processes_fixture,
+    recording_fixture,
+    write_recording,
+)
 
 
 def _all(processes: list[Process], cls: type) -> list:

@@ -16,19 +16,9 @@ from cuptistream.analysis.records import Recording
 from cuptistream.analysis.select import Selection, parse_time
 from cuptistream.analysis.trace_export import export_trace
 from cuptistream.cli import main
-from tests.helpers.fixture_recording import Process, fixture_processes, write_recording
+from tests.helpers.fixture_recording import Process, processes_fixture, recording_fixture  # noqa: F401 - the fixtures
 
 _LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
-
-
-@pytest.fixture(scope="module")
-def processes() -> list[Process]:
-    return fixture_processes()
-
-
-@pytest.fixture(scope="module")
-def recording(processes: list[Process], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_recording(tmp_path_factory.mktemp("rec") / "out", processes, batch_events=100)
 
 
 def _load(path: Path) -> dict:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from cuptistream import events as ev
 from cuptistream.codec import encode_batch_object
@@ -112,3 +113,17 @@ if __name__ == "__main__":  # python -m tests.helpers.fixture_recording OUT_DIR
     import sys
 
     print(write_recording(Path(sys.argv[1]), fixture_processes()))
+
+
+# pytest fixtures for the tests of the analysis views; a test module imports them by these names.
+
+
+@pytest.fixture(scope="module", name="processes")
+def processes_fixture() -> list[Process]:
+    return fixture_processes()
+
+
+@pytest.fixture(scope="module", name="recording")
+def recording_fixture(processes: list[Process], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixtures' recording, 100 events a batch (many batches, so a selection can skip some)."""
+    return write_recording(tmp_path_factory.mktemp("rec") / "out", processes, batch_events=100)
