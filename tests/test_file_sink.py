@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers.batchgen import batch_bytes, outgoing
+from helpers.batchgen import batch_bytes, outgoing, run_sink
 
 from cuptistream import segments
 from cuptistream.codec import decode_batch, encode_batch_object
@@ -23,16 +23,6 @@ from cuptistream.sinks.file import FileSink, FileSinkConfig
 
 def make_config(**settings: object) -> FileSinkConfig:
     return convert({"type": "file", **settings}, FileSinkConfig, "sinks[0]")
-
-
-def run_sink(sink: FileSink, batches: list[OutgoingBatch]) -> None:
-    async def main() -> None:
-        await sink.open()
-        for batch in batches:
-            await sink.write(batch)
-        await sink.close()
-
-    trio.run(main)
 
 
 def names(directory: Path) -> list[str]:

@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import trio
-from helpers.batchgen import outgoing
+from helpers.batchgen import outgoing, run_sink
 
 from cuptistream import jsonl
 from cuptistream.config import convert
@@ -49,12 +48,5 @@ def test_stdout_sink_reports_a_closed_pipe_as_a_delivery_error() -> None:
 def test_null_sink_counts_events_and_bytes() -> None:
     sink = NullSink(convert({"type": "null"}, NullSinkConfig, "sinks[0]"))
     batches = [outgoing(seq, count) for seq, count in enumerate([10, 0, 7])]
-
-    async def main() -> None:
-        await sink.open()
-        for batch in batches:
-            await sink.write(batch)
-        await sink.close()
-
-    trio.run(main)
+    run_sink(sink, batches)
     assert sink.stats() == {"batches": 3, "events": 17, "bytes": sum(len(b.data) for b in batches)}

@@ -1,12 +1,15 @@
 """Deterministic batches of varied events for the file, reader and stdout tests (and their child
-processes): batch ``seq`` always has the same events, so a reader can check contents exactly."""
+processes): batch ``seq`` always has the same events, so a reader can check contents exactly.
+``run_sink`` writes batches through a sink from open to close."""
 
 from __future__ import annotations
 
 import random
 
+import trio
+
 from cuptistream.codec import Chunk, encode_batch, encode_chunk
-from cuptistream.component import OutgoingBatch
+from cuptistream.component import OutgoingBatch, Sink
 from cuptistream.events import (
     SCHEMA_VERSION,
     ClockSync,
@@ -110,3 +113,15 @@ def batch_bytes(seq: int, count: int, kinds: bool = False, chunk: int = 1000) ->
 
 def outgoing(seq: int, count: int, kinds: bool = False) -> OutgoingBatch:
     return OutgoingBatch(data=batch_bytes(seq, count, kinds), seq=seq, event_count=count)
+
+
+def run_sink(sink: Sink, batches: list[OutgoingBatch]) -> None:
+    """Opens ``sink``, writes ``batches`` in order and closes it, in one trio run."""
+
+    async def main() -> None:
+        await sink.open()
+        for batch in batches:
+            await sink.write(batch)
+        await sink.close()
+
+    trio.run(main)
