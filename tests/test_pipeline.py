@@ -13,6 +13,7 @@ from cuptistream.codec import decode_batch
 from cuptistream.component import OutgoingBatch
 from cuptistream.config import QueueConfig
 from cuptistream.events import Kernel, SelfStats
+from cuptistream.pipeline import ShutdownReport
 from tests.pipeline_helpers import MemorySink
 
 
@@ -39,6 +40,21 @@ def _config(intake_policy: str = "drop_newest", budget: str = "64MiB", deadline:
 def _emit(session: cuptistream.Session, total: int, chunk: int = 100) -> None:
     for start in range(0, total, chunk):
         session.emitter.emit(_kernels(start, chunk))
+
+
+def _big_queue() -> QueueConfig:
+    """A lane queue of 64 MiB, more than these tests ever queue (it would block, not drop, if full)."""
+    return QueueConfig(max_bytes=64 << 20, full_policy="block")
+
+
+def _past_deadline(sink: MemorySink) -> ShutdownReport:
+    """1,000 events through ``sink``, shut down with a 300 ms deadline that ``sink`` makes the
+    pipeline miss; the shutdown report."""
+    with cuptistream.session(_config(deadline="300ms"), sinks=[sink], quiet=True) as session:
+        _emit(session, 1_000)
+    report = session.report
+    assert report is not None and report.deadline_hit
+    return report
 
 
 @pytest.mark.parametrize("policy", ["drop_newest", "drop_oldest"])
@@ -81,9 +97,9 @@ def test_blocked_lane_pushes_back_to_the_intake_policy() -> None:
 
 
 def test_fan_out_delivers_everything_to_two_sinks_and_a_slow_one_does_not_stall_the_other() -> None:
-    fast = MemorySink("fast", queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    fast = MemorySink("fast", queue=_big_queue())
     slow = MemorySink("slow", delay=0.05, queue=QueueConfig(max_bytes=30_000, full_policy="drop_newest"))
-    other = MemorySink("other", queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    other = MemorySink("other", queue=_big_queue())
     with cuptistream.session(_config(), sinks=[fast, other], quiet=True) as session:
         _emit(session, 30_000)
     assert [k.correlation_id for k in fast.kernels()] == list(range(30_000))
@@ -96,7 +112,7 @@ def test_fan_out_delivers_everything_to_two_sinks_and_a_slow_one_does_not_stall_
 
 
 def test_shutdown_drains_what_is_queued() -> None:
-    slow = MemorySink("slow", delay=0.01, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    slow = MemorySink("slow", delay=0.01, queue=_big_queue())
     with cuptistream.session(_config(), sinks=[slow], quiet=True) as session:
         _emit(session, 10_000)
     assert len(slow.kernels()) == 10_000
@@ -108,11 +124,8 @@ def test_shutdown_drains_what_is_queued() -> None:
 
 
 def test_shutdown_deadline_reports_what_was_not_delivered() -> None:
-    stuck = MemorySink("stuck", delay=3600, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
-    with cuptistream.session(_config(deadline="300ms"), sinks=[stuck], quiet=True) as session:
-        _emit(session, 1_000)
-    report = session.report
-    assert report is not None and report.deadline_hit
+    stuck = MemorySink("stuck", delay=3600, queue=_big_queue())
+    report = _past_deadline(stuck)
     # One batch is stuck inside write(); it and the rest, still queued, are counted as undelivered.
     assert report.losses["sink:stuck/shutdown_deadline"] == report.undelivered["stuck"]
     lane = report.sinks["stuck"]  # the batch being written is counted too: nothing left uncounted
@@ -129,11 +142,8 @@ class _ThreadSink(MemorySink):
 
 
 def test_a_write_that_finishes_after_the_deadline_is_delivered_not_lost() -> None:
-    slow = _ThreadSink("slow", delay=1.0, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
-    with cuptistream.session(_config(deadline="300ms"), sinks=[slow], quiet=True) as session:
-        _emit(session, 1_000)
-    report = session.report
-    assert report is not None and report.deadline_hit
+    slow = _ThreadSink("slow", delay=1.0, queue=_big_queue())
+    report = _past_deadline(slow)
     lane = report.sinks["slow"]
     delivered = sum(len(b.events) for b in slow.batches)
     assert delivered > 0 and lane.events_out == delivered
@@ -142,7 +152,7 @@ def test_a_write_that_finishes_after_the_deadline_is_delivered_not_lost() -> Non
 
 
 def test_emit_from_many_threads_is_counted_exactly() -> None:
-    sink = MemorySink("sink", queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    sink = MemorySink("sink", queue=_big_queue())
     with cuptistream.session(_config("block"), sinks=[sink], quiet=True) as session:
         threads = [
             threading.Thread(target=lambda t=t: [session.emitter.emit(_kernels(t * 10_000 + i, 100))
