@@ -664,7 +664,10 @@ def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
     # The headline: distinct received + counted losses of what was not received = emitted.
     assert len(distinct) + (dropped - len(late_only)) + lane_dropped + upstream == emitted
     # Every phase was met, and the faults had effects worth proving.
-    assert all(counts["traces"] for counts in per_phase.values()), per_phase
+    # (Any signal: in one CI run the trace lane sent nothing during the 6 s of resets, between two
+    # batches, while the metrics exporter met 10 of them.)
+    assert all(counts["traces"] + counts["metrics"] + counts["logs"] for counts in per_phase.values()), per_phase
+    assert per_phase["503 Retry-After 1"]["traces"] and per_phase["503"]["traces"], per_phase
     assert late, "no request was answered after the sink's timeout"
     assert dropped > 0 and lane.get("delivery_failed", 0) > 0, "no batch ran out of its deadline"
     assert lane.get("queue_full", 0) > 0, "the outage never filled the queue"
