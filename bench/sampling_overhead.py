@@ -254,19 +254,14 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
         cpu = cpu_delta(cpu0, thread_cpu())
         t1 = time.monotonic()
     stopped = time.monotonic() - t1
-    windows = [
-        (closed, cost.open_s)
-        for src in s.sources
-        if getattr(src, "_throttle", None) is not None
-        for closed, cost in src._throttle.history  # type: ignore[attr-defined]
-    ]
+    throttles = s.governor.throttles if s.governor else ()
+    windows = [(closed, cost.open_s) for t in throttles for closed, cost in t.history]
     governed = {
-        src.name: [
+        t.source: [
             (closed, {"open_s": round(c.open_s, 3), "host_s": round(c.host_s, 4), "gpu_s": round(c.gpu_s, 4)})
-            for closed, c in src._throttle.history  # type: ignore[attr-defined]
+            for closed, c in t.history
         ]
-        for src in s.sources
-        if getattr(src, "_throttle", None) is not None
+        for t in throttles
     }
     lost, per_window = window_cost(trainer.blocks, windows)
     detail = {

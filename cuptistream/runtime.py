@@ -31,6 +31,7 @@ from cuptistream.collector.process import CollectorProcess
 from cuptistream.component import Emitter, Sink
 from cuptistream.config import Config
 from cuptistream.pipeline import ShutdownReport
+from cuptistream.probe.governor import Governor
 from cuptistream.probe.probe import Probe
 
 ConfigLike = str | Path | dict[str, Any] | Config
@@ -84,6 +85,12 @@ class Session:
     @property
     def sources(self) -> list[Any]:
         return self._probe.sources if self._probe else []
+
+    @property
+    def governor(self) -> Governor | None:
+        """The overhead governor of the sampling sources (None before start): its throttles' plans
+        and measured windows."""
+        return self._probe.governor if self._probe else None
 
     @property
     def failed_sources(self) -> dict[str, str]:

@@ -180,3 +180,12 @@ def test_a_budget_that_cannot_work_is_refused_in_one_line(text: str, says: str) 
         load({"overhead": {"budget": yaml.safe_load(text)}, "sinks": [{"type": "null"}]})
     message = str(error.value)
     assert message.startswith("overhead") and says in message and "\n" not in message
+
+
+def test_the_governor_lists_its_throttles_with_their_measured_windows() -> None:
+    gov = Governor(0.01, lambda decision: None)
+    pcs, sass = throttle(gov, "pc_sampling"), throttle(gov, "sass", window=0.1, prior=1.5)
+    pcs.window_done(WindowCost(open_s=1.0, host_s=0.01, gpu_s=0.0))
+    assert gov.throttles == (pcs, sass)
+    assert [t.source for t in gov.throttles] == ["pc_sampling", "sass"]
+    assert [cost.open_s for _, cost in gov.throttles[0].history] == [1.0]

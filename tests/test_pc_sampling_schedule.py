@@ -730,7 +730,7 @@ def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
     governor = Governor(0.01, decisions.append)
     h.source.use_governor(governor)
     source = h.start()
-    throttle = source._throttle
+    throttle = source._windows.throttle
     assert throttle is not None and decisions and decisions[0].reason.startswith("first plan")
     state = h.state()
     assert T0 <= state.next_start <= T0 + throttle.plan.pause_s  # a random point of the first pause

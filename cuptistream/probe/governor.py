@@ -97,6 +97,13 @@ class Governor:
         with self._lock:
             self._throttles.append(throttle)
 
+    @property
+    def throttles(self) -> tuple[Throttle, ...]:
+        """Every throttle made on this governor, in order (each names its source and keeps the
+        windows it measured)."""
+        with self._lock:
+            return tuple(self._throttles)
+
     def share(self) -> float | None:
         """Each governed source's part of the budget."""
         if self.budget is None:

@@ -18,6 +18,7 @@ def _device(devices: dict[int, tuple[str, str]], device_id: int) -> dict[str, At
     uuid, name = devices.get(device_id, (None, None))
     return {"cuda.device.id": device_id, "hw.id": uuid, "hw.model": name}
 
+
 def describe(
     ev: Event, devices: dict[int, tuple[str, str]]
 ) -> tuple[str, dict[str, AttrValue | None], Status | None]:

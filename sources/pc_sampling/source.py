@@ -59,8 +59,6 @@ class PcSamplingSource(CuptiWorkerSource):
             "function_names": 0, "control_s": 0.0, "windows": 0,
         }  # fmt: skip
         self._windows = Windows(self.config, self._governor, self.name, self.stats, self._now)
-        # Where a governed source keeps its throttle, as sass does (bench/sampling_overhead.py reads it).
-        self._throttle = self._windows.throttle
         self._hold_cupti(float(self.config.watchdog_timeout))
         # The parts share the sampled contexts, the counters, the watchdog and the worker's wake-up.
         self._adaptation = Adaptation(self.config, self.emitter, self._origin)
