@@ -4,6 +4,8 @@ patched kernels) needs a GPU; tests/gpu and bench/sampling_overhead.py measure t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -189,3 +191,41 @@ def test_the_governor_lists_its_throttles_with_their_measured_windows() -> None:
     assert gov.throttles == (pcs, sass)
     assert [t.source for t in gov.throttles] == ["pc_sampling", "sass"]
     assert [cost.open_s for _, cost in gov.throttles[0].history] == [1.0]
+
+
+def test_a_source_that_fails_to_start_leaves_the_budget_to_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real session, real file sink; two governed sources stand in for pc_sampling and sass (no GPU
+    here): the second makes its throttle, then fails in start() as a SASS source can after it."""
+    import cuptistream
+    from cuptistream.component import Source
+    from cuptistream.config import Config, SourceConfig
+
+    class GovernedSource(Source):
+        traces_cuda = False
+        fail = False
+
+        def use_governor(self, governor: Governor) -> None:
+            self.governor = governor
+
+        def start(self) -> None:
+            self.throttle = throttle(self.governor, self.name)
+            if self.fail:
+                raise RuntimeError("no SASS on this GPU")
+
+        def stop(self) -> None:
+            pass
+
+    class FailingSource(GovernedSource):
+        fail = True
+
+    pairs = [(SourceConfig(type="synthetic", name="pcs"), GovernedSource),
+             (SourceConfig(type="synthetic", name="sass"), FailingSource)]  # fmt: skip
+    monkeypatch.setattr(Config, "enabled_sources", lambda self: pairs)
+    config = {"sources": [{"type": "synthetic"}], "sinks": [{"type": "file", "directory": str(tmp_path)}]}
+    with cuptistream.session(config, quiet=True) as session:
+        assert session.failed_sources == {"sass": "no SASS on this GPU"}
+        assert session.governor is not None
+        assert [t.source for t in session.governor.throttles] == ["pcs"]
+        assert session.governor.share() == pytest.approx(0.01)  # the default budget, whole

@@ -104,6 +104,12 @@ class Governor:
         with self._lock:
             return tuple(self._throttles)
 
+    def leave(self, source: str) -> None:
+        """Drop ``source``'s throttles (a source that failed to start): the others split the budget;
+        each takes the larger share at its next plan."""
+        with self._lock:
+            self._throttles = [t for t in self._throttles if t.source != source]
+
     def share(self) -> float | None:
         """Each governed source's part of the budget."""
         if self.budget is None:

@@ -65,6 +65,7 @@ class Probe:
             try:
                 source.start()
             except Exception as error:
+                self.governor.leave(source.name)
                 self._disable(source, error)
             else:
                 self.sources.append(source)
