@@ -40,6 +40,7 @@ import torch
 
 import cuptistream
 from cuptistream.events import Error, GovernorDecision, Loss, PcSampleBatch, SassMetricBatch
+from cuptistream.probe.governor import WindowCost
 from cuptistream.reader import read
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}
@@ -244,6 +245,13 @@ def summarize_files(directory: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _rounded(cost: WindowCost) -> dict[str, float]:
+    return {
+        "open_s": round(cost.open_s, 3), "elapsed_s": round(cost.elapsed_s, 3),
+        "host_s": round(cost.host_s, 4), "gpu_s": round(cost.gpu_s, 4),
+    }  # fmt: skip
+
+
 def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tuple[float, dict[str, Any]]:
     """One window of ``name`` in its own session: steps/s and what the sources and sinks saw."""
     t0 = time.monotonic()
@@ -255,19 +263,19 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
         t1 = time.monotonic()
     stopped = time.monotonic() - t1
     throttles = s.governor.throttles if s.governor else ()
-    windows = [(closed, cost.open_s) for t in throttles for closed, cost in t.history]
-    governed = {
-        t.source: [
-            (closed, {"open_s": round(c.open_s, 3), "host_s": round(c.host_s, 4), "gpu_s": round(c.gpu_s, 4)})
-            for closed, c in t.history
-        ]
-        for t in throttles
-    }
+    # A window's span runs from its first control call to its report (SASS flushes after closing).
+    measured = [(t.source, closed, c) for t in throttles for closed, c in t.history]
+    windows = [(closed, max(c.open_s, c.elapsed_s)) for _, closed, c in measured]
+    governed = {t.source: [(closed, _rounded(c)) for closed, c in t.history] for t in throttles}
     lost, per_window = window_cost(trainer.blocks, windows)
+    lost_by_source: Counter[str] = Counter()
+    for (source, _, _), seconds in zip(measured, per_window, strict=True):
+        lost_by_source[source] += seconds
     detail = {
         "excess": round(excess(trainer.blocks), 5),
         "window_cost": round(lost, 5),
         "lost_s_per_window": [round(x, 4) for x in per_window],
+        "lost_s_by_source": {k: round(v, 4) for k, v in lost_by_source.items()},
         "windows_measured": governed,
         "start_s": round(started, 3), "stop_s": round(stopped, 3), "cpu_s": cpu,
         "source_stats": {src.name: getattr(src, "stats", None) for src in s.sources},
@@ -372,7 +380,7 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
         )
         print(json.dumps({"steady": name, "steps_per_s": round(rate, 1), **detail})[:4000], flush=True)
         windows = [
-            (closed, cost["open_s"])
+            (closed, max(cost["open_s"], cost["elapsed_s"]))
             for costs in detail["windows_measured"].values()
             for closed, cost in costs
         ]
@@ -381,7 +389,9 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
         sessions.append({
             "condition": name, "seconds": seconds, "steps_per_s": round(rate, 1),
             "window_cost": detail["window_cost"], "windows": len(windows),
-            "lost_s_per_window": detail["lost_s_per_window"], "windows_measured": detail["windows_measured"],
+            "windows_by_source": {k: len(v) for k, v in detail["windows_measured"].items()},
+            "lost_s_per_window": detail["lost_s_per_window"], "lost_s_by_source": detail["lost_s_by_source"],
+            "windows_measured": detail["windows_measured"],
             "pc_samples_per_min": round(detail["pc_samples"] / minutes),
             "sass_records_per_min": round(detail["sass_records"] / minutes),
             "plans": detail["plans"], "losses": detail["losses"], "errors": detail["errors"],
@@ -398,12 +408,19 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
     null, _ = window_cost(blocks, pretend)
     summary: dict[str, Any] = {}
     for name in dict.fromkeys(names):
-        costs = [x["window_cost"] for x in sessions if x["condition"] == name]
-        rates = [x["pc_samples_per_min"] for x in sessions if x["condition"] == name]
+        mine = [x for x in sessions if x["condition"] == name]
+        costs = [x["window_cost"] for x in mine]
+        # The mean too: a costly but rare window (SASS) lands in few sessions, and the median hides it.
         summary[name] = {
             "sessions": len(costs), "window_cost_median": statistics.median(costs),
             "window_cost_min": min(costs), "window_cost_max": max(costs),
-            "pc_samples_per_min_median": statistics.median(rates),
+            "window_cost_mean": round(statistics.fmean(costs), 5),
+            "windows_by_source": dict(sum((Counter(x["windows_by_source"]) for x in mine), Counter())),
+            "lost_s_by_source": {
+                k: round(v, 4) for k, v in sum((Counter(x["lost_s_by_source"]) for x in mine), Counter()).items()
+            },
+            "pc_samples_per_min_median": statistics.median(x["pc_samples_per_min"] for x in mine),
+            "sass_records_per_min_median": statistics.median(x["sass_records_per_min"] for x in mine),
         }  # fmt: skip
     print(json.dumps({"null_window_cost": round(null, 5), "summary": summary}), flush=True)
     return {

@@ -57,6 +57,7 @@ _kept_configs: dict[int, list[tuple[int, int]]] = {}
 _MAX_PAUSE_S = 1800.0
 _MIN_WINDOW_S = 0.02
 _PRIOR_UNIT_COST = 20.0
+_CLAIM_RETRY_S = 0.05  # how often a due window asks again while another source's window is open
 
 
 class SassConfig(SourceConfig):
@@ -231,14 +232,24 @@ class SassMetricsSource(CuptiWorkerSource):
                 return
 
     def _governed_window(self, throttle: Throttle) -> float:
-        """One window as long as the governor plans, told what it cost; returns the pause after it."""
-        before = self._host_seconds()
-        began = time.monotonic()
-        self.window(throttle.plan.window_s)
-        open_s = time.monotonic() - began
+        """One window as long as the governor plans, told what it cost; returns the pause after it.
+        Waits while another source's window is open (``Governor.claim``)."""
+        governor = throttle.governor
+        while not governor.claim(self.name):
+            if self._stopping.wait(_CLAIM_RETRY_S):
+                return 0.0
+        try:
+            before = self._host_seconds()
+            began = time.monotonic()
+            self.window(throttle.plan.window_s)
+            elapsed = time.monotonic() - began
+        finally:
+            governor.release(self.name)
         host = self._host_seconds() - before
-        window_s = min(open_s, throttle.plan.window_s)  # patched kernels run slowly only while enabled
-        cost = WindowCost(open_s=window_s, host_s=host, gpu_s=window_s * SASS_KERNEL_SLOWDOWN)
+        window_s = min(elapsed, throttle.plan.window_s)  # patched kernels run slowly only while enabled
+        cost = WindowCost(
+            open_s=window_s, host_s=host, gpu_s=window_s * SASS_KERNEL_SLOWDOWN, elapsed_s=elapsed
+        )
         return throttle.window_done(cost).pause_s
 
     def _host_seconds(self) -> float:

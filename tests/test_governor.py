@@ -229,3 +229,37 @@ def test_a_source_that_fails_to_start_leaves_the_budget_to_the_others(
         assert session.governor is not None
         assert [t.source for t in session.governor.throttles] == ["pcs"]
         assert session.governor.share() == pytest.approx(0.01)  # the default budget, whole
+
+
+def test_windows_of_different_sources_never_overlap() -> None:
+    gov, _ = governor(0.01)
+    assert gov.claim("pc_sampling")
+    assert gov.claim("pc_sampling")  # a second context of the same source
+    assert not gov.claim("sass")
+    gov.release("pc_sampling")
+    assert not gov.claim("sass")  # one pc_sampling window is still open
+    gov.release("pc_sampling")
+    assert gov.claim("sass")
+    assert not gov.claim("pc_sampling")
+    gov.release("pc_sampling")  # not the holder: nothing happens
+    assert not gov.claim("pc_sampling")
+    gov.leave("sass")  # a source that goes gives its slot back
+    assert gov.claim("pc_sampling")
+    gov.release("pc_sampling", every=True)
+    assert gov.claim("sass")
+
+
+def test_a_pc_sampling_window_waits_while_a_sass_window_is_open() -> None:
+    from sources.pc_sampling.config import PcSamplingConfig
+    from sources.pc_sampling.windows import Windows
+
+    gov, _ = governor(0.01)
+    windows = Windows(PcSamplingConfig(type="pc_sampling"), gov, "pc_sampling", {"windows": 0}, lambda: 1)
+    assert gov.claim("sass")
+    assert not windows.claim(ctx=7)
+    gov.release("sass")
+    assert windows.claim(ctx=7) and windows.claim(ctx=7)  # claiming twice for one context holds once
+    assert not gov.claim("sass")
+    windows.release(ctx=7)
+    windows.release(ctx=7)  # a context released twice gives back only its own claim
+    assert gov.claim("sass")

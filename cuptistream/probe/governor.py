@@ -54,6 +54,9 @@ class WindowCost:
     open_s: float  # how long the window was open
     host_s: float  # measured: control calls on the application's thread, and our GIL-holding work
     gpu_s: float  # estimated: extra GPU time of the kernels sampled or patched
+    # Wall time from the window's first control call until it was reported: longer than open_s
+    # where work follows the window (SASS: FlushData, Disable and decoding take seconds).
+    elapsed_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -92,6 +95,8 @@ class Governor:
         self._emit = emit
         self._lock = threading.Lock()
         self._throttles: list[Throttle] = []
+        self._holder: str | None = None  # the source whose window is open now (see claim())
+        self._claims = 0
 
     def _register(self, throttle: Throttle) -> None:
         with self._lock:
@@ -107,8 +112,33 @@ class Governor:
     def leave(self, source: str) -> None:
         """Drop ``source``'s throttles (a source that failed to start): the others split the budget;
         each takes the larger share at its next plan."""
+        self.release(source, every=True)
         with self._lock:
             self._throttles = [t for t in self._throttles if t.source != source]
+
+    def claim(self, source: str) -> bool:
+        """Take the session's window slot for ``source`` before it opens a window; False while another
+        source's window is open (try again later). A source may hold several claims (one per sampled
+        context); each ``release`` returns one.
+
+        Windows of different sources never overlap: their costs add, and on the H100 the one SASS
+        window that overlapped a PC sampling window patched 66k instructions of a torch transformer
+        and cost the program 4.9 s, where SASS windows alone returned under a hundred records."""
+        with self._lock:
+            if self._holder not in (None, source):
+                return False
+            self._holder = source
+            self._claims += 1
+            return True
+
+    def release(self, source: str, every: bool = False) -> None:
+        """Return one of ``source``'s claims (all of them with ``every``, e.g. when it stops)."""
+        with self._lock:
+            if self._holder != source:
+                return
+            self._claims = 0 if every else self._claims - 1
+            if self._claims <= 0:
+                self._holder, self._claims = None, 0
 
     def share(self) -> float | None:
         """Each governed source's part of the budget."""

@@ -99,6 +99,8 @@ class Contexts:
             windows = self._windows
             # Without start/stop control an enabled context samples: its first window is open.
             state.started = not windows.start_stop
+            if state.started and windows.duty:
+                windows.claim(ctx)  # opened by Enable: it overlaps a window open elsewhere, if any
             state.window_start = now
             state.window_end = now + windows.window_s() if windows.duty else float("inf")
             state.next_start = now + (windows.throttle.first_delay() if windows.throttle else 0.0)
@@ -184,6 +186,7 @@ class Contexts:
         except pcs.CuptiError as error:
             self.emitter.report_error(self._origin, f"disabling PC sampling: {error}", result_code=error.code)
         finally:
+            self._windows.release(state.ctx)
             state.lock.release()
 
 

@@ -21,6 +21,8 @@ from .context import SampledContext
 from .drain import Drains
 from .windows import Windows
 
+_CLAIM_RETRY_S = 0.05  # how soon a due window asks again while another source's window is open
+
 
 class Schedule:
     """When each context's window opens and closes and when it drains; the worker thread runs it."""
@@ -129,6 +131,9 @@ class Schedule:
                 return now + 1.0
             self._adaptation.apply_period_locked(state)
             if not state.started and now >= state.next_start:
+                if not windows.claim(state.ctx):  # another source's window is open: ask again soon
+                    state.next_start = now + _CLAIM_RETRY_S
+                    return self._next_due(state)
                 if windows.start_stop:
                     self._watched("cuptiPCSamplingStart", pcs.start, state.ctx)
                 else:
@@ -144,6 +149,7 @@ class Schedule:
                     self._drains.drain_locked(state)
                 else:
                     self._attached.disable_locked(state)
+                windows.release(state.ctx)
                 state.next_start = now + windows.window_closed(now - state.window_start)
             elif state.started and now >= state.next_drain:
                 self._drains.drain_locked(state)

@@ -31,6 +31,9 @@ class Windows:
         self.stats = stats  # read for what a window cost; "windows" counted here
         self.throttle: Throttle | None = None
         self.charged_s = 0.0  # control + decode seconds already charged to a window
+        self._governor = governor
+        self._name = name
+        self._claimed: set[int] = set()  # contexts whose open window holds the governor's slot
         if governor is not None and self.duty:
             # The configured window is the longest the governor uses; the pause is its to set.
             self.throttle = Throttle(
@@ -51,6 +54,21 @@ class Windows:
     def start_stop(self) -> bool:
         """Windows open and close with Start/Stop on an enabled context (not Enable/Disable)."""
         return self.duty and self.config.duty_cycle.method == "start_stop"
+
+    def claim(self, ctx: int) -> bool:
+        """Before ``ctx``'s window opens: False while another source's window is open (``Governor.claim``)."""
+        if self.throttle is None or self._governor is None or ctx in self._claimed:
+            return True
+        if not self._governor.claim(self._name):
+            return False
+        self._claimed.add(ctx)
+        return True
+
+    def release(self, ctx: int) -> None:
+        """After ``ctx``'s window closed (or its context went)."""
+        if ctx in self._claimed and self._governor is not None:
+            self._claimed.discard(ctx)
+            self._governor.release(self._name)
 
     def window_s(self) -> float:
         return self.throttle.plan.window_s if self.throttle else float(self.config.duty_cycle.on)
