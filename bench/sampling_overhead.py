@@ -63,6 +63,10 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "pcs_enable_disable": [{**PC_SAMPLING, "duty_cycle": {"method": "enable_disable"}}],
     "pcs_always": [{**PC_SAMPLING, "duty_cycle": {"on": 1, "off": 0}}],
     "sass_often": [{**SASS, "period": 10, "initial_delay": 2}],
+    # Calibration: both sources on fixed duty cycles (no budget), a SASS window every 10 s, so a
+    # session holds enough SASS windows to compare their measured lost time with what the governor
+    # charges for them (lost_s_by_source against charged_s_by_source).
+    "both_calibrate": [PC_SAMPLING, {**SASS, "period": 10, "initial_delay": 2}],
     # Diagnostics: what a source costs while it collects nothing. The PC sampling ones close their
     # first (10 ms) window and never open another; sass_idle never opens a window.
     "pcs_idle": [{**PC_SAMPLING, "duty_cycle": {"on": 0.01, "off": 1e6}}],
@@ -74,7 +78,8 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
 
 
 BUDGETS: dict[str, str | bool] = {
-    "both_0.5pct": "0.5%", "both_5pct": "5%", "both_ungoverned": False, "pcs_5pct": "5%", "sass_5pct": "5%",
+    "both_0.5pct": "0.5%", "both_5pct": "5%", "both_ungoverned": False, "both_calibrate": False,
+    "pcs_5pct": "5%", "sass_5pct": "5%",
 }  # fmt: skip
 
 
@@ -276,6 +281,9 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
         "window_cost": round(lost, 5),
         "lost_s_per_window": [round(x, 4) for x in per_window],
         "lost_s_by_source": {k: round(v, 4) for k, v in lost_by_source.items()},
+        "charged_s_by_source": {
+            t.source: round(sum(c.total_s for _, c in t.history), 4) for t in throttles
+        },
         "windows_measured": governed,
         "start_s": round(started, 3), "stop_s": round(stopped, 3), "cpu_s": cpu,
         "source_stats": {src.name: getattr(src, "stats", None) for src in s.sources},
@@ -391,6 +399,7 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
             "window_cost": detail["window_cost"], "windows": len(windows),
             "windows_by_source": {k: len(v) for k, v in detail["windows_measured"].items()},
             "lost_s_per_window": detail["lost_s_per_window"], "lost_s_by_source": detail["lost_s_by_source"],
+            "charged_s_by_source": detail["charged_s_by_source"],
             "windows_measured": detail["windows_measured"],
             "pc_samples_per_min": round(detail["pc_samples"] / minutes),
             "sass_records_per_min": round(detail["sass_records"] / minutes),
@@ -418,6 +427,9 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
             "windows_by_source": dict(sum((Counter(x["windows_by_source"]) for x in mine), Counter())),
             "lost_s_by_source": {
                 k: round(v, 4) for k, v in sum((Counter(x["lost_s_by_source"]) for x in mine), Counter()).items()
+            },
+            "charged_s_by_source": {
+                k: round(v, 4) for k, v in sum((Counter(x["charged_s_by_source"]) for x in mine), Counter()).items()
             },
             "pc_samples_per_min_median": statistics.median(x["pc_samples_per_min"] for x in mine),
             "sass_records_per_min_median": statistics.median(x["sass_records_per_min"] for x in mine),
