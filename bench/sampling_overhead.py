@@ -67,6 +67,10 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     # session holds enough SASS windows to compare their measured lost time with what the governor
     # charges for them (lost_s_by_source against charged_s_by_source).
     "both_calibrate": [PC_SAMPLING, {**SASS, "period": 10, "initial_delay": 2}],
+    "sass_calibrate": [{**SASS, "period": 10, "initial_delay": 2}],
+    "both_calibrate_ed": [
+        {**PC_SAMPLING, "duty_cycle": {"method": "enable_disable"}}, {**SASS, "period": 10, "initial_delay": 2}
+    ],
     # Diagnostics: what a source costs while it collects nothing. The PC sampling ones close their
     # first (10 ms) window and never open another; sass_idle never opens a window.
     "pcs_idle": [{**PC_SAMPLING, "duty_cycle": {"on": 0.01, "off": 1e6}}],
@@ -79,6 +83,7 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
 
 BUDGETS: dict[str, str | bool] = {
     "both_0.5pct": "0.5%", "both_5pct": "5%", "both_ungoverned": False, "both_calibrate": False,
+    "sass_calibrate": False, "both_calibrate_ed": False,
     "pcs_5pct": "5%", "sass_5pct": "5%",
 }  # fmt: skip
 
