@@ -69,7 +69,8 @@ CONDITIONS: dict[str, list[dict[str, Any]]] = {
     "both_calibrate": [PC_SAMPLING, {**SASS, "period": 10, "initial_delay": 2}],
     "sass_calibrate": [{**SASS, "period": 10, "initial_delay": 2}],
     "both_calibrate_ed": [
-        {**PC_SAMPLING, "duty_cycle": {"method": "enable_disable"}}, {**SASS, "period": 10, "initial_delay": 2}
+        {**PC_SAMPLING, "duty_cycle": {"method": "enable_disable"}},
+        {**SASS, "period": 10, "initial_delay": 2},
     ],
     # Diagnostics: what a source costs while it collects nothing. The PC sampling ones close their
     # first (10 ms) window and never open another; sass_idle never opens a window.

@@ -51,12 +51,14 @@ _kept_configs: dict[int, list[tuple[int, int]]] = {}
 
 # Under a budget: the longest pause between windows, the shortest window, and the cost per second of
 # open window assumed until one is measured. A window's cost grows with the kernels it patches, not
-# its length: about 0.8 s for a torch MLP, but 4.9 s of program time for one 0.25 s window of a
-# transformer on the H100 (66k records; FlushData 5.6 s, Disable 1.7 s; measured unit cost 25.8,
-# docs/benchmarks.md). The prior is near the costly case, so the first window does not overspend.
+# its length. On the H100 with CUPTI 13.0 a torch transformer's SASS window alone patched almost
+# nothing (0.01-0.18 s of Enable/Flush/Disable); with PC sampling enabled on the same context every
+# window patched ~78k instructions and the program lost 2-13 s (median 8.6 s, so 35 per second of a
+# 0.25 s window; bench/results/2026-11-23c-h100, docs/benchmarks.md). The prior is that costly case,
+# so a first window never overspends.
 _MAX_PAUSE_S = 1800.0
 _MIN_WINDOW_S = 0.02
-_PRIOR_UNIT_COST = 20.0
+_PRIOR_UNIT_COST = 35.0
 _CLAIM_RETRY_S = 0.05  # how often a due window asks again while another source's window is open
 
 
