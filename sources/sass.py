@@ -49,16 +49,16 @@ EVENT_RECORDS = 200  # instruction records per sass_metrics event (see window())
 # device -> the (metric id, granularity) list set there and still set (see stop()).
 _kept_configs: dict[int, list[tuple[int, int]]] = {}
 
-# Under a budget: the longest pause between windows, the shortest window, and the cost per second of
-# open window assumed until one is measured. A window's cost grows with the kernels it patches, not
-# its length. On the H100 with CUPTI 13.0 a torch transformer's SASS window alone patched almost
-# nothing (0.01-0.18 s of Enable/Flush/Disable); with PC sampling enabled on the same context every
-# window patched ~78k instructions and the program lost 2-13 s (median 8.6 s, so 35 per second of a
-# 0.25 s window; bench/results/2026-11-23c-h100, docs/benchmarks.md). The prior is that costly case,
-# so a first window never overspends.
+# Under a budget: the pause past which windows get shorter, the shortest window, and the cost per
+# second of open window assumed until one is measured. A window's cost grows with the kernels it
+# patches, not its length. On the H100 with CUPTI 13.0 a torch transformer's SASS window alone
+# patched almost nothing (0.01-0.18 s of Enable/Flush/Disable); with PC sampling enabled on the same
+# context every window patched ~78k instructions and the program lost 2-15 s (median 8.6 s; the worst,
+# 15 s, is 60 per second of a 0.25 s window; bench/results/2026-11-23c-h100, docs/benchmarks.md).
+# The prior is the worst case, so a first window does not overspend.
 _MAX_PAUSE_S = 1800.0
 _MIN_WINDOW_S = 0.02
-_PRIOR_UNIT_COST = 35.0
+_PRIOR_UNIT_COST = 60.0
 _CLAIM_RETRY_S = 0.05  # how often a due window asks again while another source's window is open
 
 

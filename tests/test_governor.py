@@ -94,8 +94,19 @@ def test_when_the_longest_pause_overspends_windows_get_shorter() -> None:
     t = throttle(gov, window=1.0)
     history = run(t, 30, proportional(2.0))  # 2 s of cost per open second: needs 1 s on / 2000 s off
     plan = history[-1][0]
-    assert plan.pause_s == 600.0
+    assert plan.pause_s == pytest.approx(600.0)
     assert 0.05 <= plan.window_s < 0.5
+    assert spent_fraction(history[10:]) <= 0.001 * 1.02
+
+
+def test_past_the_shortest_window_pauses_grow_beyond_the_longest_so_the_budget_holds() -> None:
+    gov, _ = governor(0.001)
+    t = throttle(gov, window=1.0)
+    # 15 s per window whatever its length (a SASS window that patches every kernel).
+    history = run(t, 20, lambda open_s: WindowCost(open_s=open_s, host_s=15.0, gpu_s=0.0))
+    plan = history[-1][0]
+    assert plan.window_s == pytest.approx(0.05)
+    assert plan.pause_s > 600.0
     assert spent_fraction(history[10:]) <= 0.001 * 1.02
 
 

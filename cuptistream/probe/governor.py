@@ -12,7 +12,8 @@ that cost per cycle / cycle length stays under that share:
 
 where ``unit_cost`` is the measured cost per second of open window, smoothed (quick to rise, slow
 to fall: a costlier phase of the program is met at the next window, a cheaper one earns samples back
-gradually). When even the longest pause would not hold the share, windows get shorter.
+gradually). When the longest pause the source names would not hold the share, windows get shorter,
+and past the shortest window pauses grow beyond it: the budget is what is held.
 
 What a window costs is ``WindowCost``: host seconds are measured; GPU seconds are an estimate from
 the window's length (``PC_SAMPLING_KERNEL_SLOWDOWN``, ``SASS_KERNEL_SLOWDOWN``), because the probe
@@ -219,14 +220,14 @@ class Throttle:
         share = self.governor.share()
         if share is None:
             return Plan(self.max_window_s, self.configured_pause_s)
+        unit = max(self.unit_cost, 1e-9)
         window = self.max_window_s
-        cycle = self.unit_cost * window / share
-        pause = max(cycle - window, window)  # never more than half the time sampling
-        if pause > self.max_pause_s:
-            # Even the longest pause overspends: shorter windows, down to the floor.
-            window = max(self.min_window_s, share * (self.max_pause_s + window) / max(self.unit_cost, 1e-9))
-            window = min(window, self.max_window_s)
-            pause = self.max_pause_s
+        if unit * window / share - window > self.max_pause_s:
+            # The longest pause would overspend: shorter windows first, down to the floor ...
+            window = min(window, max(self.min_window_s, share * self.max_pause_s / max(unit - share, 1e-9)))
+        # ... then longer pauses: the budget wins over max_pause_s (a SASS window costs the same
+        # whatever its length when it patches every kernel). Never more than half the time sampling.
+        pause = max(unit * window / share - window, window)
         return Plan(window, pause)
 
     def _announce(self, plan: Plan, cost: WindowCost | None, why: str) -> None:
