@@ -144,7 +144,7 @@ def window_cost(
 ) -> tuple[float, list[float]]:
     """The program's time lost around each sampling window, from the 10-step blocks: for every block
     that overlaps [open - ``before``, close + ``after``], its duration above the median of the
-    untouched blocks within ``radius`` seconds. ``windows`` are (close time, seconds open), as the
+    untouched blocks within ``radius`` seconds of that span. ``windows`` are (close time, seconds open), as the
     governor's throttles keep them. Returns the lost time over the session's time, and the seconds
     lost per window. Drift slower than ``radius`` cancels; so does the step time's own skew, which
     the untouched blocks share."""
@@ -156,12 +156,17 @@ def window_cost(
     for i, (end, d) in enumerate(blocks):
         if not touched[i]:
             continue
+        which = next(k for k, (lo, hi) in enumerate(spans) if end - d < hi and end > lo)
+        # Untouched blocks within radius of the span (not of the block): a block deep inside a long
+        # span (a SASS flush takes up to 15 s) has no untouched block within radius of itself.
+        lo, hi = spans[which]
         near = [
-            dd for (t, dd), hit in zip(blocks, touched, strict=True) if not hit and abs(t - end) <= radius
+            dd
+            for (t, dd), hit in zip(blocks, touched, strict=True)
+            if not hit and lo - radius <= t <= hi + radius
         ]
         if not near:
             continue
-        which = next(k for k, (lo, hi) in enumerate(spans) if end - d < hi and end > lo)
         lost_per_window[which] += d - statistics.median(near)
     return sum(lost_per_window) / sum(d for _, d in blocks), lost_per_window
 
