@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lost_time import excess, window_cost
 
 import cuptistream
 from cuptistream.events import Error, GovernorDecision, Loss, PcSampleBatch, SassMetricBatch
@@ -133,62 +134,6 @@ class Trainer:
             self.blocks.append((ended, ended - began))
             self.last_step = began = ended
         return steps, time.monotonic() - t0
-
-
-def window_cost(
-    blocks: list[tuple[float, float]],
-    windows: list[tuple[float, float]],
-    before: float = 0.2,
-    after: float = 2.0,
-    radius: float = 5.0,
-) -> tuple[float, list[float]]:
-    """The program's time lost around each sampling window, from the 10-step blocks: for every block
-    that overlaps [open - ``before``, close + ``after``], its duration above the median of the
-    untouched blocks within ``radius`` seconds of that span. ``windows`` are (close time, seconds open), as the
-    governor's throttles keep them. Returns the lost time over the session's time, and the seconds
-    lost per window. Drift slower than ``radius`` cancels; so does the step time's own skew, which
-    the untouched blocks share."""
-    if not blocks:
-        return 0.0, []
-    spans = [(closed - open_s - before, closed + after) for closed, open_s in windows]
-    touched = [any(end - d < hi and end > lo for lo, hi in spans) for end, d in blocks]
-    lost_per_window = [0.0] * len(windows)
-    for i, (end, d) in enumerate(blocks):
-        if not touched[i]:
-            continue
-        which = next(k for k, (lo, hi) in enumerate(spans) if end - d < hi and end > lo)
-        # Untouched blocks within radius of the span (not of the block): a block deep inside a long
-        # span (a SASS flush takes up to 15 s) has no untouched block within radius of itself.
-        lo, hi = spans[which]
-        near = [
-            dd
-            for (t, dd), hit in zip(blocks, touched, strict=True)
-            if not hit and lo - radius <= t <= hi + radius
-        ]
-        if not near:
-            continue
-        lost_per_window[which] += d - statistics.median(near)
-    return sum(lost_per_window) / sum(d for _, d in blocks), lost_per_window
-
-
-def excess(blocks: list[tuple[float, float]], radius: float = 5.0) -> float:
-    """The share of a window's time its blocks spent above their local median (blocks within
-    ``radius`` seconds): what short disturbances (a sampling window, a patched kernel) cost, with
-    drift slower than ``radius`` cancelled. A window without sampling has some too (the step time's
-    skew); ``interleaved`` subtracts its neighbouring base windows' value."""
-    if not blocks:
-        return 0.0
-    times = [t for t, _ in blocks]
-    durations = [d for _, d in blocks]
-    over = 0.0
-    lo = hi = 0
-    for i, t in enumerate(times):
-        while times[lo] < t - radius:
-            lo += 1
-        while hi < len(times) and times[hi] <= t + radius:
-            hi += 1
-        over += durations[i] - statistics.median(durations[lo:hi])
-    return over / sum(durations)
 
 
 def session_config(name: str, directory: str) -> dict[str, Any]:

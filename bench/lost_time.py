@@ -1,0 +1,107 @@
+"""What governed sampling windows cost a training loop, read from its step times (no torch here, so
+CI tests it): ``window_cost`` and ``excess`` for ``bench/sampling_overhead.py``, and ``long_run``,
+which turns a ``--steady`` result into the cost and the samples per minute of a long run.
+
+    python3 bench/lost_time.py bench/results/2026-11-23c-h100/steady_*.json
+
+A steady session is shorter than a governed cycle at low budgets (one PC sampling window per 170 s at
+0.5%; one SASS window per tens of minutes), so what one session reads depends on whether a window
+fell inside it. ``long_run`` uses what the windows that did fall in cost, per window, and the
+cycle the governor planned after them: lost seconds per window / (window + pause).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from typing import Any
+
+
+def window_cost(
+    blocks: list[tuple[float, float]],
+    windows: list[tuple[float, float]],
+    before: float = 0.2,
+    after: float = 2.0,
+    radius: float = 5.0,
+) -> tuple[float, list[float]]:
+    """The program's time lost around each sampling window, from the 10-step blocks: for every block
+    that overlaps [open - ``before``, close + ``after``], its duration above the median of the
+    untouched blocks within ``radius`` seconds of that span. ``windows`` are (close time, seconds open), as the
+    governor's throttles keep them. Returns the lost time over the session's time, and the seconds
+    lost per window. Drift slower than ``radius`` cancels; so does the step time's own skew, which
+    the untouched blocks share."""
+    if not blocks:
+        return 0.0, []
+    spans = [(closed - open_s - before, closed + after) for closed, open_s in windows]
+    touched = [any(end - d < hi and end > lo for lo, hi in spans) for end, d in blocks]
+    lost_per_window = [0.0] * len(windows)
+    for i, (end, d) in enumerate(blocks):
+        if not touched[i]:
+            continue
+        which = next(k for k, (lo, hi) in enumerate(spans) if end - d < hi and end > lo)
+        # Untouched blocks within radius of the span (not of the block): a block deep inside a long
+        # span (a SASS flush takes up to 15 s) has no untouched block within radius of itself.
+        lo, hi = spans[which]
+        near = [
+            dd
+            for (t, dd), hit in zip(blocks, touched, strict=True)
+            if not hit and lo - radius <= t <= hi + radius
+        ]
+        if not near:
+            continue
+        lost_per_window[which] += d - statistics.median(near)
+    return sum(lost_per_window) / sum(d for _, d in blocks), lost_per_window
+
+
+def excess(blocks: list[tuple[float, float]], radius: float = 5.0) -> float:
+    """The share of a window's time its blocks spent above their local median (blocks within
+    ``radius`` seconds): what short disturbances (a sampling window, a patched kernel) cost, with
+    drift slower than ``radius`` cancelled. A window without sampling has some too (the step time's
+    skew); ``interleaved`` subtracts its neighbouring base windows' value."""
+    if not blocks:
+        return 0.0
+    times = [t for t, _ in blocks]
+    durations = [d for _, d in blocks]
+    over = 0.0
+    lo = hi = 0
+    for i, t in enumerate(times):
+        while times[lo] < t - radius:
+            lo += 1
+        while hi < len(times) and times[hi] <= t + radius:
+            hi += 1
+        over += durations[i] - statistics.median(durations[lo:hi])
+    return over / sum(durations)
+
+
+def long_run(session: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per source of one ``--steady`` session: windows seen, seconds lost and charged per window,
+    the planned cycle, and the long-run cost (lost per window / cycle) and windows per hour."""
+    out: dict[str, dict[str, float]] = {}
+    for source, count in session["windows_by_source"].items():
+        plan = session["plans"].get(source)
+        if not count or not plan:
+            continue
+        cycle = plan["window_s"] + plan["pause_s"]
+        lost = session["lost_s_by_source"].get(source, 0.0) / count
+        charged = session.get("charged_s_by_source", {}).get(source, 0.0) / count  # not in older runs
+        out[source] = {
+            "windows": count, "lost_s_per_window": round(lost, 4), "charged_s_per_window": round(charged, 4),
+            "cycle_s": round(cycle, 1), "long_run_cost": round(lost / cycle, 5),
+            "windows_per_hour": round(3600 / cycle, 2),
+        }  # fmt: skip
+    return out
+
+
+def main() -> None:
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            steady = json.load(f).get("steady")
+        if not steady:
+            continue
+        for session in steady["sessions"]:
+            print(json.dumps({"file": path, "condition": session["condition"], **long_run(session)}))
+
+
+if __name__ == "__main__":
+    main()
