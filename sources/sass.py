@@ -39,7 +39,7 @@ from cuptistream.cupti.library import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import SassMetricBatch
-from cuptistream.probe.governor import SASS_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
+from cuptistream.probe.governor import CLAIM_RETRY_S, SASS_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
 
 from .cupti_worker import CuptiWorkerSource
 
@@ -59,7 +59,6 @@ _kept_configs: dict[int, list[tuple[int, int]]] = {}
 _MAX_PAUSE_S = 1800.0
 _MIN_WINDOW_S = 0.02
 _PRIOR_UNIT_COST = 60.0
-_CLAIM_RETRY_S = 0.05  # how often a due window asks again while another source's window is open
 
 
 class SassConfig(SourceConfig):
@@ -238,7 +237,7 @@ class SassMetricsSource(CuptiWorkerSource):
         Waits while another source's window is open (``Governor.claim``)."""
         governor = throttle.governor
         while not governor.claim(self.name):
-            if self._stopping.wait(_CLAIM_RETRY_S):
+            if self._stopping.wait(CLAIM_RETRY_S):
                 return 0.0
         try:
             before = self._host_seconds()

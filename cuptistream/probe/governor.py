@@ -46,6 +46,7 @@ SASS_KERNEL_SLOWDOWN = 1.0
 _RISE = 0.7  # smoothing weight of a new measurement above the running unit cost
 _FALL = 0.2  # ... and below it
 _ANNOUNCE_CHANGE = 0.1  # a plan that moves less than this (relative) is not announced again
+CLAIM_RETRY_S = 0.05  # how soon a due window asks again while another source's window is open
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,10 @@ class Governor:
         source's window is open (try again later). A source may hold several claims (one per sampled
         context); each ``release`` returns one.
 
-        Windows of different sources never overlap: their costs add, and on the H100 the one SASS
-        window that overlapped a PC sampling window patched 66k instructions of a torch transformer
-        and cost the program 4.9 s, where SASS windows alone returned under a hundred records."""
+        Windows of different sources never overlap, so their costs do not stack into one stall and
+        each window's measured cost is its own. (Overlap was suspected of a 4.9 s SASS window on the
+        H100; exclusive windows cost as much while PC sampling stayed enabled on the context,
+        docs/benchmarks.md.) A source whose claim fails asks again after ``CLAIM_RETRY_S``."""
         with self._lock:
             if self._holder not in (None, source):
                 return False

@@ -14,14 +14,13 @@ from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti.cubin_archive import CubinArchive
 from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.watchdog import Watchdog
+from cuptistream.probe.governor import CLAIM_RETRY_S
 
 from .adapt import Adaptation
 from .attach import Contexts
 from .context import SampledContext
 from .drain import Drains
 from .windows import Windows
-
-_CLAIM_RETRY_S = 0.05  # how soon a due window asks again while another source's window is open
 
 
 class Schedule:
@@ -132,7 +131,7 @@ class Schedule:
             self._adaptation.apply_period_locked(state)
             if not state.started and now >= state.next_start:
                 if not windows.claim(state.ctx):  # another source's window is open: ask again soon
-                    state.next_start = now + _CLAIM_RETRY_S
+                    state.next_start = now + CLAIM_RETRY_S
                     return self._next_due(state)
                 if windows.start_stop:
                     self._watched("cuptiPCSamplingStart", pcs.start, state.ctx)

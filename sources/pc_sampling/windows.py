@@ -31,8 +31,6 @@ class Windows:
         self.stats = stats  # read for what a window cost; "windows" counted here
         self.throttle: Throttle | None = None
         self.charged_s = 0.0  # control + decode seconds already charged to a window
-        self._governor = governor
-        self._name = name
         self._claimed: set[int] = set()  # contexts whose open window holds the governor's slot
         if governor is not None and self.duty:
             # The configured window is the longest the governor uses; the pause is its to set.
@@ -57,18 +55,18 @@ class Windows:
 
     def claim(self, ctx: int) -> bool:
         """Before ``ctx``'s window opens: False while another source's window is open (``Governor.claim``)."""
-        if self.throttle is None or self._governor is None or ctx in self._claimed:
+        if self.throttle is None or ctx in self._claimed:
             return True
-        if not self._governor.claim(self._name):
+        if not self.throttle.governor.claim(self.throttle.source):
             return False
         self._claimed.add(ctx)
         return True
 
     def release(self, ctx: int) -> None:
         """After ``ctx``'s window closed (or its context went)."""
-        if ctx in self._claimed and self._governor is not None:
+        if ctx in self._claimed and self.throttle is not None:
             self._claimed.discard(ctx)
-            self._governor.release(self._name)
+            self.throttle.governor.release(self.throttle.source)
 
     def window_s(self) -> float:
         return self.throttle.plan.window_s if self.throttle else float(self.config.duty_cycle.on)
