@@ -331,6 +331,14 @@ def soak(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, An
     }
 
 
+def _by_source(sessions: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """``key``'s per-source numbers summed over ``sessions``."""
+    total: Counter[str] = Counter()
+    for session in sessions:
+        total.update(session[key])
+    return {source: round(value, 4) for source, value in total.items()}
+
+
 def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dict[str, Any]:
     """One governed session of ``seconds`` per name in ``names`` (repeat a name for several ratios),
     each valued by the time lost around its windows (``window_cost``); then one base session half as
@@ -380,13 +388,9 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
             "sessions": len(costs), "window_cost_median": statistics.median(costs),
             "window_cost_min": min(costs), "window_cost_max": max(costs),
             "window_cost_mean": round(statistics.fmean(costs), 5),
-            "windows_by_source": dict(sum((Counter(x["windows_by_source"]) for x in mine), Counter())),
-            "lost_s_by_source": {
-                k: round(v, 4) for k, v in sum((Counter(x["lost_s_by_source"]) for x in mine), Counter()).items()
-            },
-            "charged_s_by_source": {
-                k: round(v, 4) for k, v in sum((Counter(x["charged_s_by_source"]) for x in mine), Counter()).items()
-            },
+            "windows_by_source": _by_source(mine, "windows_by_source"),
+            "lost_s_by_source": _by_source(mine, "lost_s_by_source"),
+            "charged_s_by_source": _by_source(mine, "charged_s_by_source"),
             "pc_samples_per_min_median": statistics.median(x["pc_samples_per_min"] for x in mine),
             "sass_records_per_min_median": statistics.median(x["sass_records_per_min"] for x in mine),
         }  # fmt: skip
