@@ -322,13 +322,14 @@ class GovernorDecision(Event, tag="governor"):
     window_s: float  # the next windows' length
     pause_s: float  # the pause between windows
     duty: float  # window / (window + pause)
-    unit_cost: float  # smoothed cost per second of open window (seconds of the program's time)
-    expected_cost: float  # unit_cost x duty: the share of the program's time this plan should cost
+    unit_cost: float  # smoothed cost per second of open window, or per window (per_window), in seconds
+    expected_cost: float  # the share of the program's time this plan should cost
     measured_open_s: float = 0.0  # the window just measured: how long it was open,
     measured_host_s: float = 0.0  # ... the host time it cost (measured),
     estimated_gpu_s: float = 0.0  # ... and the GPU time it cost (estimated from its length)
     windows: int = 0  # windows measured so far
     reason: str = ""
+    per_window: bool = False  # a window costs the same whatever its length (SASS): unit_cost is per window
 
 
 # --- accounting -----------------------------------------------------------------------------

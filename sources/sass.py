@@ -49,16 +49,13 @@ EVENT_RECORDS = 200  # instruction records per sass_metrics event (see window())
 # device -> the (metric id, granularity) list set there and still set (see stop()).
 _kept_configs: dict[int, list[tuple[int, int]]] = {}
 
-# Under a budget: the pause past which windows get shorter, the shortest window, and the cost per
-# second of open window assumed until one is measured. A window's cost grows with the kernels it
-# patches, not its length. On the H100 with CUPTI 13.0 a torch transformer's SASS window alone
+# Under a budget, a window is charged per window, not per second open: its cost is the kernels it
+# patches, whatever its length. On the H100 with CUPTI 13.0 a torch transformer's SASS window alone
 # patched almost nothing (0.01-0.18 s of Enable/Flush/Disable); with PC sampling enabled on the same
-# context every window patched ~78k instructions and the program lost 2-15 s (median 8.6 s; the worst,
-# 15 s, is 60 per second of a 0.25 s window; bench/results/2026-11-23c-h100, docs/benchmarks.md).
-# The prior is the worst case, so a first window does not overspend.
-_MAX_PAUSE_S = 1800.0
-_MIN_WINDOW_S = 0.02
-_PRIOR_UNIT_COST = 60.0
+# context every window patched ~78k instructions and the program lost 2-15 s, most of it in FlushData
+# while the launch queue's patched kernels drained (bench/results/2026-11-23c-h100,
+# docs/benchmarks.md). The prior is the worst window measured, so a first window does not overspend.
+_PRIOR_WINDOW_COST_S = 15.0
 
 
 class SassConfig(SourceConfig):
@@ -66,7 +63,7 @@ class SassConfig(SourceConfig):
     granularity: Literal["gpu", "sm", "smsp"] = "gpu"
     lazy_patching: bool = True  # patch a kernel at its first launch in a window, not the whole module
     device: int = 0
-    window: Duration = Duration(0.25)  # how long kernels stay patched (under overhead.budget: the longest)
+    window: Duration = Duration(0.25)  # how long kernels stay patched
     period: Duration = Duration(60.0)  # a window opens this often
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
@@ -131,8 +128,7 @@ class SassMetricsSource(CuptiWorkerSource):
                 self._governor,
                 self.name,
                 window_s=float(cfg.window), pause_s=max(0.0, float(cfg.period) - float(cfg.window)),
-                min_window_s=_MIN_WINDOW_S, max_pause_s=_MAX_PAUSE_S, prior_unit_cost=_PRIOR_UNIT_COST,
-                timestamp=self._now,
+                prior_unit_cost=_PRIOR_WINDOW_COST_S, per_window=True, timestamp=self._now,
             )  # fmt: skip
         self._hold_cupti(float(cfg.watchdog_timeout))
         try:

@@ -110,6 +110,62 @@ def test_past_the_shortest_window_pauses_grow_beyond_the_longest_so_the_budget_h
     assert spent_fraction(history[10:]) <= 0.001 * 1.02
 
 
+def per_window(gov: Governor, prior: float = 15.0) -> Throttle:
+    """Like the SASS source: a 0.25 s window charged per window."""
+    return Throttle(
+        gov, "sass", window_s=0.25, pause_s=59.75, prior_unit_cost=prior, per_window=True,
+        timestamp=lambda: 123,
+    )  # fmt: skip
+
+
+def fixed(seconds: float) -> object:
+    """A window that costs ``seconds`` whatever its length, most of it after it closed (FlushData)."""
+    return lambda open_s: WindowCost(open_s=open_s, host_s=seconds - open_s, gpu_s=open_s)
+
+
+def test_a_source_charged_per_window_holds_its_share_from_the_first_window() -> None:
+    gov, _ = governor(0.01)
+    throttle(gov, "pc_sampling")
+    t = per_window(gov, prior=15.0)
+    history = run(t, 12, fixed(8.6))  # the median SASS window on the H100 transformer
+    assert all(p.window_s == 0.25 for p, _ in history)  # the length buys data, not cost
+    assert history[0][0].pause_s == pytest.approx(15.0 / 0.005 - 0.25)  # the prior: 50 minutes
+    assert spent_fraction(history) <= 0.005  # every window, the first included
+    # The cheaper measured cost earns windows back slowly, towards 8.6 s / 0.5%.
+    assert history[-1][0].window_s + history[-1][0].pause_s == pytest.approx(8.6 / 0.005, rel=0.1)
+
+
+def test_a_window_costlier_than_the_prior_lengthens_the_next_pause_at_once() -> None:
+    gov, _ = governor(0.01)
+    t = per_window(gov, prior=15.0)
+    t.first()
+    plan = t.window_done(fixed(25.0)(0.25))  # type: ignore[operator]
+    assert plan.window_s + plan.pause_s >= (15.0 + 0.7 * 10.0) / 0.01
+    # Over the two cycles, the overspend of the first is mostly made up by the second.
+    spent = (25.0 + 25.0) / (15.0 / 0.01 + plan.window_s + plan.pause_s)
+    assert spent < 0.01 * 1.4
+
+
+def test_windows_charged_per_window_get_more_frequent_with_the_budget() -> None:
+    per_hour = []
+    for budget in (0.005, 0.01, 0.05):
+        gov, _ = governor(budget)
+        history = run(per_window(gov), 20, fixed(8.6))
+        per_hour.append(3600 / (history[-1][0].window_s + history[-1][0].pause_s))
+        assert spent_fraction(history) <= budget
+    assert per_hour[0] < per_hour[1] < per_hour[2]
+
+
+def test_a_decision_says_its_cost_is_per_window() -> None:
+    gov, decisions = governor(0.01)
+    t = per_window(gov)
+    run(t, 3, fixed(30.0))
+    last = decisions[-1]
+    assert last.per_window and last.windows >= 1 and last.measured_host_s == pytest.approx(29.75)
+    assert last.expected_cost == pytest.approx(last.unit_cost / (last.window_s + last.pause_s))
+    assert last.expected_cost <= 0.01
+
+
 def test_windows_never_take_more_than_half_the_time() -> None:
     gov, _ = governor(0.5)
     t = throttle(gov)

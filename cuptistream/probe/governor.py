@@ -15,6 +15,11 @@ to fall: a costlier phase of the program is met at the next window, a cheaper on
 gradually). When the longest pause the source names would not hold the share, windows get shorter,
 and past the shortest window pauses grow beyond it: the budget is what is held.
 
+A source whose window costs the same whatever its length (SASS: every kernel launched while it is
+open runs patched until the launch queue drains) is governed per window instead
+(``per_window=True``): ``unit_cost`` is the cost of one window, windows keep their longest length,
+and ``cycle = unit_cost / share``.
+
 What a window costs is ``WindowCost``: host seconds are measured; GPU seconds are an estimate from
 the window's length (``PC_SAMPLING_KERNEL_SLOWDOWN``, ``SASS_KERNEL_SLOWDOWN``), because the probe
 does no per-record work and so does not see kernel durations. ``docs/benchmarks.md`` has the
@@ -26,6 +31,7 @@ Every decision that changes the plan is a ``GovernorDecision`` event, with the m
 from __future__ import annotations
 
 import collections
+import math
 import random
 import threading
 import time
@@ -158,9 +164,11 @@ class Throttle:
     """One source's duty cycle under its share of the budget. Thread-safe.
 
     ``window_s`` and ``pause_s`` are the source's configured window and pause (kept as they are when
-    there is no budget), ``min_window_s`` and ``max_pause_s`` the shortest window and longest pause
-    it accepts, ``prior_unit_cost`` the cost per second of open window to assume before the first
-    measurement. Joins ``governor``'s budget split on creation."""
+    there is no budget). ``prior_unit_cost`` is the cost per second of open window to assume before
+    the first measurement; ``min_window_s`` (default: ``window_s``) is the shortest window and
+    ``max_pause_s`` the pause past which windows get shorter. With ``per_window`` the prior is the
+    cost of one window, whatever its length: windows keep ``window_s`` and only the pause moves.
+    Joins ``governor``'s budget split on creation."""
 
     def __init__(
         self,
@@ -169,18 +177,20 @@ class Throttle:
         *,
         window_s: float,
         pause_s: float,
-        min_window_s: float,
-        max_pause_s: float,
         prior_unit_cost: float,
+        min_window_s: float | None = None,
+        max_pause_s: float = math.inf,
         timestamp: Callable[[], int],
+        per_window: bool = False,
     ) -> None:
         self.governor = governor
         self.source = source
         self.max_window_s = window_s
         self.configured_pause_s = pause_s
-        self.min_window_s = min(min_window_s, window_s)
+        self.min_window_s = window_s if min_window_s is None else min(min_window_s, window_s)
         self.max_pause_s = max_pause_s
-        self.unit_cost = prior_unit_cost  # smoothed cost per second of open window
+        self.per_window = per_window
+        self.unit_cost = prior_unit_cost  # smoothed cost per second of open window, or per window
         self._timestamp = timestamp
         self._lock = threading.Lock()
         self._announced: Plan | None = None
@@ -210,8 +220,8 @@ class Throttle:
         with self._lock:
             self.windows += 1
             self.history.append((time.monotonic(), cost))
-            if cost.open_s > 0:
-                measured = cost.total_s / cost.open_s
+            if self.per_window or cost.open_s > 0:
+                measured = cost.total_s if self.per_window else cost.total_s / cost.open_s
                 weight = _RISE if measured > self.unit_cost else _FALL
                 self.unit_cost += weight * (measured - self.unit_cost)
             self.plan = self._decide()
@@ -224,6 +234,8 @@ class Throttle:
             return Plan(self.max_window_s, self.configured_pause_s)
         unit = max(self.unit_cost, 1e-9)
         window = self.max_window_s
+        if self.per_window:
+            return Plan(window, max(unit / share - window, window))
         if unit * window / share - window > self.max_pause_s:
             # The longest pause would overspend: shorter windows first, down to the floor ...
             window = min(window, max(self.min_window_s, share * self.max_pause_s / max(unit - share, 1e-9)))
@@ -231,6 +243,12 @@ class Throttle:
         # whatever its length when it patches every kernel). Never more than half the time sampling.
         pause = max(unit * window / share - window, window)
         return Plan(window, pause)
+
+    def expected_cost(self, plan: Plan) -> float:
+        """The share of the program's time ``plan`` should cost at the current unit cost."""
+        if self.per_window:
+            return self.unit_cost / (plan.window_s + plan.pause_s)
+        return self.unit_cost * plan.duty
 
     def _announce(self, plan: Plan, cost: WindowCost | None, why: str) -> None:
         last = self._announced
@@ -250,7 +268,8 @@ class Throttle:
                 pause_s=round(plan.pause_s, 6),
                 duty=round(plan.duty, 6),
                 unit_cost=round(self.unit_cost, 6),
-                expected_cost=round(self.unit_cost * plan.duty, 6),
+                expected_cost=round(self.expected_cost(plan), 6),
+                per_window=self.per_window,
                 measured_open_s=round(cost.open_s, 6) if cost else 0.0,
                 measured_host_s=round(cost.host_s, 6) if cost else 0.0,
                 estimated_gpu_s=round(cost.gpu_s, 6) if cost else 0.0,
