@@ -93,6 +93,15 @@ def long_run(session: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def long_run_total(session: dict[str, Any]) -> float | None:
+    """The session's long-run cost, all sources together; None unless every governed source had a
+    window in it (a source without one would count as free)."""
+    per_source = long_run(session)
+    if set(per_source) != set(session["plans"]):
+        return None
+    return round(sum(x["long_run_cost"] for x in per_source.values()), 5)
+
+
 def main() -> None:
     for path in sys.argv[1:]:
         with open(path) as f:
@@ -100,7 +109,8 @@ def main() -> None:
         if not steady:
             continue
         for session in steady["sessions"]:
-            print(json.dumps({"file": path, "condition": session["condition"], **long_run(session)}))
+            total = long_run_total(session)
+            print(json.dumps({"file": path, "condition": session["condition"], "total": total, **long_run(session)}))
 
 
 if __name__ == "__main__":

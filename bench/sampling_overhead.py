@@ -18,6 +18,11 @@ windows each at the defaults, as in a long run) so each window sees the steady s
 
 ``--soak S`` instead runs one session of the first condition for S seconds and reports steps/s per
 10 s bucket, and from the files the sink wrote: every Loss event and Error event, by reason.
+
+``--steady S`` runs one governed session of S seconds per condition and values it by the time lost
+around its windows (``bench/lost_time.py``), per session and over the long run (lost seconds per
+window over the cycle the governor planned). ``--sass-at T`` opens the first SASS window T seconds
+into each session, so that every session holds one (its cycle is tens of minutes).
 """
 
 from __future__ import annotations
@@ -37,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lost_time import excess, window_cost
+from lost_time import excess, long_run_total, window_cost
 
 import cuptistream
 from cuptistream.events import Error, GovernorDecision, Loss, PcSampleBatch, SassMetricBatch
-from cuptistream.probe.governor import WindowCost
+from cuptistream.probe.governor import Throttle, WindowCost
 from cuptistream.reader import read
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}
@@ -245,6 +250,12 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
         "source_stats": {src.name: getattr(src, "stats", None) for src in s.sources},
         **summarize_files(directory), "report": s.report.summary() if s.report else None,
     }  # fmt: skip
+    if throttles:  # the plans in force at the end (the events announce only moves of over 10%)
+        detail["plans"] = {
+            t.source: {"window_s": t.plan.window_s, "pause_s": round(t.plan.pause_s, 3),
+                       "unit_cost": round(t.unit_cost, 4), "windows": t.windows}
+            for t in throttles
+        }  # fmt: skip
     return steps / took, detail
 
 
@@ -369,6 +380,7 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
             "sass_records_per_min": round(detail["sass_records"] / minutes),
             "plans": detail["plans"], "losses": detail["losses"], "errors": detail["errors"],
         })  # fmt: skip
+        sessions[-1]["long_run_cost"] = long_run_total(sessions[-1])
     base_rate, _ = run_window(
         trainer, "base", seconds / 2, os.path.join(root, f"steady-base-{time.monotonic_ns()}")
     )
@@ -394,11 +406,30 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
             "pc_samples_per_min_median": statistics.median(x["pc_samples_per_min"] for x in mine),
             "sass_records_per_min_median": statistics.median(x["sass_records_per_min"] for x in mine),
         }  # fmt: skip
+        long = [x["long_run_cost"] for x in mine if x["long_run_cost"] is not None]
+        if long:  # sessions in which every governed source had a window
+            summary[name].update({
+                "long_run_sessions": len(long), "long_run_cost_median": statistics.median(long),
+                "long_run_cost_min": min(long), "long_run_cost_max": max(long),
+            })  # fmt: skip
     print(json.dumps({"null_window_cost": round(null, 5), "summary": summary}), flush=True)
     return {
         "sessions": sessions, "base_steps_per_s": round(base_rate, 1),
         "null_window_cost": round(null, 5), "null_windows": len(pretend), "summary": summary,
     }  # fmt: skip
+
+
+def place_first_sass_window(at: float) -> None:
+    """Fix the SASS cycle's phase: its first window opens ``at`` seconds into each session; nothing
+    else changes. A governed SASS cycle lasts tens of minutes, so at a random phase most sessions
+    hold no SASS window and say nothing of its cost; with this each holds one, and
+    ``long_run_total`` charges it over the cycle the governor planned after measuring it."""
+    random_phase = Throttle.first_delay
+
+    def first_delay(self: Throttle) -> float:
+        return at if self.source == "sass" else random_phase(self)
+
+    Throttle.first_delay = first_delay  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -411,6 +442,8 @@ def main() -> None:
     parser.add_argument("--soak", type=float, default=0.0, help="one session of the first condition")
     parser.add_argument("--steady", type=float, default=0.0,
                         help="one governed session per condition (repeat one for several) of this many seconds: time lost around its windows")  # fmt: skip
+    parser.add_argument("--sass-at", type=float, default=None,
+                        help="open the first SASS window this many seconds into each session (default: a random point of its first pause)")  # fmt: skip
     parser.add_argument("--out", default="", help="write the result JSON here")
     parser.add_argument("--keep", default="", help="sink directories go here (default: a temp dir)")
     args = parser.parse_args()
@@ -423,6 +456,8 @@ def main() -> None:
     from cuptistream.cupti import driver
 
     driver.acquire("bench")
+    if args.sass_at is not None:
+        place_first_sass_window(args.sass_at)
     faulthandler.enable()  # a crash in CUPTI or the driver prints every thread's stack
     trainer = Trainer(args.workload)
     for _ in range(50):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.lost_time import long_run, window_cost
+from bench.lost_time import long_run, long_run_total, window_cost
 
 
 def blocks_with_stall(
@@ -52,3 +52,16 @@ def test_long_run_cost_is_lost_time_per_window_over_the_planned_cycle() -> None:
     assert out["pc_sampling"]["long_run_cost"] == pytest.approx(0.004)
     assert out["pc_sampling"]["charged_s_per_window"] == pytest.approx(0.5)
     assert out["pc_sampling"]["windows_per_hour"] == pytest.approx(36.0)
+    assert long_run_total(session) is None  # SASS had no window: its cost is unknown, not zero
+
+
+def test_the_long_run_total_adds_every_source_that_had_a_window() -> None:
+    session = {
+        "windows_by_source": {"pc_sampling": 4, "sass": 1},
+        "plans": {
+            "pc_sampling": {"window_s": 0.5, "pause_s": 99.5},
+            "sass": {"window_s": 0.25, "pause_s": 1999.75},
+        },
+        "lost_s_by_source": {"pc_sampling": 1.6, "sass": 9.0},
+    }
+    assert long_run_total(session) == pytest.approx(0.004 + 0.0045)
