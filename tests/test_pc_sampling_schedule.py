@@ -723,7 +723,7 @@ def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
     """The source tells its throttle what a window cost (control calls timed, plus the estimated
     kernel slowdown), and waits the pause it gets back; the decisions reach the emitter."""
     from cuptistream.events import GovernorDecision
-    from cuptistream.probe.governor import PC_SAMPLING_KERNEL_SLOWDOWN, Governor
+    from cuptistream.probe.governor import HEADROOM, PC_SAMPLING_KERNEL_SLOWDOWN, Governor
 
     h = make()
     decisions: list[GovernorDecision] = []
@@ -749,7 +749,7 @@ def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
     weight = 0.7 if unit > prior else 0.2  # the throttle's smoothing: quick to rise, slow to fall
     assert throttle.unit_cost == pytest.approx(prior + weight * (unit - prior), rel=0.05)
     assert pause == pytest.approx(throttle.plan.pause_s, rel=1e-6)
-    assert pause == pytest.approx(throttle.unit_cost * window / 0.01 - window, rel=0.05)
+    assert pause == pytest.approx(throttle.unit_cost * window / (HEADROOM * 0.01) - window, rel=0.05)
 
 
 def test_a_large_drain_is_split_into_events_that_fit_an_event_buffer_and_add_up(

@@ -8,7 +8,7 @@ next window's length and the pause before it. The throttle gives the source its 
 budget (the budget split evenly among the session's governed sources) and sets the duty cycle so
 that cost per cycle / cycle length stays under that share:
 
-    cycle = unit_cost x window / share;  pause = cycle - window
+    cycle = unit_cost x window / (HEADROOM x share);  pause = cycle - window
 
 where ``unit_cost`` is the measured cost per second of open window, smoothed (quick to rise, slow
 to fall: a costlier phase of the program is met at the next window, a cheaper one earns samples back
@@ -18,7 +18,7 @@ and past the shortest window pauses grow beyond it: the budget is what is held.
 A source whose window costs the same whatever its length (SASS: every kernel launched while it is
 open runs patched until the launch queue drains) is governed per window instead
 (``per_window=True``): ``unit_cost`` is the cost of one window, windows keep their longest length,
-and ``cycle = unit_cost / share``.
+and ``cycle = unit_cost / (HEADROOM x share)``.
 
 What a window costs is ``WindowCost``: host seconds are measured; GPU seconds are an estimate from
 the window's length (``PC_SAMPLING_KERNEL_SLOWDOWN``, ``SASS_KERNEL_SLOWDOWN``), because the probe
@@ -53,6 +53,9 @@ _RISE = 0.7  # smoothing weight of a new measurement above the running unit cost
 _FALL = 0.2  # ... and below it
 _ANNOUNCE_CHANGE = 0.1  # a plan that moves less than this (relative) is not announced again
 CLAIM_RETRY_S = 0.05  # how soon a due window asks again while another source's window is open
+# The plans aim at this part of each share: what a window is charged is within about 10% of what
+# the program lost around it on the H100 (docs/benchmarks.md), and the budget is a ceiling.
+HEADROOM = 0.9
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class Governor:
         self._throttles: list[Throttle] = []
         self._holder: str | None = None  # the source whose window is open now (see claim())
         self._claims = 0
+        self._quiet_until = 0.0  # time.monotonic() before which no window opens (see release())
 
     def _register(self, throttle: Throttle) -> None:
         with self._lock:
@@ -134,20 +138,25 @@ class Governor:
         H100; exclusive windows cost as much while PC sampling stayed enabled on the context,
         docs/benchmarks.md.) A source whose claim fails asks again after ``CLAIM_RETRY_S``."""
         with self._lock:
-            if self._holder not in (None, source):
+            if self._holder not in (None, source) or (
+                self._holder is None and time.monotonic() < self._quiet_until
+            ):
                 return False
             self._holder = source
             self._claims += 1
             return True
 
-    def release(self, source: str, every: bool = False) -> None:
-        """Return one of ``source``'s claims (all of them with ``every``, e.g. when it stops)."""
+    def release(self, source: str, every: bool = False, settle_s: float = 0.0) -> None:
+        """Return one of ``source``'s claims (all of them with ``every``, e.g. when it stops). With
+        ``settle_s``, the slot stays shut that long after the last claim is returned: for a window
+        whose cost outlasts it (kernels launched before SASS's Disable still run patched)."""
         with self._lock:
             if self._holder != source:
                 return
             self._claims = 0 if every else self._claims - 1
             if self._claims <= 0:
                 self._holder, self._claims = None, 0
+                self._quiet_until = time.monotonic() + settle_s
 
     def share(self) -> float | None:
         """Each governed source's part of the budget."""
@@ -232,6 +241,7 @@ class Throttle:
         share = self.governor.share()
         if share is None:
             return Plan(self.max_window_s, self.configured_pause_s)
+        share *= HEADROOM
         unit = max(self.unit_cost, 1e-9)
         window = self.max_window_s
         if self.per_window:
