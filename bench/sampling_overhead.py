@@ -22,7 +22,8 @@ windows each at the defaults, as in a long run) so each window sees the steady s
 ``--steady S`` runs one governed session of S seconds per condition and values it by the time lost
 around its windows (``bench/lost_time.py``), per session and over the long run (lost seconds per
 window over the cycle the governor planned). ``--sass-at T`` opens the first SASS window T seconds
-into each session, so that every session holds one (its cycle is tens of minutes).
+into each session, so that every session holds one (its cycle is tens of minutes); ``--pc-at T``
+does the same for PC sampling.
 """
 
 from __future__ import annotations
@@ -419,15 +420,16 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
     }  # fmt: skip
 
 
-def place_first_sass_window(at: float) -> None:
-    """Fix the SASS cycle's phase: its first window opens ``at`` seconds into each session; nothing
-    else changes. A governed SASS cycle lasts tens of minutes, so at a random phase most sessions
-    hold no SASS window and say nothing of its cost; with this each holds one, and
-    ``long_run_total`` charges it over the cycle the governor planned after measuring it."""
+def place_first_windows(at: dict[str, float]) -> None:
+    """Fix the phase of the named sources' cycles: the first window of source ``name`` opens
+    ``at[name]`` seconds into each session; nothing else changes. A governed SASS cycle lasts tens
+    of minutes (PC sampling's, minutes at 0.5%), so at a random phase most sessions hold no window
+    of it and say nothing of its cost; with this each holds one, and ``long_run_total`` charges it
+    over the cycle the governor planned after measuring it."""
     random_phase = Throttle.first_delay
 
     def first_delay(self: Throttle) -> float:
-        return at if self.source == "sass" else random_phase(self)
+        return at[self.source] if self.source in at else random_phase(self)
 
     Throttle.first_delay = first_delay  # type: ignore[method-assign]
 
@@ -444,6 +446,7 @@ def main() -> None:
                         help="one governed session per condition (repeat one for several) of this many seconds: time lost around its windows")  # fmt: skip
     parser.add_argument("--sass-at", type=float, default=None,
                         help="open the first SASS window this many seconds into each session (default: a random point of its first pause)")  # fmt: skip
+    parser.add_argument("--pc-at", type=float, default=None, help="the same for PC sampling's first window")
     parser.add_argument("--out", default="", help="write the result JSON here")
     parser.add_argument("--keep", default="", help="sink directories go here (default: a temp dir)")
     args = parser.parse_args()
@@ -456,8 +459,8 @@ def main() -> None:
     from cuptistream.cupti import driver
 
     driver.acquire("bench")
-    if args.sass_at is not None:
-        place_first_sass_window(args.sass_at)
+    phases = {"sass": args.sass_at, "pc_sampling": args.pc_at}
+    place_first_windows({source: at for source, at in phases.items() if at is not None})
     faulthandler.enable()  # a crash in CUPTI or the driver prints every thread's stack
     trainer = Trainer(args.workload)
     for _ in range(50):
