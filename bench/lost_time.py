@@ -74,9 +74,14 @@ def excess(blocks: list[tuple[float, float]], radius: float = 5.0) -> float:
     return over / sum(durations)
 
 
+# What each source collects, as the session counts it per minute (sources are named by their type).
+_COLLECTED = {"pc_sampling": "pc_samples_per_min", "sass": "sass_records_per_min"}
+
+
 def long_run(session: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Per source of one ``--steady`` session: windows seen, seconds lost and charged per window,
-    the planned cycle, and the long-run cost (lost per window / cycle) and windows per hour."""
+    the planned cycle, and the long-run cost (lost per window / cycle), windows per hour and what
+    the source collects per minute (PC samples, SASS records: per window, times windows per minute)."""
     out: dict[str, dict[str, float]] = {}
     for source, count in session["windows_by_source"].items():
         plan = session["plans"].get(source)
@@ -90,6 +95,9 @@ def long_run(session: dict[str, Any]) -> dict[str, dict[str, float]]:
             "cycle_s": round(cycle, 1), "long_run_cost": round(lost / cycle, 5),
             "windows_per_hour": round(3600 / cycle, 2),
         }  # fmt: skip
+        if _COLLECTED.get(source) in session and "seconds" in session:
+            per_window = session[_COLLECTED[source]] * session["seconds"] / 60 / count
+            out[source]["collected_per_min"] = round(per_window * 60 / cycle)
     return out
 
 

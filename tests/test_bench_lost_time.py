@@ -63,5 +63,9 @@ def test_the_long_run_total_adds_every_source_that_had_a_window() -> None:
             "sass": {"window_s": 0.25, "pause_s": 1999.75},
         },
         "lost_s_by_source": {"pc_sampling": 1.6, "sass": 9.0},
-    }
+        "seconds": 120.0, "pc_samples_per_min": 100_000, "sass_records_per_min": 40_000,
+    }  # fmt: skip
     assert long_run_total(session) == pytest.approx(0.004 + 0.0045)
+    out = long_run(session)
+    assert out["pc_sampling"]["collected_per_min"] == 30_000  # 50k per window, one per 100 s
+    assert out["sass"]["collected_per_min"] == 2_400  # 80k per window, one per 2000 s
