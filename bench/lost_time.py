@@ -34,12 +34,15 @@ def window_cost(
     if not blocks:
         return 0.0, []
     spans = [(closed - open_s - before, closed + after) for closed, open_s in windows]
-    touched = [any(end - d < hi and end > lo for lo, hi in spans) for end, d in blocks]
+    # The first window whose span each block overlaps, or None: that window's lost time counts it.
+    owner = [
+        next((k for k, (lo, hi) in enumerate(spans) if end - d < hi and end > lo), None) for end, d in blocks
+    ]
+    touched = [which is not None for which in owner]
     lost_per_window = [0.0] * len(windows)
-    for i, (end, d) in enumerate(blocks):
-        if not touched[i]:
+    for (_, d), which in zip(blocks, owner, strict=True):
+        if which is None:
             continue
-        which = next(k for k, (lo, hi) in enumerate(spans) if end - d < hi and end > lo)
         # Untouched blocks within radius of the span (not of the block): a block deep inside a long
         # span (a SASS flush takes up to 15 s) has no untouched block within radius of itself.
         lo, hi = spans[which]

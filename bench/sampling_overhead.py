@@ -46,7 +46,7 @@ import torch
 from lost_time import excess, long_run_total, window_cost
 
 import cuptistream
-from cuptistream.events import Error, GovernorDecision, Loss, PcSampleBatch, SassMetricBatch
+from cuptistream.events import Error, Loss, PcSampleBatch, SassMetricBatch
 from cuptistream.probe.governor import Throttle, WindowCost
 from cuptistream.reader import read
 
@@ -192,7 +192,6 @@ def summarize_files(directory: str) -> dict[str, Any]:
     kinds: Counter[str] = Counter()
     samples = 0
     sass_records = 0
-    plans: dict[str, dict[str, float]] = {}
     for event in read(directory):
         kinds[type(event).__name__] += 1
         if isinstance(event, Loss):
@@ -203,11 +202,8 @@ def summarize_files(directory: str) -> dict[str, Any]:
             samples += event.total_samples
         elif isinstance(event, SassMetricBatch):
             sass_records += len(event.records)
-        elif isinstance(event, GovernorDecision):
-            plans[event.source] = {"window_s": event.window_s, "pause_s": event.pause_s,
-                                   "unit_cost": event.unit_cost, "windows": event.windows}  # fmt: skip
     return {
-        "events": dict(kinds), "pc_samples": samples, "sass_records": sass_records, "plans": plans,
+        "events": dict(kinds), "pc_samples": samples, "sass_records": sass_records,
         "losses": dict(losses), "errors": dict(errors),
     }  # fmt: skip
 
@@ -247,16 +243,17 @@ def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tu
             t.source: round(sum(c.total_s for _, c in t.history), 4) for t in throttles
         },
         "windows_measured": governed,
+        "spans": windows,
+        # The plans in force at the end (the decision events announce only moves of over 10%).
+        "plans": {
+            t.source: {"window_s": t.plan.window_s, "pause_s": round(t.plan.pause_s, 3),
+                       "unit_cost": round(t.unit_cost, 4), "windows": t.windows}
+            for t in throttles
+        },
         "start_s": round(started, 3), "stop_s": round(stopped, 3), "cpu_s": cpu,
         "source_stats": {src.name: getattr(src, "stats", None) for src in s.sources},
         **summarize_files(directory), "report": s.report.summary() if s.report else None,
     }  # fmt: skip
-    if throttles:  # the plans in force at the end (the events announce only moves of over 10%)
-        detail["plans"] = {
-            t.source: {"window_s": t.plan.window_s, "pause_s": round(t.plan.pause_s, 3),
-                       "unit_cost": round(t.unit_cost, 4), "windows": t.windows}
-            for t in throttles
-        }  # fmt: skip
     return steps / took, detail
 
 
@@ -363,11 +360,7 @@ def steady(trainer: Trainer, names: list[str], seconds: float, root: str) -> dic
             trainer, name, seconds, os.path.join(root, f"steady-{name}-{time.monotonic_ns()}")
         )
         print(json.dumps({"steady": name, "steps_per_s": round(rate, 1), **detail})[:4000], flush=True)
-        windows = [
-            (closed, max(cost["open_s"], cost["elapsed_s"]))
-            for costs in detail["windows_measured"].values()
-            for closed, cost in costs
-        ]
+        windows = detail["spans"]
         per_session.append(windows)
         minutes = seconds / 60
         sessions.append({
