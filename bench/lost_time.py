@@ -119,6 +119,10 @@ def main() -> None:
             steady = json.load(f).get("steady")
         if not steady:
             continue
+        if not isinstance(steady, dict) or any("windows_by_source" not in x for x in steady["sessions"]):
+            # Runs before 2026-11-23c kept no windows per source.
+            print(f"{path}: a --steady result without windows per source (an older run); skipped", file=sys.stderr)
+            continue
         for session in steady["sessions"]:
             total = long_run_total(session)
             print(json.dumps({"file": path, "condition": session["condition"], "total": total, **long_run(session)}))

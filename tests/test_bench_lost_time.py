@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from bench.lost_time import long_run, long_run_total, window_cost
@@ -69,3 +74,19 @@ def test_the_long_run_total_adds_every_source_that_had_a_window() -> None:
     out = long_run(session)
     assert out["pc_sampling"]["collected_per_min"] == 30_000  # 50k per window, one per 100 s
     assert out["sass"]["collected_per_min"] == 2_400  # 80k per window, one per 2000 s
+
+
+def test_the_command_line_skips_older_results_in_one_line(tmp_path: Path) -> None:
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"steady": [{"condition": "both", "window_cost": 0.01}]}))
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).parents[1] / "bench" / "lost_time.py"), str(old)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stdout == ""
+    assert (
+        result.stderr.strip()
+        == f"{old}: a --steady result without windows per source (an older run); skipped"
+    )
