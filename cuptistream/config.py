@@ -118,8 +118,12 @@ class ProbeConfig(Strict):
     memory_budget: Size = Size(32 * 1024 * 1024)  # encoded events queued in the probe (pipeline.full_policy)
     event_buffer_size: Size = Size(1024 * 1024)  # one shared-memory slot of encoded events
     event_buffers: int = 8  # slots: the events in flight to the collector are bounded by both
+    # While another tool holds CUPTI (Nsight, a torch.profiler, another cuptistream), how often the
+    # waiting sources try again (docs/coexistence.md).
+    standby_retry: Duration = Duration(2.0)
 
     def __post_init__(self) -> None:
+        require_at_least("standby_retry", self.standby_retry, 0.05)
         if self.event_buffer_size < 64 * 1024:
             raise ValueError("event_buffer_size must be at least 64KiB")
         if self.event_buffers < 2:

@@ -332,6 +332,22 @@ class GovernorDecision(Event, tag="governor"):
     per_window: bool = False  # a window costs the same whatever its length (SASS): unit_cost is per window
 
 
+class CuptiYield(Event, tag="cupti_yield"):
+    """A span in which cuptistream left CUPTI to another tool (``cuptistream.probe.coexist``).
+
+    Nothing of ``missed`` was recorded between ``start`` and ``end``: the other tool had CUPTI. What
+    the sources held at the yield was handed over first, so no record from before ``start`` is lost.
+    """
+
+    tool: str  # who took CUPTI: "torch.profiler", or the holder CUPTI named ("CUPTI for ...")
+    start: int  # CUPTI clock, ns: the sources stepped aside
+    end: int  # ... and came back (or the session stopped)
+    missed: list[str]  # what was not recorded in the span: "activity:concurrent_kernel", "state", ...
+    standby: list[str] = []  # sources still waiting at ``end`` (the tool kept CUPTI's subscriber)
+    holder: str = ""  # who held the subscriber at ``end``, as CUPTI named it
+    reason: str = ""  # "tool_started": the tool started while we ran; "held_at_start": it held CUPTI first
+
+
 # --- accounting -----------------------------------------------------------------------------
 
 
@@ -388,6 +404,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     PcSampleBatch,
     SassMetricBatch,
     GovernorDecision,
+    CuptiYield,
     Loss,
     SelfStats,
 ]

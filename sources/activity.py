@@ -16,6 +16,11 @@ are lost (measured: every API call recorded).
 ``stop()`` disables the kinds, forces a flush (every buffer is handed over), waits briefly for the
 collector to read them (record names point into CUPTI's memory), and then, where no other CUPTI
 user remains and ``detach`` is set, calls ``cuptiFinalize``.
+
+``pause()`` and ``resume()`` let another tool (torch.profiler) have CUPTI for a while
+(``cuptistream.probe.coexist``): pause hands everything over as stop does but keeps the shared-memory
+outlet open; resume registers the buffer callbacks and enables the kinds again. A source that was
+ever paused never finalizes CUPTI: the other tool may still use it.
 """
 
 from __future__ import annotations
@@ -104,11 +109,14 @@ class ActivitySourceConfig(SourceConfig):
 class ActivitySource(Source):
     config_type = ActivitySourceConfig
     config: ActivitySourceConfig
+    needs_subscriber = False  # activity buffers need no callback subscriber (probe.coexist)
 
     def __init__(self, config: SourceConfig, emitter: Emitter) -> None:
         super().__init__(config, emitter)
         self._enabled: list[int] = []
         self._started = False
+        self._paused = False
+        self._shared = False  # paused at least once: another tool has used CUPTI in this process
         self._flusher: threading.Thread | None = None
         self._stopping = threading.Event()
         self.outlet: Any = None
@@ -148,6 +156,11 @@ class ActivitySource(Source):
         )  # fmt: skip
         self.outlet = self.emitter.open_activity_stream(stream, int(cfg.buffer_size), cfg.buffer_pool_limit)
         self.callbacks = BufferCallbacks(self.outlet, self._report_dropped)
+        self._take_cupti(cfg, wanted)
+
+    def _take_cupti(self, cfg: ActivitySourceConfig, wanted: list[kinds.KindSpec]) -> None:
+        """Register the buffer callbacks, enable the kinds, then their API filters, start flushing."""
+        assert self.callbacks is not None
         self.callbacks.register()
         for spec in wanted:
             try:
@@ -172,8 +185,12 @@ class ActivitySource(Source):
         self.clock = driver.timestamp
         self._started = True
         if cfg.flush_interval > 0:
+            self._stopping = threading.Event()
             self._flusher = threading.Thread(
-                target=self._flush_loop, name=f"cuptistream-{self.name}-flush", daemon=True
+                target=self._flush_loop,
+                args=(self._stopping,),
+                name=f"cuptistream-{self.name}-flush",
+                daemon=True,
             )
             self._flusher.start()
 
@@ -212,20 +229,53 @@ class ActivitySource(Source):
         if self._started:
             library.libcupti().cuptiActivityFlushAll(0)
 
-    def stop(self) -> None:
+    def pause(self) -> None:
+        """Hand over everything CUPTI holds and let it go: kinds off, a forced flush, no flush thread.
+        The buffer callbacks stay registered until the other tool registers its own."""
         if not self._started:
             return
+        self._hand_over()
+        self._paused = self._shared = True
+
+    def resume(self) -> None:
+        """Take CUPTI back after ``pause()``."""
+        if not self._paused:
+            return
+        cfg = self.config
+        with driver.translate_errors():
+            try:
+                self._set_attributes(cfg)  # the other tool may have changed them
+                self._take_cupti(cfg, [kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)])
+            except BaseException:
+                lib = library.libcupti()
+                for kind in self._enabled:
+                    lib.cuptiActivityDisable(kind)
+                self._enabled.clear()
+                raise
+        self._paused = False
+
+    def _hand_over(self) -> None:
         self._started = False
         lib = library.libcupti()
         for kind in self._enabled:
             lib.cuptiActivityDisable(kind)
+        self._enabled.clear()
         self._stopping.set()
         if self._flusher is not None:
             self._flusher.join()
+            self._flusher = None
         lib.cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
         dropped = self._read_dropped()
         if dropped:
             self._report_dropped(dropped)
+
+    def stop(self) -> None:
+        if self._paused:  # CUPTI is the other tool's now: no CUPTI call
+            self._paused = False
+        elif not self._started:
+            return
+        else:
+            self._hand_over()
         if self.callbacks is not None and self.callbacks.refused:
             self.emitter.report_error(
                 f"source:{self.name}",
@@ -237,7 +287,6 @@ class ActivitySource(Source):
         # Names in the records point into CUPTI's memory: let the collector read them before detaching.
         self.outlet.wait_consumed(_CONSUMED_WAIT_S)
         self.outlet.close()
-        self._enabled.clear()
         self._release()
 
     def _undo(self) -> None:
@@ -252,15 +301,15 @@ class ActivitySource(Source):
             self._correlating = False
             deactivate_correlation()
         try:
-            driver.release("activity", finalize=self.config.detach)
+            driver.release("activity", finalize=self.config.detach and not self._shared)
         except library.CuptiError as error:
             self.emitter.report_error(f"source:{self.name}", f"detach failed: {error}", severity="warning")
 
     # --- the flush thread --------------------------------------------------------------------
 
-    def _flush_loop(self) -> None:
+    def _flush_loop(self, stopping: threading.Event) -> None:
         lib = library.libcupti()
-        while not self._stopping.wait(self.config.flush_interval):
+        while not stopping.wait(self.config.flush_interval):
             lib.cuptiActivityFlushAll(0)
 
     # --- loss accounting ----------------------------------------------------------------------

@@ -64,6 +64,17 @@ class StateSource(Source):
         # this source alone, or beside a process whose probe has one, that must be CUPTI's too.
         self.clock = driver.timestamp
 
+    def pause(self) -> None:
+        """Let another tool have CUPTI's subscriber (``cuptistream.probe.coexist``)."""
+        if self._registration is not None:
+            self._registration.remove()
+            self._registration = None
+
+    def resume(self) -> None:
+        """Subscribe again. Raises ``SubscriberBusy`` while the other tool keeps the subscriber."""
+        if self._registration is None:
+            self._registration = self._subscriber.register(Domain.STATE, self._on_state)
+
     def _on_state(self, domain: int, cbid: int, data: Any) -> None:
         severity = SEVERITIES.get(cbid)
         if severity is None or (severity == "warning" and not self.config.warnings):

@@ -204,6 +204,20 @@ class Subscriber:
             self._rebuild_routes()
         return reg
 
+    def foreign_holder(self) -> str | None:
+        """None when CUPTI's subscriber is ours or free; else who holds it, as CUPTI names it ("" when
+        it does not say). Takes the free slot for a moment and gives it back. Raises
+        ``CuptiUnavailable`` where CUPTI cannot run."""
+        with self._lock:
+            if self._handle is not None:
+                return None
+            try:
+                self._subscribe()
+            except SubscriberBusy as busy:
+                return busy.holder
+            self._unsubscribe_quietly()
+            return None
+
     @property
     def active(self) -> bool:
         return self._handle is not None

@@ -20,6 +20,8 @@ from cuptistream.component import Source
 from cuptistream.config import Config
 from cuptistream.cupti.gpus import visible_devices
 from cuptistream.events import ClockSync
+from cuptistream.probe import torch_profiler
+from cuptistream.probe.coexist import CuptiSharing
 from cuptistream.probe.emitter import ProbeEmitter
 from cuptistream.probe.governor import Governed, Governor
 from cuptistream.probe.link import ProbeLink
@@ -53,29 +55,60 @@ class Probe:
         self._lock = threading.Lock()
         self._stopped = False
         self._previous_sigterm: Any = None
+        self.sharing: CuptiSharing | None = None  # CUPTI shared with other tools (probe.coexist)
 
     def start(self) -> Probe:
         """Connect and start the sources. Raises ``ChannelError`` when no collector answers."""
         self.link.connect(self.clock_sync())
         self.emitter.start()
+        cupti_sources: list[Source] = []
         for source_config, source_class in self.config.enabled_sources():
             source = source_class(source_config, self.emitter)
             if isinstance(source, Governed):
                 source.use_governor(self.governor)
+            if source.traces_cuda:  # CUPTI's: started through the sharing, which may stand it by
+                cupti_sources.append(source)
+                continue
             try:
                 source.start()
             except Exception as error:
-                self.governor.leave(source.name)
                 self._disable(source, error)
             else:
                 self.sources.append(source)
-        if (clock := self.clock_sync()) is not None:
-            self.link.post(messages.ClockReading(clock=clock))
+        if cupti_sources:
+            self.sharing = CuptiSharing(
+                emit=self.emitter.emit, clock=self._cupti_now, disable=self._disable,
+                note=self._note, retry_s=float(self.config.probe.standby_retry), on_span_end=self._post_clock,
+            )  # fmt: skip
+            self.sources += self.sharing.start(cupti_sources)
+            torch_profiler.listen(self.sharing)
+        self._post_clock()
         atexit.register(self.stop)
         self._install_sigterm()
         return self
 
+    def _post_clock(self) -> None:
+        """A CUPTI clock reading for the collector; again after another tool had CUPTI (it may
+        have given CUPTI another clock)."""
+        if (clock := self.clock_sync()) is not None:
+            self.link.post(messages.ClockReading(clock=clock))
+
+    def _note(self, message: str) -> None:
+        if not self.quiet:
+            note(message)
+
+    @staticmethod
+    def _cupti_now() -> int:
+        """CUPTI's clock, which needs no subscriber: yield spans line up with the records."""
+        from cuptistream.cupti import driver
+
+        try:
+            return driver.timestamp()
+        except Exception:
+            return time.monotonic_ns()
+
     def _disable(self, source: Source, error: BaseException) -> None:
+        self.governor.leave(source.name)
         message = str(error) or type(error).__name__
         self.failed_sources[source.name] = message
         self.emitter.report_error(f"source:{source.name}", f"source disabled: {message}")
@@ -117,7 +150,13 @@ class Probe:
         release = threading.Timer(deadline, self.emitter.give_up)
         release.daemon = True
         release.start()
+        stopped: set[Source] = set()
+        if self.sharing is not None:
+            torch_profiler.forget(self.sharing)
+            stopped = self.sharing.stop()
         for source in reversed(self.sources):
+            if source in stopped:
+                continue
             try:
                 source.stop()
             except Exception as error:
@@ -136,6 +175,8 @@ class Probe:
         collector (the socket and shared memory are the parent's), and give SIGTERM back."""
         with self._lock:
             self._stopped = True
+        if self.sharing is not None:
+            torch_profiler.forget(self.sharing)
         self._restore_sigterm()
 
     # --- SIGTERM: unwind the program so the probe stops and hands over ----------------------

@@ -31,6 +31,7 @@ class CallbackSource(Source):
         self._ids = ids
         self._subscriber = sub or subscriber.get()
         self._registrations: list[Registration] = []
+        self._wanted: list[tuple[int, Callable[[int, int, Any], None], int | None]] = []
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._drain_lock = threading.Lock()
@@ -55,12 +56,8 @@ class CallbackSource(Source):
         if "nvtx" in cfg.domains:
             wanted.append((Domain.NVTX, recorder.on_nvtx, None))
         wanted += [(domain, recorder.on_api, cbid) for domain, cbid in sorted(api_names)]
-        try:
-            for domain_id, handler, one in wanted:
-                self._registrations.append(self._subscriber.register(domain_id, handler, one))
-        except BaseException:
-            self._unregister()
-            raise
+        self._wanted = wanted
+        self._register()
         self.clock = ids.now
         self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
         self._thread.start()
@@ -112,6 +109,25 @@ class CallbackSource(Source):
                 f"first: {self._subscriber.last_handler_error()}",
             )
             self._reported_handler_errors = errors
+
+    def _register(self) -> None:
+        try:
+            for domain_id, handler, one in self._wanted:
+                self._registrations.append(self._subscriber.register(domain_id, handler, one))
+        except BaseException:
+            self._unregister()
+            raise
+
+    def pause(self) -> None:
+        """Let another tool have CUPTI's subscriber (``cuptistream.probe.coexist``); what was
+        recorded is handed over."""
+        self._unregister()
+        self.flush()
+
+    def resume(self) -> None:
+        """Register again. Raises ``SubscriberBusy`` while the other tool keeps the subscriber."""
+        if not self._registrations:
+            self._register()
 
     def _unregister(self) -> None:
         for reg in self._registrations:

@@ -131,7 +131,8 @@ def main(out: str) -> None:
         except Exception:
             holder = cupti.subscribe(lambda *a: None, None)  # no names with this CUPTI
     with cuptistream.session(_config(os.path.join(out, "busy"), domains=["resource"])) as busy:
-        pass
+        sharing = busy._probe.sharing if busy._probe is not None else None
+        did["busy_standby"] = sharing.standing_by if sharing is not None else None
     cupti.unsubscribe(holder)
     did["busy_failed"] = dict(busy.failed_sources)
     did["our_name"] = SUBSCRIBER_NAME

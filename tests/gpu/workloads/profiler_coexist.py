@@ -1,0 +1,137 @@
+"""torch.profiler beside cuptistream: a deterministic MLP under the profiler's schedule API.
+
+``python tests/gpu/workloads/profiler_coexist.py ORDER OUT.json [--config CFG] [--steps N]``
+
+ORDER is one of:
+
+- ``alone``: the profiler only (run it plain, or under ``cuptistream run`` where the probe started
+  at CUDA initialization);
+- ``session-first``: ``cuptistream.session(CFG)`` started, then the profiler;
+- ``profiler-first``: the profiler entered, then a session started inside it, the profiler exited,
+  and the session stopped.
+
+OUT.json gets the profiler's GPU kernel counts by name (summed over its cycles), the number of
+cycles it traced, and how long the steps took. Everything is seeded and sized the same in every
+order, so counts of two runs compare exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from typing import Any
+
+WAIT, WARMUP, ACTIVE, REPEAT = 1, 1, 3, 3
+
+
+def make() -> tuple[Any, ...]:
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    ).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 256, device="cuda")
+    y = torch.randint(0, 10, (64,), device="cuda")
+    return torch, model, opt, x, y
+
+
+def step(torch: Any, model: Any, opt: Any, x: Any, y: Any) -> None:
+    opt.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    torch.cuda.synchronize()
+
+
+def profiled(args: argparse.Namespace, work: tuple[Any, ...], start_session: Any = None) -> dict[str, Any]:
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    counts: collections.Counter[str] = collections.Counter()
+    cycles = 0
+
+    def ready(prof: Any) -> None:
+        nonlocal cycles
+        cycles += 1
+        for event in prof.events():
+            if str(event.device_type).endswith("CUDA") and event.name:
+                counts[event.name] += 1
+
+    steps = (WAIT + WARMUP + ACTIVE) * REPEAT + 2
+    plan = schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE, repeat=REPEAT)
+    began = time.monotonic()
+    session = None
+    with profile(activities=[ProfilerActivity.CUDA], schedule=plan, on_trace_ready=ready) as prof:
+        if start_session is not None:
+            session = start_session()
+        for _ in range(steps):
+            step(*work)
+            prof.step()
+    exited = time.monotonic()
+    if session is not None:
+        session.stop()
+    return {
+        "kernels": dict(sorted(counts.items())),
+        "total": sum(counts.values()),
+        "cycles": cycles,
+        "steps_s": round(exited - began, 3),
+    }
+
+
+def session_config(args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    with open(args.config) as file:
+        config: dict[str, Any] = yaml.safe_load(file)
+    if args.record:
+        for sink in config["sinks"]:
+            if sink["type"] == "file":
+                sink["directory"] = args.record
+    return config
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("order", choices=["alone", "session-first", "profiler-first"])
+    parser.add_argument("out")
+    parser.add_argument("--config", default="configs/default.yaml")
+    parser.add_argument("--after", type=int, default=20, help="steps after the profiler, outside it")
+    parser.add_argument("--record", default="", help="the file sink's directory for in-process sessions")
+    args = parser.parse_args()
+    work = make()
+    for _ in range(3):  # warm-up: cuBLAS handles and the allocator, outside every trace
+        step(*work)
+    if args.order == "alone":
+        result = profiled(args, work)
+    elif args.order == "session-first":
+        import cuptistream
+
+        session = cuptistream.session(session_config(args)).start()
+        result = profiled(args, work)
+        for _ in range(args.after):
+            step(*work)
+        session.stop()
+    else:
+        import cuptistream
+
+        result = profiled(args, work, lambda: cuptistream.session(session_config(args)).start())
+    for _ in range(args.after):
+        step(*work)
+    result["order"] = args.order
+    with open(args.out, "w") as out:
+        json.dump(result, out, indent=1)
+    print(
+        f"profiler_coexist {args.order}: {result['total']} kernels in {result['cycles']} cycles", flush=True
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
