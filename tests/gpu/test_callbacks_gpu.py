@@ -96,7 +96,7 @@ def test_subscriber_busy_and_release(run: tuple[dict[str, Any], list[Any]]) -> N
     assert "'CUPTI for cuptistream'" in did["second_subscriber"] or "cuptistream" in did["second_subscriber"]
     assert did["again_failed"] == {}
     # Held by another tool: the source stands by (docs/coexistence.md) instead of being disabled.
-    assert did["busy_failed"] == {} and did["busy_standby"] == ["callbacks"]
+    assert did["busy_failed"] == {} and "callbacks" in did["busy_standby"]
 
 
 def test_forced_cupti_error_is_reported_and_program_continues(run: tuple[dict[str, Any], list[Any]]) -> None:

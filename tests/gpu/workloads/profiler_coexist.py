@@ -8,7 +8,8 @@ ORDER is one of:
   at CUDA initialization);
 - ``session-first``: ``cuptistream.session(CFG)`` started, then the profiler;
 - ``profiler-first``: the profiler entered, then a session started inside it, the profiler exited,
-  and the session stopped.
+  and the session stopped;
+- ``no-profiler``: the same steps with no profiler (a baseline for the others).
 
 OUT.json gets the profiler's GPU kernel counts by name (summed over its cycles), the number of
 cycles it traced, and how long the steps took. Everything is seeded and sized the same in every
@@ -99,7 +100,7 @@ def session_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("order", choices=["alone", "session-first", "profiler-first"])
+    parser.add_argument("order", choices=["alone", "session-first", "profiler-first", "no-profiler"])
     parser.add_argument("out")
     parser.add_argument("--config", default="configs/default.yaml")
     parser.add_argument("--after", type=int, default=20, help="steps after the profiler, outside it")
@@ -108,7 +109,9 @@ def main() -> int:
     work = make()
     for _ in range(3):  # warm-up: cuBLAS handles and the allocator, outside every trace
         step(*work)
-    if args.order == "alone":
+    if args.order == "no-profiler":
+        result = {"kernels": {}, "total": 0, "cycles": 0}
+    elif args.order == "alone":
         result = profiled(args, work)
     elif args.order == "session-first":
         import cuptistream
