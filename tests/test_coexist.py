@@ -296,3 +296,26 @@ def test_the_standby_interval_is_validated() -> None:
                 "sinks": [{"type": "null"}],
             }
         )
+
+
+def test_a_yield_span_becomes_an_otlp_log_record() -> None:
+    from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
+
+    from cuptistream.sinks.otlp.otlp_logs import YIELD_EVENT_NAME, log_records
+    from tests.otlp_batches import make_batch
+
+    span = CuptiYield(
+        tool="torch.profiler", start=1_000_000_000, end=1_250_000_000, missed=["activity:memcpy", "state"],
+        standby=["state"], holder="CUPTI for <not provided>", reason="tool_started",
+    )  # fmt: skip
+    batch = make_batch([span])
+    [record] = log_records(batch, observed_ns=5)
+    assert record.event_name == YIELD_EVENT_NAME
+    assert record.severity_number == SeverityNumber.SEVERITY_NUMBER_INFO
+    assert record.time_unix_nano == span.start + batch.clock.offset_ns
+    attrs = {kv.key: kv.value for kv in record.attributes}
+    assert attrs["cuptistream.tool"].string_value == "torch.profiler"
+    assert attrs["cuptistream.yield.duration_s"].double_value == pytest.approx(0.25)
+    assert attrs["cuptistream.yield.missed"].string_value == "activity:memcpy,state"
+    assert attrs["cuptistream.yield.standby"].string_value == "state"
+    assert "for 0.250 s" in record.body.string_value

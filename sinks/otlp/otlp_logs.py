@@ -1,15 +1,17 @@
-"""Events → OTLP log records: Error events (CUPTI state errors, fatal errors, component failures)."""
+"""Events → OTLP log records: Error events (CUPTI state errors, fatal errors, component failures), and
+CuptiYield spans (cuptistream left CUPTI to another tool: what it did not see, and for how long)."""
 
 from __future__ import annotations
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, SeverityNumber
 
-from cuptistream.events import Batch, Error
+from cuptistream.events import Batch, CuptiYield, Error
 
 from .otlp_common import key_values
 
 EVENT_NAME = "cuptistream.error"
+YIELD_EVENT_NAME = "cuptistream.cupti_yield"
 SEVERITY: dict[str, tuple[int, str]] = {
     "fatal": (SeverityNumber.SEVERITY_NUMBER_FATAL, "FATAL"),
     "error": (SeverityNumber.SEVERITY_NUMBER_ERROR, "ERROR"),
@@ -22,6 +24,9 @@ def log_records(batch: Batch, observed_ns: int) -> list[LogRecord]:
     offset = batch.clock.offset_ns
     out = []
     for ev in batch.events:
+        if isinstance(ev, CuptiYield):
+            out.append(_yield_record(ev, offset, observed_ns))
+            continue
         if not isinstance(ev, Error):
             continue
         number, text = SEVERITY.get(ev.severity, (SeverityNumber.SEVERITY_NUMBER_ERROR, ev.severity.upper()))
@@ -41,3 +46,25 @@ def log_records(batch: Batch, observed_ns: int) -> list[LogRecord]:
             )
         )
     return out
+
+
+def _yield_record(ev: CuptiYield, offset: int, observed_ns: int) -> LogRecord:
+    seconds = (ev.end - ev.start) / 1e9
+    body = f"cuptistream left CUPTI to {ev.tool} for {seconds:.3f} s; not recorded: {', '.join(ev.missed)}"
+    attrs = {
+        "cuptistream.tool": ev.tool,
+        "cuptistream.yield.reason": ev.reason,
+        "cuptistream.yield.duration_s": seconds,
+        "cuptistream.yield.missed": ",".join(ev.missed),
+        "cuptistream.yield.standby": ",".join(ev.standby) or None,
+        "cuptistream.yield.holder": ev.holder or None,
+    }
+    return LogRecord(
+        time_unix_nano=ev.start + offset,
+        observed_time_unix_nano=observed_ns,
+        severity_number=SeverityNumber.SEVERITY_NUMBER_INFO,
+        severity_text="INFO",
+        body=AnyValue(string_value=body),
+        attributes=key_values(attrs),
+        event_name=YIELD_EVENT_NAME,
+    )
