@@ -25,6 +25,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 ENV_CONFIG = "CUPTISTREAM_CONFIG"  # the config path when -c is not given
+_REQUIRE_HEALTHY = (
+    "exit 4 with one line, before starting, unless every sink is up within its connect_timeout "
+    "(default: start at once, sinks connect in the background)"
+)
 
 
 def _version() -> str:
@@ -55,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--report-json", metavar="FILE", help="write the shutdown report (counts, collector CPU) as JSON"
     )
+    run.add_argument("--require-healthy", action="store_true", help=_REQUIRE_HEALTHY)
     run.add_argument("program", nargs=argparse.REMAINDER, help="[--] command args... (e.g. torchrun ...)")
 
     collector = commands.add_parser(
@@ -74,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--session-id", default=None, help=argparse.SUPPRESS)
     collector.add_argument("--report-json", metavar="FILE", help="write the shutdown report as JSON at exit")
     collector.add_argument("--quiet", action="store_true", help="no summary line on stderr")
+    collector.add_argument("--require-healthy", action="store_true", help=_REQUIRE_HEALTHY)
 
     cat = commands.add_parser("cat", help="print events from files or Kafka as JSON Lines")
     cat.add_argument("path", help="a file-sink file or directory, or kafka://host:port/topic")
@@ -159,7 +165,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = _config_path(args, "run")
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     target = parse_program(program)
-    return run_program(config, target, quiet=args.quiet, report_json=args.report_json, output=args.output)
+    return run_program(
+        config, target, quiet=args.quiet, report_json=args.report_json, output=args.output,
+        require_healthy=args.require_healthy,
+    )  # fmt: skip
 
 
 def _config_path(args: argparse.Namespace, command: str) -> str:
@@ -174,7 +183,7 @@ def _cmd_collector(args: argparse.Namespace) -> int:
 
     return serve(
         _config_path(args, "collector"), args.socket, until_idle=args.until_idle, session_id=args.session_id,
-        report_json=args.report_json, quiet=args.quiet,
+        report_json=args.report_json, quiet=args.quiet, require_healthy=args.require_healthy,
     )  # fmt: skip
 
 

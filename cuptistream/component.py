@@ -150,6 +150,9 @@ class Sink(abc.ABC):
     """
 
     config_type: ClassVar[type[SinkConfig]] = SinkConfig
+    # True: ``write`` may run before ``connect`` has succeeded (the sink holds or spools what it
+    # gets meanwhile, like the Kafka sink). False: the lane queues until ``connect`` succeeds.
+    writes_while_connecting: ClassVar[bool] = False
 
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
@@ -159,7 +162,15 @@ class Sink(abc.ABC):
         return self.config.name or self.config.type
 
     async def open(self) -> None:  # noqa: B027 - optional hook
-        pass
+        """Local checks and set-up only (settings, secrets, directories): it runs before the program
+        starts, and its error stops the run. Reaching the destination belongs in ``connect``."""
+
+    async def connect(self) -> None:  # noqa: B027 - optional hook
+        """Reach the destination (TCP, TLS, login, metadata). Runs in the background after the program
+        started (``--require-healthy``: before), cancelled after ``connect_timeout`` and retried with
+        the shared backoff until it returns. Raise ``SinkUnavailableError`` for a failure that may pass
+        (retried) or ``PermanentSinkError`` for one no retry fixes (the sink stops, its data is counted
+        lost under the error's ``reason``); one line, starting with ``self.where()``."""
 
     @abc.abstractmethod
     async def write(self, batch: OutgoingBatch) -> None: ...

@@ -185,6 +185,9 @@ class SinkConfig(ComponentConfig):
     batch: BatchConfig | None = None  # None: the pipeline's batch settings
     retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
     timeout: Duration | None = None  # one request or write; None: DEFAULT_SINK_TIMEOUT (otlp: OTEL_* first)
+    # How long coming up (connect, TLS, login, metadata) may take before the sink is reported down
+    # (it keeps retrying in the background); ``--require-healthy`` waits this long, then exits 4.
+    connect_timeout: Duration = Duration(5.0)
     # Keys a sink used to have and what replaced them: a config that still says them gets a one-line
     # "renamed" error instead of "unknown key".
     renamed_keys: ClassVar[dict[str, str]] = {}
@@ -192,6 +195,7 @@ class SinkConfig(ComponentConfig):
     def __post_init__(self) -> None:
         if self.timeout is not None:
             require_positive("timeout", self.timeout)
+        require_positive("connect_timeout", self.connect_timeout)
 
     @property
     def request_timeout(self) -> float:

@@ -40,3 +40,14 @@ class SinkUnavailableError(UserError):
     """A sink cannot reach its destination at start-up."""
 
     exit_code = 4
+
+
+class PermanentSinkError(SinkUnavailableError):
+    """A sink's destination refused it for a reason no retry fixes: a login refused, a certificate
+    that does not verify, an HTTP 401 or 403. The sink stops (the program and the other sinks go
+    on); what it would have sent is counted lost under ``reason`` (e.g. ``auth_failed``). The
+    message is one line naming the sink, the problem and the fix."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -1,14 +1,16 @@
 """``cuptistream run``: any command, every Python process in it probed, this process collecting.
 
-This process opens the sinks (so an unusable sink fails before the program starts), listens on a
-private Unix socket, and starts the command with ``cuptistream/probe/boot`` on ``PYTHONPATH``: every
-Python process of the tree (the program, its subprocesses, spawned and forked workers, what a shell
-script or ``torchrun`` starts) arms a probe that starts when it first initializes CUDA and feeds
-this collector. ``python``/``python3`` and ``*.py`` run under the interpreter cuptistream is
-installed in. SIGINT and SIGTERM are passed on to the command. When it exits, however it exits (a
-SIGKILL too), the collector waits up to ``shutdown_deadline`` for the probes still connected, drains
-every buffer they handed over, then the pipeline. The command's exit status is kept (128+N for a
-command killed by signal N).
+This process checks the config and opens the sinks (a bad value, a missing secret, an unusable
+directory fail before the program starts; sinks connect in the background, or first with
+``require_healthy``: ``--require-healthy``), listens on a private Unix socket, and starts the
+command with ``cuptistream/probe/boot`` on ``PYTHONPATH``: every Python process of the tree (the
+program, its subprocesses, spawned and forked workers, what a shell script or ``torchrun`` starts)
+arms a probe that starts when it first initializes CUDA and feeds this collector.
+``python``/``python3`` and ``*.py`` run under the interpreter cuptistream is installed in. SIGINT
+and SIGTERM are passed on to the command. When it exits, however it exits (a SIGKILL too), the
+collector waits up to ``shutdown_deadline`` for the probes still connected, drains every buffer they
+handed over, then the pipeline. The command's exit status is kept (128+N for a command killed by
+signal N).
 """
 
 from __future__ import annotations
@@ -138,11 +140,14 @@ def run_program(
     quiet: bool = False,
     report_json: str | None = None,
     output: str | None = None,
+    require_healthy: bool = False,
 ) -> int:
     cfg = load(config)
     if output:
         use_output(cfg, output)
-    collector = Collector(cfg).start()  # raises SinkUnavailableError etc. before the program starts
+    # Raises ConfigError, SinkUnavailableError before the program starts (with require_healthy:
+    # also a sink not up within its connect_timeout).
+    collector = Collector(cfg, require_healthy=require_healthy).start()
     workdir = tempfile.mkdtemp(prefix="cuptistream-")
     try:
         address = collector.listen(os.path.join(workdir, "collector.sock"))

@@ -33,6 +33,7 @@ from cuptistream.events import (
 )
 from cuptistream.intake import Intake
 from cuptistream.producers import Producer
+from cuptistream.sink_connect import require_healthy, serve_lane
 from cuptistream.sink_runner import SinkLane
 
 # The last part of ``shutdown_deadline`` (this long, at most a quarter of it) is kept for closing
@@ -77,8 +78,12 @@ class Pipeline:
         session_id: str,
         resource: Resource,
         clock_sync: Callable[[], ClockSync],
+        *,
+        require_healthy: bool = False,
     ) -> None:
         self.config = config
+        # --require-healthy: every sink up (``Sink.connect``) before ``started``; else in the background
+        self.require_healthy = require_healthy
         self._clock_sync = clock_sync
         self.intake = Intake(config.pipeline.memory_budget, config.pipeline.full_policy, self._event_ns)
         self.resource = resource  # the collector's own; observed processes' come with their chunks
@@ -228,8 +233,10 @@ class Pipeline:
     ) -> ShutdownReport:
         report = ShutdownReport()
         try:
-            for lane in self.lanes:
+            for lane in self.lanes:  # local checks only: the network is ``connect``'s
                 await lane.sink.open()
+            if self.require_healthy:
+                await require_healthy([lane.sink for lane in self.lanes])
         except BaseException as error:
             started(error)
             raise
@@ -242,10 +249,14 @@ class Pipeline:
 
         async def run_lane(lane: SinkLane, done: trio.Event) -> None:
             closing = False
-            try:
-                await lane.run()
+
+            async def close() -> None:  # after the lane drained; the sink may still be connecting
+                nonlocal closing
                 closing = True
                 await self._close_sink(lane)
+
+            try:
+                await serve_lane(lane, lane.health, close, connected=self.require_healthy)
             except trio.Cancelled:
                 if not closing:  # the deadline passed while delivering: still close, briefly
                     with trio.CancelScope(shield=True) as scope:

@@ -56,6 +56,7 @@ class SinkLane:
         self._writing = 0  # events of the batch inside sink.write
         self._written_off = 0  # ... counted lost by abandon() while its write was still running
         self._abandon_reason = ""
+        self._stopped = ""  # the reason the sink stopped for good (``stop``); "" while it runs
 
     # --- the distributor's side --------------------------------------------------------------
 
@@ -64,6 +65,9 @@ class SinkLane:
         self.counters.bytes_in += chunk.nbytes
         if not bypass_bound and not await self._make_room(chunk):
             self._drop(chunk.count, "queue_full")
+            return
+        if self._stopped:  # the sink stopped for good (before or while this waited for room)
+            self._drop(chunk.count, self._stopped)
             return
         self._queue.append((chunk, time.monotonic_ns()))
         self._queued_bytes += chunk.nbytes
@@ -242,6 +246,15 @@ class SinkLane:
             self._drop(dropped, reason)
         self._queue.clear()
         self._queued_bytes = self._queued_events = 0
+        return dropped
+
+    def stop(self, reason: str) -> int:
+        """The sink stopped for good (a permanent error): what is queued, the batch being written and
+        every later offer are counted lost under ``reason``; the lane's ``run`` then only waits to be
+        closed. Returns the events dropped now."""
+        self._stopped = reason
+        dropped = self.abandon(reason)
+        self._notify()  # an offer waiting for room under ``block`` finds the lane stopped
         return dropped
 
     def snapshot(self) -> StageStats:

@@ -84,7 +84,7 @@ def test_the_plugin_registers_and_its_keys_are_checked(plugin_env: dict[str, str
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
         "cuptistream: sinks[0].colour: unknown key (known keys: name, enabled, queue, batch, retry, timeout, "
-        "path, max_file_bytes)"
+        "connect_timeout, path, max_file_bytes)"
     ], result.stderr
     assert "Traceback" not in result.stderr
     shared = _write_config(tmp_path, "{type: csv_kernels, path: k.csv, retry: {max_elapsed: 0}}")

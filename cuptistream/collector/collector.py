@@ -1,7 +1,8 @@
 """``Collector``: the pipeline and its sinks, serving the probes that connect to it.
 
-Lifecycle: ``start()`` opens the sinks (raising ``SinkUnavailableError`` and friends before any
-program runs), ``listen(path)`` accepts probes on a Unix socket, ``finish()`` waits for the probes
+Lifecycle: ``start()`` opens the sinks (raising ``ConfigError``, ``SinkUnavailableError`` for a
+local problem before any program runs; they connect in the background, or first with
+``require_healthy``), ``listen(path)`` accepts probes on a Unix socket, ``finish()`` waits for the probes
 to hang up (each connection drains what its probe published, also after a crash), then drains the
 pipeline within ``shutdown_deadline`` and returns the ``ShutdownReport``.
 """
@@ -33,7 +34,12 @@ _SHUTDOWN_GRACE_S = 5.0
 
 class Collector:
     def __init__(
-        self, config: Config, *, sinks: list[Sink] | None = None, session_id: str | None = None
+        self,
+        config: Config,
+        *,
+        sinks: list[Sink] | None = None,
+        session_id: str | None = None,
+        require_healthy: bool = False,
     ) -> None:
         self.config = config
         self.session_id = session_id or uuid.uuid4().hex[:16]
@@ -41,7 +47,9 @@ class Collector:
             sinks = [sink_class(s) for s, sink_class in config.enabled_sinks()]
         session = config.session
         own = current_resource(session.job_env, command_line=session.command_line)
-        self.pipeline = Pipeline(config, sinks, self.session_id, own, self.clock_sync)
+        self.pipeline = Pipeline(
+            config, sinks, self.session_id, own, self.clock_sync, require_healthy=require_healthy
+        )
         self._pipeline_thread = PipelineThread(self.pipeline)
         self._clock_offset: int | None = None
         self._changed = threading.Condition()

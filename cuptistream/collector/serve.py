@@ -25,9 +25,10 @@ def serve(
     session_id: str | None = None,
     report_json: str | None = None,
     quiet: bool = False,
+    require_healthy: bool = False,
 ) -> int:
     cfg = load(config_path)
-    collector = Collector(cfg, session_id=session_id).start()
+    collector = Collector(cfg, session_id=session_id, require_healthy=require_healthy).start()
     stop = threading.Event()
     signalled: list[float] = []  # the shutdown deadline starts at the first signal
 
