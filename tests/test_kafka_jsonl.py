@@ -42,6 +42,7 @@ def produce(bootstrap: str, batches: int, per_batch: int, **keys: Any) -> dict[s
 
     async def main() -> None:
         await sink.open()
+        await sink.connect()
         for seq in range(batches):
             await sink.write(batch_for(seq, events_for(seq, per_batch)))
         await sink.close()

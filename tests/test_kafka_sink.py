@@ -31,6 +31,7 @@ def make_config(broker: TansuBroker | None, **overrides: object) -> KafkaSinkCon
 async def produce(config: KafkaSinkConfig, batches: int, per_batch: int) -> dict[str, int]:
     sink = KafkaSink(config)
     await sink.open()
+    await sink.connect()
     for seq in range(batches):
         await sink.write(batch_for(seq, events_for(seq, per_batch)))
     await sink.close()
@@ -102,6 +103,7 @@ def test_block_mode_applies_backpressure_while_broker_is_stopped(kafka_broker: T
     async def main() -> tuple[int, dict[str, int]]:
         sink = KafkaSink(config)
         await sink.open()
+        await sink.connect()
         kafka_broker.pause()
         blocked_at = -1
         try:
@@ -134,7 +136,9 @@ def test_block_mode_applies_backpressure_while_broker_is_stopped(kafka_broker: T
 
 def _open_error(config: KafkaSinkConfig) -> UserError:
     async def main() -> None:
-        await KafkaSink(config).open()
+        sink = KafkaSink(config)
+        await sink.open()  # local: templates, secrets
+        await sink.connect()  # the network: what the pipeline retries in the background
 
     with pytest.raises(UserError) as caught:
         trio.run(main)
@@ -247,6 +251,7 @@ def test_spool_left_at_close_is_replayed_by_the_next_run(kafka_broker: TansuBrok
     async def first_run() -> dict[str, int]:
         sink = KafkaSink(config)
         await sink.open()
+        await sink.connect()
         kafka_broker.pause()
         for seq in range(10):
             await sink.write(batch_for(seq, events_for(seq, 1000)))
@@ -264,6 +269,7 @@ def test_spool_left_at_close_is_replayed_by_the_next_run(kafka_broker: TansuBrok
     async def second_run() -> dict[str, int]:
         sink = KafkaSink(config)
         await sink.open()
+        await sink.connect()
         await sink.close()
         return sink.stats()
 
@@ -279,6 +285,7 @@ def test_block_mode_counts_what_is_unacked_at_close(kafka_broker: TansuBroker) -
     async def main() -> tuple[dict[str, int], dict[str, int]]:
         sink = KafkaSink(config)
         await sink.open()
+        await sink.connect()
         kafka_broker.pause()
         for seq in range(3):
             await sink.write(batch_for(seq, events_for(seq, 500)))

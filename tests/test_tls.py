@@ -151,7 +151,9 @@ class Run:
     errors: list[Error]  # the Error events the file sink recorded
 
 
-def run(tmp: Path, sink: dict[str, Any], with_file_sink: bool = True, seconds: float = 0.0) -> Run:
+def run(
+    tmp: Path, sink: dict[str, Any], with_file_sink: bool = True, seconds: float = 0.0, args: tuple[str, ...] = ()
+) -> Run:
     """``cuptistream run`` of a program that lives ``seconds``: long enough, where a test reads Error
     events back, for the sink's failure to come while the file sink still records."""
     sinks = [sink]
@@ -165,7 +167,7 @@ def run(tmp: Path, sink: dict[str, Any], with_file_sink: bool = True, seconds: f
     (tmp / "cfg.json").write_text(json.dumps(config))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(
-        [*CLI, "run", "-c", str(tmp / "cfg.json"), "--report-json", str(tmp / "report.json"), "--",
+        [*CLI, "run", "-c", str(tmp / "cfg.json"), "--report-json", str(tmp / "report.json"), *args, "--",
          sys.executable, "-c", f"import time; time.sleep({seconds})"],
         capture_output=True, text=True, env=env, cwd=tmp, timeout=60,
     )  # fmt: skip
@@ -301,10 +303,24 @@ def test_kafka_ssl_with_the_right_ca_delivers(tmp_path: Path, certs: Certs, tls_
 
 
 def test_kafka_ssl_with_another_ca_is_refused(tmp_path: Path, certs: Certs, tls_kafka: TlsForwarder) -> None:
+    """A certificate that does not verify is permanent: the sink stops with one line, the program runs
+    and every event is counted lost under that reason; ``--require-healthy`` exits 4 before it."""
+    needle = "certificate at localhost:"
     outcome = run(tmp_path, kafka_sink(tls_kafka, certs.other_ca), with_file_sink=False)
+    assert outcome.returncode == 0 and "Traceback" not in outcome.stderr, outcome.stderr
+    stopped = [line for line in outcome.stderr.splitlines() if "sinks[kafka]: stopped:" in line]
+    assert len(stopped) == 1 and needle in stopped[0], outcome.stderr
+    assert "does not verify (unable to get local issuer certificate); check ssl_cafile" in stopped[0]
+    assert outcome.report is not None
+    kafka = outcome.report["sinks"]["kafka"]  # events_in: the program's and the collector's own (Error, stats)
+    assert kafka["events_out"] == 0 and kafka["events_in"] > EVENTS
+    assert outcome.report["losses"] == {"sink:kafka/tls_certificate_rejected": kafka["events_in"]}
+    (tmp_path / "strict").mkdir()
+    outcome = run(tmp_path / "strict", kafka_sink(tls_kafka, certs.other_ca), with_file_sink=False,
+                  args=("--require-healthy",))  # fmt: skip
     lines = outcome.stderr.strip().splitlines()
     assert outcome.returncode == 4, outcome.stderr
     assert len(lines) == 1 and "Traceback" not in outcome.stderr, outcome.stderr
-    assert lines[0].startswith("cuptistream: sinks[kafka]: TLS handshake with the broker at localhost:")
-    assert "certificate verify failed: unable to get local issuer certificate" in lines[0]
+    assert lines[0].startswith(f"cuptistream: sinks[kafka]: the broker's TLS {needle}")
+    assert "does not verify (unable to get local issuer certificate)" in lines[0]
     assert tls_kafka.connections == 0

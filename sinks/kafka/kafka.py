@@ -8,6 +8,17 @@ Pieces, one job each:
   backoff and jitter, and bounds the bytes held in memory;
 - ``kafka_spool``: the on-disk FIFO used by ``on_unavailable: spool``.
 
+- ``kafka_handshake``: our own bounded check of a broker (TCP, TLS, SASL) before kafka-python
+  gets it, which tells a refusal (permanent) from an outage (transient).
+
+Coming up (``connect``) happens in the background after the program started: until then ``write``
+holds batches in memory (``max_in_flight_bytes``) and then blocks or spools (``on_unavailable``), as
+for a broker that went away. Every wait of ``connect`` ends by ``connect_timeout``: our check is
+bounded step by step, and the kafka-python calls that are not (``KafkaProducer()``'s bootstrap,
+topic metadata) run in daemon threads that are abandoned at the deadline
+(``cuptistream.abandonable``). A refused login, an untrusted certificate or a topic the client may
+not write stop the sink (``PermanentSinkError``): what it held is counted lost with that reason.
+
 Guarantees (see ``docs/kafka.md``): at-least-once per message; order per key kept except where a
 message is re-sent after kafka-python's own delivery timeout. ``write`` returns once the batch is
 held (memory or spool), not once it is acked. A message that cannot be delivered is never raised
@@ -19,43 +30,52 @@ to the pipeline after the fact; it is counted in ``stats()`` (``dropped_events``
 from __future__ import annotations
 
 import math
-import socket
 import ssl
+import threading
 import time
 from typing import Any
 
 import trio
 
+from cuptistream.abandonable import call_by
 from cuptistream.component import OutgoingBatch, Sink
-from cuptistream.errors import SinkUnavailableError
+from cuptistream.errors import PermanentSinkError, SinkUnavailableError
 
 from .kafka_config import KafkaSinkConfig, producer_settings
 from .kafka_delivery import COUNTERS, Delivery
+from .kafka_handshake import Sasl, check_brokers
 from .kafka_route import Router
 from .kafka_spool import Spool
 
 __all__ = ["KafkaSink", "KafkaSinkConfig"]
 
+_OWN_MARGIN_S = 0.2  # connect()'s own deadline comes this long before connect_timeout
+_CONNECT_THREAD = "cuptistream-kafka-connect"  # KafkaProducer() in a thread abandoned at the deadline
+
 
 class KafkaSink(Sink):
     config_type = KafkaSinkConfig
+    writes_while_connecting = True  # held in memory, then blocked or spooled, until the broker is up
 
     def __init__(self, config: KafkaSinkConfig) -> None:
         super().__init__(config)
         self.config: KafkaSinkConfig = config
         self._router: Router | None = None
         self._delivery: Delivery | None = None
+        self._settings: dict[str, Any] = {}
+        self._tls: ssl.SSLContext | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._changed = trio.Event()
+        self._refused = ""  # the reason of a PermanentSinkError from connect(): nothing more is sent
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
-        """Check the config, reach the broker and start the delivery thread.
+        """Check the config and prepare, without the network (that is ``connect``'s).
 
-        Raises ``SinkUnavailableError`` (one line) when no broker answers within ``connect_timeout``,
-        authentication fails or a fixed topic cannot be used; ``ConfigError`` for a bad topic or key
-        template, or a secret's environment variable that is not set.
+        Raises ``ConfigError`` for a bad topic or key template or a secret's environment variable
+        that is not set; ``SinkUnavailableError`` for a compression codec that is not installed, a
+        certificate or key file that cannot be loaded, or an unusable spool directory.
         """
         config = self.config
         self._router = Router(
@@ -66,7 +86,9 @@ class KafkaSink(Sink):
             int(config.max_message_bytes),
             config.headers,
         )
-        settings = producer_settings(config)
+        self._settings = settings = producer_settings(config)
+        if config.security_protocol.endswith("SSL"):
+            self._tls = _tls_context(settings, self.where())
         spool = None
         if config.on_unavailable == "spool":
             spool = Spool(
@@ -78,13 +100,10 @@ class KafkaSink(Sink):
             )
             await trio.to_thread.run_sync(spool.open)
         self._token = trio.lowlevel.current_trio_token()
-        producer = await trio.to_thread.run_sync(self._connect, settings)
-        first = [producer]
 
-        def make_producer() -> Any:
-            from kafka import KafkaProducer
-
-            return first.pop() if first else KafkaProducer(**settings)
+        def make_producer() -> Any:  # after a broken producer, on the delivery thread
+            deadline = time.monotonic() + float(config.connect_timeout)
+            return call_by(self._new_producer, deadline, name=_CONNECT_THREAD, late=_close_quietly)
 
         self._delivery = Delivery(
             make_producer,
@@ -93,7 +112,35 @@ class KafkaSink(Sink):
             expire=config.on_unavailable == "block",
             spool=spool,
             on_change=self._poke,
+            where=self.where(),
         )
+
+    async def connect(self) -> None:
+        """Reach a broker, make the producer and check fixed topics, all by ``connect_timeout``;
+        then delivery begins.
+
+        Raises ``SinkUnavailableError`` (transient: no broker reachable, no answer, a timeout at any
+        step) or ``PermanentSinkError`` (a certificate that does not verify, a SASL mechanism or login
+        refused, a topic this client may not write), each one line naming the fix. Cancelling it
+        abandons the worker thread, which ends by the same deadline and closes what it made.
+        """
+        assert self._delivery is not None, "open() first"
+        # Our own waits end a little before the pipeline cancels this at connect_timeout, so the
+        # failure names its step (TCP connect, TLS handshake, SASL exchange) rather than a timeout.
+        timeout = float(self.config.connect_timeout)
+        deadline = time.monotonic() + max(timeout / 2, timeout - _OWN_MARGIN_S)
+        abandoned = threading.Event()
+        try:
+            producer = await trio.to_thread.run_sync(
+                self._connect, deadline, abandoned, abandon_on_cancel=True
+            )
+        except PermanentSinkError as error:
+            self._refused = error.reason
+            raise
+        except BaseException:
+            abandoned.set()
+            raise
+        self._delivery.start(producer)
 
     async def write(self, batch: OutgoingBatch) -> None:
         """Hold the batch for delivery. Waits while ``max_in_flight_bytes`` are held: in ``block``
@@ -118,18 +165,20 @@ class KafkaSink(Sink):
         """Deliver what is held: for up to ``retry.max_elapsed``, or until cancelled (the pipeline's
         shutdown deadline). Whatever is still unacked then goes to the spool (spool mode, replayed by
         the next run) or is counted in ``undelivered_events``, ``dropped_events`` and ``delivery_losses()``
-        (reason ``shutdown``).
+        (reason ``shutdown``; a refused sink: the refusal's reason, nothing spooled). The final step
+        waits at most about 0.2 s for a delivery thread stuck in kafka-python.
         """
         delivery = self._delivery
         if delivery is None:
             return
         try:
-            await trio.to_thread.run_sync(
-                delivery.wait_idle, float(self.config.retry.max_elapsed), abandon_on_cancel=True
-            )
+            if not self._refused:
+                await trio.to_thread.run_sync(
+                    delivery.wait_idle, float(self.config.retry.max_elapsed), abandon_on_cancel=True
+                )
         finally:
             with trio.CancelScope(shield=True):  # quick: stop, then spool or count the rest
-                await trio.to_thread.run_sync(delivery.close, 0.0)
+                await trio.to_thread.run_sync(delivery.close, 0.0, self._refused)
 
     def stats(self) -> dict[str, int]:
         if self._delivery is None:
@@ -162,60 +211,87 @@ class KafkaSink(Sink):
         self._changed.set()
         self._changed = trio.Event()
 
-    def _connect(self, settings: dict[str, Any]) -> Any:
-        """Create the producer and check fixed topics (blocking; runs in a worker thread)."""
+    def _new_producer(self) -> Any:
         from kafka import KafkaProducer
-        from kafka.errors import KafkaConfigurationError, KafkaError
+
+        return KafkaProducer(**self._settings)
+
+    def _connect(self, deadline: float, abandoned: threading.Event) -> Any:
+        """``connect``'s blocking part (a worker thread): check, make the producer, check topics."""
+        from kafka.errors import AuthorizationError, KafkaConfigurationError, KafkaError
 
         config = self.config
         where = self.where()
         servers = ",".join(config.servers)
-        timeout = config.connect_timeout
-        if not _any_reachable(config.servers, timeout):
+        sasl = None
+        if config.sasl_mechanism:
+            env = config.sasl_password_env
+            secret = f" and the password in ${env}" if env else ""
+            sasl = Sasl(
+                config.sasl_mechanism, config.sasl_username, self._settings.get("sasl_plain_password", ""),
+                f"check sasl_mechanism, sasl_username{secret}",
+            )  # fmt: skip
+        down = check_brokers(config.servers, deadline, self._tls, sasl, where)
+        if down is not None:
             raise SinkUnavailableError(
-                f"{where}: no broker reachable at {servers} within {timeout:g}s; check bootstrap_servers"
+                f"{where}: no broker reachable at {servers}: {down.problem}; check bootstrap_servers, "
+                "security_protocol and that a broker is up"
             )
         try:
-            producer = KafkaProducer(**settings)
-        except KafkaConfigurationError as error:
-            raise SinkUnavailableError(f"{where}: kafka-python rejects these settings: {error}") from None
-        except KafkaError as error:
-            tls = config.security_protocol.endswith("SSL")
-            problem = _tls_problem(config.servers, settings) if tls else ""
-            if problem:
-                raise SinkUnavailableError(
-                    f"{where}: TLS handshake with the broker at {servers} failed: {problem}; "
-                    "check ssl_cafile (the CA that signs the brokers' certificates) and ssl_check_hostname"
-                ) from None
-            if config.sasl_mechanism:
-                env = config.sasl_password_env
-                secret = f" and the password in ${env}" if env else ""
-                who = f"{config.sasl_mechanism} login as {config.sasl_username!r}"
-                raise SinkUnavailableError(
-                    f"{where}: SASL {who} at {servers} failed ({type(error).__name__}); "
-                    f"check sasl_mechanism, sasl_username{secret}"
-                ) from None
+            producer = call_by(self._new_producer, deadline, name=_CONNECT_THREAD, late=_close_quietly)
+        except TimeoutError:
             raise SinkUnavailableError(
-                f"{where}: the broker at {servers} accepted a connection but the Kafka handshake failed "
-                f"within {timeout:g}s ({type(error).__name__}); check security_protocol (SASL or SSL needed?)"
+                f"{where}: kafka-python did not finish connecting to {servers} within connect_timeout "
+                f"({config.connect_timeout:g}s)"
+            ) from None
+        except KafkaConfigurationError as error:
+            message = f"{where}: kafka-python rejects these settings: {error}"
+            raise PermanentSinkError(message, "bad_settings") from None
+        except KafkaError as error:
+            raise SinkUnavailableError(
+                f"{where}: the broker at {servers} passed our check but kafka-python could not connect "
+                f"({type(error).__name__}: {error})"
             ) from None
         try:
-            for topic in self._router.fixed_topics() if self._router else []:
-                if not producer.partitions_for(topic):
-                    raise SinkUnavailableError(f"{where}.topic: topic {topic!r} has no partitions")
-        except KafkaError as error:
-            producer.close(timeout=0)
-            raise SinkUnavailableError(
-                f"{where}.topic: cannot use the topic at {servers}: {type(error).__name__}: {error}; "
-                "check that it exists (or auto-creation is on) and that this client may write to it"
+            topics = self._router.fixed_topics() if self._router else []
+            found = call_by(
+                lambda: [(t, producer.partitions_for(t)) for t in topics], deadline,
+                name="cuptistream-kafka-metadata", late=None,
+            )  # fmt: skip
+            for topic, partitions in found:
+                if not partitions:
+                    raise SinkUnavailableError(f"{where}.topic: topic {topic!r} has no partitions yet")
+        except AuthorizationError as error:
+            _close_quietly(producer)
+            raise PermanentSinkError(
+                f"{where}.topic: the broker at {servers} does not let this client write to the topic "
+                f"({type(error).__name__}); grant it or choose another topic",
+                "topic_not_allowed",
             ) from None
+        except (TimeoutError, KafkaError) as error:
+            _close_quietly(producer)
+            raise SinkUnavailableError(
+                f"{where}.topic: no topic metadata from {servers} within connect_timeout "
+                f"({type(error).__name__}); check that the topic exists (or auto-creation is on)"
+            ) from None
+        except SinkUnavailableError:
+            _close_quietly(producer)
+            raise
+        if abandoned.is_set():  # connect() stopped waiting: nobody will use this producer
+            _close_quietly(producer)
         return producer
 
 
-def _tls_problem(servers: list[str], settings: dict[str, Any], timeout: float = 1.0) -> str:
-    """Why a TLS handshake with the first reachable server fails (e.g. "certificate verify failed:
-    unable to get local issuer certificate"), or "" if it succeeds or none answers: after a failed
-    connect only, so the error names the certificate instead of a timeout."""
+def _close_quietly(producer: Any) -> None:
+    try:
+        producer.close(timeout=0)
+    except Exception:  # a producer nobody uses; closing it is a courtesy
+        pass
+
+
+def _tls_context(settings: dict[str, Any], where: str) -> ssl.SSLContext:
+    """The TLS context ``connect``'s check uses, built as kafka-python builds its own. Raises
+    ``SinkUnavailableError`` for a CA, certificate or key file that cannot be loaded."""
     try:
         context = ssl.create_default_context(cafile=settings.get("ssl_cafile"))
         context.check_hostname = bool(settings.get("ssl_check_hostname", True))
@@ -224,35 +300,8 @@ def _tls_problem(servers: list[str], settings: dict[str, Any], timeout: float = 
                 settings["ssl_certfile"], settings.get("ssl_keyfile"), settings.get("ssl_password")
             )
     except (OSError, ssl.SSLError) as error:
-        return f"cannot load a certificate or key ({error})"
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        host = host.strip("[]") or "localhost"
-        try:
-            with socket.create_connection((host, int(port or 9092)), timeout) as sock:
-                sock.settimeout(timeout)
-                context.wrap_socket(sock, server_hostname=host).close()
-            return ""
-        except ssl.SSLCertVerificationError as error:
-            return f"certificate verify failed: {error.verify_message}"
-        except ssl.SSLError as error:
-            return str(error.reason or error)
-        except (OSError, ValueError):
-            continue
-    return ""
-
-
-def _any_reachable(servers: list[str], timeout: float) -> bool:
-    """Whether a TCP connection to any bootstrap server opens within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for server in servers:
-            host, _, port = server.rpartition(":")
-            try:
-                socket.create_connection((host.strip("[]") or "localhost", int(port or 9092)), 1.0).close()
-                return True
-            except (OSError, ValueError):
-                continue
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        raise SinkUnavailableError(
+            f"{where}: cannot load a certificate or key ({error}); "
+            "check ssl_cafile, ssl_certfile and ssl_keyfile"
+        ) from None
+    return context

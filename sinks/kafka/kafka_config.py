@@ -35,7 +35,6 @@ class KafkaSinkConfig(SinkConfig):
     linger: Duration = Duration(0.005)
     batch_size: Size = Size(1024 * 1024)
     max_message_bytes: Size = Size(1024 * 1024)  # larger batches are split into several messages
-    connect_timeout: Duration = Duration(5.0)  # open() gives up after this long
     # The shared ``timeout`` is kafka-python's request_timeout_ms; the shared ``retry.max_elapsed`` its
     # delivery_timeout_ms and, in block mode, how long a message may stay unacked before it is lost.
 

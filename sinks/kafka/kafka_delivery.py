@@ -1,7 +1,8 @@
 """Delivery tracking for the Kafka sink: every message is held until acked or permanently failed.
 
 One ``Delivery`` owns one kafka-python producer and one thread, ``cuptistream-kafka``, which sends in
-this order, never skipping ahead:
+this order, never skipping ahead (nothing until ``start`` hands it the first producer: until then
+messages are held, within ``max_in_flight_bytes``, and spooled past it):
 
 1. messages due for a retry (ours, after kafka-python's own retries gave up), oldest first;
 2. messages handed over by the pipeline;
@@ -33,6 +34,7 @@ from typing import Any, Literal
 
 import kafka.errors as kerrors
 
+from cuptistream.abandonable import call_by
 from cuptistream.config import RetryConfig
 from cuptistream.retry import Backoff
 
@@ -82,6 +84,8 @@ COUNTERS = (
 
 # Why events were lost after the sink accepted them (``Delivery.lost``; Loss events' reasons).
 LOSS_REASONS = ("rejected", "retries_exhausted", "spool_full", "spool_error", "shutdown")
+# ... and, when the sink was refused for good (``close(lost_as=...)``), the refusal's reason:
+# ``sasl_login_refused``, ``tls_certificate_rejected``, ``topic_not_allowed``.
 
 
 class _Item:
@@ -106,9 +110,11 @@ class Delivery:
         expire: bool,
         spool: Spool | None,
         on_change: Callable[[], None],
+        where: str = "kafka",
     ) -> None:
-        self._make_producer = make_producer
-        self._producer = make_producer()
+        self._where = where  # how its log lines start: "sinks[<name>]"
+        self._make_producer = make_producer  # a new producer after a broken one; raises when it cannot
+        self._producer: Any = None  # ``start`` hands over the first
         self.max_bytes = max_in_flight_bytes
         self._retry_config = retry
         self._expire = expire  # give a message up retry.max_elapsed after its first send
@@ -133,6 +139,12 @@ class Delivery:
         self._thread.start()
 
     # --- the pipeline's side -----------------------------------------------------------------
+
+    def start(self, producer: Any) -> None:
+        """Begin sending with ``producer`` (the sink is up)."""
+        with self._cond:
+            self._producer = producer
+            self._cond.notify_all()
 
     def try_enqueue(self, messages: list[Message]) -> Literal["queued", "full", "spool"]:
         """Hand over one batch's messages without blocking.
@@ -190,26 +202,33 @@ class Delivery:
                 self._cond.wait(min(remaining, 0.5))
             return True
 
-    def close(self, timeout: float) -> None:
+    def close(self, timeout: float, lost_as: str = "") -> None:
         """Deliver what is held within ``timeout`` seconds, then stop.
 
         What is still unacked is written to the spool (spool mode, for the next run) or counted in
-        ``undelivered_events`` and ``dropped_events``.
+        ``undelivered_events`` and ``dropped_events`` (reason ``shutdown``). ``lost_as``: the sink was
+        refused for good; nothing more is sent or spooled, what is held is lost with this reason.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
-            while not self._idle_locked():
+            while not lost_as and self._producer is not None and not self._idle_locked():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(min(remaining, 0.5))
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(timeout=max(1.0, deadline - time.monotonic()))
+        # Short: a thread stuck in kafka-python (a send waiting max_block_ms for metadata) is left;
+        # what it holds is counted below.
+        self._thread.join(timeout=max(0.2, deadline - time.monotonic()))
         try:
-            self._producer.close(timeout=max(0.0, deadline - time.monotonic()))
+            if self._producer is not None:  # kafka-python's close can wait on a frozen broker: abandoned
+                producer, wait = self._producer, max(0.0, deadline - time.monotonic())
+                ends = time.monotonic() + wait + 0.2
+                call_by(lambda: producer.close(timeout=wait), ends, name="cuptistream-kafka-close")
         except Exception as error:  # closing must finish whatever kafka-python thinks
-            log.warning("kafka: producer close failed: %s: %s", type(error).__name__, error)
+            # e.g. a frozen broker; what was unacked is counted below, in one line
+            log.debug("%s: producer close failed: %s: %s", self._where, type(error).__name__, error)
         with self._cond:
             self._settle(final=True)
             left = sorted(
@@ -223,14 +242,17 @@ class Delivery:
         if self.spool is not None:
             # Replayed messages are still in their segment, which stays on disk; spool the rest.
             left = [item for item in left if item.reader is None]
-        if left and self.spool is not None:
+        if left and self.spool is not None and not lost_as:
+            events = sum(item.message.events for item in left)
+            log.warning("%s: %d events unacked at close; spooled for the next run", self._where, events)
             self.spool_messages([item.message for item in left])
         elif left:
             events = sum(item.message.events for item in left)
             self.counters["undelivered_events"] += events
             with self._cond:
-                self._lose([item.message for item in left], "shutdown")
-            log.warning("kafka: %d events not acked before the close deadline; counted as dropped", events)
+                self._lose([item.message for item in left], lost_as or "shutdown")
+            if not lost_as:
+                log.warning("%s: %d events unacked at close; counted as lost", self._where, events)
         if self.spool is not None:
             self.spool.close()
 
@@ -245,6 +267,9 @@ class Delivery:
                 restart = self._reset_producer and not self._sent
                 if self._reset_producer and self._sent:
                     self._cond.wait(0.5)  # let the old producer settle what it holds first
+                    continue
+                if self._producer is None:  # not up yet: hold what comes
+                    self._cond.wait(0.5)
                     continue
                 if not restart:
                     item, wait = self._next_item()
@@ -356,13 +381,16 @@ class Delivery:
                 item.reader.outstanding -= 1
             topic = item.message.topic
             why = str(error) if permanent else f"{type(error).__name__}, {item.backoff.give_up_reason()}"
-            self._warn_once(type(error).__name__, f"kafka: dropping messages to {topic}: {why}")
+            self._warn_once(type(error).__name__, f"{self._where}: dropping messages to {topic}: {why}")
             return
         item.attempts += 1
         self.counters["retried_messages"] += 1
         heapq.heappush(self._retry, (item.order, next(self._order), time.monotonic() + delay, item))
         if item.attempts == 1:
-            log.warning("kafka: retrying a message to %s after %s", item.message.topic, type(error).__name__)
+            log.warning(
+                "%s: the broker did not ack a message to %s (%s); retrying with backoff",
+                self._where, item.message.topic, type(error).__name__,
+            )  # fmt: skip
 
     def _release_readers(self) -> None:
         assert self.spool is not None or not self._readers
