@@ -128,6 +128,19 @@ def held_by_others(user: str) -> bool:
         return any(name != user or count > 1 for name, count in _users.items())
 
 
+def detach_at_exit() -> None:
+    """``cuptiFinalize`` at the program's exit, once no source of ours uses CUPTI, whoever else
+    subscribed (a profiler that is done by now). Never raises."""
+    with _users_lock:
+        if _users:
+            return
+        try:
+            call("cuptiFinalize")
+        except Exception:
+            return
+    _forget_subscriber()
+
+
 def release(user: str, finalize: bool = True) -> bool:
     """Drop one use by ``user``. Returns True when this call detached CUPTI (``cuptiFinalize``)."""
     with _users_lock:
@@ -141,13 +154,17 @@ def release(user: str, finalize: bool = True) -> bool:
         call("cuptiFinalize")
         global detached_once
         detached_once = True
+    _forget_subscriber()
+    return True
+
+
+def _forget_subscriber() -> None:
     try:  # the callback subscriber's handle died with CUPTI; let it know without calling CUPTI
         from cuptistream.cupti import subscriber
 
         subscriber.get().forget()
     except Exception:
         pass
-    return True
 
 
 def unsupported(kind_name: str, device: str, error: CuptiError) -> UserError:

@@ -5,8 +5,8 @@
   ``cupti_yield`` event per profiler cycle and no kernel inside a yielded span.
 - Profiler and session in both orders: every run finishes with exit code 0 within the timeout,
   ``COEXIST_RUNS`` times each (default 10), and the profiler's counts are its counts alone.
-- ``cuptistream run`` with ``probe.start: process``: no hang and the profiler's counts every time; an
-  abort at exit (exit 134) is a known limit (docs/coexistence.md) and reported as xfail.
+- ``cuptistream run`` with ``probe.start: process`` (the probe holds CUPTI before torch loads): the
+  same, ``COEXIST_RUNS`` times.
 
 Subprocesses use the installed cuptistream (``pip install`` of the wheel), as a user's program does:
 they run in a temporary directory, so that ``python -m`` does not find the checkout's ``cuptistream/``
@@ -169,6 +169,6 @@ def test_run_with_process_start_never_hangs(alone: dict[str, Any], tmp_path: Pat
     _record("process_start", {"summary": row, "failures": [r for r in results if r["rc"] != 0][:2]})
     assert row["hangs"] == 0, row
     assert row["counts_equal_alone"] == row["runs"], row
-    if row["nonzero_exit"]:
-        assert row["exit_codes"] == [134], row  # glibc's abort after the program's last line, nothing else
-        pytest.xfail(f"{row['nonzero_exit']} of {row['runs']} aborted at exit (docs/coexistence.md, Limits)")
+    # Before the probe detached CUPTI at exit, Kineto's context-destroy callback aborted the program
+    # in CUDA's teardown (exit 134) in 2 to 7 of 10 runs (docs/coexistence.md).
+    assert row["nonzero_exit"] == 0, (row, [r["stderr_tail"] for r in results if r["rc"]][:1])
