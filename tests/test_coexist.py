@@ -319,3 +319,28 @@ def test_a_yield_span_becomes_an_otlp_log_record() -> None:
     assert attrs["cuptistream.yield.missed"].string_value == "activity:memcpy,state"
     assert attrs["cuptistream.yield.standby"].string_value == "state"
     assert "for 0.250 s" in record.body.string_value
+
+
+def test_the_summary_reports_what_was_left_to_other_tools(tmp_path: Path) -> None:
+    from helpers.batchgen import header, run_sink
+
+    from cuptistream.analysis.records import Recording
+    from cuptistream.analysis.summary import summarize
+    from cuptistream.codec import encode_batch, encode_chunk
+    from cuptistream.component import OutgoingBatch
+    from cuptistream.sinks.file import FileSink, FileSinkConfig
+
+    spans = [
+        CuptiYield(tool="torch.profiler", start=10 * i, end=10 * i + 4, missed=["activity:kernel", "state"],
+                   standby=["state"] if i else [], reason="tool_started")
+        for i in range(1, 4)
+    ]  # fmt: skip
+    data = encode_batch(header(0), [encode_chunk(spans)])
+    run_sink(
+        FileSink(FileSinkConfig(type="file", directory=str(tmp_path))),
+        [OutgoingBatch(data=data, seq=0, event_count=3)],
+    )
+    report = summarize(Recording(str(tmp_path), lean=True), top=None)
+    [table] = [t for t in report.tables if t.name == "cupti_yields"]
+    assert table.rows == [["torch.profiler", 3, 12, "activity:kernel,state", "state"]]
+    assert report.meta["events"]["cupti_yield"] == 3

@@ -126,6 +126,14 @@ class LLoss(Light, tag="loss"):
     unit: str = "events"
 
 
+class LCuptiYield(Light, tag="cupti_yield"):
+    tool: str
+    start: int
+    end: int
+    missed: list[str]
+    standby: list[str] = []
+
+
 class LError(Light, tag="error"):
     severity: str
     origin: str
@@ -135,7 +143,7 @@ class LError(Light, tag="error"):
 
 _READ = {
     LKernel, LMemcpy, LMemset, LGraphLaunch, LApiCall, LNvtxRange, LNvtxMarker, LPcSampleBatch,
-    LSassMetricBatch, LLoss, LError,
+    LSassMetricBatch, LLoss, LError, LCuptiYield,
 }  # fmt: skip
 _known = {cls.__struct_config__.tag for cls in _READ}
 # Every other family decodes to an empty Struct: counted by type, fields skipped.

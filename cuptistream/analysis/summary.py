@@ -30,9 +30,10 @@ from cuptistream.analysis.summary_report import Report, Table, Totals
 __all__ = ["Report", "Summarizer", "Table", "summarize"]
 
 # The families the summary folds; every other family is only counted, by its tag.
-API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, OTHER = range(10)
+API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, YIELD, OTHER = range(11)
 _FAMILY_ID = {"api": API, "kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "nvtx_range": NVTX,
-              "pc_samples": PC, "sass_metrics": SASS, "loss": LOSS, "error": ERROR}  # fmt: skip
+              "pc_samples": PC, "sass_metrics": SASS, "loss": LOSS, "error": ERROR,
+              "cupti_yield": YIELD}  # fmt: skip
 _INTERVALS = frozenset({"api", "kernel", "memcpy", "memset", "nvtx_range"})
 
 _key = operator.attrgetter("summary_key")
@@ -143,7 +144,8 @@ class Summarizer(Totals):
             s, e, dev, stream = (np.concatenate(c) if len(gpu) > 1 else c[0] for c in zip(*gpu, strict=True))
             self._busy(pid, s, e, dev, stream, off, high)
         rare = {}
-        for fam, tag in ((PC, "pc_samples"), (SASS, "sass_metrics"), (LOSS, "loss"), (ERROR, "error")):
+        for fam, tag in ((PC, "pc_samples"), (SASS, "sass_metrics"), (LOSS, "loss"), (ERROR, "error"),
+                         (YIELD, "cupti_yield")):  # fmt: skip
             if present[fam]:
                 rare[tag] = take(events, np.flatnonzero(family == fam))
         if rare:
@@ -262,12 +264,21 @@ class Summarizer(Totals):
             if _inside(error.timestamp + off, low, high):
                 self.event_counts["error"] += 1
                 self.errors[(error.severity, error.origin, error.message)] += 1
+        for span in families.get("cupti_yield", ()):
+            if _inside(span.start + off, low, high):
+                self.event_counts["cupti_yield"] += 1
+                row = self.yields.setdefault(span.tool, [0, 0, set(), set()])
+                row[0] += 1
+                row[1] += span.end - span.start
+                row[2].update(span.missed)
+                row[3].update(span.standby)
 
     def add_torn_tail(self, path: str, length: int) -> None:
         """A file whose last frame was incomplete: reported with the losses, in bytes."""
         s = self.losses.setdefault(("file:" + path, "torn_tail", "bytes"), [0, 0])
         s[0] += 1
         s[1] += length
+
 
 def _inside(t: int, low: int | None, high: int | None) -> bool:
     return low is None or low <= t < high  # type: ignore[operator]

@@ -74,6 +74,8 @@ class Totals:
         self.sass: dict[tuple[str, str], int] = {}  # (function, metric) -> sum
         self.losses: dict[tuple[str, str, str], list[int]] = {}  # (stage, reason, unit) -> [events, count]
         self.errors: Counter[tuple[str, str, str]] = Counter()
+        # tool -> [spans, ns, not recorded, still on standby]: CUPTI left to another tool (coexistence.md)
+        self.yields: dict[str, list[Any]] = {}
 
     # --- the report -----------------------------------------------------------------------------
 
@@ -118,6 +120,12 @@ class Totals:
         report.tables.append(Table(
             "losses", "Losses", ["stage", "reason", "unit", "events", "count"],
             [[st, rs, u, e, c] for (st, rs, u), (e, c) in sorted(self.losses.items())],
+        ))  # fmt: skip
+        report.tables.append(Table(
+            "cupti_yields", "CUPTI left to other tools (not recorded meanwhile)",
+            ["tool", "spans", "total_ns", "not_recorded", "standby_after"],
+            [[tool, n, t, ",".join(sorted(missed)), ",".join(sorted(standby))]
+             for tool, (n, t, missed, standby) in sorted(self.yields.items())],
         ))  # fmt: skip
         report.tables.append(Table(
             "errors", "Errors", ["severity", "origin", "message", "count"],
