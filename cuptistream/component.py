@@ -214,4 +214,12 @@ def secret_from_env(sink: str, key: str, variable: str) -> str:
 
 class DeliveryError(Exception):
     """A batch could not be delivered and will not be retried by the pipeline. The message starts
-    with ``Sink.where()``."""
+    with ``Sink.where()``.
+
+    ``lost``: which of the batch's events were lost, by reason (e.g. ``{"delivery_failed": 120}``);
+    the rest count as delivered. None (the default): all of them, as ``delivery_failed``.
+    """
+
+    def __init__(self, message: str, lost: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.lost = lost

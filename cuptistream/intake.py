@@ -30,7 +30,13 @@ CONTROL_CAP_EVENTS = 10_000
 
 
 class Intake(Emitter):
-    def __init__(self, budget_bytes: int, policy: FullPolicy, now_ns: Callable[[], int]) -> None:
+    """``stage`` names this queue in its ``Loss`` events: ``intake`` in the collector, ``probe`` for
+    the observed process's own queue, so each stage's drops add up against its own ``events_in``."""
+
+    def __init__(
+        self, budget_bytes: int, policy: FullPolicy, now_ns: Callable[[], int], stage: str = "intake"
+    ) -> None:
+        self.stage = stage
         self.budget_bytes = budget_bytes
         self.policy = policy
         self._now_ns = now_ns  # event clock, for Error timestamps
@@ -58,10 +64,10 @@ class Intake(Emitter):
             self.events_in += chunk.count
             self.bytes_in += chunk.nbytes
             if self._closed:
-                self.losses["intake", "closed", "events"] += chunk.count
+                self.losses[self.stage, "closed", "events"] += chunk.count
                 return
             if not self._make_room(chunk):
-                self.losses["intake", "queue_full", "events"] += chunk.count
+                self.losses[self.stage, "queue_full", "events"] += chunk.count
                 return
             self._chunks.append(chunk)
             self._queued_bytes += chunk.nbytes
@@ -80,7 +86,7 @@ class Intake(Emitter):
             while self._chunks and self._queued_bytes + chunk.nbytes > self.budget_bytes:
                 old = self._chunks.popleft()
                 self._queued_bytes -= old.nbytes
-                self.losses["intake", "queue_full", "events"] += old.count
+                self.losses[self.stage, "queue_full", "events"] += old.count
             return True
         while self._chunks and self._queued_bytes + chunk.nbytes > self.budget_bytes and not self._closed:
             self._space.wait()

@@ -9,6 +9,7 @@ then is counted in the returned ``ShutdownReport``.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -34,6 +35,7 @@ from cuptistream.events import (
 from cuptistream.intake import Intake
 from cuptistream.producers import Producer
 from cuptistream.sink_connect import require_healthy, serve_lane
+from cuptistream.sink_health import HealthReport
 from cuptistream.sink_runner import SinkLane
 
 # The last part of ``shutdown_deadline`` (this long, at most a quarter of it) is kept for closing
@@ -51,6 +53,7 @@ class ShutdownReport:
     sinks: dict[str, StageStats] = field(default_factory=dict)
     losses: dict[str, int] = field(default_factory=dict)  # "stage/reason" -> count, all units
     undelivered: dict[str, int] = field(default_factory=dict)  # sink -> events left at the deadline
+    health: dict[str, HealthReport] = field(default_factory=dict)  # sink -> its state at the end
     deadline_hit: bool = False
     # Filled in by the collector:
     probes: int = 0  # probe connections served
@@ -62,7 +65,9 @@ class ShutdownReport:
     def summary(self) -> str:
         parts = [f"{self.events_in} events in"]
         for name, stats in self.sinks.items():
-            parts.append(f"{name}: {stats.events_out} delivered, {stats.events_dropped} dropped")
+            health = self.health.get(name)
+            state = f" ({health.state}: {health.problem})" if health and health.state != "ok" else ""
+            parts.append(f"{name}: {stats.events_out} delivered, {stats.events_dropped} dropped{state}")
         if self.intake_dropped:
             parts.append(f"intake dropped {self.intake_dropped}")
         if self.deadline_hit:
@@ -122,8 +127,8 @@ class Pipeline:
             events=msgspec.Raw(b"\x90"),
         )
 
-    def _lane_error(self, origin: str, message: str) -> None:
-        self.intake.report_error(origin, message)
+    def _lane_error(self, origin: str, message: str, severity: str = "error") -> None:
+        self.intake.report_error(origin, message, severity)
 
     # --- accounting ---------------------------------------------------------------------------
 
@@ -162,6 +167,29 @@ class Pipeline:
         events = self._collect_losses()
         events.append(self._self_stats())
         return encode_chunk(events)
+
+    def _final_accounting_chunk(self) -> Chunk:
+        """The last accounting, sent to every lane. A stopped lane will drop this chunk too: that
+        drop is counted in it, so the recording's ``Loss`` events add up to the report's."""
+        events = self._collect_losses()
+        events.append(self._self_stats())
+        stopped = [lane for lane in self.lanes if lane.stopped]
+        losses = {(e.stage, e.reason): e for e in events if isinstance(e, Loss) and e.unit == "events"}
+        total = len(events) + len({(lane.stage, lane.stopped) for lane in stopped} - losses.keys())
+        now = time.time_ns()
+        for lane in stopped:
+            key = (lane.stage, lane.stopped)
+            if key not in losses:
+                losses[key] = Loss(stage=key[0], reason=key[1], count=0, since=now, until=now, unit="events")
+                events.insert(-1, losses[key])
+            losses[key].count += total
+        return encode_chunk(events)
+
+    def _count_left_in_intake(self) -> None:
+        """What never reached a lane is lost for every sink."""
+        left, _ = self.intake.take(max_chunks=1 << 30)
+        if left:
+            self.intake.report_loss("intake", "shutdown_deadline", sum(c.count for c in left))
 
     async def _close_sink(self, lane: SinkLane) -> None:
         """Close ``lane``'s sink; a sink failing at close is an error event, never the end of the
@@ -247,6 +275,8 @@ class Pipeline:
         deadline_s = float(self.config.pipeline.shutdown_deadline)
         close_s = min(CLOSE_AFTER_DEADLINE_S, deadline_s / 4)
 
+        closing_until = math.inf  # set at shutdown: when closing the sinks must end
+
         async def run_lane(lane: SinkLane, done: trio.Event) -> None:
             closing = False
 
@@ -260,7 +290,8 @@ class Pipeline:
             except trio.Cancelled:
                 if not closing:  # the deadline passed while delivering: still close, briefly
                     with trio.CancelScope(shield=True) as scope:
-                        scope.deadline = trio.current_time() + close_s
+                        finite = closing_until < math.inf
+                        scope.deadline = closing_until if finite else trio.current_time() + close_s
                         await self._close_sink(lane)
                 raise
             done.set()
@@ -269,9 +300,16 @@ class Pipeline:
             with reporter:
                 await self._report_periodically()
 
+        distributor = trio.CancelScope()  # cancelled when draining runs out of time
+        distributor_exited = trio.Event()
+
         async def distribute() -> None:
-            await self._distribute(stop_requested)
-            distributor_done.set()
+            try:
+                with distributor:
+                    await self._distribute(stop_requested)
+                    distributor_done.set()
+            finally:
+                distributor_exited.set()
 
         async with trio.open_nursery() as nursery:
             for lane, done in zip(self.lanes, lanes_done, strict=True):
@@ -283,27 +321,49 @@ class Pipeline:
             budget = deadline_s
             if self.drain_until is not None:  # the deadline began earlier (the signal, the program's exit)
                 budget = min(budget, self.drain_until - time.monotonic())
-            with trio.move_on_after(max(0.0, budget - close_s)) as deadline:
+            # Draining until ``ends``; then the final accounting and closing the sinks share close_s:
+            # a quarter for busy lanes to finish their batch, a quarter for the final accounting to
+            # reach every lane, the rest (``hard_end``) for closing what is still open.
+            ends = trio.current_time() + max(0.0, budget - close_s)
+            hard_end = ends + close_s
+            for lane in self.lanes:  # no more waiting for fuller batches
+                lane.flush()
+            with trio.move_on_at(ends) as draining:
                 await distributor_done.wait()
-                reporter.cancel()
-                final = self._accounting_chunk()
+                for lane in self.lanes:
+                    await lane.drained()
+            if draining.cancelled_caught:  # count what is left now, so the final accounting has it
+                report.deadline_hit = True
+                distributor.cancel()  # what it holds is written off in the lanes
+                await distributor_exited.wait()
+                self._count_left_in_intake()
+                with trio.move_on_at(ends + close_s / 4):  # a lane that is moving finishes its batch
+                    for lane in self.lanes:
+                        await lane.drained()
+                for lane in self.lanes:  # one still busy (a stuck write, not up yet) drops the rest
+                    busy = not lane.idle and not lane.stopped
+                    report.undelivered[lane.sink.name] = lane.stop("shutdown_deadline") if busy else 0
+            reporter.cancel()
+            final = self._final_accounting_chunk()
+            with trio.move_on_at(max(ends, trio.current_time()) + close_s / 4) as closing:
                 for lane in self.lanes:
                     await lane.offer(final, bypass_bound=True)
                     lane.close()
                 for done in lanes_done:
                     await done.wait()
-            if deadline.cancelled_caught:
+            if closing.cancelled_caught:
                 report.deadline_hit = True
                 for lane in self.lanes:
-                    report.undelivered[lane.sink.name] = lane.abandon("shutdown_deadline")
+                    left = lane.abandon("shutdown_deadline")
+                    report.undelivered[lane.sink.name] = report.undelivered.get(lane.sink.name, 0) + left
+            closing_until = hard_end
             nursery.cancel_scope.cancel()
-        left, _ = self.intake.take(max_chunks=1 << 30)  # never reached a lane: lost for every sink
-        if left:
-            self.intake.report_loss("intake", "shutdown_deadline", sum(c.count for c in left))
+        self._count_left_in_intake()
         self._all_losses.update(self.intake.pop_losses())
         for lane in self.lanes:
             self._all_losses.update(lane.take_losses())
             report.sinks[lane.sink.name] = lane.snapshot()
+            report.health[lane.sink.name] = lane.health.report()
         report.events_in = self.intake.events_in
         report.intake_dropped = sum(
             n for (s, _, u), n in self._all_losses.items() if s == "intake" and u == "events"

@@ -10,6 +10,8 @@ Two ways in, the same schedule:
 
 Failure modes: ``call_with_retry`` raises ``RetriesExhausted`` (its message says why: the deadline,
 or ``retry.enabled: false``, and the last attempt's reason) and never sleeps past the deadline.
+Inside a sink's ``write``, its first retryable failure marks the sink failing
+(``cuptistream.sink_health``): one line and one ``Error`` event while the retries go on.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Protocol, TypeVar
 
 import trio
 
+from cuptistream import sink_health
 from cuptistream.config import RetryConfig
 
 T = TypeVar("T")
@@ -113,6 +116,7 @@ async def call_with_retry(
                 return await attempt(min(timeout, remaining))
             except RetryableError as error:
                 last, retry_after = error.reason, error.retry_after
+                sink_health.retrying(last)
         wait = backoff.wait(trio.current_time(), retry_after)
         if wait is None:
             raise RetriesExhausted(f"{backoff.give_up_reason()} (last: {last or 'no answer'})", last)

@@ -7,6 +7,10 @@ drops (``drop_newest`` / ``drop_oldest``, counted per sink).
 The lane is also where a sink's own accounting joins the pipeline's: ``take_losses()`` and ``snapshot()``
 read ``Sink.delivery_losses()`` (events lost after ``write`` accepted them) and ``Sink.stats()`` each time, so
 those losses become ``Loss`` events, ``SelfStats`` and the shutdown report like the lane's own drops.
+
+And it keeps the sink's health (``SinkLane.health``, ``cuptistream.sink_health``): a ``write`` that
+fails marks it failing, one that succeeds ok, a ``PermanentSinkError`` stops it; each change is said
+once (an ``Error`` event and a line on stderr), not once per batch or retry.
 """
 
 from __future__ import annotations
@@ -14,17 +18,26 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
+from cuptistream import sink_health
 from cuptistream.codec import Chunk, encode_batch
 from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import BatchConfig, QueueConfig
+from cuptistream.errors import PermanentSinkError
 from cuptistream.events import EncodedBatch, StageStats
 from cuptistream.producers import Producer
 
 # How many chunks of other producers a batch looks past for more of its own producer's.
 _SCAN_LIMIT = 4096
+
+
+class ReportError(Protocol):
+    """Emit an ``Error`` event from ``origin`` (the pipeline's ``_lane_error``)."""
+
+    def __call__(self, origin: str, message: str, severity: str = "error") -> None: ...
 
 
 class SinkLane:
@@ -34,7 +47,7 @@ class SinkLane:
         queue: QueueConfig,
         batching: BatchConfig,
         make_header: Callable[[int, Producer | None], EncodedBatch],
-        report_error: Callable[[str, str], None],
+        report_error: ReportError,
     ) -> None:
         self.sink = sink
         self.stage = f"sink:{sink.name}"
@@ -43,11 +56,16 @@ class SinkLane:
         self._batching = batching
         self._make_header = make_header
         self._report_error = report_error
+        self.health = sink_health.SinkHealth(
+            sink.where(), lambda severity, message: report_error(self.stage, message, severity)
+        )
         self._queue: deque[tuple[Chunk, int]] = deque()  # (chunk, monotonic ns when queued)
         self._queued_bytes = 0
         self._queued_events = 0
         self._changed = trio.Event()  # set when data arrives, space frees, or the lane closes
         self._closing = False
+        self._flushing = False  # shutdown: deliver without waiting for max_latency
+        self._write_scope = trio.CancelScope()  # the write under way; ``stop`` cancels it
         self._seq = 0
         self.counters = StageStats()
         self._losses: Counter[tuple[str, str, str]] = Counter()
@@ -90,10 +108,31 @@ class SinkLane:
         self._closing = True
         self._notify()
 
+    def flush(self) -> None:
+        """Deliver what is queued now, without waiting for ``batch.max_latency`` (shutdown)."""
+        self._flushing = True
+        self._notify()
+
+    async def drained(self) -> None:
+        """Return once nothing is queued and no write is under way."""
+        while not self.idle:
+            await self._wait_change()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no write under way."""
+        return not self._queue and not self._writing
+
+    @property
+    def stopped(self) -> str:
+        """Why the lane drops everything offered to it (``stop``), or "" while it delivers."""
+        return self._stopped
+
     # --- the lane's own task -----------------------------------------------------------------
 
     async def run(self) -> None:
         """Deliver batches until closed and drained."""
+        sink_health.bind(self.health)  # the retry loop inside ``write`` reports to this sink's health
         latency_ns = int(self._batching.max_latency * 1e9)
         while True:
             if not self._queue:
@@ -107,7 +146,7 @@ class SinkLane:
                 or 2 * self._queued_bytes >= self._max_bytes  # deliver early before the queue fills
             )
             age_ns = time.monotonic_ns() - self._queue[0][1]
-            if not (full or self._closing or age_ns >= latency_ns):
+            if not (full or self._closing or self._flushing or age_ns >= latency_ns):
                 with trio.move_on_after((latency_ns - age_ns) / 1e9):
                     await self._wait_change()
                 continue
@@ -148,29 +187,55 @@ class SinkLane:
         )
         self._seq += 1
         self._writing = count
+        self._write_scope = scope = trio.CancelScope()
         try:
-            await self.sink.write(batch)
+            with scope:
+                await self.sink.write(batch)
+            if scope.cancelled_caught:  # ``stop`` ended it, and counted the batch
+                return
         except trio.Cancelled:
             raise  # only the shutdown deadline cancels a lane, and abandon() counted this batch
+        except PermanentSinkError as error:  # nothing it would send can arrive: stop the sink
+            if not self._written_off:
+                self.stop(error.reason)
+            problem = _without_where(str(error), self.sink.where())
+            self.health.stopped(f"{problem} (its data is counted lost as {error.reason})")
         except DeliveryError as error:
-            self._failed(count, "delivery_failed")
-            self._report_error(self.stage, f"batch {batch.seq} ({count} events) not delivered: {error}")
-        except Exception as error:  # a sink bug must not take the pipeline down
-            self._failed(count, "sink_error")
+            lost = error.lost if error.lost is not None else {"delivery_failed": count}
+            self._failed(count, lost, len(data))
+            not_delivered = f"{sum(lost.values())} of {count}" if error.lost is not None else f"all {count}"
             self._report_error(
-                self.stage, f"sink failed on batch {batch.seq}: {type(error).__name__}: {error}"
+                self.stage, f"batch {batch.seq}: {not_delivered} events not delivered: {error}"
             )
+            self.health.failing(_without_where(str(error), self.sink.where()))
+        except Exception as error:  # a sink bug must not take the pipeline down
+            self._failed(count, {"sink_error": count}, len(data))
+            problem = f"sink failed on batch {batch.seq}: {type(error).__name__}: {error}"
+            self._report_error(self.stage, problem)
+            self.health.failing(problem)
         else:
             if self._written_off:  # abandoned at the deadline, yet the write finished (a sink thread)
                 self._undrop(self._written_off, self._abandon_reason)
             self.counters.events_out += count
             self.counters.bytes_out += len(data)
+            self.health.ok()
         finally:
             self._writing = self._written_off = 0
+            self._notify()  # ``drained`` waits for this
 
-    def _failed(self, count: int, reason: str) -> None:
-        if not self._written_off:  # else abandon() already counted it, as a deadline loss
-            self._drop(count, reason)
+    def _failed(self, count: int, lost: dict[str, int], nbytes: int) -> None:
+        """``lost`` (reason -> events) of the batch's ``count`` events were not delivered; the rest were."""
+        if self._written_off:  # abandon() already counted the whole batch, as a deadline loss
+            return
+        dropped = 0
+        for reason, n in lost.items():
+            n = max(0, min(n, count - dropped))
+            if n:
+                self._drop(n, reason)
+                dropped += n
+        if dropped < count:
+            self.counters.events_out += count - dropped
+            self.counters.bytes_out += nbytes
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -240,8 +305,10 @@ class SinkLane:
         the lane is cancelled next). Returns the events dropped. A write that still finishes (one
         a sink runs in a thread cannot be cancelled) is then counted delivered, not lost; the
         returned count is not revised."""
-        self._written_off, self._abandon_reason = self._writing, reason
-        dropped = self._queued_events + self._writing
+        writing = 0 if self._written_off else self._writing  # else written off already (``stop``)
+        if writing:
+            self._written_off, self._abandon_reason = writing, reason
+        dropped = self._queued_events + writing
         if dropped:
             self._drop(dropped, reason)
         self._queue.clear()
@@ -254,6 +321,7 @@ class SinkLane:
         closed. Returns the events dropped now."""
         self._stopped = reason
         dropped = self.abandon(reason)
+        self._write_scope.cancel()  # a write still under way ends (one in a thread: when it returns)
         self._notify()  # an offer waiting for room under ``block`` finds the lane stopped
         return dropped
 
@@ -264,3 +332,8 @@ class SinkLane:
         stats.queued_bytes = self._queued_bytes
         stats.counters = self._ask_sink(self.sink.stats)
         return stats
+
+
+def _without_where(message: str, where: str) -> str:
+    """A sink's error message without its leading ``sinks[<name>]: `` (the health line adds it)."""
+    return message[len(where) + 2 :] if message.startswith(where + ": ") else message

@@ -1,6 +1,6 @@
 """The live status line of ``cuptistream run``: one line on a terminal, redrawn in place.
 
-    cuptistream: 12.4k events/s · 1,204 batches · 0 dropped · 0 errors · sinks: file ok
+    cuptistream: 12.4k events/s · 1,204 batches · 0 dropped · 0 errors · sinks: file ok, otlp failing
 
 ``StatusLine.for_stream`` returns None unless the stream is a terminal (and not ``--quiet``), so
 pipes, files and CI logs never get carriage returns. The line is drawn from a daemon thread that
@@ -89,7 +89,10 @@ class StatusLine:
             grew = stats.events_dropped > self._lane_drops.get(lane.stage, 0)
             self._lane_drops[lane.stage] = stats.events_dropped
             mib = stats.queued_bytes >> 20
+            sink_state = lane.health.state  # failing or stopped: said first, the queue after
             state = "dropping" if grew else f"queued {mib} MiB" if mib else "ok"
+            if sink_state != "ok":
+                state = sink_state if state == "ok" else f"{sink_state}, {state}"
             health.append(f"{lane.sink.name} {state}")
         errors = getattr(intake, "errors_reported", 0)
         return (

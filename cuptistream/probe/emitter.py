@@ -73,7 +73,9 @@ class ProbeEmitter(Emitter):
     ) -> None:
         self.link = link
         self._clock = clock
-        self.intake = Intake(budget_bytes, policy, self._now_ns)
+        # Its drops are the probe's (``probe/queue_full``), not the collector intake's: the collector's
+        # ``events_in`` counts only what reached it.
+        self.intake = Intake(budget_bytes, policy, self._now_ns, stage="probe")
         self.pool_index, self.pool = link.add_pool("events", slot_size, slots)
         self.outlets: list[SlotOutlet] = []
         self._wake = threading.Event()
