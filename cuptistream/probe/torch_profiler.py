@@ -15,7 +15,7 @@ it only marks a capture range for a tool that injected itself at start-up (Nsigh
 the probe finds holding CUPTI when it starts.
 
 Nothing of torch is imported here. The hooks go in when ``torch.autograd.profiler`` is imported:
-now, if it is, or through a meta-path finder that watches that one module.
+now, if it is, or after it is (``boot/_cuptistream_import_hooks.py``, which ``sitecustomize`` uses too).
 
 Limit: a profiler that was already warming up (prepared, not yet started) when the hooks went in
 is not seen as running; its ``_enable_profiler`` and ``_disable_profiler`` are.
@@ -23,12 +23,12 @@ is not seen as running; its ``_enable_profiler`` and ``_disable_profiler`` are.
 
 from __future__ import annotations
 
-import importlib.machinery
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from types import ModuleType
+from collections.abc import Callable
 from typing import Any, Protocol
+
+from cuptistream.probe.boot._cuptistream_import_hooks import PostImportHooks
 
 MODULE = "torch.autograd.profiler"
 TOOL = "torch.profiler"
@@ -70,8 +70,8 @@ def listen(listener: Listener) -> None:
     module = sys.modules.get(MODULE)
     if module is not None:
         install(module)
-    elif not any(isinstance(finder, _ProfilerImportWatch) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ProfilerImportWatch())
+    elif not any(getattr(finder, "hooks", {}).get(MODULE) is install for finder in sys.meta_path):
+        sys.meta_path.insert(0, PostImportHooks({MODULE: install}))
 
 
 def forget(listener: Listener) -> None:
@@ -133,43 +133,3 @@ def _after(original: Callable[..., Any]) -> Callable[..., Any]:
 
     hooked.__wrapped__ = original  # type: ignore[attr-defined]
     return hooked
-
-
-class _InstallAfterExec:
-    """The real loader of ``torch.autograd.profiler``; installs the hooks once it has run."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        module: ModuleType | None = self._loader.create_module(spec)
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        try:
-            install(module)
-        except Exception:  # telemetry never breaks an import
-            pass
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class _ProfilerImportWatch:
-    """A meta-path finder for ``torch.autograd.profiler`` alone; every other import is one compare."""
-
-    def find_spec(
-        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if name != MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec: importlib.machinery.ModuleSpec | None = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _InstallAfterExec(spec.loader)  # type: ignore[assignment]
-                return spec
-        return None

@@ -19,8 +19,7 @@ import sys
 # ``importlib.util`` unless needed (the names below are for the type checker only).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from importlib.abc import Loader
+    from collections.abc import Callable
     from types import ModuleType
     from typing import Any
 
@@ -94,56 +93,14 @@ _WATCHED: dict[str, Callable[[Any], None]] = {
 }
 
 
-class _Loader:
-    """The real loader, plus a call once the module has been executed."""
-
-    def __init__(self, loader: Any, then: Callable[[Any], None]) -> None:
-        self._loader = loader
-        self._then = then
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        module: ModuleType | None = self._loader.create_module(spec)
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        try:
-            self._then(module)
-        except Exception as error:  # telemetry never breaks an import
-            print(f"cuptistream: cannot watch {module.__name__}: {error}", file=sys.stderr)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class _CudaImportWatch:
-    """A meta-path finder that only wraps the loaders of ``_WATCHED`` modules; every other import
-    costs one dict lookup."""
-
-    def find_spec(
-        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        then = _WATCHED.get(name)
-        if then is None or _trigger.fired:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec: importlib.machinery.ModuleSpec | None = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    loader: Loader = _Loader(spec.loader, then)  # type: ignore[assignment]
-                    spec.loader = loader
-                return spec
-        return None
-
-
 def _arm() -> None:
     os.register_at_fork(after_in_child=_trigger.after_fork_in_child)
     if os.environ.get(_START) == "process":
         _trigger.fire("process start")
     else:
-        sys.meta_path.insert(0, _CudaImportWatch())
+        from _cuptistream_import_hooks import PostImportHooks  # beside this file, on PYTHONPATH
+
+        sys.meta_path.insert(0, PostImportHooks(_WATCHED, done=lambda: _trigger.fired))
 
 
 def _run_shadowed() -> None:

@@ -25,31 +25,13 @@ import sys
 import time
 from typing import Any
 
+from torch_mlp import make, steps  # the same seeded MLP as the other coexistence checks (same folder)
+
 WAIT, WARMUP, ACTIVE, REPEAT = 1, 1, 3, 3
 
 
-def make() -> tuple[Any, ...]:
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(256, 512),
-        torch.nn.ReLU(),
-        torch.nn.Linear(512, 512),
-        torch.nn.ReLU(),
-        torch.nn.Linear(512, 10),
-    ).cuda()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(64, 256, device="cuda")
-    y = torch.randint(0, 10, (64,), device="cuda")
-    return torch, model, opt, x, y
-
-
 def step(torch: Any, model: Any, opt: Any, x: Any, y: Any) -> None:
-    opt.zero_grad(set_to_none=True)
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    opt.step()
-    torch.cuda.synchronize()
+    steps(torch, model, opt, x, y, 1)  # one training step, then a device sync
 
 
 def profiled(args: argparse.Namespace, work: tuple[Any, ...], start_session: Any = None) -> dict[str, Any]:
