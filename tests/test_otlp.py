@@ -18,7 +18,7 @@ from google.protobuf import json_format
 
 from cuptistream.component import DeliveryError
 from cuptistream.config import build, convert
-from cuptistream.errors import ConfigError
+from cuptistream.errors import ConfigError, PermanentSinkError, SinkUnavailableError
 from cuptistream.events import Batch
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
 from tests.otlp_batches import (
@@ -54,7 +54,8 @@ def sink_for(endpoint: str, **extra: Any) -> OtlpSink:
 
 
 def deliver(sink: OtlpSink, *batches: Batch, close: bool = True) -> list[BaseException]:
-    """open, write each batch, close; returns the DeliveryErrors raised by writes."""
+    """open, write each batch, close; returns the DeliveryErrors raised by writes, and a
+    PermanentSinkError, after which nothing more is written (as the pipeline does)."""
     errors: list[BaseException] = []
 
     async def main() -> None:
@@ -64,6 +65,9 @@ def deliver(sink: OtlpSink, *batches: Batch, close: bool = True) -> list[BaseExc
                 await sink.write(outgoing(batch))
             except DeliveryError as error:
                 errors.append(error)
+            except PermanentSinkError as error:
+                errors.append(error)
+                break
         if close:
             await sink.close()
 
@@ -331,7 +335,9 @@ def test_partial_success_is_counted_not_retried(receiver: OtlpReceiver, caplog: 
     receiver.answer("/v1/traces", Answer(rejected=3, message="3 spans too old"))
     sink = sink_for(receiver.endpoint, signals=["traces"])
     with caplog.at_level(logging.WARNING, logger="cuptistream.sinks.otlp"):
-        assert deliver(sink, make_batch(step_events())) == []
+        errors = deliver(sink, make_batch(step_events()))
+    # Answered but not kept: those 3 events are not delivered, the rest of the batch is.
+    assert len(errors) == 1 and isinstance(errors[0], DeliveryError) and errors[0].lost == {"rejected": 3}
     assert receiver.count("/v1/traces") == 1
     st = sink.stats()
     assert (st["spans_rejected"], st["spans_sent"], st["retries"]) == (3, N_SPANS - 3, 0)
@@ -372,7 +378,7 @@ def test_oversized_batch_is_split(receiver: OtlpReceiver) -> None:
 def test_an_item_over_the_limit_on_its_own_is_dropped(receiver: OtlpReceiver) -> None:
     sink = sink_for(receiver.endpoint, signals=["traces"], max_request_bytes=1500)
     errors = deliver(sink, make_batch([kernel(1, 0, 10, name="k" * 3000), kernel(2, 20, 30, "small")]))
-    assert errors == []
+    assert len(errors) == 1 and isinstance(errors[0], DeliveryError) and errors[0].lost == {"too_large": 1}
     assert [s.name for s in receiver.spans()] == ["small"]
     assert sink.stats()["spans_dropped"] == 1
 
@@ -391,16 +397,21 @@ def test_failed_metrics_are_resent_with_the_next_batch(receiver: OtlpReceiver) -
     assert sink.stats()["metric_exports_failed"] == 1
 
 
-def test_unreachable_collector_warns_at_open_and_fails_batches_within_the_deadline(caplog: Any) -> None:
+def test_unreachable_collector_fails_connect_and_batches_within_the_deadline() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     sink = sink_for(
         f"http://127.0.0.1:{port}", signals=["traces"], retry={"max_elapsed": "1s", "initial_backoff": "0.1s"}
     )
-    with caplog.at_level(logging.WARNING, logger="cuptistream.sinks.otlp"):
-        errors = deliver(sink, make_batch(step_events()))
-    assert "is not reachable now" in caplog.text and len(caplog.text.strip().splitlines()) >= 1
+
+    async def connect() -> None:
+        await sink.open()  # local checks only: no network
+        await sink.connect()
+
+    with pytest.raises(SinkUnavailableError, match=rf"^sinks\[otlp\]: http://127.0.0.1:{port}/v1/traces: ConnectError$"):
+        trio.run(connect)
+    errors = deliver(sink, make_batch(step_events()))
     assert len(errors) == 1 and "ConnectError" in str(errors[0])
     assert sink.stats()["spans_dropped"] == N_SPANS and sink.stats()["retries"] >= 2
 

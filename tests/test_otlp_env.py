@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cuptistream.config import build, convert
-from cuptistream.errors import ConfigError
+from cuptistream.errors import ConfigError, PermanentSinkError
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
 from tests.otlp_batches import make_batch, other_events, step_events
 from tests.otlp_receiver import Answer, OtlpReceiver
@@ -119,7 +119,7 @@ def test_header_values_are_never_logged(receiver: OtlpReceiver, monkeypatch: Any
     receiver.answer("/v1/traces", Answer(401))
     with caplog.at_level(logging.DEBUG):
         errors = deliver(sink(endpoint=receiver.endpoint, signals=["traces"]), make_batch(step_events()))
-    assert len(errors) == 1 and "HTTP 401" in str(errors[0])
+    assert len(errors) == 1 and "HTTP 401" in str(errors[0]) and isinstance(errors[0], PermanentSinkError)
     assert "hunter2" not in caplog.text and "hunter2" not in str(errors[0])
 
 
@@ -149,7 +149,7 @@ def test_405_on_metrics_ends_metrics_while_traces_go_on(receiver: OtlpReceiver) 
 
 
 @pytest.mark.parametrize(
-    ("status", "ends"), [(400, True), (401, True), (404, True), (413, False), (500, False)]
+    ("status", "ends"), [(400, True), (404, True), (413, False), (500, False)]
 )
 def test_which_refusals_end_a_signal(receiver: OtlpReceiver, status: int, ends: bool) -> None:
     receiver.answer("/v1/logs", Answer(status))
@@ -157,7 +157,19 @@ def test_which_refusals_end_a_signal(receiver: OtlpReceiver, status: int, ends: 
     errors = deliver(s, make_batch(other_events()), make_batch(other_events(), seq=1))
     assert receiver.count("/v1/logs") == (1 if ends else 2)
     assert s.stats()["signals_ended"] == int(ends)
-    assert s.stats()["log_records_dropped"] == (4 if ends else 2) and len(errors) == 1
+    # An ended signal's events are lost in every later batch too, and each batch says so.
+    assert s.stats()["log_records_dropped"] == (4 if ends else 2) and len(errors) == (2 if ends else 1)
+
+
+@pytest.mark.parametrize(("status", "reason"), [(401, "unauthorized"), (403, "forbidden")])
+def test_refused_credentials_stop_the_sink_with_one_line(receiver: OtlpReceiver, status: int, reason: str) -> None:
+    receiver.answer("/v1/logs", Answer(status))
+    s = sink(endpoint=receiver.endpoint, signals=["logs"])
+    errors = deliver(s, make_batch(other_events()), make_batch(other_events(), seq=1))
+    assert len(errors) == 1 and isinstance(errors[0], PermanentSinkError) and errors[0].reason == reason
+    text = str(errors[0])
+    assert f"HTTP {status}" in text and "check" in text and "\n" not in text
+    assert receiver.count("/v1/logs") == 1  # never retried, nothing sent after it
 
 
 @pytest.mark.parametrize("status", [408, 429])

@@ -11,7 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
+from cuptistream.component import DeliveryError
 from cuptistream.config import convert
+from cuptistream.errors import PermanentSinkError
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
 from tests.otlp_batches import SPAN_COUNTS, UUID, make_batch, other_events, step_events
 from tests.otlp_grpc_receiver import OtlpGrpcReceiver, Reply
@@ -96,8 +98,6 @@ def test_unimplemented_metrics_end_metrics_while_traces_go_on(receiver: OtlpGrpc
     ("code", "ends"),
     [
         (grpc.StatusCode.INVALID_ARGUMENT, True),
-        (grpc.StatusCode.UNAUTHENTICATED, True),
-        (grpc.StatusCode.PERMISSION_DENIED, True),
         (grpc.StatusCode.INTERNAL, False),
     ],
 )
@@ -105,14 +105,29 @@ def test_which_codes_end_a_signal(receiver: OtlpGrpcReceiver, code: grpc.StatusC
     receiver.answer("logs", Reply(code))
     s = sink(receiver.endpoint, signals=["logs"])
     errors = deliver(s, make_batch(other_events()), make_batch(other_events(), seq=1))
-    assert len(errors) == 1 and f"gRPC {code.name}" in str(errors[0])
+    # An ended signal's events are lost in every later batch too, and each batch says so.
+    assert len(errors) == (2 if ends else 1) and f"gRPC {code.name}" in str(errors[0])
     assert receiver.count("logs") == (1 if ends else 2) and s.stats()["signals_ended"] == int(ends)
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [(grpc.StatusCode.UNAUTHENTICATED, "unauthorized"), (grpc.StatusCode.PERMISSION_DENIED, "forbidden")],
+)
+def test_refused_credentials_stop_the_sink(receiver: OtlpGrpcReceiver, code: grpc.StatusCode, reason: str) -> None:
+    receiver.answer("logs", Reply(code))
+    s = sink(receiver.endpoint, signals=["logs"])
+    errors = deliver(s, make_batch(other_events()), make_batch(other_events(), seq=1))
+    assert len(errors) == 1 and isinstance(errors[0], PermanentSinkError) and errors[0].reason == reason
+    assert f"gRPC {code.name}" in str(errors[0]) and "\n" not in str(errors[0])
+    assert receiver.count("logs") == 1  # never retried, nothing sent after it
 
 
 def test_partial_success_is_counted_not_retried(receiver: OtlpGrpcReceiver) -> None:
     receiver.answer("traces", Reply(rejected=3, message="too old"))
     s = sink(receiver.endpoint, signals=["traces"])
-    assert deliver(s, make_batch(step_events())) == []
+    errors = deliver(s, make_batch(step_events()))
+    assert len(errors) == 1 and isinstance(errors[0], DeliveryError) and errors[0].lost == {"rejected": 3}
     assert receiver.count("traces") == 1
     assert (s.stats()["spans_rejected"], s.stats()["spans_sent"]) == (3, N_SPANS - 3)
 

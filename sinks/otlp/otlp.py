@@ -8,12 +8,18 @@ with its own span tree, metric series and start time. Outcomes are counted in ``
 * accepted items → ``*_sent``; items a backend refused in a partial success → ``*_rejected``
   (never retried);
 * items lost to a refusal, the deadline, or being larger than ``max_request_bytes`` on their own →
-  ``*_dropped``; then ``write`` raises ``DeliveryError`` so the pipeline counts the batch as lost.
-  Metrics are cumulative and re-sent on the next batch, so a failed metrics request is counted
-  (``metric_exports_failed``) but loses nothing.
-* a refusal that every later request would get too (HTTP 4xx but 408, 413 and 429; gRPC
-  UNIMPLEMENTED, UNAUTHENTICATED, ...) ends that signal for the session: one ``DeliveryError``
-  says so, and from then on its items are counted in ``*_dropped`` without being sent.
+  ``*_dropped``. Metrics are cumulative and re-sent on the next batch, so a failed metrics request is
+  counted (``metric_exports_failed``) and sent again.
+* a refusal that every later request would get too (HTTP 4xx but 401, 403, 408, 413 and 429; gRPC
+  UNIMPLEMENTED, NOT_FOUND, INVALID_ARGUMENT) ends that signal for the session: from then on its
+  items are counted in ``*_dropped`` without being sent (loss reason ``signal_refused``).
+* credentials refused (HTTP 401 or 403, gRPC UNAUTHENTICATED or PERMISSION_DENIED) stop the sink:
+  ``PermanentSinkError`` (reason ``unauthorized`` or ``forbidden``), one line naming the fix, and the
+  pipeline counts everything it would have sent as lost under that reason.
+
+What the pipeline counts delivered is what the receiver acknowledged, in events (``otlp_ledger``):
+``write`` raises ``DeliveryError`` with the batch's events that were not, by reason, and events of
+earlier batches lost with it (spans that waited for their parent) are ``delivery_losses()``.
 
 Request bodies and responses are ``otlp_requests``; the transports are ``otlp_transport`` and
 ``otlp_grpc``. See docs/otlp.md for the configuration and the mapping.
@@ -24,11 +30,11 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import httpx
 import trio
@@ -37,18 +43,19 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from cuptistream.component import DeliveryError, OutgoingBatch, Sink, secret_from_env
 from cuptistream.config import SinkConfig
-from cuptistream.errors import ConfigError
-from cuptistream.events import Batch, Error, PcSampleBatch
+from cuptistream.errors import ConfigError, PermanentSinkError, SinkUnavailableError
+from cuptistream.events import Batch, PcSampleBatch
 
 from .otlp_common import resource, scope
 from .otlp_config import OtlpSinkConfig, Signal
 from .otlp_encoding import split
 from .otlp_env import SignalSettings, resource_from_env
-from .otlp_logs import log_records
+from .otlp_ledger import Ledger
+from .otlp_logs import LOG_EVENTS, log_records
 from .otlp_metrics import Exported, MetricsAggregator
 from .otlp_requests import partial_success, request_body, require_profiles
 from .otlp_traces import SPAN_EVENTS, SpanAssembler
-from .otlp_transport import HttpTransport, Transport, ssl_context
+from .otlp_transport import Attempt, HttpTransport, Outcome, Transport, ssl_context
 
 __all__ = ["OtlpSink", "OtlpSinkConfig"]
 
@@ -80,6 +87,19 @@ class _Request:
     items: int
 
 
+# Loss reasons for credentials refused, by the answer; the fix each one names.
+_REFUSED = {
+    "HTTP 401": ("unauthorized", "the backend refused the credentials; check headers, headers_env or "
+                 "OTEL_EXPORTER_OTLP_HEADERS"),
+    "gRPC UNAUTHENTICATED": ("unauthorized", "the backend refused the credentials; check headers, "
+                             "headers_env or OTEL_EXPORTER_OTLP_HEADERS"),
+    "HTTP 403": ("forbidden", "the credentials may not write here; check the token's permissions or "
+                 "the endpoint"),
+    "gRPC PERMISSION_DENIED": ("forbidden", "the credentials may not write here; check the token's "
+                               "permissions or the endpoint"),
+}  # fmt: skip
+
+
 class OtlpSink(Sink):
     config_type: ClassVar[type[SinkConfig]] = OtlpSinkConfig
 
@@ -102,6 +122,14 @@ class OtlpSink(Sink):
         self._ended: dict[Signal, str] = {}  # signal -> why the backend refuses it for good
         self._processes: dict[Origin, _Process] = {}
         self._env_resource: dict[str, str] = {}
+        self._ledger = Ledger()
+        self._lost: Counter[str] = Counter()  # events lost in the write (or close) under way, by reason
+        self._items_lost: Counter[str] = Counter()  # ... as items ("spans"), for its message
+        # Events only metrics carry, since the last metrics export the receiver acknowledged: the
+        # metrics are cumulative, so the next export that succeeds delivers them.
+        self._metric_events = 0
+        self._stopped = ""  # why the sink stopped for good (credentials refused); "" while it runs
+        self._ended_now = False  # the write under way ended a signal
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -121,7 +149,6 @@ class OtlpSink(Sink):
             self._transports[signal] = self._transport(signal, settings, {**settings.headers, **headers})
             if settings.protocol == "http/json":
                 self._json.add(signal)
-        await self._probe()
 
     def _transport(self, signal: Signal, settings: SignalSettings, headers: dict[str, str]) -> Transport:
         if settings.protocol == "grpc":
@@ -140,38 +167,78 @@ class OtlpSink(Sink):
             self.cfg.retry,
         )  # fmt: skip
 
-    async def _probe(self) -> None:
-        """Warn in one line if a collector is not listening now; collectors restart, so it is not fatal."""
-        for url in {t.url for t in self._transports.values()}:
-            parts = urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            with trio.move_on_after(2):
-                try:
-                    stream = await trio.open_tcp_stream(parts.hostname or "", port)
-                except OSError as error:
-                    log.warning(
-                        "%s: %s is not reachable now (%s); batches will be retried",
-                        self.where(),
-                        url,
-                        error.strerror or type(error).__name__,
-                    )
-                else:
-                    await stream.aclose()
+    async def connect(self) -> None:
+        """One empty export per signal, each answered 2xx: the receiver is up and takes our
+        credentials. Runs in the background (the pipeline cancels it after ``connect_timeout`` and
+        retries). Raises ``SinkUnavailableError`` naming the endpoint and the answer (connection
+        refused, 503, no answer, a stalled TLS handshake), and ``PermanentSinkError`` for refused
+        credentials or a receiver certificate that does not verify."""
+        answers: list[tuple[Transport, Attempt]] = []
+
+        async def ask(signal: Signal, transport: Transport) -> None:
+            empty = b"{}" if signal in self._json else b""
+            body = transport.compress(empty)
+            answers.append((transport, await transport.attempt(body, self.cfg.request_timeout)))
+
+        async with trio.open_nursery() as nursery:  # together: a slow receiver costs one timeout
+            for signal, transport in self._transports.items():
+                nursery.start_soon(ask, signal, transport)
+        for transport, attempt in answers:
+            if attempt.outcome is Outcome.STOP:
+                reason, fix = _REFUSED.get(attempt.reason, ("unauthorized", "check the credentials"))
+                self._stopped = reason
+                raise PermanentSinkError(
+                    f"{self.where()}: {attempt.reason} from {transport.url}: {fix}; the sink sends nothing "
+                    "this session",
+                    reason,
+                )
+            if "TLS certificate verify failed" in attempt.reason:  # no retry makes it verify
+                self._stopped = "tls_certificate_rejected"
+                raise PermanentSinkError(
+                    f"{self.where()}: {transport.url}: {attempt.reason}; check tls.ca_file (the CA that "
+                    "signs the receiver's certificate); the sink sends nothing this session",
+                    self._stopped,
+                )
+            if attempt.outcome in (Outcome.RETRY, Outcome.FAIL):  # END: ``write`` ends that signal
+                raise SinkUnavailableError(f"{self.where()}: {transport.url}: {attempt.reason}")
 
     async def write(self, batch: OutgoingBatch) -> None:
+        if self._stopped:  # the pipeline stops writing to a stopped sink; a caller that did not:
+            lost = {self._stopped: batch.event_count}
+            raise DeliveryError(f"{self.where()}: stopped ({self._stopped})", lost)
         decoded = batch.batch
+        self._lost, self._items_lost, self._ended_now = Counter(), Counter(), False
         requests = await trio.to_thread.run_sync(self._encode, decoded)
-        await self._deliver(requests)
+        problem = ""
+        try:
+            problem = await self._deliver(requests)
+        finally:  # also when cancelled or stopped: what was not acknowledged is counted
+            own = self._ledger.settle(batch.event_count, self._lost)
+        if own or self._ended_now:  # a signal refused for good is said even where it lost no event
+            what = ", ".join(f"{n} {items}" for items, n in self._items_lost.items() if n)
+            what = what or f"{sum(own.values())} events (in metrics)" if own else "nothing lost yet"
+            why = problem or "too large or rejected: see the sink's counters"
+            raise DeliveryError(f"{self.where()}: {what} not delivered ({why})", own)
 
     async def close(self) -> None:
         try:
-            requests = await trio.to_thread.run_sync(self._encode_final)
-            await self._deliver(requests)
+            if not self._stopped:
+                self._lost, self._items_lost = Counter(), Counter()
+                try:
+                    requests = await trio.to_thread.run_sync(self._encode_final)
+                    await self._deliver(requests)
+                finally:  # every batch was counted delivered already: all of it is ``earlier``
+                    self._lost["delivery_failed"] += self._metric_events  # no export took them
+                    self._metric_events = 0
+                    self._ledger.settle(0, self._lost)
         finally:
             for transport in self._transports.values():
                 await transport.aclose()
             if self._client is not None:
                 await self._client.aclose()
+
+    def delivery_losses(self) -> dict[str, int]:
+        return dict(self._ledger.earlier)
 
     def stats(self) -> dict[str, int]:
         processes = self._processes.values()
@@ -206,6 +273,7 @@ class OtlpSink(Sink):
         return signal in self._transports and signal not in self._ended
 
     def _encode(self, batch: Batch) -> list[_Request]:
+        self._metric_events += self._only_in_metrics(batch)
         origin, process = self._process(batch)
         now = time.monotonic()
         process.seen = now
@@ -229,7 +297,7 @@ class OtlpSink(Sink):
             records = [(origin, r) for r in log_records(batch, time.time_ns())]
             requests += self._requests("logs", records)
         elif "logs" in self._transports:
-            self._count_ended("logs", sum(1 for ev in batch.events if isinstance(ev, Error)))
+            self._count_ended("logs", sum(1 for ev in batch.events if isinstance(ev, LOG_EVENTS)))
         if "profiles" in self._transports:
             windows = [(origin, w) for w in self._windows(batch, process)]
             if self._sending("profiles"):
@@ -239,6 +307,17 @@ class OtlpSink(Sink):
         for other_origin in idle:  # its requests are encoded: they no longer need it
             del self._processes[other_origin]
         return requests
+
+    def _only_in_metrics(self, batch: Batch) -> int:
+        """Events of ``batch`` that no configured signal but metrics carries (see ``otlp_ledger``)."""
+        if "metrics" not in self._transports:
+            return 0
+        carried: list[type] = []
+        for signal, kinds in (("traces", SPAN_EVENTS), ("logs", LOG_EVENTS), ("profiles", (PcSampleBatch,))):
+            if signal in self._transports:
+                carried += kinds
+        kinds_tuple = tuple(carried)
+        return sum(1 for ev in batch.events if not isinstance(ev, kinds_tuple))
 
     def _windows(self, batch: Batch, process: _Process) -> list[Any]:
         """Each PC-sampling drain with the window it covers: since the context's previous drain."""
@@ -280,6 +359,9 @@ class OtlpSink(Sink):
 
     def _count_ended(self, signal: Signal, items: int) -> None:
         self.counters[f"{_ITEMS[signal]}_dropped"] += items
+        if signal != "metrics":  # metric points are not events; their events: ``_deliver``
+            self._lost["signal_refused"] += items
+            self._items_lost[_ITEMS[signal]] += items
 
     def _encode_items(self, signal: Signal, items: Sequence[Any]) -> bytes:
         """One request body for ``items`` ((origin, item) pairs), one Resource per origin."""
@@ -292,6 +374,9 @@ class OtlpSink(Sink):
         bodies, too_large = split(items, encode_items, self.cfg.max_request_bytes)
         if too_large:
             self.counters[f"{_ITEMS[signal]}_dropped"] += too_large
+            if signal != "metrics":
+                self._lost["too_large"] += too_large
+                self._items_lost[_ITEMS[signal]] += too_large
             log.warning(
                 "%s: %d %s larger than max_request_bytes (%d) on their own were dropped",
                 self.where(),
@@ -304,70 +389,111 @@ class OtlpSink(Sink):
 
     # --- delivery (trio) ---------------------------------------------------------------------
 
-    async def _deliver(self, requests: list[_Request]) -> None:
+    async def _deliver(self, requests: list[_Request]) -> str:
+        """Send ``requests`` within one ``retry.max_elapsed`` deadline; count in ``self._lost`` the
+        events that were not acknowledged, by reason (also those a cancellation leaves unsent).
+        Returns why some failed ("" if none). Raises ``PermanentSinkError`` when the credentials are
+        refused: every event still held is counted lost too, and the sink sends nothing more."""
         deadline = trio.current_time() + self.cfg.retry.max_elapsed
-        lost: dict[str, int] = {}
         reasons: set[str] = set()
         ended_now: list[str] = []
-        metrics_ok = True
-        for request in requests:
-            items = _ITEMS[request.signal]
-            if request.signal in self._ended:  # refused for good earlier in this batch
-                self._count_ended(request.signal, request.items)
-                if request.signal == "metrics":
-                    metrics_ok = False
-                continue
-            transport = self._transports[request.signal]
-            result = await transport.post(request.body, deadline)
-            self.counters["requests"] += result.attempts
-            self.counters["retries"] += result.retries
-            if not result.ok:
+        metrics_failed = ""  # why this write's metrics export failed
+        pending = list(requests)
+        try:
+            while pending:
+                request = pending[0]
+                if request.signal in self._ended:  # refused for good earlier in this batch
+                    self._count_ended(request.signal, request.items)
+                    if request.signal == "metrics":
+                        metrics_failed = "signal_refused"
+                    pending.pop(0)
+                    continue
+                transport = self._transports[request.signal]
+                result = await transport.post(request.body, deadline)
+                pending.pop(0)
+                self.counters["requests"] += result.attempts
+                self.counters["retries"] += result.retries
+                if result.ok:
+                    self._accepted(request, result.body, result.content_type)
+                    continue
                 self.counters["requests_failed"] += 1
                 reasons.add(result.reason)
+                if result.stopped:
+                    self._stop(request, result.reason, transport.url, pending)
+                reason = "delivery_failed"
                 if result.ended:
+                    reason = "signal_refused"
                     self._ended[request.signal] = result.reason
                     self.counters["signals_ended"] += 1
                     ended_now.append(
                         f"the backend refused {request.signal} with {result.reason} at {transport.url}, so "
-                        f"{request.signal} are off for this session"
+                        f"{request.signal} are off for this session; check the endpoint's path and that "
+                        "the backend accepts this signal, or remove it from signals"
                     )
-                if request.signal == "metrics":
-                    metrics_ok = False
+                if request.signal == "metrics":  # cumulative: sent again with the next batch
                     self.counters["metric_exports_failed"] += 1
+                    metrics_failed = metrics_failed or reason
                     if not result.ended:
                         continue
-                self.counters[f"{items}_dropped"] += request.items
-                lost[items] = lost.get(items, 0) + request.items
-                continue
-            self.counters["bytes_sent"] += len(request.body)
-            rejected, message = partial_success(request.signal, result.body, result.content_type)
-            rejected = min(rejected, request.items)
-            self.counters[f"{items}_sent"] += request.items - rejected
-            self.counters[f"{items}_rejected"] += rejected
-            if rejected or message:
-                log.warning(
-                    "%s: the backend rejected %d of %d %s: %s",
-                    self.where(),
-                    rejected,
-                    request.items,
-                    items,
-                    message[:200] or "no reason given",
-                )
-        if metrics_ok and "metrics" in self._transports:
+                self.counters[f"{_ITEMS[request.signal]}_dropped"] += request.items
+                if request.signal != "metrics":
+                    self._lost[reason] += request.items
+                    self._items_lost[_ITEMS[request.signal]] += request.items
+        except BaseException:  # cancelled (the shutdown deadline) or stopped: the rest is lost too
+            self._lost_unsent(pending, "shutdown_deadline")
+            raise
+        if "metrics" in self._ended:  # nothing will carry them
+            self._lost["signal_refused"] += self._metric_events
+            self._metric_events = 0
+        elif not metrics_failed:
             for process in self._processes.values():
                 process.metrics.commit(process.exported)
-        if ended_now:
-            what = ", ".join(f"{n} {items}" for items, n in lost.items())
-            raise DeliveryError(
-                f"{self.where()}: {'; '.join(ended_now)} ({what} dropped); check the endpoint's "
-                "path and that the backend accepts this signal, or remove it from signals"
-            )
-        if lost:
-            what = ", ".join(f"{n} {items}" for items, n in lost.items())
-            raise DeliveryError(
-                f"{self.where()}: {what} not delivered ({'; '.join(sorted(reasons))})"
-            )
-        if reasons:
+            if any(r.signal == "metrics" for r in requests):
+                self._metric_events = 0  # acknowledged
+        self._ended_now = bool(ended_now)
+        return "; ".join(ended_now + sorted(reasons))
+
+    def _accepted(self, request: _Request, body: bytes, content_type: str) -> None:
+        items = _ITEMS[request.signal]
+        self.counters["bytes_sent"] += len(request.body)
+        rejected, message = partial_success(request.signal, body, content_type)
+        rejected = min(rejected, request.items)
+        self.counters[f"{items}_sent"] += request.items - rejected
+        self.counters[f"{items}_rejected"] += rejected
+        if rejected and request.signal != "metrics":  # answered, but not kept: not delivered
+            self._lost["rejected"] += rejected
+        if rejected or message:
             log.warning(
-                "%s: metrics export failed (%s); will resend", self.where(), "; ".join(reasons)
+                "%s: the backend rejected %d of %d %s: %s",
+                self.where(),
+                rejected,
+                request.items,
+                items,
+                message[:200] or "no reason given",
             )
+
+    def _lost_unsent(self, pending: list[_Request], reason: str) -> None:
+        for request in pending:
+            self.counters[f"{_ITEMS[request.signal]}_dropped"] += request.items
+            if request.signal != "metrics":
+                self._lost[reason] += request.items
+                self._items_lost[_ITEMS[request.signal]] += request.items
+        pending.clear()
+
+    def _stop(self, request: _Request, answer: str, url: str, pending: list[_Request]) -> None:
+        """The credentials were refused: count this request, the rest of the write and every span
+        still waiting as lost under the refusal's reason, and raise ``PermanentSinkError``."""
+        reason, fix = _REFUSED.get(answer, ("unauthorized", "check the credentials"))
+        self._stopped = reason
+        self._lost_unsent([request], reason)
+        self._lost_unsent(pending, reason)
+        self._lost[reason] += self._metric_events
+        self._metric_events = 0
+        waiting = sum(p.spans.pending for p in self._processes.values())
+        self.counters["spans_dropped"] += waiting
+        self._lost[reason] += waiting
+        self._processes.clear()
+        raise PermanentSinkError(
+            f"{self.where()}: {answer} from {url}: {fix}; the sink sends nothing more this session",
+            reason,
+        )

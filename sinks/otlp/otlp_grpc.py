@@ -6,9 +6,15 @@ built on a channel view that drops their request serializer: the stub names the 
 the response, the bytes go out as they are.
 
 Status codes, per the OTLP specification: UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, ABORTED,
-OUT_OF_RANGE, DATA_LOSS and RESOURCE_EXHAUSTED are retried; UNIMPLEMENTED, UNAUTHENTICATED,
-PERMISSION_DENIED, NOT_FOUND and INVALID_ARGUMENT end the signal for the session (the gRPC
-counterparts of HTTP 405, 401, 403, 404 and 400); anything else drops that request only.
+OUT_OF_RANGE, DATA_LOSS and RESOURCE_EXHAUSTED are retried; UNAUTHENTICATED and PERMISSION_DENIED
+stop the sink (HTTP 401 and 403: the credentials are refused); UNIMPLEMENTED, NOT_FOUND and
+INVALID_ARGUMENT end the signal for the session (HTTP 405, 404 and 400); anything else drops that
+request only.
+
+Deadlines: grpcio enforces the call's ``timeout`` (connect and TLS handshake included, as gRPC
+connects within a call's deadline). The blocking call runs in a worker thread that the sink stops
+waiting for at that deadline (``abandon_on_cancel``), so a call grpcio does not end in time cannot
+hold the sink, its shutdown or the program; the thread ends when grpcio gives up.
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ except ImportError:  # the [grpc] extra is not installed
 
 _RETRY = {"UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE", "DATA_LOSS"}
 _RETRY |= {"RESOURCE_EXHAUSTED"}
-_END = {"UNIMPLEMENTED", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "INVALID_ARGUMENT"}
+_END = {"UNIMPLEMENTED", "NOT_FOUND", "INVALID_ARGUMENT"}
+_STOP = {"UNAUTHENTICATED", "PERMISSION_DENIED"}
+# Past the call's own deadline, this long for grpcio to say so before the sink stops waiting.
+_GRACE_S = 0.5
 
 
 class _EncodedRequests:
@@ -125,7 +134,9 @@ class GrpcTransport(Transport):
         self._compression = grpc.Compression.Gzip if compression == "gzip" else grpc.Compression.NoCompression
 
     async def attempt(self, body: bytes, timeout: float) -> Attempt:
-        return await trio.to_thread.run_sync(self._call, body, timeout)
+        with trio.move_on_after(timeout + _GRACE_S):
+            return await trio.to_thread.run_sync(self._call, body, timeout, abandon_on_cancel=True)
+        return Attempt(Outcome.RETRY, f"no answer within timeout ({timeout:g}s)")
 
     def _call(self, body: bytes, timeout: float) -> Attempt:
         assert grpc is not None
@@ -136,10 +147,18 @@ class GrpcTransport(Transport):
         except grpc.RpcError as error:
             code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
             name = code.name if code is not None else "UNKNOWN"
-            outcome = Outcome.RETRY if name in _RETRY else Outcome.END if name in _END else Outcome.FAIL
-            details = str(error.details() or "") if hasattr(error, "details") else ""
-            handshake = "handshake failed" in details.lower()
-            tls = " (TLS handshake failed: check tls.ca_file)" if handshake else ""
+            outcome = (
+                Outcome.RETRY if name in _RETRY
+                else Outcome.STOP if name in _STOP
+                else Outcome.END if name in _END
+                else Outcome.FAIL
+            )  # fmt: skip
+            details = (str(error.details() or "") if hasattr(error, "details") else "").lower()
+            tls = ""
+            if "certificate" in details and "verif" in details:
+                tls = " (TLS certificate verify failed: check tls.ca_file)"
+            elif "handshake failed" in details:
+                tls = " (TLS handshake failed: check tls.ca_file)"
             return Attempt(outcome, f"gRPC {name}{tls}")
         return Attempt(Outcome.OK, "", None, response.SerializeToString(), "application/grpc")
 

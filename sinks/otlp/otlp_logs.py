@@ -8,8 +8,9 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, SeverityNumber
 
 from cuptistream.events import Batch, CuptiYield, Error
 
-from .otlp_common import key_values
+from .otlp_common import AttrValue, key_values
 
+LOG_EVENTS = (Error, CuptiYield)  # the events that become log records, one record each
 EVENT_NAME = "cuptistream.error"
 YIELD_EVENT_NAME = "cuptistream.cupti_yield"
 SEVERITY: dict[str, tuple[int, str]] = {
@@ -51,7 +52,7 @@ def log_records(batch: Batch, observed_ns: int) -> list[LogRecord]:
 def _yield_record(ev: CuptiYield, offset: int, observed_ns: int) -> LogRecord:
     seconds = (ev.end - ev.start) / 1e9
     body = f"cuptistream left CUPTI to {ev.tool} for {seconds:.3f} s; not recorded: {', '.join(ev.missed)}"
-    attrs = {
+    attrs: dict[str, AttrValue | None] = {
         "cuptistream.tool": ev.tool,
         "cuptistream.yield.reason": ev.reason,
         "cuptistream.yield.duration_s": seconds,

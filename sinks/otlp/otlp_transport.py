@@ -1,10 +1,16 @@
 """OTLP delivery of one encoded request: the retry loop shared by HTTP and gRPC, and the HTTP transport.
 
 Per the OTLP specification, HTTP 429, 502, 503 and 504 and connection-level failures are retried
-(and 408, a request the server timed out on); any other answer is not. Of those, a 4xx other than
+(and 408, a request the server timed out on); any other answer is not. 401 and 403 stop the whole
+sink (``Outcome.STOP``: the credentials are refused, and every signal shares them). Any other 4xx but
 413 ends the signal for the session (``Outcome.END``): the same endpoint would refuse every later
-request too (405: the backend takes no such signal; 401/403: bad credentials; 404: wrong path).
-413 and 5xx drop only that request. The retries follow the sink's shared ``retry`` settings
+request of it too (405: the backend takes no such signal; 404: wrong path). 413 and 5xx drop only
+that request.
+
+Every attempt has a deadline we enforce, ``timeout`` from its start, whatever the client library's
+own timeouts do (connect, TLS handshake, request, response): an attempt past it is abandoned and
+counts as a failure to retry, like a connection error (``ENFORCE_GRACE_S`` after httpx's
+own). The retries follow the sink's shared ``retry`` settings
 (``cuptistream.retry``); the caller passes an absolute deadline (``trio.current_time()`` based, the
 batch's start plus ``retry.max_elapsed``) shared by every request of a batch, so a batch never holds
 the pipeline longer than that.
@@ -20,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 import httpx
+import trio
 
 from cuptistream.component import sink_where
 from cuptistream.config import RetryConfig
@@ -29,6 +36,9 @@ from cuptistream.retry import RetriesExhausted, RetryableError, call_with_retry
 from .otlp_config import TlsConfig
 
 RETRYABLE = frozenset({408, 429, 502, 503, 504})
+# Our deadline for an attempt comes this long after the client's own timeout, so the client's reason
+# ("ReadTimeout", a TLS error) is reported where it keeps its timeout; ours catches what it does not.
+ENFORCE_GRACE_S = 0.25
 
 
 class Outcome(enum.Enum):
@@ -36,6 +46,7 @@ class Outcome(enum.Enum):
     RETRY = "retry"  # transient: try again after a backoff (or the server's delay)
     FAIL = "fail"  # this request is lost; later ones may succeed
     END = "end"  # every later request of this signal would be refused too
+    STOP = "stop"  # every later request of every signal would be refused: the credentials (401, 403)
 
 
 @dataclass
@@ -56,6 +67,7 @@ class Delivery:
     retries: int = 0
     attempts: int = 0
     ended: bool = False  # the signal is refused for good (Outcome.END)
+    stopped: bool = False  # the sink's credentials are refused (Outcome.STOP)
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -77,6 +89,8 @@ def http_outcome(status: int) -> Outcome:
         return Outcome.OK
     if status in RETRYABLE:
         return Outcome.RETRY
+    if status in (401, 403):
+        return Outcome.STOP
     if 400 <= status < 500 and status != 413:
         return Outcome.END
     return Outcome.FAIL
@@ -118,6 +132,7 @@ class Transport:
             result.ok, result.body, result.content_type = True, attempt.body, attempt.content_type
         else:  # the same request would be refused again
             result.ended = attempt.outcome is Outcome.END
+            result.stopped = attempt.outcome is Outcome.STOP
         return result
 
 
@@ -147,10 +162,18 @@ class HttpTransport(Transport):
         return gzip.compress(body, compresslevel=6, mtime=0) if self.compression == "gzip" else body
 
     async def attempt(self, body: bytes, timeout: float) -> Attempt:
-        try:
-            response = await self.client.post(self.url, content=body, headers=self.headers, timeout=timeout)
-        except httpx.TransportError as error:  # connect refused, reset, read timeout, ...
-            return Attempt(Outcome.RETRY, _transport_reason(error))
+        # httpx's timeout is per phase (connect, each read, ...); a server that trickles its answer or
+        # stalls a TLS handshake between phases could outlast it, so the whole attempt has ours too.
+        response: httpx.Response | None = None
+        with trio.move_on_after(timeout + ENFORCE_GRACE_S):
+            try:
+                response = await self.client.post(
+                    self.url, content=body, headers=self.headers, timeout=timeout
+                )
+            except httpx.TransportError as error:  # connect refused, reset, read timeout, ...
+                return Attempt(Outcome.RETRY, _transport_reason(error))
+        if response is None:
+            return Attempt(Outcome.RETRY, f"no answer within timeout ({timeout:g}s)")
         status = response.status_code
         outcome = http_outcome(status)
         if outcome is Outcome.OK:
