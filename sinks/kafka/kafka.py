@@ -42,7 +42,7 @@ from cuptistream.component import OutgoingBatch, Sink
 from cuptistream.errors import PermanentSinkError, SinkUnavailableError
 
 from .kafka_config import KafkaSinkConfig, producer_settings
-from .kafka_delivery import COUNTERS, Delivery
+from .kafka_delivery import COUNTERS, Delivery, close_producer
 from .kafka_handshake import Sasl, check_brokers
 from .kafka_route import Router
 from .kafka_spool import Spool
@@ -166,7 +166,7 @@ class KafkaSink(Sink):
         shutdown deadline). Whatever is still unacked then goes to the spool (spool mode, replayed by
         the next run) or is counted in ``undelivered_events``, ``dropped_events`` and ``delivery_losses()``
         (reason ``shutdown``; a refused sink: the refusal's reason, nothing spooled). The final step
-        waits at most about 0.2 s for a delivery thread stuck in kafka-python.
+        waits at most about 0.1 s for a delivery thread stuck in kafka-python.
         """
         delivery = self._delivery
         if delivery is None:
@@ -284,7 +284,7 @@ class KafkaSink(Sink):
 
 def _close_quietly(producer: Any) -> None:
     try:
-        producer.close(timeout=0)
+        close_producer(producer)
     except Exception:  # a producer nobody uses; closing it is a courtesy
         pass
 
