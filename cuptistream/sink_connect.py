@@ -101,9 +101,11 @@ async def serve_lane(
         await lane.run()
         await close()
         return
+    lane.up = False
     if not sink.writes_while_connecting:
         try:
             await connect_until_up(sink, health)
+            lane.up = True
         except PermanentSinkError as error:
             _stop(lane, error, health)
         await lane.run()
@@ -115,6 +117,7 @@ async def serve_lane(
         async def connect() -> None:
             try:
                 await connect_until_up(sink, health)
+                lane.up = True
             except PermanentSinkError as error:
                 _stop(lane, error, health)
                 writing.cancel()  # a write waiting for room in the sink ends; stop() counted it

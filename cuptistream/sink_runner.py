@@ -75,6 +75,9 @@ class SinkLane:
         self._written_off = 0  # ... counted lost by abandon() while its write was still running
         self._abandon_reason = ""
         self._stopped = ""  # the reason the sink stopped for good (``stop``); "" while it runs
+        # False while the sink is connecting (``cuptistream.sink_connect``): a ``write`` that returns
+        # then (a sink that holds data until it is up) does not mean the sink is healthy.
+        self.up = True
 
     # --- the distributor's side --------------------------------------------------------------
 
@@ -218,7 +221,8 @@ class SinkLane:
                 self._undrop(self._written_off, self._abandon_reason)
             self.counters.events_out += count
             self.counters.bytes_out += len(data)
-            self.health.ok()
+            if self.up:
+                self.health.ok()
         finally:
             self._writing = self._written_off = 0
             self._notify()  # ``drained`` waits for this

@@ -133,3 +133,21 @@ def test_call_by_returns_raises_or_abandons() -> None:
     while not late and time.monotonic() < deadline:
         time.sleep(0.01)
     assert late == ["made late"]  # handed over to be closed, since nobody waited for it
+
+
+class HoldsWhileDown(ComesUpLate):
+    """Takes batches while it is not up (as the Kafka sink holds or spools them)."""
+
+    writes_while_connecting = True
+
+
+def test_writes_while_down_do_not_say_the_sink_recovered(capfd: pytest.CaptureFixture[str]) -> None:
+    sink = HoldsWhileDown("holds", up_at=float("inf"))
+    with cuptistream.session(CONFIG, sinks=[sink], quiet=True) as session:
+        for _ in range(10):  # writes keep returning after the "not up" line
+            session.emitter.emit(_kernels(100))
+            time.sleep(0.1)
+    err = capfd.readouterr().err.splitlines()
+    assert len([line for line in err if "sinks[holds]: failing: not up after" in line]) == 1, err
+    assert not [line for line in err if "recovered" in line], err
+    assert len(sink.kernels()) == 1000  # held by the sink itself, so delivered as far as the lane knows
