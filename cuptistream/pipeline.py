@@ -322,8 +322,9 @@ class Pipeline:
             if self.drain_until is not None:  # the deadline began earlier (the signal, the program's exit)
                 budget = min(budget, self.drain_until - time.monotonic())
             # Draining until ``ends``; then the final accounting and closing the sinks share close_s:
-            # a quarter for busy lanes to finish their batch, a quarter for the final accounting to
-            # reach every lane, the rest (``hard_end``) for closing what is still open.
+            # the first half for the final accounting to reach every lane (of which a quarter, where
+            # draining ran out of time, for busy lanes to finish their batch), the rest (``hard_end``)
+            # for closing what is still open.
             ends = trio.current_time() + max(0.0, budget - close_s)
             hard_end = ends + close_s
             for lane in self.lanes:  # no more waiting for fuller batches
@@ -345,7 +346,7 @@ class Pipeline:
                     report.undelivered[lane.sink.name] = lane.stop("shutdown_deadline") if busy else 0
             reporter.cancel()
             final = self._final_accounting_chunk()
-            with trio.move_on_at(max(ends, trio.current_time()) + close_s / 4) as closing:
+            with trio.move_on_at(max(ends + close_s / 2, trio.current_time() + close_s / 4)) as closing:
                 for lane in self.lanes:
                     await lane.offer(final, bypass_bound=True)
                     lane.close()

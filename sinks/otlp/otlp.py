@@ -212,6 +212,10 @@ class OtlpSink(Sink):
         problem = ""
         try:
             problem = await self._deliver(requests)
+        except trio.Cancelled:  # the shutdown deadline: no metrics export will carry them in time
+            self._lost["shutdown_deadline"] += self._metric_events
+            self._metric_events = 0
+            raise
         finally:  # also when cancelled or stopped: what was not acknowledged is counted
             own = self._ledger.settle(batch.event_count, self._lost)
         if own or self._ended_now:  # a signal refused for good is said even where it lost no event
