@@ -7,7 +7,6 @@ Requests it accepts are checked against the semantic conventions when it closes,
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from concurrent import futures
 from dataclasses import dataclass
@@ -52,6 +51,8 @@ class OtlpGrpcReceiver:
     def __init__(self) -> None:
         self.calls: list[Call] = []
         self.script: dict[str, deque[Reply]] = {signal: deque() for signal in PATHS}
+        self.fallback = Reply()  # the reply where the script has none
+        self._stopping = threading.Event()  # ends a delayed reply when the server stops
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         receiver = self
@@ -104,6 +105,7 @@ class OtlpGrpcReceiver:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
+        self._stopping.set()
         self.server.stop(grace=None)
         if exc_type is None:
             from tests.semconv_check import violations
@@ -125,9 +127,9 @@ class OtlpGrpcReceiver:
     def _handle(self, signal: str, request: Any, context: Any, response: type) -> Any:
         with self.lock:
             script = self.script[signal]
-            reply = script.popleft() if script else Reply()
+            reply = script.popleft() if script else self.fallback
         if reply.delay:
-            time.sleep(reply.delay)
+            self._stopping.wait(reply.delay)
         metadata = {k: v for k, v in context.invocation_metadata()}
         with self.lock:
             self.calls.append(

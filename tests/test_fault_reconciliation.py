@@ -31,7 +31,7 @@ import pytest
 from kafka_broker import kafka_broker_fixture, persistent_kafka_broker_fixture  # noqa: F401 - fixtures
 
 import cuptistream
-from cuptistream.events import Kernel, Loss
+from cuptistream.events import Error, Kernel, Loss
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "cuptistream.cli"]
@@ -346,10 +346,12 @@ def test_sigkill_of_the_collector(tmp_path: Path) -> None:
 
 
 def run_with_fault(
-    tmp_path: Path, emitted: int, rate: float, sinks: list[dict[str, Any]], fault: Any, **pipeline: Any
+    tmp_path: Path, emitted: int, rate: float, sinks: list[dict[str, Any]], fault: Any,
+    stderr: list[str] | None = None, **pipeline: Any,
 ) -> tuple[dict[str, Any], Delivered]:
     """``cuptistream run`` with ``sinks`` plus a reference file sink ``ref``; ``fault()`` runs once the
-    program is up. Returns the report and what ``ref`` holds, which must add up on its own."""
+    program is up. Returns the report and what ``ref`` holds, which must add up on its own; the run's
+    stderr is appended to ``stderr``."""  # fmt: skip
     ref = {"type": "file", "name": "ref", "directory": str(tmp_path / "ref")}
     cfg = _config(tmp_path / "cfg.json", [_synthetic(emitted, rate)], [*sinks, ref], **pipeline)
     proc = start_run(cfg, tmp_path / "report.json", "sleep", 0, "0.5")
@@ -360,6 +362,8 @@ def run_with_fault(
         proc.kill()
     assert proc.returncode == 0, err
     assert generated(out) == emitted
+    if stderr is not None:
+        stderr.append(err)
     report = json.loads((tmp_path / "report.json").read_text())
     delivered = Delivered(tmp_path / "ref")
     reconcile(emitted, delivered, report_losses(report), "ref")
@@ -393,9 +397,13 @@ def _can_mount_tmpfs(path: Path) -> bool:
 
 
 def test_disk_full_and_recovery(tmp_path: Path) -> None:
-    """A file sink whose file system fills up (a real ENOSPC on a small tmpfs) for a second, then
-    has room again: every batch is written once there is room again or counted (``delivery_failed``),
-    writing resumes in the same run, and the files keep every frame written before and after."""
+    """A file sink whose file system fills up (a real ENOSPC on an 8 MiB tmpfs the test mounts: it
+    needs root, as in CI containers; elsewhere it skips rather than fill a real disk) for a second,
+    then has room again: every batch is written once there is room again or counted
+    (``delivery_failed``), writing resumes in the same run, and the files keep every frame written
+    before and after. The fault is visible while it lasts (issue 33): one ``Error`` event and one
+    stderr line when the sink starts failing, one each when it recovers, read back from the reference
+    sink's recording and the run's stderr; the report's ``health`` counts the fault."""
     disk = tmp_path / "disk"
     if not _can_mount_tmpfs(disk):
         pytest.skip("mounting a tmpfs needs CAP_SYS_ADMIN (root in CI containers)")
@@ -419,7 +427,8 @@ def test_disk_full_and_recovery(tmp_path: Path) -> None:
 
         emitted = 300_000
         sink = {"type": "file", "name": "disk", "directory": str(disk / "out")}
-        report, ref = run_with_fault(tmp_path, emitted, 150_000, [sink], disk_full_for_a_second)
+        stderr: list[str] = []
+        report, ref = run_with_fault(tmp_path, emitted, 150_000, [sink], disk_full_for_a_second, stderr)
         on_disk = Delivered(disk / "out")
         losses = report_losses(report)
         # A full disk is either retried until there is room (the file sink's ``retry`` settings,
@@ -433,6 +442,21 @@ def test_disk_full_and_recovery(tmp_path: Path) -> None:
         reconcile_against_ref(
             emitted, report, ref, "disk", on_disk.kernels, on_disk.other + on_disk.loss_events
         )
+        # Said while it lasted, once each way (not once per retried write).
+        lines = [line for line in stderr[0].splitlines() if line.startswith("cuptistream: sinks[disk]")]
+        print("stderr:", *lines, sep="\n  ")
+        assert len(lines) == 2, lines
+        assert lines[0] == "cuptistream: sinks[disk]: failing: No space left on device; retrying"
+        assert re.fullmatch(r"cuptistream: sinks\[disk\]: recovered after \d+\.\ds \(was: .*\)", lines[1])
+        recorded = [e for e in cuptistream.read(tmp_path / "ref") if isinstance(e, Error) and e.origin == "sink:disk"]
+        health_events = [(e.severity, e.message) for e in recorded if ": failing: " in e.message
+                         or ": recovered after " in e.message]  # fmt: skip
+        assert health_events == [
+            ("error", lines[0].removeprefix("cuptistream: ")),
+            ("info", lines[1].removeprefix("cuptistream: ")),
+        ], recorded
+        assert report["health"]["disk"]["state"] == "ok" and report["health"]["disk"]["faults"] == 1
+        assert report["health"]["ref"] == {**report["health"]["ref"], "state": "ok", "faults": 0}
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
@@ -552,8 +576,10 @@ def _correlation_id(span: Any) -> int:
 
 @pytest.mark.slow
 def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
-    """A program produces for about 52 s to an OTLP/HTTP sink (``timeout`` 2 s, retries within an 8 s
+    """A program produces for about 54 s to an OTLP/HTTP sink (``timeout`` 2 s, retries within an 8 s
     deadline per batch, a 1 MiB ``drop_newest`` queue) whose receiver, driven by the test's clock,
+    accepts everything for 2 s (the sink comes up: issue 33's background connect, whose empty export
+    would otherwise meet the faults instead of the batches), then
     answers 503 with ``Retry-After: 1`` (15 s), 503 without it (15 s), then answers after 3 s, past the
     sink's timeout (6 s), then after 0.2 s (5 s), then resets every connection without an answer
     (6 s), then accepts everything.
@@ -575,6 +601,7 @@ def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
 
     timeout, slow, quick = 2.0, 3.0, 0.2
     phases = [  # (name, answer, seconds)
+        ("healthy at first", Answer(), 2.0),
         ("503 Retry-After 1", Answer(status=503, headers={"Retry-After": "1"}), 15.0),
         ("503", Answer(status=503), 15.0),
         ("slow past timeout", Answer(delay=slow), 6.0),
@@ -582,7 +609,7 @@ def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
         ("connection reset", Answer(close=True), 6.0),
         ("healthy", Answer(), 0.0),
     ]
-    rate, seconds = 4_000, 52
+    rate, seconds = 4_000, 54
     emitted = rate * seconds
     with OtlpReceiver() as receiver:
         receiver.fallback = phases[0][1]
