@@ -258,7 +258,7 @@ class Overhead(Event, tag="overhead"):
 class Error(Event, tag="error"):
     """A state-callback error or warning, a fatal error, or a failure of a cuptistream component."""
 
-    severity: str  # "fatal", "error", "warning"
+    severity: str  # "fatal", "error", "warning"; "info": a sink recovered (sink_health)
     origin: str  # "cupti_state", "source:<name>", "sink:<name>", "pipeline"
     message: str
     timestamp: int
@@ -354,7 +354,7 @@ class CuptiYield(Event, tag="cupti_yield"):
 class Loss(Event, tag="loss"):
     """Events or records that were lost, and where. Every drop anywhere is reported as one of these."""
 
-    stage: str  # "cupti", "intake", "sink:<name>", "pc_sampling", "sass", ...
+    stage: str  # "cupti", "probe", "intake", "sink:<name>", "pc_sampling", "sass", ...
     reason: str  # "cupti_buffer_dropped", "queue_full", "delivery_failed", "deadline", ...
     count: int  # events (or records/samples: see ``unit``) lost in [since, until]
     since: int  # Unix-epoch ns
