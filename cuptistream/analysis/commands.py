@@ -1,4 +1,4 @@
-"""The view subcommands of ``cuptistream``: summary, export, plot.
+"""The view subcommands of ``cuptistream``: summary, export, plot, compare.
 
 Only argparse here; each command imports its view when it runs, so ``cuptistream run`` and friends
 never import numpy or matplotlib. Errors are ``UserError``s, printed by ``cli.main`` as one line.
@@ -19,12 +19,19 @@ if TYPE_CHECKING:
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="a file-sink file or directory, or kafka://host:port/topic")
+    parser.add_argument(
+        "paths", nargs="+", metavar="SOURCE",
+        help="file-sink files or directories (globs too: 'node*/out'), or kafka://host:port/topic; "
+        "several are read as one recording",
+    )  # fmt: skip
     parser.add_argument("--since", metavar="TIME", help="from TIME: 30s (after the start), ISO time, @UNIX_S")
     parser.add_argument("--until", metavar="TIME", help="before TIME (same forms as --since)")
     parser.add_argument("--pid", metavar="PID[,PID]", help="only these processes")
     parser.add_argument("--rank", metavar="N[,N]", help="only these ranks (RANK, SLURM_PROCID, ...)")
     parser.add_argument("--device", metavar="N[,N]", help="only GPU work on these CUDA devices")
+    parser.add_argument(
+        "--mangled", action="store_true", help="kernel and function names as recorded (default: demangled)"
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> dict[str, Callable[[argparse.Namespace], int]]:
@@ -57,7 +64,23 @@ def add_commands(commands: argparse._SubParsersAction) -> dict[str, Callable[[ar
     )
     plot.add_argument("--bins", type=int, default=200, help="time bins of the busy figure (default 200)")
     plot.add_argument("--top", type=int, default=15, help="kernels and functions shown (default 15)")
-    return {"summary": _summary, "export": _export, "plot": _plot}
+
+    compare = commands.add_parser(
+        "compare", help="compare the ranks of a job: GPU busy, compute, NCCL, copies; flag the slow rank",
+        description="Read several recordings as one job, grouped by rank (by pid without one), and compare "
+        "the ranks per interval and over the whole span; flag outliers by median and MAD and name their "
+        "likely cause and kernels (docs/analysis.md).",
+    )  # fmt: skip
+    _filters(compare)
+    compare.add_argument("--interval", default="10s", metavar="DURATION", help="interval (default 10s)")
+    compare.add_argument("--format", default="table", help="table (default), csv or json")
+    compare.add_argument("--top", type=int, default=5, help="kernels named per rank and outlier (default 5)")
+    compare.add_argument("--threshold", type=float, default=3.5, help="flag when |robust z| > this (3.5)")
+    compare.add_argument("--min-diff", type=float, default=0.02, metavar="FRACTION",
+                         help="and it differs from the median by this fraction or more (0.02)")  # fmt: skip
+    compare.add_argument("--plot", metavar="DIR", help="a PNG per metric across ranks (needs matplotlib)")
+    compare.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    return {"summary": _summary, "export": _export, "plot": _plot, "compare": _compare}
 
 
 def selection(args: argparse.Namespace) -> Selection:
@@ -85,15 +108,15 @@ def _positive(option: str, value: int) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from cuptistream.analysis.records import Recording
     from cuptistream.analysis.report import render
+    from cuptistream.analysis.sources import open_recordings
     from cuptistream.analysis.summary import summarize
 
     fmt = _choice("--format", args.format, ("table", "csv", "json"))
     top = _positive("--top", args.top) if fmt == "table" else None
     sel = selection(args)
-    recording = Recording(args.path, lean=True)
-    text = render(summarize(recording, sel, top), fmt)  # type: ignore[arg-type]
+    recording = open_recordings(args.paths, lean=True)
+    text = render(summarize(recording, sel, top, mangled=args.mangled), fmt)  # type: ignore[arg-type]
     if args.output:
         _write_text(args.output, text)
     else:
@@ -103,13 +126,13 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from cuptistream.analysis.records import Recording
+    from cuptistream.analysis.sources import open_recordings
     from cuptistream.analysis.trace_export import export_trace
 
     _choice("--format", args.format, ("perfetto", "chrome-trace"))
     sel = selection(args)
-    recording = Recording(args.path)
-    stats = export_trace(recording, args.output, sel)
+    recording = open_recordings(args.paths)
+    stats = export_trace(recording, args.output, sel, mangled=args.mangled)
     print(f"cuptistream: wrote {stats.events} trace events ({stats.flows} flow arrows) to {args.output}",
           file=sys.stderr)  # fmt: skip
     _report_torn(recording.torn_tails)
@@ -118,17 +141,25 @@ def _export(args: argparse.Namespace) -> int:
 
 def _plot(args: argparse.Namespace) -> int:
     from cuptistream.analysis.plot import plot_all, require_matplotlib
-    from cuptistream.analysis.records import Recording
+    from cuptistream.analysis.sources import open_recordings
 
     require_matplotlib()
     _positive("--bins", args.bins)
     _positive("--top", args.top)
     sel = selection(args)
-    recording = Recording(args.path, lean=True)
-    for path in plot_all(recording, args.output, sel, bins=args.bins, top=args.top):
+    recording = open_recordings(args.paths, lean=True)
+    for path in plot_all(recording, args.output, sel, bins=args.bins, top=args.top, mangled=args.mangled):
         print(path)
     _report_torn(recording.torn_tails)
     return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from cuptistream.analysis.compare_cli import run_compare
+
+    fmt = _choice("--format", args.format, ("table", "csv", "json"))
+    _positive("--top", args.top)
+    return run_compare(args, fmt, selection(args))
 
 
 def _write_text(path: str, text: str) -> None:

@@ -155,7 +155,7 @@ def stalls_figure(summarizer: Summarizer, top: int) -> Figure:
     reasons = [r for r, _ in sorted(totals.items(), key=lambda kv: -kv[1])[:_MAX_REASONS]]
     axes = figure.add_subplot()
     left = np.zeros(len(functions))
-    names = [f"{_short(name, 40)}\n{samples} samples" for name, samples in functions]
+    names = [f"{_short(summarizer.display(name), 40)}\n{samples} samples" for name, samples in functions]
     for reason in [*reasons, "other"]:
         shares = []
         for name, samples in functions:
@@ -178,9 +178,10 @@ def stalls_figure(summarizer: Summarizer, top: int) -> Figure:
 
 def plot_all(
     recording: rec.Recording, directory: str | Path, selection: Selection | None = None, *, bins: int = 200,
-    top: int = 15,
+    top: int = 15, mangled: bool = False,
 ) -> list[Path]:  # fmt: skip
-    """Write ``gpu-busy.png``, ``top-kernels.png`` and ``stall-reasons.png`` to ``directory``."""
+    """Write ``gpu-busy.png``, ``top-kernels.png`` and ``stall-reasons.png`` to ``directory``
+    (kernel and function names demangled unless ``mangled``)."""
     require_matplotlib()
     sel = selection or Selection()
     out = Path(directory)
@@ -188,7 +189,7 @@ def plot_all(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(f"{out}: cannot create: {error.strerror}; choose another -o DIR") from None
-    summarizer = Summarizer(sel)
+    summarizer = Summarizer(sel, mangled=mangled)
     for part in recording.parts():
         summarizer.add(part)
     report = summarizer.report(top=None)

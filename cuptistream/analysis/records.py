@@ -36,6 +36,7 @@ class LKernel(Light, tag="kernel"):
     stream_id: int
     correlation_id: int
     graph_id: int = 0
+    demangled_name: str | None = None  # recorded with ``demangle: true`` only
 
 
 class LMemcpy(Light, tag="memcpy"):
@@ -198,6 +199,7 @@ class SKernel(Light, tag="kernel"):
     name: str
     device_id: int
     stream_id: int
+    demangled_name: str | None = None  # recorded with ``demangle: true`` only
 
 
 def _summary_struct(light: type[msgspec.Struct]) -> type[msgspec.Struct]:
@@ -246,9 +248,12 @@ class Recording:
     complete frames before it were read.
     """
 
-    def __init__(self, spec: str, *, lean: bool = False) -> None:
+    def __init__(
+        self, spec: str, *, lean: bool = False, decoder: msgspec.msgpack.Decoder[Any] | None = None
+    ) -> None:
         self.spec = spec
-        self._events = _lean_events if lean else _light_events  # lean: the summary's Structs
+        # lean: the summary's Structs; decoder: a view's own (it must decode every tag of the schema)
+        self._events = decoder or (_lean_events if lean else _light_events)
         self.torn_tails: list[TornTail] = []
         if spec.startswith("kafka://"):
             from cuptistream.kafka_reader import parse_url

@@ -42,6 +42,7 @@ _start = operator.attrgetter("start")
 _end = operator.attrgetter("end")
 _device = operator.attrgetter("device_id")
 _stream = operator.attrgetter("stream_id")
+_carried = operator.attrgetter("demangled_name")
 
 
 def _generic_key(event: Any) -> Any:
@@ -57,8 +58,8 @@ def _generic_time(event: Any, field: str) -> int:
 class Summarizer(Totals):
     """Folds batches (``records.Part``) into the summary's totals."""
 
-    def __init__(self, selection: Selection | None = None) -> None:
-        super().__init__()
+    def __init__(self, selection: Selection | None = None, *, mangled: bool = False) -> None:
+        super().__init__(mangled=mangled)
         self.selection = selection or Selection()
         self.families = np.zeros(0, np.int8)
 
@@ -134,6 +135,8 @@ class Summarizer(Totals):
             gpu.append((s, e, dev, np.fromiter(map(_stream, items), np.int64, len(index))))
             if fam == KERNEL:
                 self.kernels.add(list(map(_name, items)), e - s)
+                if any(map(_carried, items)):  # recorded with demangle: true
+                    self.display.learn(items)
             elif fam == MEMCPY:
                 for c in items:
                     self._copy(("memcpy " + c.copy_kind, f"{c.src_kind} -> {c.dst_kind}"), c)
@@ -284,9 +287,13 @@ def _inside(t: int, low: int | None, high: int | None) -> bool:
     return low is None or low <= t < high  # type: ignore[operator]
 
 
-def summarize(recording: rec.Recording, selection: Selection | None = None, top: int | None = 20) -> Report:
-    """One pass over ``recording``; the summary of what ``selection`` keeps."""
-    summarizer = Summarizer(selection)
+def summarize(
+    recording: rec.Recording, selection: Selection | None = None, top: int | None = 20, *,
+    mangled: bool = False,
+) -> Report:  # fmt: skip
+    """One pass over ``recording``; the summary of what ``selection`` keeps (names demangled unless
+    ``mangled``, see ``names``)."""
+    summarizer = Summarizer(selection, mangled=mangled)
     for part in recording.parts():  # Recording(spec, lean=True) decodes only what the summary reads
         summarizer.add(part)
     for tail in recording.torn_tails:

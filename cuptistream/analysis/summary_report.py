@@ -11,6 +11,7 @@ from typing import Any
 
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import Groups, IntervalUnion, KeyIndex
+from cuptistream.analysis.names import DisplayNames
 
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_")
 
@@ -55,7 +56,8 @@ class Report:
 class Totals:
     """What the summary has folded so far, and the report made from it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, mangled: bool = False) -> None:
+        self.display = DisplayNames(mangled)  # kernel and function names as the tables show them
         self.batches = 0
         self.event_counts: Counter[str] = Counter()
         self.processes: dict[int, ev.Resource] = {}
@@ -93,12 +95,13 @@ class Totals:
             ],
         }
         report = Report(meta)
-        gpu_total = sum(s[1] for _, s in self.kernels.items())
+        kernels = self._kernels_shown()
+        gpu_total = sum(s[1] for s in kernels.values())
         report.tables.append(cut(Table(
             "kernels", "Kernels by total GPU time",
             ["name", "count", "total_ns", "mean_ns", "min_ns", "max_ns", "share"],
             [[name, c, t, t // c, lo, hi, t / gpu_total if gpu_total else 0.0]
-             for name, (c, t, lo, hi) in sorted(self.kernels.items(), key=lambda kv: -kv[1][1])],
+             for name, (c, t, lo, hi) in sorted(kernels.items(), key=lambda kv: -kv[1][1])],
         ), top))  # fmt: skip
         report.tables.append(cut(Table(
             "memory", "Memory copies and sets by kind",
@@ -132,6 +135,20 @@ class Totals:
             [[sv, o, m, c] for (sv, o, m), c in sorted(self.errors.items(), key=lambda kv: -kv[1])],
         ))  # fmt: skip
         return report
+
+    def _kernels_shown(self) -> dict[str, list[int]]:
+        """The kernel rows by shown name (two recorded names that demangle alike become one row)."""
+        shown: dict[str, list[int]] = {}
+        for name, (c, t, lo, hi) in self.kernels.items():
+            row = shown.get(key := self.display(name))
+            if row is None:
+                shown[key] = [c, t, lo, hi]
+            else:
+                row[0] += c
+                row[1] += t
+                row[2] = min(row[2], lo)
+                row[3] = max(row[3], hi)
+        return shown
 
     def label(self, pid: int) -> str:
         """How tables and figures name a process: its rank when it has one."""
@@ -180,7 +197,7 @@ class Totals:
         rows = []
         for name, samples in sorted(self.samples.items(), key=lambda kv: -kv[1]):
             stalls = self.stall_functions[name].most_common(3)
-            rows.append([name, samples, samples / total if total else 0.0] + [
+            rows.append([self.display(name), samples, samples / total if total else 0.0] + [
                 f"{stall_name(r)} {n / samples:.0%}" if samples else "" for r, n in stalls
             ] + [""] * (3 - len(stalls)))  # fmt: skip
         reasons: Counter[str] = Counter()
@@ -195,7 +212,9 @@ class Totals:
                  top),
             cut(Table("sass", "SASS metrics: totals per function",
                        ["function", "metric", "total"],
-                       [[f, m, v] for (f, m), v in sorted(self.sass.items(), key=lambda kv: -kv[1])]), top),
+                       [[self.display(f), m, v]
+                        for (f, m), v in sorted(self.sass.items(), key=lambda kv: -kv[1])]),
+                 top),
         ]  # fmt: skip
 
 

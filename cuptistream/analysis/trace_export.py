@@ -1,10 +1,18 @@
 """``cuptistream export``: a Trace Event Format (JSON) trace for ui.perfetto.dev and chrome://tracing.
 
-Layout: one process per observed pid (named with its rank, program and host from the batch's
-resource); one track per (device, stream) for kernels, copies, memsets and graph launches; per
-thread, one track for CUDA API calls and one for NVTX; flow arrows from each launching API call to
-the GPU work with its correlation id (a graph launch to each of its kernels); counter tracks for
-copy throughput and for losses; instant events for errors.
+Layout: one process per observed process, keyed by (host, pid) so that the ranks of several nodes
+stay apart (a pid seen on two hosts gets a second trace pid above the kernel's pid range), named with
+its rank, program and host from the batch's resource and sorted by rank; one track per (device,
+stream) for kernels, copies, memsets and graph launches; per thread, one track for CUDA API calls
+and one for NVTX; flow arrows from each launching API call to the GPU work with its correlation id
+(a graph launch to each of its kernels); counter tracks for copy throughput and for losses; instant
+events for errors. Kernel names are demangled unless ``mangled`` (``names``).
+
+One clock: every event is placed at its Unix-epoch time (its CUPTI time plus its own batch's clock
+offset), so the recordings of several ranks and hosts, read together, line up: a collective that
+ends at the same moment on every rank ends at the same ``ts`` on every track. ``ts`` is in us since
+``otherData.ts_base_unix_ns``, 60 s before the first batch's earliest event (a rank whose recording
+starts earlier than that would get negative ``ts``).
 
 Streaming: events are encoded as they are read and written out sorted by time, so every track's
 ``ts`` rises monotonically. Sorting uses bounded memory: past ``run_events`` events, the sorted run
@@ -30,6 +38,7 @@ import msgspec
 
 from cuptistream import events as ev
 from cuptistream.analysis import records as rec
+from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.select import Selection
 from cuptistream.errors import UserError
 
@@ -37,6 +46,7 @@ _KEY_BIAS = 1 << 62  # keys are ns since the base plus this, so they are positiv
 _KEY_WIDTH = 20
 _SLACK_NS = 60 * 1_000_000_000  # the base sits this far before the first batch's earliest event
 _LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")  # API calls that put work on a GPU
+_PID_SPACE = 1 << 22  # above Linux's largest pid: trace pids for a pid already used on another host
 
 _KIND: dict[type, str] = {}
 for _light, _full in [
@@ -66,9 +76,10 @@ class TraceWriter:
 
     def __init__(
         self, output: str | Path, selection: Selection | None = None, *, run_events: int = 200_000,
-        pending: int = 100_000,
+        pending: int = 100_000, mangled: bool = False,
     ) -> None:  # fmt: skip
         self.output = Path(output)
+        self.display = DisplayNames(mangled)
         self.selection = selection or Selection()
         self.run_events = run_events
         self.pending_limit = pending
@@ -76,7 +87,8 @@ class TraceWriter:
         self.base_ns: int | None = None
         self._lines: list[bytes] = []
         self._runs: list[Path] = []
-        self._processes: dict[int, _Process] = {}
+        self._processes: dict[tuple[str, int], _Process] = {}  # by (host, pid)
+        self._pids: set[int] = set()
         self._next_tid = 1
         self._launches: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()  # -> (ts, tid)
         self._orphans: OrderedDict[tuple[int, int], list[tuple[int, int]]] = OrderedDict()
@@ -143,17 +155,19 @@ class TraceWriter:
                 })  # fmt: skip
 
     def _process(self, resource: ev.Resource) -> _Process:
-        found = self._processes.get(resource.pid)
+        found = self._processes.get((resource.host, resource.pid))
         if found is not None:
             return found
-        process = self._processes[resource.pid] = _Process(resource.pid)
+        pid = resource.pid
+        if pid in self._pids:  # the same pid on another host
+            pid = _PID_SPACE + len(self._processes)
+        self._pids.add(pid)
+        process = self._processes[(resource.host, resource.pid)] = _Process(pid)
         who = f"rank {resource.rank} · " if resource.rank is not None else ""
         label = f"{who}{resource.process_name} (pid {resource.pid}) on {resource.host}"
-        self._meta({"ph": "M", "name": "process_name", "pid": resource.pid, "args": {"name": label}})
+        self._meta({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
         order = resource.rank if resource.rank is not None else resource.pid
-        self._meta(
-            {"ph": "M", "name": "process_sort_index", "pid": resource.pid, "args": {"sort_index": order}}
-        )
+        self._meta({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": order}})
         return process
 
     def _track(self, process: _Process, key: tuple[Any, ...], name: str, order: int) -> int:
@@ -175,7 +189,9 @@ class TraceWriter:
         ts = e.start + shift
         dur = max(e.end - e.start, 0)
         if kind == "kernel":
-            name, args = e.name, {"correlation_id": e.correlation_id}
+            carried = getattr(e, "demangled_name", None)  # recorded with demangle: true
+            name = carried if carried and not self.display.mangled else self.display(e.name)
+            args = {"correlation_id": e.correlation_id}
         elif kind == "memcpy":
             name = f"memcpy {e.copy_kind}"
             args = {
@@ -320,9 +336,11 @@ def export_trace(
     selection: Selection | None = None,
     *,
     run_events: int = 200_000,
+    mangled: bool = False,
 ) -> TraceStats:
-    """Write ``recording`` (what ``selection`` keeps) as a trace to ``output`` (``.gz``: gzip)."""
-    writer = TraceWriter(output, selection, run_events=run_events)
+    """Write ``recording`` (what ``selection`` keeps) as a trace to ``output`` (``.gz``: gzip).
+    ``recording`` may be several (``sources.Recordings``): one trace, one clock, a process per rank."""
+    writer = TraceWriter(output, selection, run_events=run_events, mangled=mangled)
     try:
         for part in recording.parts():
             writer.add(part)

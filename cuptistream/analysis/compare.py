@@ -1,0 +1,403 @@
+"""``cuptistream compare``: the ranks of one job side by side, per interval and over the whole span.
+
+Several recordings (``sources.Recordings``) are read as one job: one stream per writing process,
+merged by time (``heapq.merge`` on each batch's earliest GPU start), so only the last few intervals
+are open at any moment. Each batch's GPU work (``compare_read.GpuWork``) is folded into a ``Tally``
+per (interval, rank) and one per rank for the whole span; an interval is closed, compared and handed
+to ``on_interval`` once the merged stream is ``lateness`` past its end, then dropped. Memory grows
+with the number of ranks and of distinct kernel names, not with the span.
+
+Ranks are ``resource.rank``, or the (host, pid) of a process without one. A kernel is NCCL when its
+name contains ``nccl`` (any case); every other kernel is compute. Busy is the union of a rank's
+kernels, copies and memsets over all its devices (overlap counts once), as a fraction of the span
+of every rank's GPU work in the interval (one denominator for all ranks). A kernel's time counts in
+the interval it starts in; busy time is split at interval edges.
+
+Input types: raw records enter through ``Comparer.add_work``. The always-on mode's statistics
+events (per-interval kernel statistics, issue 26; not in the schema yet) are meant to enter through
+a second method that adds their per-kernel totals and counts, busy time and copy totals to the same
+``Tally`` of (interval, rank), with the fraction of the time they cover; nothing after ``Tally``
+depends on raw records. Where statistics are estimates, ``Tally.estimated`` would say so.
+
+Failure modes: a batch whose work starts before an interval that was already closed is "late": it
+counts in the whole-span totals and in ``late_events``, not in its interval's row.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cuptistream import events as ev
+from cuptistream.analysis.aggregate import IntervalUnion, KeyIndex
+from cuptistream.analysis.compare_read import GpuWork, gpu_work
+from cuptistream.analysis.names import DisplayNames
+from cuptistream.analysis.outliers import Flag, Rule, cause, flag_all, kernel_differences
+from cuptistream.analysis.records import Part
+from cuptistream.analysis.select import Selection
+
+RankKey = tuple[Any, ...]  # (rank,) or ("pid", host, pid)
+
+
+def rank_key(resource: ev.Resource) -> RankKey:
+    return (resource.rank,) if resource.rank is not None else ("pid", resource.host, resource.pid)
+
+
+def rank_label(key: RankKey) -> str:
+    return f"rank {key[0]}" if len(key) == 1 else f"pid {key[2]}@{key[1]}"
+
+
+def _grow(array: np.ndarray, n: int) -> np.ndarray:
+    if len(array) >= n:
+        return array
+    grown = np.zeros(max(n, 2 * len(array), 64), array.dtype)
+    grown[: len(array)] = array
+    return grown
+
+
+class Tally:
+    """One rank's GPU work in one interval (or over the whole span)."""
+
+    def __init__(self, busy: bool) -> None:
+        self.compute_ns = 0
+        self.nccl_ns = 0
+        self.copy_ns = 0
+        self.copy_bytes = 0
+        self.kernels = 0
+        self.kernel_ns = np.zeros(0, np.int64)  # by kernel code (``Comparer.names``)
+        self.kernel_count = np.zeros(0, np.int64)
+        self.busy = IntervalUnion() if busy else None
+        self.busy_ns = 0  # whole span: the sum of the closed intervals' busy time
+        self.estimated = False  # a statistics input may set it (see the module docstring)
+
+    def add_kernels(self, codes: np.ndarray, durations: np.ndarray, nccl: np.ndarray, n_names: int) -> None:
+        self.kernels += len(codes)
+        total = int(durations.sum())
+        in_nccl = int(durations[nccl[codes]].sum())
+        self.nccl_ns += in_nccl
+        self.compute_ns += total - in_nccl
+        self.kernel_ns = _grow(self.kernel_ns, n_names)
+        self.kernel_count = _grow(self.kernel_count, n_names)
+        width = len(self.kernel_ns)
+        self.kernel_ns += np.bincount(codes, weights=durations, minlength=width).astype(np.int64)
+        self.kernel_count += np.bincount(codes, minlength=width)
+
+    def add_copies(self, durations: np.ndarray, nbytes: np.ndarray) -> None:
+        self.copy_ns += int(durations.sum())
+        self.copy_bytes += int(nbytes.sum())
+
+
+@dataclass
+class _Interval:
+    start: int
+    end: int
+    tallies: dict[RankKey, Tally] = field(default_factory=dict)
+    lo: int | None = None  # the span of every rank's GPU work inside the interval
+    hi: int | None = None
+
+
+@dataclass
+class _RankInfo:
+    hosts: set[str] = field(default_factory=set)
+    pids: set[int] = field(default_factory=set)
+
+
+@dataclass
+class IntervalResult:
+    """One closed interval: a row per rank, the flags of the rule, the top kernels' names."""
+
+    start_unix_ns: int
+    end_unix_ns: int
+    span_ns: int
+    rows: list[dict[str, Any]]
+    flags: list[Flag]
+    top_kernels: list[str]
+
+
+@dataclass
+class CompareResult:
+    """The whole span: a row per rank, the flags, and per flagged rank its cause and kernels."""
+
+    total: IntervalResult
+    outliers: list[dict[str, Any]]
+    rule: Rule
+    intervals: int
+    late_events: int
+    batches: int
+    interval_ns: int
+
+
+class Comparer:
+    """Folds GPU work into per-rank tallies per interval and over the whole span (module docstring)."""
+
+    def __init__(
+        self,
+        on_interval: Callable[[IntervalResult], None],
+        *,
+        interval_ns: int = 10_000_000_000,
+        lateness_ns: int | None = None,
+        rule: Rule | None = None,
+        top: int = 5,
+        names: DisplayNames | None = None,
+    ) -> None:
+        self.on_interval = on_interval
+        self.interval_ns = interval_ns
+        self.lateness_ns = max(interval_ns, 5_000_000_000) if lateness_ns is None else lateness_ns
+        self.rule = rule or Rule()
+        self.top = top
+        self.display = names or DisplayNames()
+        self.codes = KeyIndex()  # kernel name as recorded -> code
+        self._nccl = np.zeros(0, bool)  # by code
+        self._open: dict[int, _Interval] = {}  # by interval index
+        self._closed_below = -(2**62)  # indexes below this are closed
+        self.whole: dict[RankKey, Tally] = {}
+        self.ranks: dict[RankKey, _RankInfo] = {}
+        self.flagged_intervals: dict[RankKey, int] = {}
+        self.first: int | None = None
+        self.last: int | None = None
+        self.intervals = 0
+        self.late_events = 0
+        self.batches = 0
+
+    # --- folding --------------------------------------------------------------------------------
+
+    def add_work(self, work: GpuWork) -> None:
+        """Fold one batch's GPU work (raw records) into its rank's tallies."""
+        self.batches += 1
+        key = rank_key(work.resource)
+        info = self.ranks.get(key)
+        if info is None:
+            info = self.ranks[key] = _RankInfo()
+            self.whole[key] = Tally(busy=False)
+        info.hosts.add(work.resource.host)
+        info.pids.add(work.resource.pid)
+        if work.empty:
+            return
+        self.display.learn(work.carried)
+        whole = self.whole[key]
+        size = self.interval_ns
+        codes = self._codes(work.kernel_names)
+        kdur = work.kernel_end - work.kernel_start
+        cdur = work.copy_end - work.copy_start
+        whole.add_kernels(codes, kdur, self._nccl, len(self.codes.keys_))
+        whole.add_copies(cdur, work.copy_bytes)
+        starts = np.concatenate([work.kernel_start, work.copy_start, work.memset_start])
+        ends = np.concatenate([work.kernel_end, work.copy_end, work.memset_end])
+        ends = np.maximum(ends, starts)
+        lo, hi = int(starts.min()), int(ends.max())
+        self.first = lo if self.first is None else min(self.first, lo)
+        self.last = hi if self.last is None else max(self.last, hi)
+        kiv = work.kernel_start // size
+        civ = work.copy_start // size
+        for index in np.unique(np.concatenate([kiv, civ])).tolist():
+            interval = self._interval(index)
+            if interval is None:
+                self.late_events += int((kiv == index).sum() + (civ == index).sum())
+                continue
+            tally = self._tally(interval, key)
+            mask = kiv == index
+            if mask.any():
+                tally.add_kernels(codes[mask], kdur[mask], self._nccl, len(self.codes.keys_))
+            mask = civ == index
+            if mask.any():
+                tally.add_copies(cdur[mask], work.copy_bytes[mask])
+        self._busy(key, starts, ends)
+
+    def _codes(self, names: list[str]) -> np.ndarray:
+        codes = self.codes.codes(names, len(names))
+        known = len(self._nccl)
+        if len(self.codes.keys_) > known:
+            fresh = ["nccl" in name.lower() for name in self.codes.keys_[known:]]
+            self._nccl = np.concatenate([self._nccl, np.array(fresh, bool)])
+        return codes
+
+    def _busy(self, key: RankKey, starts: np.ndarray, ends: np.ndarray) -> None:
+        size = self.interval_ns
+        first_iv = starts // size
+        last_iv = np.maximum(ends - 1, starts) // size
+        cross = np.flatnonzero(last_iv > first_iv)
+        if len(cross):  # split work that crosses an interval edge (rare at 10 s)
+            extra_s, extra_e = [], []
+            for i in cross.tolist():
+                for index in range(int(first_iv[i]) + 1, int(last_iv[i]) + 1):
+                    extra_s.append(index * size)
+                    extra_e.append(min(int(ends[i]), (index + 1) * size))
+            ends = ends.copy()
+            ends[cross] = (first_iv[cross] + 1) * size
+            starts = np.concatenate([starts, np.array(extra_s, np.int64)])
+            ends = np.concatenate([ends, np.array(extra_e, np.int64)])
+            first_iv = starts // size
+        for index in np.unique(first_iv).tolist():
+            interval = self._interval(index)
+            if interval is None:
+                continue
+            mask = first_iv == index
+            s, e = starts[mask], ends[mask]
+            tally = self._tally(interval, key)
+            assert tally.busy is not None
+            tally.busy.add(s, e)
+            lo, hi = int(s.min()), int(e.max())
+            interval.lo = lo if interval.lo is None else min(interval.lo, lo)
+            interval.hi = hi if interval.hi is None else max(interval.hi, hi)
+
+    def _interval(self, index: int) -> _Interval | None:
+        if index < self._closed_below:
+            return None
+        interval = self._open.get(index)
+        if interval is None:
+            interval = self._open[index] = _Interval(index * self.interval_ns, (index + 1) * self.interval_ns)
+        return interval
+
+    def _tally(self, interval: _Interval, key: RankKey) -> Tally:
+        tally = interval.tallies.get(key)
+        if tally is None:
+            tally = interval.tallies[key] = Tally(busy=True)
+        return tally
+
+    # --- closing --------------------------------------------------------------------------------
+
+    def advance(self, watermark_ns: int) -> None:
+        """Close every interval that ends ``lateness`` or more before ``watermark_ns``."""
+        limit = (watermark_ns - self.lateness_ns) // self.interval_ns  # intervals below it end in time
+        for index in sorted(i for i in self._open if i < limit):
+            self._close(index)
+        self._closed_below = max(self._closed_below, limit)
+
+    def _close(self, index: int) -> None:
+        interval = self._open.pop(index)
+        self.intervals += 1
+        span = (interval.hi - interval.lo) if interval.lo is not None and interval.hi is not None else 0
+        tallies = {key: interval.tallies.get(key) or Tally(busy=True) for key in self.ranks}
+        for key, tally in tallies.items():
+            assert tally.busy is not None
+            tally.busy_ns = tally.busy.total_ns
+            self.whole[key].busy_ns += tally.busy_ns
+        result = self._result(interval.start, interval.end, span, tallies)
+        for flagged in {f.rank for f in result.flags}:
+            key = next(k for k in self.ranks if rank_label(k) == flagged)
+            self.flagged_intervals[key] = self.flagged_intervals.get(key, 0) + 1
+        self.on_interval(result)
+
+    def _result(self, start: int, end: int, span: int, tallies: dict[RankKey, Tally]) -> IntervalResult:
+        n = len(self.codes.keys_)
+        matrix = np.zeros((len(tallies), n), np.int64)
+        for row, tally in enumerate(tallies.values()):
+            matrix[row, : len(tally.kernel_ns)] = tally.kernel_ns[:n]
+        top = np.argsort(-matrix.sum(axis=0), kind="stable")[: self.top]
+        top = top[matrix.sum(axis=0)[top] > 0]
+        names = [self.display(self.codes.keys_[i]) for i in top.tolist()]
+        rows = []
+        position = {key: row for row, key in enumerate(tallies)}  # the key's row of ``matrix``
+        for key, tally in sorted(tallies.items(), key=lambda kv: _order(kv[0])):
+            info = self.ranks[key]
+            mine = matrix[position[key]]
+            rows.append(
+                {
+                    "rank": rank_label(key),
+                    "rank_id": key[0] if len(key) == 1 else None,
+                    "hosts": sorted(info.hosts),
+                    "pids": sorted(info.pids),
+                    "busy_fraction": round(tally.busy_ns / span, 6) if span else 0.0,
+                    "busy_ns": tally.busy_ns,
+                    "compute_ns": tally.compute_ns,
+                    "nccl_ns": tally.nccl_ns,
+                    "copy_ns": tally.copy_ns,
+                    "copy_bytes": tally.copy_bytes,
+                    "kernels": tally.kernels,
+                    "top_kernels": {name: int(mine[i]) for name, i in zip(names, top.tolist(), strict=True)},
+                }
+            )
+        return IntervalResult(start, end, span, rows, flag_all(rows, self.rule), names)
+
+    def finish(self) -> CompareResult:
+        """Close every open interval; the whole span's rows, flags and flagged ranks' kernels."""
+        for index in sorted(self._open):
+            self._close(index)
+        span = (self.last - self.first) if self.first is not None and self.last is not None else 0
+        total = self._result(self.first or 0, self.last or 0, span, dict(self.whole))
+        return CompareResult(
+            total=total,
+            outliers=self._outliers(total.flags),
+            rule=self.rule,
+            intervals=self.intervals,
+            late_events=self.late_events,
+            batches=self.batches,
+            interval_ns=self.interval_ns,
+        )
+
+    def _outliers(self, flags: Sequence[Flag]) -> list[dict[str, Any]]:
+        if not flags:
+            return []
+        n = len(self.codes.keys_)
+        keys = list(self.whole)
+        ns = np.zeros((len(keys), n), np.int64)
+        counts = np.zeros((len(keys), n), np.int64)
+        for row, key in enumerate(keys):
+            tally = self.whole[key]
+            ns[row, : len(tally.kernel_ns)] = tally.kernel_ns[:n]
+            counts[row, : len(tally.kernel_count)] = tally.kernel_count[:n]
+        median_ns = np.median(ns, axis=0)
+        median_count = np.median(counts, axis=0)
+        names = [self.display(name) for name in self.codes.keys_]
+        out = []
+        by_rank: dict[str, list[Flag]] = {}
+        for f in flags:
+            by_rank.setdefault(f.rank, []).append(f)
+        for label, rank_flags in sorted(by_rank.items(), key=lambda kv: _label_order(kv[0], keys)):
+            row = next(i for i, k in enumerate(keys) if rank_label(k) == label)
+            longer, shorter = kernel_differences(
+                names, ns[row], counts[row], median_ns, median_count, self.top
+            )
+            out.append(
+                {
+                    "rank": label,
+                    "metrics": [f.as_dict() for f in rank_flags],
+                    "cause": cause(rank_flags),
+                    "kernels_longer": longer,
+                    "kernels_shorter": shorter,
+                    "flagged_intervals": self.flagged_intervals.get(keys[row], 0),
+                    "intervals": self.intervals,
+                }
+            )
+        return out
+
+
+def _order(key: RankKey) -> tuple[int, Any]:
+    return (0, key[0]) if len(key) == 1 else (1, key[1:])
+
+
+def _label_order(label: str, keys: Sequence[RankKey]) -> tuple[int, Any]:
+    return next((_order(k) for k in keys if rank_label(k) == label), (2, label))
+
+
+def merged_work(streams: Sequence[Iterator[Part]], selection: Selection) -> Iterator[GpuWork]:
+    """The GPU work of every stream, merged by each batch's earliest start (one batch per stream held)."""
+
+    def keyed(stream: Iterator[Part]) -> Iterator[GpuWork]:
+        last = -(2**62)
+        for part in stream:
+            work = gpu_work(part, selection, last)
+            if work is not None:
+                last = work.first
+                yield work
+
+    return heapq.merge(*(keyed(s) for s in streams), key=lambda w: w.first)
+
+
+def compare_streams(
+    streams: Sequence[Iterator[Part]],
+    on_interval: Callable[[IntervalResult], None],
+    *,
+    selection: Selection | None = None,
+    **options: Any,
+) -> CompareResult:
+    """Compare the ranks in ``streams`` (``sources.Recordings.streams()``); ``options``: ``Comparer``'s."""
+    comparer = Comparer(on_interval, **options)
+    for work in merged_work(streams, selection or Selection()):
+        comparer.advance(work.first)
+        comparer.add_work(work)
+    return comparer.finish()

@@ -1,0 +1,91 @@
+"""``cuptistream compare``'s command: options checked, recordings opened, writer and plots chosen.
+
+Every mistake is a ``UserError`` (one line, exit 2): a bad ``--interval``, ``--threshold`` or
+``--min-diff``, a path or pattern that holds no recording, ``--plot`` without matplotlib, an
+unwritable ``-o``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import ExitStack
+from typing import Any, TextIO
+
+from cuptistream.analysis.compare import compare_streams
+from cuptistream.analysis.compare_read import DECODER
+from cuptistream.analysis.compare_report import WRITERS
+from cuptistream.analysis.names import DisplayNames
+from cuptistream.analysis.outliers import Rule
+from cuptistream.analysis.select import Selection
+from cuptistream.analysis.sources import Recordings, expand
+from cuptistream.errors import UserError
+from cuptistream.units import parse_duration
+
+
+def _interval_ns(text: str) -> int:
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        seconds = 0.0
+    if seconds < 0.001:
+        raise UserError(f"--interval {text!r}: expected a duration of 1ms or more, e.g. 10s or 500ms")
+    return round(seconds * 1e9)
+
+
+def rule_of(args: argparse.Namespace) -> Rule:
+    if not args.threshold > 0:
+        raise UserError(f"--threshold {args.threshold}: expected a positive number, e.g. 3.5")
+    if not 0 <= args.min_diff < 1:
+        raise UserError(f"--min-diff {args.min_diff}: expected a fraction in [0, 1), e.g. 0.02 for 2 %")
+    return Rule(threshold=args.threshold, min_relative=args.min_diff)
+
+
+def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int:
+    interval_ns = _interval_ns(args.interval)
+    rule = rule_of(args)
+    if args.plot:
+        from cuptistream.analysis.plot import require_matplotlib
+
+        require_matplotlib()
+    recordings = Recordings(expand(args.paths), decoder=DECODER)
+    with ExitStack() as stack:
+        out: TextIO = sys.stdout
+        if args.output:
+            try:
+                out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+            except OSError as error:
+                raise UserError(
+                    f"{args.output}: cannot write: {error.strerror}; choose another -o FILE"
+                ) from None
+        writer = WRITERS[fmt](out, rule)
+        result = compare_streams(
+            recordings.streams(),
+            writer.interval,
+            selection=selection,
+            interval_ns=interval_ns,
+            rule=rule,
+            top=args.top,
+            names=DisplayNames(mangled=args.mangled),
+        )
+        if not result.total.rows:
+            raise UserError(f"{recordings.spec}: no process to compare with these filters; widen them")
+        meta: dict[str, Any] = {
+            "sources": list(expand(args.paths)),
+            "interval_ns": interval_ns,
+            "intervals": result.intervals,
+            "batches": result.batches,
+            "late_events": result.late_events,
+            "ranks": len(result.total.rows),
+            "names": "mangled" if args.mangled else "demangled",
+            "torn_tails": [t.describe() for t in recordings.torn_tails],
+        }
+        writer.finish(result, meta)
+    if args.plot:
+        from cuptistream.analysis.compare_plot import plot_compare
+
+        for path in plot_compare(result, args.plot):
+            print(path, file=sys.stderr)
+    for tail in recordings.torn_tails:
+        print(f"cuptistream: {tail.describe()}; every complete frame before it was read", file=sys.stderr)
+    return 0

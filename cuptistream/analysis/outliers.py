@@ -1,0 +1,177 @@
+"""The rule ``cuptistream compare`` flags ranks with, and the words it explains a flag with.
+
+Rule (per metric, across the ranks being compared): with ``m`` the median of the ranks' values and
+``MAD`` the median of ``|x - m|``, a rank's robust z-score is ``z = (x - m) / (1.4826 * MAD)`` (the
+modified z-score of Iglewicz and Hoaglin; 1.4826 * MAD estimates the standard deviation of normal
+data and ignores a minority of outliers). A rank is flagged on the metric when ``|z| > threshold``
+(3.5) **and** ``|x - m| >= min_relative * |m|`` (2 %): the second condition keeps ranks that agree
+to a fraction of a percent (MAD near 0, as on identical replicas) from being flagged for noise.
+With MAD = 0 any rank that differs by ``min_relative`` or more is flagged. Fewer than ``min_ranks``
+(3) ranks have no majority to compare with, and nothing is flagged.
+
+Failure modes: a metric that is 0 on every rank (no NCCL kernels under gloo, no copies) flags
+nothing; when half or more of the ranks are slow, the median is a slow rank and the fast ones are
+flagged as "low" instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+# What each metric is, for the rule's statement and the causes.
+METRICS = ("busy_fraction", "compute_ns", "nccl_ns", "copy_ns", "copy_bytes", "kernels")
+_SCALE = 1.4826  # MAD -> standard deviation of normal data
+
+
+@dataclass(frozen=True)
+class Rule:
+    threshold: float = 3.5
+    min_relative: float = 0.02
+    min_ranks: int = 3
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": "modified z-score (median and MAD across ranks)",
+            "z": "(x - median) / (1.4826 * MAD), MAD = median(|x - median|)",
+            "flag_when": f"|z| > {self.threshold} and |x - median| >= {self.min_relative:g} * |median|",
+            **asdict(self),
+            "metrics": list(METRICS),
+        }
+
+    def text(self) -> str:
+        return (
+            f"rule: flag a rank when |z| > {self.threshold:g}, z = (x - median) / (1.4826 * MAD) across "
+            f"ranks, and it differs from the median by >= {100 * self.min_relative:g} %; "
+            f"needs >= {self.min_ranks} ranks"
+        )
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One rank's value of one metric that the rule flags."""
+
+    rank: str
+    metric: str
+    value: float
+    median: float
+    mad: float
+    z: float | None  # None: MAD is 0 (the rank differs from identical peers)
+    relative: float | None  # (value - median) / median; None when the median is 0
+    direction: str  # "high" or "low"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def flag(metric: str, values: Mapping[str, float], rule: Rule) -> list[Flag]:
+    """The ranks of ``values`` (rank label -> value) that ``rule`` flags on ``metric``."""
+    if len(values) < rule.min_ranks:
+        return []
+    x = np.array(list(values.values()), np.float64)
+    median = float(np.median(x))
+    mad = float(np.median(np.abs(x - median)))
+    out = []
+    for label, value in values.items():
+        dev = float(value) - median
+        if dev == 0 or abs(dev) < rule.min_relative * abs(median):
+            continue
+        z = dev / (_SCALE * mad) if mad > 0 else None
+        if z is not None and abs(z) <= rule.threshold:
+            continue
+        out.append(
+            Flag(
+                rank=label,
+                metric=metric,
+                value=float(value),
+                median=median,
+                mad=mad,
+                z=None if z is None else round(z, 2),
+                relative=round(dev / median, 4) if median else None,
+                direction="high" if dev > 0 else "low",
+            )
+        )
+    return out
+
+
+def flag_all(rows: Sequence[Mapping[str, Any]], rule: Rule) -> list[Flag]:
+    """Every flag over ``METRICS`` for ``rows`` (one per rank, with ``rank`` and each metric)."""
+    flags: list[Flag] = []
+    for metric in METRICS:
+        flags.extend(flag(metric, {str(r["rank"]): r[metric] for r in rows}, rule))
+    return flags
+
+
+def _pct(f: Flag) -> str:
+    return f"{100 * f.relative:+.0f} %" if f.relative is not None else f"{f.value:g} vs 0"
+
+
+def cause(flags: Sequence[Flag]) -> str:
+    """A likely cause for one rank's flags, in words (the metrics decide, in this order)."""
+    by = {f.metric: f for f in flags}
+    said = []
+    compute, copy, nccl = by.get("compute_ns"), by.get("copy_ns"), by.get("nccl_ns")
+    slow = [f for f in (compute, copy) if f is not None and f.direction == "high"]
+    if slow:
+        what = " and ".join(
+            f"{'compute-kernel' if f.metric == 'compute_ns' else 'copy'} time ({_pct(f)})" for f in slow
+        )
+        said.append(f"straggler: more {what} than the median rank, so its peers wait for it")
+        if nccl is not None and nccl.direction == "low":
+            said.append(f"it spends less time in NCCL ({_pct(nccl)}): the others wait for it there")
+    elif nccl is not None and nccl.direction == "low":
+        said.append(
+            f"less time in NCCL than the others ({_pct(nccl)}) with no more GPU work: the others wait for "
+            "it, so it is late for a reason the GPU does not show (input pipeline, CPU, I/O, launch)"
+        )
+    elif nccl is not None:
+        said.append(
+            f"more time in NCCL than the others ({_pct(nccl)}): it waits for other ranks, or its link "
+            "is slower"
+        )
+    if compute is not None and compute.direction == "low":
+        said.append(f"less compute-kernel time ({_pct(compute)}): less work than its peers (uneven batches?)")
+    kernels = by.get("kernels")
+    if kernels is not None:
+        said.append(f"launches a different number of kernels ({_pct(kernels)}): different work")
+    busy = by.get("busy_fraction")
+    if busy is not None and not said:
+        said.append(
+            f"GPU busy {'more' if busy.direction == 'high' else 'less'} than its peers ({_pct(busy)})"
+            + (": idle while the others work, a host-side delay" if busy.direction == "low" else "")
+        )
+    if not said and "copy_bytes" in by:
+        said.append(f"copies a different amount of data ({_pct(by['copy_bytes'])})")
+    return "; ".join(said) or "differs from its peers"
+
+
+def kernel_differences(
+    names: Sequence[str],
+    rank_ns: np.ndarray,
+    rank_count: np.ndarray,
+    median_ns: np.ndarray,
+    median_count: np.ndarray,
+    top: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The kernels that take longest more, and least more (most less), on a rank than the median."""
+    diff = rank_ns - median_ns
+
+    def rows(order: np.ndarray) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": names[i],
+                "rank_ns": int(rank_ns[i]),
+                "median_ns": int(median_ns[i]),
+                "diff_ns": int(diff[i]),
+                "rank_count": int(rank_count[i]),
+                "median_count": float(median_count[i]),
+            }
+            for i in order.tolist()
+        ]
+
+    longer = np.argsort(-diff, kind="stable")
+    shorter = np.argsort(diff, kind="stable")
+    return rows(longer[diff[longer] > 0][:top]), rows(shorter[diff[shorter] < 0][:top])

@@ -1,0 +1,215 @@
+"""``cuptistream compare`` on recordings of 8 ranks made from the replayed real-GPU capture
+(``tests/helpers/ranks.py``): one rank's kernel slowed, or none; JSON, CSV and table output; the
+bounded fold over a long span; one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cuptistream import events as ev
+from cuptistream.analysis.compare import Comparer, IntervalResult
+from cuptistream.analysis.compare_read import GpuWork
+from cuptistream.analysis.outliers import METRICS, Rule, flag
+from cuptistream.cli import main
+from cuptistream.cupti.names import demangle
+from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
+
+SLOW_RANK = 5
+RANK_FIELDS = {"rank", "rank_id", "hosts", "pids", "busy_fraction", "busy_ns", "compute_ns", "nccl_ns", "copy_ns",
+               "copy_bytes", "kernels", "top_kernels"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def slow_kernel() -> str:
+    return biggest_kernel(replayed()[0])
+
+
+@pytest.fixture(scope="module")
+def slowed(tmp_path_factory: pytest.TempPathFactory, slow_kernel: str) -> Path:
+    root = tmp_path_factory.mktemp("slowed")
+    write_ranks(root, rank_processes(8, scale=Scale(SLOW_RANK, slow_kernel, 1.3)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def even(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("even")
+    write_ranks(root, rank_processes(8))
+    return root
+
+
+def _json(args: list[str], tmp_path: Path) -> dict:
+    out = tmp_path / "compare.json"
+    assert main(["compare", *args, "--format", "json", "-o", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_flags_the_slowed_rank_and_names_its_kernel(slowed: Path, slow_kernel: str, tmp_path: Path) -> None:
+    result = _json([str(slowed / "node*" / "out")], tmp_path)  # a glob across the two nodes
+    assert set(result) == {"rule", "intervals", "total", "outliers", "meta"}
+    rule = result["rule"]
+    assert rule["threshold"] == 3.5 and rule["min_relative"] == 0.02 and rule["metrics"] == list(METRICS)
+    assert "MAD" in rule["z"] and "median" in rule["flag_when"]
+    total = result["total"]
+    assert [r["rank"] for r in total["ranks"]] == [f"rank {i}" for i in range(8)]
+    for row in total["ranks"]:
+        assert set(row) == RANK_FIELDS
+        assert row["hosts"] == [f"node{row['rank_id'] // 4}"] and row["pids"] == [7000 + row["rank_id"]]
+        assert 0 < row["busy_fraction"] <= 1 and row["kernels"] > 0 and row["copy_bytes"] > 0
+        assert row["nccl_ns"] == 0  # no NCCL in a single-process MLP
+    rows = {r["rank_id"]: r for r in total["ranks"]}
+    shown = demangle(slow_kernel)
+    assert shown != slow_kernel and not shown.startswith("_Z")
+    assert shown in total["top_kernels"]
+    base = rows[0]["top_kernels"][shown]
+    assert rows[SLOW_RANK]["top_kernels"][shown] == pytest.approx(1.3 * base, rel=0.01)
+    assert all(rows[r]["compute_ns"] == rows[0]["compute_ns"] for r in rows if r != SLOW_RANK)
+
+    assert [o["rank"] for o in result["outliers"]] == [f"rank {SLOW_RANK}"]
+    outlier = result["outliers"][0]
+    assert set(outlier) == {"rank", "metrics", "cause", "kernels_longer", "kernels_shorter", "flagged_intervals",
+                            "intervals"}  # fmt: skip
+    compute = next(m for m in outlier["metrics"] if m["metric"] == "compute_ns")
+    assert (
+        compute["direction"] == "high" and compute["z"] is None and compute["mad"] == 0
+    )  # 7 identical peers
+    assert compute["relative"] == pytest.approx(
+        rows[SLOW_RANK]["compute_ns"] / rows[0]["compute_ns"] - 1, abs=1e-3
+    )
+    assert {m["metric"] for m in outlier["metrics"]} <= {"compute_ns", "busy_fraction"}
+    assert outlier["cause"].startswith("straggler: more compute-kernel time")
+    longer = outlier["kernels_longer"]
+    assert longer[0]["name"] == shown and len(longer) == 1  # only the scaled kernel takes longer
+    assert longer[0]["diff_ns"] == longer[0]["rank_ns"] - longer[0]["median_ns"] > 0
+    assert longer[0]["rank_count"] == longer[0]["median_count"]
+    assert outlier["kernels_shorter"] == []
+    assert outlier["flagged_intervals"] >= 1 and outlier["intervals"] == len(result["intervals"])
+    flagged = {f["rank"] for interval in result["intervals"] for f in interval["flags"]}
+    assert flagged == {f"rank {SLOW_RANK}"}
+    assert result["meta"]["ranks"] == 8 and result["meta"]["late_events"] == 0
+    assert result["meta"]["names"] == "demangled"
+
+
+def test_no_rank_flagged_when_none_is_slowed(even: Path, tmp_path: Path) -> None:
+    result = _json([str(even / "node0" / "out"), str(even / "node1" / "out")], tmp_path)
+    assert len(result["total"]["ranks"]) == 8
+    assert result["outliers"] == [] and result["total"]["flags"] == []
+    assert all(interval["flags"] == [] for interval in result["intervals"])
+
+
+def test_table_csv_and_mangled(
+    slowed: Path, slow_kernel: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sources = [str(slowed / "node0" / "out"), str(slowed / "node1" / "out")]
+    assert main(["compare", *sources]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("rule: flag a rank when |z| > 3.5")
+    assert f"rank {SLOW_RANK}: straggler" in text and "_Z" not in text
+    assert main(["compare", *sources, "--format", "csv"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    outliers = [r for r in rows if r[0] == "outlier"]
+    assert [r[1] for r in outliers] == [f"rank {SLOW_RANK}"] and outliers[0][4] == demangle(slow_kernel)
+    assert len([r for r in rows if r[0] == "total"]) == 8
+    mangled = _json([*sources, "--mangled"], tmp_path)
+    assert mangled["outliers"][0]["kernels_longer"][0]["name"] == slow_kernel
+
+
+def test_plots_a_png_per_metric(slowed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    assert (
+        main(
+            [
+                "compare",
+                str(slowed / "node*" / "out"),
+                "--plot",
+                str(tmp_path / "png"),
+                "-o",
+                str(tmp_path / "t"),
+            ]
+        )
+        == 0
+    )
+    pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert len(pngs) == len(METRICS) and "compare-compute.png" in pngs
+    assert all((tmp_path / "png" / p).read_bytes()[:4] == b"\x89PNG" for p in pngs)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "soon"], "--interval 'soon': expected a duration"),
+        (["--min-diff", "2"], "--min-diff 2.0: expected a fraction"),
+        (["--threshold", "0"], "--threshold 0.0: expected a positive number"),
+        (["--format", "xml"], "--format 'xml': expected one of table, csv, json"),
+    ],
+)
+def test_bad_options_are_one_line(
+    even: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", str(even / "node0" / "out"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_pattern_matching_nothing_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(tmp_path / "nowhere*")]) == 2
+    assert "matches no file or directory" in capsys.readouterr().err
+
+
+def _work(rank: int, start: int, kernel_ns: int, nccl_ns: int) -> GpuWork:
+    resource = ev.Resource(host="h", pid=100 + rank, process_name="p", command_line=[], rank=rank)
+    ks = np.array([start, start + kernel_ns], np.int64)
+    ke = np.array([start + kernel_ns, start + kernel_ns + nccl_ns], np.int64)
+    empty = np.empty(0, np.int64)
+    return GpuWork(
+        resource, start, ks, ke, ["gemm", "ncclDevKernel_AllReduce"], empty, empty, empty, empty, empty, []
+    )
+
+
+def test_fold_keeps_a_few_intervals_open_over_a_long_span() -> None:
+    """A 2,000 s job at 1 s intervals: intervals close as the merged stream passes them."""
+    open_counts = []
+    results: list[IntervalResult] = []
+
+    def on_interval(result: IntervalResult) -> None:
+        results.append(result)
+        open_counts.append(len(comparer._open))
+
+    comparer = Comparer(on_interval, interval_ns=1_000_000_000)
+    second = 1_000_000_000
+    for step in range(2000):
+        for rank in range(4):
+            slow = rank == 2
+            comparer.advance(step * second)
+            comparer.add_work(_work(rank, step * second, 300_000_000 if slow else 200_000_000,
+                                    100_000_000 if slow else 200_000_000))  # fmt: skip
+    result = comparer.finish()
+    assert max(open_counts) <= 7  # lateness 5 s at 1 s intervals, whatever the span
+    assert len(results) == 2000 and result.intervals == 2000
+    assert [o["rank"] for o in result.outliers] == ["rank 2"]
+    outlier = result.outliers[0]
+    assert {(m["metric"], m["direction"]) for m in outlier["metrics"]} == {
+        ("compute_ns", "high"),
+        ("nccl_ns", "low"),
+    }
+    assert "its peers wait for it" in outlier["cause"] and "less time in NCCL" in outlier["cause"]
+    assert outlier["kernels_longer"][0]["name"] == "gemm"
+    assert outlier["kernels_shorter"][0]["name"] == "ncclDevKernel_AllReduce"
+    assert outlier["flagged_intervals"] == 2000
+    assert result.total.rows[2]["nccl_ns"] == 2000 * 100_000_000
+
+
+def test_rule_needs_three_ranks_and_a_relative_difference() -> None:
+    rule = Rule()
+    assert flag("compute_ns", {"a": 1.0, "b": 2.0}, rule) == []
+    assert flag("compute_ns", {"a": 100.0, "b": 100.0, "c": 101.0}, rule) == []  # 1 % < min_relative
+    (f,) = flag("compute_ns", {"a": 100.0, "b": 100.0, "c": 110.0}, rule)
+    assert (f.rank, f.direction, f.z, f.relative) == ("c", "high", None, 0.1)
+    noisy = {"a": 100.0, "b": 103.0, "c": 97.0, "d": 101.0, "e": 99.0, "f": 104.0}
+    assert flag("compute_ns", noisy, rule) == []  # within 3.5 robust sigmas
