@@ -1,0 +1,75 @@
+"""Views show demangled names by default, raw ones with ``--mangled``; the recording keeps the raw ones."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cuptistream import events as ev
+from cuptistream.cli import main
+from cuptistream.reader import read
+from tests.helpers.fixture_recording import Process, processes_fixture, recording_fixture  # noqa: F401 - the fixtures
+
+_MANGLED = re.compile(r"(?<![A-Za-z0-9_])_Z[A-Za-z0-9_]+")
+
+
+def test_summary_demangles_by_default(recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for fmt in ("table", "json", "csv"):
+        assert main(["summary", str(recording), "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert not _MANGLED.search(out), (fmt, _MANGLED.search(out))
+    report = json.loads(_out(capsys, ["summary", str(recording), "--format", "json"]))
+    names = [r["name"] for r in report["kernels"]["rows"]]
+    assert any(n.startswith("void cutlass::Kernel2<") for n in names)
+    assert any(n.startswith("void at::native::") for n in names)
+    assert all(not r["function"].startswith("_Z") for r in report["pc_functions"]["rows"])
+
+
+def test_summary_mangled_shows_recorded_names(recording: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = json.loads(_out(capsys, ["summary", str(recording), "--format", "json", "--mangled"]))
+    names = {r["name"] for r in report["kernels"]["rows"]}
+    recorded = {e.name for e in read(recording) if isinstance(e, ev.Kernel)}
+    assert names == recorded  # the recording keeps the mangled names
+    assert any(n.startswith("_Z") for n in names)
+
+
+def test_carried_demangled_name_is_used(
+    tmp_path: Path, processes: list[Process], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kernel recorded with demangle: true shows its demangled_name as it is."""
+    import msgspec
+
+    from tests.helpers.fixture_recording import write_recording
+
+    process = processes[2]
+    marked = [
+        msgspec.structs.replace(e, demangled_name=f"shown {e.name[:8]}") if isinstance(e, ev.Kernel) else e
+        for e in process.events
+    ]
+    directory = write_recording(tmp_path / "rec", [Process(process.resource, process.clock, marked)])
+    report = json.loads(_out(capsys, ["summary", str(directory), "--format", "json"]))
+    assert all(r["name"].startswith("shown ") for r in report["kernels"]["rows"])
+
+
+def test_export_and_plot_demangle(
+    recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.json.gz"
+    assert main(["export", str(recording), "-o", str(trace)]) == 0
+    with gzip.open(trace, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    kernels = {e["name"] for e in events if e.get("cat") == "kernel"}
+    assert kernels and not any(n.startswith("_Z") for n in kernels)
+    assert main(["export", str(recording), "-o", str(trace), "--mangled"]) == 0
+    with gzip.open(trace, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    assert any(e["name"].startswith("_Z") for e in events if e.get("cat") == "kernel")
+
+
+def _out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
