@@ -1,0 +1,89 @@
+"""GPU acceptance of ``cuptistream compare`` (issue 31), on one H100 or H200.
+
+Four ranks share the GPU in lockstep (``tests/gpu/workloads/slow_rank.py``, torchrun, gloo) under
+``cuptistream run``; one rank gets extra fp16 matmuls that make the job's step 5, 10 or 20 % longer. For
+each slowdown ``compare`` must flag that rank alone, on compute time, and name the injected kernel
+(a kernel only that rank launches) first among the kernels that take longer on it; a run without
+injection must flag nobody. About 4 minutes in all.
+
+With ``CUPTISTREAM_GPU_RESULTS=DIR`` each run's ``compare`` JSON and the workload's calibration are
+written to ``DIR/compare_slow_rank_<pct>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "default.yaml"
+WORKLOAD = ROOT / "tests" / "gpu" / "workloads" / "slow_rank.py"
+CLI = [sys.executable, "-m", "cuptistream.cli"]
+SLOW_RANK = 2
+SECONDS = 20
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _torchrun() -> list[str]:
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _run(tmp_path: Path, slowdown: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    pytest.importorskip("torch")
+    out, info = tmp_path / "rec", tmp_path / "workload"
+    run = subprocess.run(
+        [*CLI, "run", "-c", str(CONFIG), "-o", str(out), "--quiet", "--", *_torchrun(), "--standalone",
+         "--nproc_per_node=4", str(WORKLOAD), "--slow-rank", str(SLOW_RANK), "--slowdown", str(slowdown),
+         "--seconds", str(SECONDS), "--out", str(info)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result_path = tmp_path / "compare.json"
+    compare = subprocess.run(
+        [*CLI, "compare", str(out), "--interval", "5s", "--format", "json", "-o", str(result_path)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert compare.returncode == 0, compare.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    ranks = [json.loads((info / f"rank{r}.json").read_text()) for r in range(4)]
+    if results := os.environ.get("CUPTISTREAM_GPU_RESULTS"):
+        Path(results).mkdir(parents=True, exist_ok=True)
+        name = f"compare_slow_rank_{round(100 * slowdown)}.json"
+        (Path(results) / name).write_text(json.dumps({"workload": ranks, "compare": result}, indent=1))
+    return result, ranks
+
+
+def test_no_injection_flags_nobody(tmp_path: Path) -> None:
+    result, ranks = _run(tmp_path, 0.0)
+    assert [r["rank"] for r in result["total"]["ranks"]] == [f"rank {i}" for i in range(4)]
+    assert len({w["steps"] for w in ranks}) == 1  # lockstep
+    assert result["outliers"] == [], result["outliers"]
+
+
+@pytest.mark.parametrize("slowdown", [0.05, 0.10, 0.20])
+def test_names_the_slow_rank_and_the_injected_kernel(tmp_path: Path, slowdown: float) -> None:
+    result, ranks = _run(tmp_path, slowdown)
+    slow = ranks[SLOW_RANK]
+    assert slow["n_extra"] >= 1 and slow["injected_matmuls"] == slow["n_extra"] * slow["steps"] + 21
+    assert [o["rank"] for o in result["outliers"]] == [f"rank {SLOW_RANK}"], result["outliers"]
+    outlier = result["outliers"][0]
+    compute = next(m for m in outlier["metrics"] if m["metric"] == "compute_ns")
+    assert compute["direction"] == "high"
+    assert outlier["cause"].startswith("straggler")
+    top = outlier["kernels_longer"][0]
+    # The injected kernel: only the slow rank launches it, once or more per injected matmul.
+    assert top["median_count"] == 0 and top["rank_count"] >= slow["injected_matmuls"], top
