@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the fixture
 
 from cuptistream import events as ev
 from cuptistream.analysis.compare import Comparer, IntervalResult
@@ -18,6 +19,7 @@ from cuptistream.analysis.compare_read import GpuWork
 from cuptistream.analysis.outliers import METRICS, Rule, flag
 from cuptistream.cli import main
 from cuptistream.cupti.names import demangle
+from tests.helpers.fixture_recording import batches
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
 
 SLOW_RANK = 5
@@ -213,3 +215,23 @@ def test_rule_needs_three_ranks_and_a_relative_difference() -> None:
     assert (f.rank, f.direction, f.z, f.relative) == ("c", "high", None, 0.1)
     noisy = {"a": 100.0, "b": 103.0, "c": 97.0, "d": 101.0, "e": 99.0, "f": 104.0}
     assert flag("compute_ns", noisy, rule) == []  # within 3.5 robust sigmas
+
+
+def test_compare_reads_a_kafka_topic(kafka_broker: TansuBroker, slow_kernel: str, tmp_path: Path) -> None:
+    """The 8 ranks' batches on one topic (full Structs when read back): the same verdict as files."""
+    from kafka import KafkaProducer
+
+    from cuptistream.codec import encode_batch_object
+
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
+    processes = rank_processes(8, scale=Scale(SLOW_RANK, slow_kernel, 1.3))
+    for batch in batches(processes, 200):
+        producer.send("job", encode_batch_object(batch), headers=[
+            ("content-type", b"application/vnd.cuptistream.batch+msgpack"),
+        ])  # fmt: skip
+    producer.flush()
+    producer.close()
+    result = _json([f"kafka://{kafka_broker.bootstrap}/job"], tmp_path)
+    assert len(result["total"]["ranks"]) == 8
+    assert [o["rank"] for o in result["outliers"]] == [f"rank {SLOW_RANK}"]
+    assert result["outliers"][0]["kernels_longer"][0]["name"] == demangle(slow_kernel)

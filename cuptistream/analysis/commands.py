@@ -78,6 +78,9 @@ def add_commands(commands: argparse._SubParsersAction) -> dict[str, Callable[[ar
     compare.add_argument("--threshold", type=float, default=3.5, help="flag when |robust z| > this (3.5)")
     compare.add_argument("--min-diff", type=float, default=0.02, metavar="FRACTION",
                          help="and it differs from the median by this fraction or more (0.02)")  # fmt: skip
+    compare.add_argument("--lateness", metavar="DURATION",
+                         help="keep an interval open this long past its end for batches that come late "
+                         "(default: the interval or 5s, 5min for kafka://)")  # fmt: skip
     compare.add_argument("--plot", metavar="DIR", help="a PNG per metric across ranks (needs matplotlib)")
     compare.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     return {"summary": _summary, "export": _export, "plot": _plot, "compare": _compare}

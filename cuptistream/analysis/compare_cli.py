@@ -1,8 +1,8 @@
 """``cuptistream compare``'s command: options checked, recordings opened, writer and plots chosen.
 
-Every mistake is a ``UserError`` (one line, exit 2): a bad ``--interval``, ``--threshold`` or
-``--min-diff``, a path or pattern that holds no recording, ``--plot`` without matplotlib, an
-unwritable ``-o``.
+Every mistake is a ``UserError`` (one line, exit 2): a bad ``--interval``, ``--lateness``,
+``--threshold`` or ``--min-diff``, a path or pattern that holds no recording, ``--plot`` without
+matplotlib, an unwritable ``-o``.
 """
 
 from __future__ import annotations
@@ -23,14 +23,22 @@ from cuptistream.errors import UserError
 from cuptistream.units import parse_duration
 
 
-def _interval_ns(text: str) -> int:
+def _duration_ns(option: str, text: str) -> int:
     try:
         seconds = parse_duration(text)
     except ValueError:
         seconds = 0.0
     if seconds < 0.001:
-        raise UserError(f"--interval {text!r}: expected a duration of 1ms or more, e.g. 10s or 500ms")
+        raise UserError(f"{option} {text!r}: expected a duration of 1ms or more, e.g. 10s or 500ms")
     return round(seconds * 1e9)
+
+
+def lateness_ns(args: argparse.Namespace, interval_ns: int, sources: list[str]) -> int:
+    """``--lateness``, or: Kafka partitions arrive in chunks of minutes, files per writer in order."""
+    if args.lateness:
+        return _duration_ns("--lateness", args.lateness)
+    floor = 300_000_000_000 if any(s.startswith("kafka://") for s in sources) else 5_000_000_000
+    return max(interval_ns, floor)
 
 
 def rule_of(args: argparse.Namespace) -> Rule:
@@ -42,13 +50,15 @@ def rule_of(args: argparse.Namespace) -> Rule:
 
 
 def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int:
-    interval_ns = _interval_ns(args.interval)
+    interval_ns = _duration_ns("--interval", args.interval)
+    sources = expand(args.paths)
+    late_ns = lateness_ns(args, interval_ns, sources)
     rule = rule_of(args)
     if args.plot:
         from cuptistream.analysis.plot import require_matplotlib
 
         require_matplotlib()
-    recordings = Recordings(expand(args.paths), decoder=DECODER)
+    recordings = Recordings(sources, decoder=DECODER)
     with ExitStack() as stack:
         out: TextIO = sys.stdout
         if args.output:
@@ -64,6 +74,7 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
             writer.interval,
             selection=selection,
             interval_ns=interval_ns,
+            lateness_ns=late_ns,
             rule=rule,
             top=args.top,
             names=DisplayNames(mangled=args.mangled),
@@ -71,8 +82,9 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
         if not result.total.rows:
             raise UserError(f"{recordings.spec}: no process to compare with these filters; widen them")
         meta: dict[str, Any] = {
-            "sources": list(expand(args.paths)),
+            "sources": sources,
             "interval_ns": interval_ns,
+            "lateness_ns": late_ns,
             "intervals": result.intervals,
             "batches": result.batches,
             "late_events": result.late_events,
