@@ -169,6 +169,7 @@ class Outcome:
     stdout: list[str]
     stderr: str
     report: dict[str, Any] | None
+    first_try: Outcome | None = None  # the run before, when that one missed a time bound
 
 
 def sink_entry(cell: Cell, servers: Servers, bootstrap: str, tmp: Path) -> dict[str, Any]:
@@ -269,10 +270,36 @@ def run_cell(cell: Cell, servers: Servers, tmp: Path, *args: str) -> Outcome:
     )  # fmt: skip
 
 
-def run_all(servers: Servers, tmp: Path, *args: str, parallel: int = PARALLEL) -> list[Outcome]:
+def run_all(
+    servers: Servers, tmp: Path, *args: str, parallel: int = PARALLEL, in_time: Callable[[Outcome], bool]
+) -> list[Outcome]:
+    """Every cell; one that misses a time bound is run once more, alone, and that run's times count
+    (its other checks are made on both runs). The bounds include the interpreter's start-up, which
+    a machine shared with other work can slow to over 2 s now and then (first lines of 2.5-2.9 s
+    were seen beside other test suites, 0.65-1.1 s alone); a hang, the fault this matrix is for,
+    misses the bound both times."""
     with ThreadPoolExecutor(parallel) as pool:
         futures = [pool.submit(run_cell, cell, servers, tmp / cell.name, *args) for cell in CELLS]
-        return [future.result() for future in futures]
+        outcomes = [future.result() for future in futures]
+    for index, o in enumerate(outcomes):
+        if not in_time(o):
+            again = run_cell(o.cell, servers, tmp / f"{o.cell.name}-again", *args)
+            print(f"{o.cell.name}: out of time once ({o.first_line_s}, {o.run_exit_s:.2f}); again: "
+                  f"{again.first_line_s}, {again.run_exit_s:.2f}")  # fmt: skip
+            again.first_try = o
+            outcomes[index] = again
+    return outcomes
+
+
+def program_in_time(o: Outcome) -> bool:
+    """The program's first line within 2 s; `run` gone within shutdown_deadline + 1 s of its exit."""
+    if o.first_line_s is None or o.program_exit_s is None:
+        return True  # not a timing miss: the other checks say what is wrong
+    return o.first_line_s < 2.0 and o.run_exit_s - o.program_exit_s < SHUTDOWN_DEADLINE + 1.0
+
+
+def exit_4_in_time(o: Outcome) -> bool:
+    return o.cell.server == "stopped" or o.run_exit_s < CONNECT_TIMEOUT + 1.0
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -290,8 +317,11 @@ def table(outcomes: list[Outcome]) -> str:
 
 
 def test_kafka_outages_never_hold_the_program(servers: Servers, tmp_path: Path) -> None:
-    outcomes = run_all(servers, tmp_path)
+    outcomes = run_all(servers, tmp_path, in_time=program_in_time)
     print("\n" + table(outcomes))
+    for o in [*outcomes, *(o.first_try for o in outcomes if o.first_try is not None)]:
+        assert_accounting(o)
+        assert_one_line(o)
     for o in outcomes:
         cell, where = o.cell, f"{o.cell.name}: {o.stderr}"
         assert "Traceback" not in o.stderr, where
@@ -302,8 +332,6 @@ def test_kafka_outages_never_hold_the_program(servers: Servers, tmp_path: Path) 
         assert o.run_exit_s - o.program_exit_s < SHUTDOWN_DEADLINE + 1.0, (
             f"{cell.name}: run exited {o.run_exit_s - o.program_exit_s:.2f}s after the program"
         )
-        assert_accounting(o)
-        assert_one_line(o)
 
 
 def assert_accounting(o: Outcome) -> None:
@@ -349,9 +377,9 @@ def assert_one_line(o: Outcome) -> None:
 
 def test_require_healthy_exits_4_before_the_program(servers: Servers, tmp_path: Path) -> None:
     # One at a time: the bound includes the interpreter's start-up, which other cells' load would skew.
-    outcomes = run_all(servers, tmp_path, "--require-healthy", parallel=1)
+    outcomes = run_all(servers, tmp_path, "--require-healthy", parallel=1, in_time=exit_4_in_time)
     print("\n" + table(outcomes))
-    for o in outcomes:
+    for o in [*outcomes, *(o.first_try for o in outcomes if o.first_try is not None)]:
         where = f"{o.cell.name}: {o.stderr}"
         if o.cell.server == "stopped":  # up at the start: the program runs as without the flag
             assert o.returncode == EXIT_CODE, where
@@ -359,4 +387,5 @@ def test_require_healthy_exits_4_before_the_program(servers: Servers, tmp_path: 
         lines = o.stderr.strip().splitlines()
         assert o.returncode == 4 and o.stdout == [], where
         assert len(lines) == 1 and lines[0].startswith("cuptistream: sinks[kafka]: "), where
-        assert o.run_exit_s < CONNECT_TIMEOUT + 1.0, f"{o.cell.name}: exit 4 after {o.run_exit_s:.2f}s"
+    for o in outcomes:
+        assert exit_4_in_time(o), f"{o.cell.name}: exit 4 after {o.run_exit_s:.2f}s"

@@ -241,8 +241,9 @@ class KafkaSink(Sink):
             producer = call_by(self._new_producer, deadline, name=_CONNECT_THREAD, late=_close_quietly)
         except TimeoutError:
             raise SinkUnavailableError(
-                f"{where}: kafka-python did not finish connecting to {servers} within connect_timeout "
-                f"({config.connect_timeout:g}s)"
+                f"{where}: {servers} took the connection but kafka-python did not finish connecting within "
+                f"connect_timeout ({config.connect_timeout:g}s); check that it is a Kafka broker speaking "
+                f"{config.security_protocol}"
             ) from None
         except KafkaConfigurationError as error:
             message = f"{where}: kafka-python rejects these settings: {error}"

@@ -6,6 +6,7 @@ variables that hold them, read once at ``open()`` and never logged.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Literal
 
 from cuptistream.component import secret_from_env, sink_where
@@ -87,10 +88,10 @@ class KafkaSinkConfig(SinkConfig):
 
 def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
     """kafka-python ``KafkaProducer`` keyword arguments for ``config`` (secrets resolved from env)."""
-    from kafka.codec import has_gzip, has_lz4, has_snappy, has_zstd
-
-    available = {"zstd": has_zstd, "gzip": has_gzip, "lz4": has_lz4, "snappy": has_snappy}
-    if config.compression != "none" and not available[config.compression]():
+    # The codec's module, as kafka.codec looks for it; found without importing kafka-python (slow
+    # to import: it is imported in the background, when the sink connects).
+    module = {"zstd": "zstandard", "gzip": "gzip", "lz4": "lz4.frame", "snappy": "snappy"}
+    if config.compression != "none" and not _importable(module[config.compression]):
         package = {"zstd": "zstandard", "gzip": "gzip", "lz4": "lz4", "snappy": "python-snappy"}
         raise SinkUnavailableError(
             f"{sink_where(config.name, 'compression')}: {config.compression} needs the "
@@ -132,3 +133,10 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
             env = config.ssl_key_password_env
             settings["ssl_password"] = secret_from_env(config.name, "ssl_key_password_env", env)
     return settings
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing
+        return False

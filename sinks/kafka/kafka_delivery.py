@@ -22,6 +22,7 @@ long the broker is away.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -32,8 +33,6 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, Literal
 
-import kafka.errors as kerrors
-
 from cuptistream.abandonable import call_by
 from cuptistream.config import RetryConfig
 from cuptistream.retry import Backoff
@@ -43,28 +42,37 @@ from .kafka_spool import Spool, SpoolReader
 
 log = logging.getLogger("cuptistream.sinks.kafka")
 
-# The broker refused the message as too big: cut it in two and try again.
-_TOO_LARGE = (kerrors.MessageSizeTooLargeError, kerrors.RecordListTooLargeError)
-# Retrying cannot help: the message is dropped and counted.
-_PERMANENT = (
-    kerrors.InvalidTopicError,
-    kerrors.AuthorizationError,
-    kerrors.CorruptRecordError,
-    kerrors.InvalidRecordError,
-    kerrors.UnsupportedCompressionTypeError,
-    kerrors.InvalidRequiredAcksError,
-)
-# The producer's idempotence state is broken (e.g. a restarted broker lost it), or kafka-python gave
-# up after delivery_timeout (a producer that lived through a broker restart can stay stuck, seen with
-# tansu): make a new producer, then retry.
-_PRODUCER_STATE = (
-    kerrors.KafkaTimeoutError,
-    kerrors.OutOfOrderSequenceNumberError,
-    kerrors.UnknownProducerIdError,
-    kerrors.InvalidProducerEpochError,
-    kerrors.ProducerFencedError,
-    kerrors.IllegalStateError,
-)
+@functools.cache
+def _error_kinds() -> tuple[tuple[type[BaseException], ...], ...]:
+    """kafka-python's errors by what we do about them: (too large, permanent, producer state).
+    Imported on first use, on the delivery thread: kafka-python takes about 0.15 s to import, which
+    would otherwise delay the program's start."""
+    import kafka.errors as kerrors
+
+    # The broker refused the message as too big: cut it in two and try again.
+    too_large = (kerrors.MessageSizeTooLargeError, kerrors.RecordListTooLargeError)
+    # Retrying cannot help: the message is dropped and counted.
+    permanent = (
+        kerrors.InvalidTopicError,
+        kerrors.AuthorizationError,
+        kerrors.CorruptRecordError,
+        kerrors.InvalidRecordError,
+        kerrors.UnsupportedCompressionTypeError,
+        kerrors.InvalidRequiredAcksError,
+    )
+    # The producer's idempotence state is broken (e.g. a restarted broker lost it), or kafka-python
+    # gave up after delivery_timeout (a producer that lived through a broker restart can stay stuck,
+    # seen with tansu): make a new producer, then retry.
+    producer_state = (
+        kerrors.KafkaTimeoutError,
+        kerrors.OutOfOrderSequenceNumberError,
+        kerrors.UnknownProducerIdError,
+        kerrors.InvalidProducerEpochError,
+        kerrors.ProducerFencedError,
+        kerrors.IllegalStateError,
+    )
+    return too_large, permanent, producer_state
+
 
 COUNTERS = (
     "acked_messages",
@@ -385,7 +393,8 @@ class Delivery:
             self.counters["replayed_events"] += item.message.events
 
     def _failed(self, item: _Item, error: BaseException) -> None:
-        if isinstance(error, _TOO_LARGE) and item.message.events > 1:
+        too_large, permanent_errors, producer_state = _error_kinds()
+        if isinstance(error, too_large) and item.message.events > 1:
             self.counters["split_messages"] += 1
             halves = [_Item(m, item.order, item.reader) for m in split_message(item.message)]
             if item.reader is not None:
@@ -395,9 +404,9 @@ class Delivery:
                 half.backoff = item.backoff  # the same deadline
                 heapq.heappush(self._retry, (item.order, next(self._order), 0.0, half))
             return
-        if isinstance(error, _PRODUCER_STATE):
+        if isinstance(error, producer_state):
             self._reset_producer = True
-        permanent = isinstance(error, _PERMANENT + _TOO_LARGE)
+        permanent = isinstance(error, permanent_errors + too_large)
         assert item.backoff is not None, "failed before it was sent"
         delay = None if permanent else item.backoff.wait(time.monotonic())
         if delay is None:
