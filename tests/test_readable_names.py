@@ -7,12 +7,18 @@ import json
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cuptistream import events as ev
 from cuptistream.cli import main
 from cuptistream.reader import read
-from tests.helpers.fixture_recording import Process, processes_fixture, recording_fixture  # noqa: F401 - the fixtures
+from tests.helpers.fixture_recording import (  # noqa: F401 - the fixtures
+    Process,
+    processes_fixture,
+    recording_fixture,
+    write_recording,
+)
 
 _MANGLED = re.compile(r"(?<![A-Za-z0-9_])_Z[A-Za-z0-9_]+")
 
@@ -40,11 +46,7 @@ def test_summary_mangled_shows_recorded_names(recording: Path, capsys: pytest.Ca
 def test_carried_demangled_name_is_used(
     tmp_path: Path, processes: list[Process], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A kernel recorded with demangle: true shows its demangled_name as it is."""
-    import msgspec
-
-    from tests.helpers.fixture_recording import write_recording
-
+    """A kernel recorded with demangle: true shows its demangled_name as it is, in every view."""
     process = processes[2]
     marked = [
         msgspec.structs.replace(e, demangled_name=f"shown {e.name[:8]}") if isinstance(e, ev.Kernel) else e
@@ -53,11 +55,15 @@ def test_carried_demangled_name_is_used(
     directory = write_recording(tmp_path / "rec", [Process(process.resource, process.clock, marked)])
     report = json.loads(_out(capsys, ["summary", str(directory), "--format", "json"]))
     assert all(r["name"].startswith("shown ") for r in report["kernels"]["rows"])
+    trace = tmp_path / "t.json"
+    assert main(["export", str(directory), "-o", str(trace)]) == 0
+    kernels = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "kernel"}
+    assert kernels and all(n.startswith("shown ") for n in kernels)
+    compared = json.loads(_out(capsys, ["compare", str(directory), "--format", "json"]))
+    assert all(n.startswith("shown ") for n in compared["total"]["top_kernels"])
 
 
-def test_export_and_plot_demangle(
-    recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_export_demangles(recording: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.json.gz"
     assert main(["export", str(recording), "-o", str(trace)]) == 0
     with gzip.open(trace, "rt") as handle:

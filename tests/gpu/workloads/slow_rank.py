@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--matmuls", type=int, default=8)
-    parser.add_argument("--extra-size", type=int, default=1024)
+    parser.add_argument("--extra-size", type=int, default=2048)  # GPU-bound, not launch-bound
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
