@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     lines.add_argument("path", help="a file-sink file or directory")
     lines.add_argument("--cubins", required=True, help="the pc_sampling source's cubin_dir")
     lines.add_argument("--top", type=int, default=20, help="lines to print (default 20)")
-    _COMMANDS.update(add_view_commands(commands))  # summary, export, plot (cuptistream/analysis)
+    _COMMANDS.update(add_view_commands(commands))  # summary, export, plot, compare (cuptistream/analysis)
     _COMMANDS.update(add_repair_command(commands))  # repair (cuptistream/repair.py)
     return parser
 
