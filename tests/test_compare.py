@@ -235,3 +235,15 @@ def test_compare_reads_a_kafka_topic(kafka_broker: TansuBroker, slow_kernel: str
     assert len(result["total"]["ranks"]) == 8
     assert [o["rank"] for o in result["outliers"]] == [f"rank {SLOW_RANK}"]
     assert result["outliers"][0]["kernels_longer"][0]["name"] == demangle(slow_kernel)
+
+
+def test_a_corrupt_end_opens_no_interval_per_10_s() -> None:
+    results: list[IntervalResult] = []
+    comparer = Comparer(results.append, interval_ns=10_000_000_000)
+    work = _work(0, 1_000_000_000, 1_000, 1_000)
+    work.kernel_end = np.array([2**62, 1_000_002_000], np.int64)  # a kernel that "ends" in 146 years
+    comparer.add_work(work)
+    result = comparer.finish()
+    assert result.intervals <= 361  # one hour of 10 s intervals at most
+    assert result.total.rows[0]["busy_ns"] <= 3600 * 1_000_000_000
+    assert result.total.rows[0]["compute_ns"] <= 3600 * 1_000_000_000

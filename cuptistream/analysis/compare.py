@@ -41,6 +41,9 @@ from cuptistream.analysis.records import Part
 from cuptistream.analysis.select import Selection
 
 RankKey = tuple[Any, ...]  # (rank,) or ("pid", host, pid)
+# One operation's time is cut to [0, this]: a record with a corrupt end must not open an interval per
+# 10 s up to the end of time, nor swamp the totals. No kernel or copy runs this long.
+_MAX_OP_NS = 3600 * 1_000_000_000
 
 
 def rank_key(resource: ev.Resource) -> RankKey:
@@ -181,13 +184,13 @@ class Comparer:
         whole = self.whole[key]
         size = self.interval_ns
         codes = self._codes(work.kernel_names)
-        kdur = work.kernel_end - work.kernel_start
-        cdur = work.copy_end - work.copy_start
+        kdur = np.clip(work.kernel_end - work.kernel_start, 0, _MAX_OP_NS)
+        cdur = np.clip(work.copy_end - work.copy_start, 0, _MAX_OP_NS)
         whole.add_kernels(codes, kdur, self._nccl, len(self.codes.keys_))
         whole.add_copies(cdur, work.copy_bytes)
         starts = np.concatenate([work.kernel_start, work.copy_start, work.memset_start])
         ends = np.concatenate([work.kernel_end, work.copy_end, work.memset_end])
-        ends = np.maximum(ends, starts)
+        ends = np.clip(ends, starts, starts + _MAX_OP_NS)
         lo, hi = int(starts.min()), int(ends.max())
         self.first = lo if self.first is None else min(self.first, lo)
         self.last = hi if self.last is None else max(self.last, hi)
