@@ -247,3 +247,58 @@ def test_a_corrupt_end_opens_no_interval_per_10_s() -> None:
     assert result.intervals <= 361  # one hour of 10 s intervals at most
     assert result.total.rows[0]["busy_ns"] <= 3600 * 1_000_000_000
     assert result.total.rows[0]["compute_ns"] <= 3600 * 1_000_000_000
+
+
+def test_follow_prints_a_line_when_a_rank_becomes_an_outlier(
+    kafka_broker: TansuBroker, slow_kernel: str
+) -> None:
+    """--follow on a topic: the line comes once the interval is closed (idle poll, Unix clock past
+    it); Ctrl-C prints the whole span and exits 0."""
+    import os
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from kafka import KafkaProducer
+
+    from cuptistream.codec import encode_batch_object
+
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
+    for batch in batches(rank_processes(8, scale=Scale(SLOW_RANK, slow_kernel, 1.3)), 200):
+        producer.send("live", encode_batch_object(batch))
+    producer.flush()
+    producer.close()
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cuptistream.cli", "compare", f"kafka://{kafka_broker.bootstrap}/live", "--follow",
+         "--interval", "1s"],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    seen = []
+    try:
+        while not any("became an outlier" in line for line in seen):
+            seen.append(lines.get(timeout=30))
+    finally:
+        child.send_signal(signal.SIGINT)
+        code = child.wait(timeout=30)
+    reader.join(timeout=10)
+    err = child.stderr.read() if child.stderr else ""
+    assert seen[0].startswith("rule: ")
+    assert seen[-1].split("] ", 1)[1].startswith(f"rank {SLOW_RANK} became an outlier: straggler")
+    rest = []
+    while not lines.empty():
+        rest.append(lines.get())
+    assert code == 0, err
+    assert any(line.startswith("== Whole span") for line in rest), rest
+    assert any(line.startswith(f"rank {SLOW_RANK}: straggler") for line in rest), rest
+
+
+def test_follow_needs_one_kafka_topic(even: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(even / "node0" / "out"), "--follow"]) == 2
+    assert "--follow reads one kafka://" in capsys.readouterr().err

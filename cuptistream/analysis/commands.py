@@ -81,6 +81,9 @@ def add_commands(commands: argparse._SubParsersAction) -> dict[str, Callable[[ar
     compare.add_argument("--lateness", metavar="DURATION",
                          help="keep an interval open this long past its end for batches that come late "
                          "(default: the interval or 5s, 5min for kafka://)")  # fmt: skip
+    compare.add_argument("--follow", action="store_true",
+                         help="kafka://... only: keep reading while the job runs, a line when a rank becomes "
+                         "an outlier; Ctrl-C prints the whole span")  # fmt: skip
     compare.add_argument("--plot", metavar="DIR", help="a PNG per metric across ranks (needs matplotlib)")
     compare.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     return {"summary": _summary, "export": _export, "plot": _plot, "compare": _compare}

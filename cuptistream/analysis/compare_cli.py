@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from cuptistream.analysis.compare import compare_streams
 from cuptistream.analysis.compare_read import DECODER
-from cuptistream.analysis.compare_report import WRITERS
+from cuptistream.analysis.compare_report import WRITERS, Writer
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import Rule
 from cuptistream.analysis.select import Selection
@@ -34,10 +34,12 @@ def _duration_ns(option: str, text: str) -> int:
 
 
 def lateness_ns(args: argparse.Namespace, interval_ns: int, sources: list[str]) -> int:
-    """``--lateness``, or: Kafka partitions arrive in chunks of minutes, files per writer in order."""
+    """``--lateness``, or: a Kafka topic read to its end comes in chunks of minutes per partition;
+    files per writer in order, and a followed topic as the job writes it."""
     if args.lateness:
         return _duration_ns("--lateness", args.lateness)
-    floor = 300_000_000_000 if any(s.startswith("kafka://") for s in sources) else 5_000_000_000
+    kafka = any(s.startswith("kafka://") for s in sources) and not args.follow
+    floor = 300_000_000_000 if kafka else 5_000_000_000
     return max(interval_ns, floor)
 
 
@@ -58,6 +60,9 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
         from cuptistream.analysis.plot import require_matplotlib
 
         require_matplotlib()
+    if args.follow and (len(sources) != 1 or not sources[0].startswith("kafka://") or fmt != "table"):
+        raise UserError("--follow reads one kafka://host:port/topic while the job runs and prints lines; "
+                        "give one topic and no --format, or drop --follow")  # fmt: skip
     recordings = Recordings(sources, decoder=DECODER)
     with ExitStack() as stack:
         out: TextIO = sys.stdout
@@ -68,17 +73,18 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
                 raise UserError(
                     f"{args.output}: cannot write: {error.strerror}; choose another -o FILE"
                 ) from None
-        writer = WRITERS[fmt](out, rule)
-        result = compare_streams(
-            recordings.streams(),
-            writer.interval,
-            selection=selection,
-            interval_ns=interval_ns,
-            lateness_ns=late_ns,
-            rule=rule,
-            top=args.top,
-            names=DisplayNames(mangled=args.mangled),
-        )
+        options: dict[str, Any] = {
+            "selection": selection, "interval_ns": interval_ns, "lateness_ns": late_ns, "rule": rule,
+            "top": args.top, "names": DisplayNames(mangled=args.mangled),
+        }  # fmt: skip
+        if args.follow:
+            from cuptistream.analysis.follow import FollowWriter, compare_live, follow_kafka
+
+            writer: Writer = FollowWriter(out, rule)
+            result = compare_live(follow_kafka(sources[0]), writer.interval, **options)
+        else:
+            writer = WRITERS[fmt](out, rule)
+            result = compare_streams(recordings.streams(), writer.interval, **options)
         if not result.total.rows:
             raise UserError(f"{recordings.spec}: no process to compare with these filters; widen them")
         meta: dict[str, Any] = {
