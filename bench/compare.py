@@ -72,7 +72,7 @@ def template() -> list[dict]:
 def build(directory: Path, ranks: int, records: int, spacing_ns: int, batch_events: int = 8192) -> int:
     """``ranks`` file sets of ``records`` events each; returns the records written."""
     from cuptistream import events as ev
-    from cuptistream.segments import SegmentWriter
+    from cuptistream.recording.segments import SegmentWriter
 
     events = template()
     encoder = msgspec.msgpack.Encoder()

@@ -30,9 +30,9 @@ sys.path.insert(0, str(_HERE.parent / "tests"))
 from kafka_broker import TansuBroker, tansu_binary  # noqa: E402
 
 from cuptistream.codec import encode_batch, encode_chunk  # noqa: E402
-from cuptistream.component import OutgoingBatch  # noqa: E402
 from cuptistream.config import convert  # noqa: E402
 from cuptistream.events import SCHEMA_VERSION, ClockSync, EncodedBatch, Kernel, Resource  # noqa: E402
+from cuptistream.plugin import OutgoingBatch  # noqa: E402
 from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig  # noqa: E402
 
 

@@ -24,14 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from cuptistream.component import OutgoingBatch
 from cuptistream.config import convert
 from cuptistream.events import Event, NvtxRange
+from cuptistream.plugin import OutgoingBatch
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
-from cuptistream.sinks.otlp.otlp_common import SCHEMA_URL, resource, scope
-from cuptistream.sinks.otlp.otlp_encoding import to_json
-from cuptistream.sinks.otlp.otlp_traces import SpanAssembler
-from cuptistream.sinks.otlp.otlp_wire import traces_request
+from cuptistream.sinks.otlp.common import SCHEMA_URL, resource, scope
+from cuptistream.sinks.otlp.encoding import to_json
+from cuptistream.sinks.otlp.traces import SpanAssembler
+from cuptistream.sinks.otlp.wire import traces_request
 from tests.otlp_batches import TID, api, kernel, make_batch, outgoing
 
 

@@ -20,7 +20,7 @@ ROUND = r"""
 import json, os, sys, time, tempfile
 os.sched_setaffinity(0, {int(sys.argv[3])})
 import cuptistream
-from cuptistream.reader import read
+from cuptistream.recording.reader import read
 events, out = int(sys.argv[1]), sys.argv[2]
 config = {
     "sources": [{"type": "synthetic", "events": events, "chunk_events": 4096}],

@@ -48,7 +48,7 @@ from lost_time import excess, long_run_total, window_cost
 import cuptistream
 from cuptistream.events import Error, Loss, PcSampleBatch, SassMetricBatch
 from cuptistream.probe.governor import Throttle, WindowCost
-from cuptistream.reader import read
+from cuptistream.recording.reader import read
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}
 # No initial delay: the program is warm before the first window, and with it the first SASS window

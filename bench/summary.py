@@ -41,7 +41,7 @@ sys.exit(code)
 
 def build(directory: Path, events: int, batch_events: int = 8192) -> int:
     from cuptistream import events as ev
-    from cuptistream.segments import SegmentWriter
+    from cuptistream.recording.segments import SegmentWriter
     from tests.helpers.fixture_recording import fixture_processes
 
     processes = fixture_processes()

@@ -33,7 +33,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from cuptistream.correlate import correlate
-    from cuptistream.reader import read
+    from cuptistream.recording.reader import read
     from cuptistream.runtime import Session, session
 
 
@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(runtime, name)
     if name == "read":
-        from cuptistream.reader import read
+        from cuptistream.recording.reader import read
 
         return read
     if name == "correlate":

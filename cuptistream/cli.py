@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from cuptistream.analysis.commands import add_commands as add_view_commands
 from cuptistream.errors import UserError
-from cuptistream.repair import add_command as add_repair_command
+from cuptistream.recording.repair import add_command as add_repair_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     lines.add_argument("--cubins", required=True, help="the pc_sampling source's cubin_dir")
     lines.add_argument("--top", type=int, default=20, help="lines to print (default 20)")
     _COMMANDS.update(add_view_commands(commands))  # summary, export, plot, compare (cuptistream/analysis)
-    _COMMANDS.update(add_repair_command(commands))  # repair (cuptistream/repair.py)
+    _COMMANDS.update(add_repair_command(commands))  # repair (cuptistream/recording/repair.py)
     return parser
 
 
@@ -115,17 +115,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_cat(args: argparse.Namespace) -> int:
-    from cuptistream import jsonl
+    from cuptistream.recording import jsonl
 
     out = sys.stdout.buffer
     if args.path.startswith("kafka://"):
-        from cuptistream.kafka_reader import iter_kafka_batches
+        from cuptistream.recording.kafka_reader import iter_kafka_batches
 
         for batch in iter_kafka_batches(args.path):
             out.write(jsonl.encode_batch(batch))
         return 0
 
-    from cuptistream.reader import TornTailWarning, read
+    from cuptistream.recording.reader import TornTailWarning, read
 
     reader = read(args.path)
     with warnings.catch_warnings():
@@ -152,7 +152,7 @@ def _cmd_kinds(args: argparse.Namespace) -> int:
 
 
 def _cmd_source_lines(args: argparse.Namespace) -> int:
-    from cuptistream.source_lines import format_report, source_report
+    from cuptistream.analysis.source_lines import format_report, source_report
 
     for line in format_report(source_report(args.path, args.cubins), args.top):
         print(line)

@@ -17,7 +17,7 @@ import msgspec
 from cuptistream.events import AnyEvent, Batch, BatchHeader, EncodedBatch, Event, header_fields
 
 if TYPE_CHECKING:
-    from cuptistream.producers import Producer
+    from cuptistream.pipeline.producers import Producer
 
 _encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(Batch)

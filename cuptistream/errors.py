@@ -1,8 +1,24 @@
-"""Errors a user can cause and fix. The CLI prints their message as one line and exits non-zero."""
+"""Every exception a user or a plug-in can meet, in one tree. Each says what it means in one line.
+
+- ``UserError``: a problem the user can fix; the CLI prints it as one line and exits non-zero.
+  - ``ConfigError`` (2), ``NoGpuError`` (3: ``LibraryNotFoundError``, ``CuptiUnavailable``),
+    ``SinkUnavailableError`` (4: ``PermanentSinkError``), ``ChannelError``, ``DamageError``,
+    ``SubscriberBusy``.
+- For sinks: ``RetryableError`` (this attempt failed, a later one may not), ``RetriesExhausted``,
+  ``DeliveryError`` (a batch is lost; the pipeline does not retry it).
+- From the CUPTI layer and readers: ``CuptiError``, ``LayoutError``, ``JsonlError``.
+
+The modules where they used to live re-export them, so ``cuptistream.retry.RetryableError`` and the
+like keep working.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cuptistream.recording.reader import Damage
 
 
 class UserError(Exception):
@@ -51,3 +67,96 @@ class PermanentSinkError(SinkUnavailableError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+# --- failures of the data path (moved here from their modules, which re-export them) ---
+
+
+class ChannelError(UserError):
+    """The probe↔collector channel cannot be set up or used."""
+
+
+class RetryableError(Exception):
+    """An attempt failed for a reason that may pass (HTTP 503, connection refused, disk full).
+
+    ``reason`` is short ("HTTP 503", "ConnectError"); ``retry_after`` is the wait the server asked for
+    (seconds), which replaces the backoff for the next attempt.
+    """
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class RetriesExhausted(Exception):
+    """No attempt succeeded before the deadline (or retrying is off). ``reason`` is the last failure."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class DeliveryError(Exception):
+    """A batch could not be delivered and will not be retried by the pipeline. The message starts
+    with ``Sink.where()``.
+
+    ``lost``: which of the batch's events were lost, by reason (e.g. ``{"delivery_failed": 120}``);
+    the rest count as delivered. None (the default): all of them, as ``delivery_failed``.
+    """
+
+    def __init__(self, message: str, lost: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.lost = lost
+
+
+class DamageError(UserError):
+    """Raised instead of ``DamageWarning`` when reading with ``strict=True``."""
+
+    def __init__(self, damage: Damage) -> None:
+        super().__init__(damage.describe())
+        self.damage = damage
+        self.tail = damage
+
+
+class JsonlError(ValueError):
+    """A line that is not part of cuptistream's JSON Lines layout."""
+
+
+class CuptiError(RuntimeError):
+    """A CUPTI call failed. ``code`` is the ``CUptiResult``; ``call`` the function's name; ``text``
+    what went wrong (CUPTI's name for ``code`` unless the caller knows better)."""
+
+    def __init__(self, call: str, code: int, text: str | None = None) -> None:
+        self.call = call
+        self.code = code
+        if text is None:
+            from cuptistream.cupti.library import result_name  # lazy: the CUPTI layer imports this module
+
+            text = result_name(code)
+        super().__init__(f"{call} failed: {text} (CUptiResult {code})")
+
+
+class LibraryNotFoundError(NoGpuError):
+    """libcupti could not be found or loaded."""
+
+
+class SubscriberBusy(UserError):
+    """Another tool holds CUPTI's only callback subscriber."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+        who = f"{holder!r}" if holder else "another CUPTI tool (it did not give its name)"
+        super().__init__(
+            f"CUPTI callbacks are already taken by {who}; only one subscriber per process is allowed, "
+            "so stop that tool (Nsight, torch.profiler, another cuptistream session) or remove the "
+            "callback-based sources from the config"
+        )
+
+
+class CuptiUnavailable(NoGpuError):
+    """CUPTI cannot run here (no driver, no GPU, or an unusable libcupti)."""
+
+
+class LayoutError(Exception):
+    """A buffer's records could not be walked (unknown kind size, or a walk past the end)."""

@@ -28,9 +28,9 @@ from cuptistream import config as config_module
 from cuptistream.channel.sockets import ENV_COLLECTOR, private_socket_path
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import CollectorProcess
-from cuptistream.component import Emitter, Sink
 from cuptistream.config import Config
-from cuptistream.pipeline import ShutdownReport
+from cuptistream.pipeline.core import ShutdownReport
+from cuptistream.plugin import Emitter, Sink
 from cuptistream.probe.governor import Governor
 from cuptistream.probe.probe import Probe
 

@@ -1,5 +1,5 @@
 """Write docs/events.schema.json, the JSON Schema of one Kafka ``value_format: jsonl`` row, from the
-event Structs (``cuptistream.rows.row_schema``). tests/test_kafka_jsonl.py fails when it is stale.
+event Structs (``cuptistream.recording.rows.row_schema``). tests/test_kafka_jsonl.py fails when it is stale.
 
     .venv/bin/python scripts/events_schema.py
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cuptistream.rows import row_schema
+from cuptistream.recording.rows import row_schema
 
 PATH = Path(__file__).resolve().parent.parent / "docs" / "events.schema.json"
 

@@ -1,9 +1,9 @@
-"""The file sink: batches into rotating segment files, read back with ``cuptistream.reader.read``.
+"""The file sink: batches into rotating segment files, read back with ``cuptistream.recording.reader.read``.
 
 ``format: msgpack`` (the default) writes each batch's msgpack, exactly as the pipeline encoded it,
-as one zstd frame. ``format: jsonl`` writes the JSON Lines layout of ``cuptistream.jsonl``, one zstd
+as one zstd frame. ``format: jsonl`` writes the JSON Lines layout of ``cuptistream.recording.jsonl``, one zstd
 frame per batch or, with ``compression: none``, plain text. Each batch is written and flushed before
-``write`` returns; fsync follows ``fsync`` (see ``cuptistream.segments``). Files are written as
+``write`` returns; fsync follows ``fsync`` (see ``cuptistream.recording.segments``). Files are written as
 ``<name>.tmp`` and renamed when they rotate (by ``rotate_bytes`` or ``rotate_age``, checked on each
 write), when the sink closes, or when their process has sent nothing for a minute.
 
@@ -22,13 +22,13 @@ from typing import Literal
 
 import trio
 
-from cuptistream import jsonl
-from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import Duration, SinkConfig, Size
 from cuptistream.errors import SinkUnavailableError
 from cuptistream.events import Resource
-from cuptistream.retry import RetriesExhausted, RetryableError, call_with_retry
-from cuptistream.segments import (
+from cuptistream.pipeline.retry import RetriesExhausted, RetryableError, call_with_retry
+from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink
+from cuptistream.recording import jsonl
+from cuptistream.recording.segments import (
     DIRECTORY_MODE,
     FsyncPolicy,
     SegmentWriter,
@@ -102,6 +102,7 @@ def _parse_mode(value: int | str) -> int:
 
 class FileSink(Sink):
     config_type = FileSinkConfig
+    retries_itself = True  # a full disk is retried inside write, after cutting off the partial frame
 
     def __init__(self, config: FileSinkConfig) -> None:
         super().__init__(config)

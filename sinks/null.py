@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cuptistream.component import OutgoingBatch, Sink
 from cuptistream.config import SinkConfig
+from cuptistream.plugin import OutgoingBatch, Sink
 
 
 class NullSinkConfig(SinkConfig, kw_only=True):

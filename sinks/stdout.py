@@ -1,4 +1,4 @@
-"""The stdout sink: every batch as JSON Lines (``cuptistream.jsonl``) on standard output.
+"""The stdout sink: every batch as JSON Lines (``cuptistream.recording.jsonl``) on standard output.
 
 Meant for piping into ``jq`` or a log shipper. Each batch is written in one binary write and
 flushed, in a worker thread so a slow reader of the pipe does not stall the other sinks.
@@ -12,9 +12,9 @@ from typing import BinaryIO
 
 import trio
 
-from cuptistream import jsonl
-from cuptistream.component import DeliveryError, OutgoingBatch, Sink
 from cuptistream.config import SinkConfig
+from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink
+from cuptistream.recording import jsonl
 
 
 class StdoutSinkConfig(SinkConfig, kw_only=True):

@@ -33,7 +33,6 @@ from typing import Any
 import msgspec
 
 from cuptistream.channel.messages import OpenStream
-from cuptistream.component import Emitter, Source
 from cuptistream.config import Duration, Size, SourceConfig, require_at_least
 from cuptistream.correlate import activate as activate_correlation
 from cuptistream.correlate import deactivate as deactivate_correlation
@@ -41,6 +40,7 @@ from cuptistream.cupti import api_functions, driver, gpus, kinds, library
 from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
+from cuptistream.plugin import Emitter, Source
 
 # CUpti_ActivityAttribute: name -> (value, C type of the value)
 ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
-from cuptistream.component import Source
 from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti.watchdog import Watchdog
+from cuptistream.plugin import Source
 
 ResourceHandler = Callable[[int, int, Any], None]
 

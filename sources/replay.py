@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 from cuptistream.channel.messages import OpenStream
-from cuptistream.component import ActivityOutlet, Emitter, Source
+from cuptistream.channel.outlet import ActivityOutlet
 from cuptistream.config import Duration, SourceConfig
 from cuptistream.cupti import capture
 from cuptistream.errors import UserError
+from cuptistream.plugin import Emitter, Source
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 _BUFFERS = 4  # shared-memory slots per capture

@@ -18,10 +18,10 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from cuptistream.component import Source
 from cuptistream.config import SourceConfig
 from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti.subscriber import Domain, Registration, address_of
+from cuptistream.plugin import Source
 
 ORIGIN = "cupti_state"
 SEVERITIES = {1: "fatal", 2: "error", 3: "warning"}  # CUPTI_CBID_STATE_FATAL_ERROR, _ERROR, _WARNING

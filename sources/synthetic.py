@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from cuptistream.component import Source
 from cuptistream.config import Duration, SourceConfig, require_at_least
 from cuptistream.events import Kernel
+from cuptistream.plugin import Source
 
 
 class SyntheticConfig(SourceConfig):

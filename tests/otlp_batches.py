@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cuptistream.codec import encode_batch_object
-from cuptistream.component import OutgoingBatch
 from cuptistream.events import (
     ApiCall,
     Batch,
@@ -28,6 +27,7 @@ from cuptistream.events import (
     StageStats,
     Synchronization,
 )
+from cuptistream.plugin import OutgoingBatch
 
 SESSION = "sess-1"
 OFFSET = 1_700_000_000_000_000_000  # CUPTI clock + OFFSET = Unix-epoch ns

@@ -5,9 +5,9 @@ from __future__ import annotations
 import trio
 
 from cuptistream.codec import decode_batch
-from cuptistream.component import OutgoingBatch, Sink
 from cuptistream.config import QueueConfig, SinkConfig
 from cuptistream.events import Batch, Kernel, Loss
+from cuptistream.plugin import OutgoingBatch, Sink
 
 
 class MemorySink(Sink):

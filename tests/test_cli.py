@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cuptistream.events import Kernel
-from cuptistream.reader import read
+from cuptistream.recording.reader import read
 
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from cuptistream.component import Source
 from cuptistream.config import SourceConfig
 from cuptistream.cupti import subscriber
 from cuptistream.events import CuptiYield, Event
+from cuptistream.plugin import Source
 from cuptistream.probe.coexist import CuptiSharing
 from sources.state import StateConfig, StateSource
 
@@ -301,7 +301,7 @@ def test_the_standby_interval_is_validated() -> None:
 def test_a_yield_span_becomes_an_otlp_log_record() -> None:
     from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
 
-    from cuptistream.sinks.otlp.otlp_logs import YIELD_EVENT_NAME, log_records
+    from cuptistream.sinks.otlp.logs import YIELD_EVENT_NAME, log_records
     from tests.otlp_batches import make_batch
 
     span = CuptiYield(
@@ -327,7 +327,7 @@ def test_the_summary_reports_what_was_left_to_other_tools(tmp_path: Path) -> Non
     from cuptistream.analysis.records import Recording
     from cuptistream.analysis.summary import summarize
     from cuptistream.codec import encode_batch, encode_chunk
-    from cuptistream.component import OutgoingBatch
+    from cuptistream.plugin import OutgoingBatch
     from cuptistream.sinks.file import FileSink, FileSinkConfig
 
     spans = [

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cuptistream.config import load
+from cuptistream.config.units import parse_duration, parse_size
 from cuptistream.errors import ConfigError
-from cuptistream.units import parse_duration, parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

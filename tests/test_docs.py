@@ -20,8 +20,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cuptistream import events, registry
-from cuptistream.config import (
+from cuptistream import events
+from cuptistream.config.model import (
     OverheadConfig,
     PipelineConfig,
     ProbeConfig,
@@ -29,6 +29,7 @@ from cuptistream.config import (
     SinkConfig,
     SourceConfig,
     _RawConfig,
+    registry,
 )
 from cuptistream.errors import ConfigError
 

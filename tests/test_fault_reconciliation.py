@@ -468,7 +468,7 @@ def kafka_outage(tmp_path: Path, broker: Any, mode: str, fault: Any) -> tuple[in
     """A program producing 400,000 events at 100,000/s to a Kafka sink in ``mode`` while ``fault()``
     takes the broker away; every message is then consumed and reconciled against the reference file
     sink. Returns (Kernels consumed, distinct, Kernels the lane dropped)."""
-    from cuptistream.kafka_reader import iter_kafka_messages
+    from cuptistream.recording.kafka_reader import iter_kafka_messages
 
     sink: dict[str, Any] = {
         "type": "kafka", "name": "kafka", "bootstrap_servers": broker.bootstrap, "topic": "gpu",

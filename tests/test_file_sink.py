@@ -10,14 +10,14 @@ import pytest
 import trio
 from helpers.batchgen import batch_bytes, outgoing, run_sink
 
-from cuptistream import segments
 from cuptistream.codec import decode_batch, encode_batch_object
-from cuptistream.component import DeliveryError, OutgoingBatch
 from cuptistream.config import convert
 from cuptistream.errors import ConfigError, SinkUnavailableError
-from cuptistream.framing import iter_frames
-from cuptistream.reader import read
-from cuptistream.segments import SegmentWriter
+from cuptistream.plugin import DeliveryError, OutgoingBatch
+from cuptistream.recording import segments
+from cuptistream.recording.framing import iter_frames
+from cuptistream.recording.reader import read
+from cuptistream.recording.segments import SegmentWriter
 from cuptistream.sinks.file import FileSink, FileSinkConfig
 
 

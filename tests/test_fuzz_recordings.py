@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cuptistream.codec import encode_batch_object
-from cuptistream.framing import Damage, Frame, FrameEncoder, scan_frames
-from cuptistream.reader import Reader
+from cuptistream.recording.framing import Damage, Frame, FrameEncoder, scan_frames
+from cuptistream.recording.reader import Reader
 
 LIMIT = 1 << 20  # max_frame_bytes for these tests: bombs go far past it, batches stay far below
 ENCODER = FrameEncoder(level=1)

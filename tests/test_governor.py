@@ -267,8 +267,8 @@ def test_a_source_that_fails_to_start_leaves_the_budget_to_the_others(
     """Real session, real file sink; two governed sources stand in for pc_sampling and sass (no GPU
     here): the second makes its throttle, then fails in start() as a SASS source can after it."""
     import cuptistream
-    from cuptistream.component import Source
     from cuptistream.config import Config, SourceConfig
+    from cuptistream.plugin import Source
 
     class GovernedSource(Source):
         traces_cuda = False

@@ -98,7 +98,7 @@ def test_rows_survive_a_cut_under_max_message_bytes(kafka_broker: TansuBroker) -
 
 
 def test_the_reader_reads_rows_back_as_events(kafka_broker: TansuBroker) -> None:
-    from cuptistream.kafka_reader import iter_kafka_batches
+    from cuptistream.recording.kafka_reader import iter_kafka_batches
 
     produce(kafka_broker.bootstrap, 1, 200, key="{host}")
     events = [e for b in iter_kafka_batches(f"kafka://{kafka_broker.bootstrap}/rows") for e in b.events]
@@ -109,7 +109,7 @@ def test_the_reader_reads_rows_back_as_events(kafka_broker: TansuBroker) -> None
 
 def test_rows_name_each_event_gpu_and_keep_epoch_fields() -> None:
     from cuptistream.events import Batch, ClockSync, CudaEvent, DeviceInfo, Kernel, Loss, Resource, SelfStats
-    from cuptistream.rows import cut_rows, encode_rows
+    from cuptistream.recording.rows import cut_rows, encode_rows
 
     def batch() -> Batch:
         events = [

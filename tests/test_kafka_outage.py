@@ -27,7 +27,7 @@ from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the f
 import cuptistream
 from cuptistream.config import convert
 from cuptistream.events import Kernel
-from cuptistream.kafka_reader import iter_kafka_messages
+from cuptistream.recording.kafka_reader import iter_kafka_messages
 from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
 
 CHILD = Path(__file__).with_name("kafka_producer_child.py")

@@ -14,7 +14,7 @@ from kafka_data import batch_for, events_for, key_of
 
 from cuptistream.config import convert
 from cuptistream.errors import ConfigError, SinkUnavailableError, UserError
-from cuptistream.kafka_reader import iter_kafka_batches, iter_kafka_messages, parse_url
+from cuptistream.recording.kafka_reader import iter_kafka_batches, iter_kafka_messages, parse_url
 from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
 
 encode = msgspec.msgpack.encode

@@ -16,10 +16,10 @@ import pytest
 import trio
 from google.protobuf import json_format
 
-from cuptistream.component import DeliveryError
 from cuptistream.config import build, convert
 from cuptistream.errors import ConfigError, PermanentSinkError, SinkUnavailableError
 from cuptistream.events import Batch
+from cuptistream.plugin import DeliveryError
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
 from tests.otlp_batches import (
     OFFSET,
@@ -464,7 +464,7 @@ def test_per_signal_endpoints(receiver: OtlpReceiver) -> None:
 def test_wire_encoded_span_matches_the_official_classes() -> None:
     from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-    from cuptistream.sinks.otlp import otlp_wire
+    from cuptistream.sinks.otlp import wire as otlp_wire
 
     status = Status(code=Status.STATUS_CODE_ERROR, message="cudaMalloc returned 2")
     attributes = {

@@ -15,7 +15,7 @@ import trio
 
 from cuptistream.config import build
 from cuptistream.events import Device, Environment, MemoryAllocation, Resource
-from cuptistream.resource import current_resource
+from cuptistream.pipeline.resource import current_resource
 from tests.otlp_batches import OFFSET, UUID, api, kernel, make_batch, other_events, outgoing, step_events
 from tests.otlp_receiver import OtlpReceiver
 from tests.semconv_check import conventions
@@ -36,7 +36,7 @@ def _resource(receiver: OtlpReceiver, path: str = "/v1/traces") -> list[dict[str
 
 
 def test_the_names_list_is_the_one_the_sink_claims() -> None:
-    from cuptistream.sinks.otlp.otlp_common import SCHEMA_URL, SEMCONV_VERSION
+    from cuptistream.sinks.otlp.common import SCHEMA_URL, SEMCONV_VERSION
 
     version, attributes, metrics, _ = conventions()
     assert version == SEMCONV_VERSION and SCHEMA_URL.endswith("/" + version)
@@ -177,7 +177,7 @@ def test_gpu_metrics_follow_the_hardware_conventions(receiver: OtlpReceiver) -> 
 
 
 def test_utilization_windows_wait_for_late_kernels() -> None:
-    from cuptistream.sinks.otlp.otlp_hw import BusyWindows
+    from cuptistream.sinks.otlp.hw import BusyWindows
 
     w = BusyWindows(window_ns=10, grace_ns=20)
     w.add(0, [(0, 5)])
@@ -196,7 +196,7 @@ def test_the_command_line_is_opt_in() -> None:
 
 
 def test_a_process_gone_quiet_is_flushed_and_forgotten(receiver: OtlpReceiver, monkeypatch: Any) -> None:
-    import cuptistream.sinks.otlp.otlp as otlp
+    import cuptistream.sinks.otlp.sink as otlp
 
     first = make_batch([api(1, 100, 200), kernel(9, 0, SECOND // 2)])  # kernel 9: its call may still come
     first.resource = Resource(host="h", pid=1, process_name="python3", command_line=[], rank=0)

@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
-from cuptistream.component import DeliveryError
 from cuptistream.config import convert
 from cuptistream.errors import PermanentSinkError
+from cuptistream.plugin import DeliveryError
 from cuptistream.sinks.otlp import OtlpSink, OtlpSinkConfig
 from tests.otlp_batches import SPAN_COUNTS, UUID, make_batch, other_events, step_events
 from tests.otlp_grpc_receiver import OtlpGrpcReceiver, Reply

@@ -14,7 +14,7 @@ import trio
 from cuptistream.config import convert
 from cuptistream.errors import ConfigError, SinkUnavailableError
 from cuptistream.sinks.file import FileSink, FileSinkConfig
-from cuptistream.sinks.kafka.kafka_spool import Spool
+from cuptistream.sinks.kafka.spool import Spool
 
 
 def open_sink(**settings: object) -> FileSink:

@@ -10,10 +10,10 @@ import trio
 
 import cuptistream
 from cuptistream.codec import decode_batch
-from cuptistream.component import OutgoingBatch
 from cuptistream.config import QueueConfig
 from cuptistream.events import Kernel, SelfStats
-from cuptistream.pipeline import ShutdownReport
+from cuptistream.pipeline.core import ShutdownReport
+from cuptistream.plugin import OutgoingBatch
 from tests.pipeline_helpers import MemorySink
 
 
@@ -173,7 +173,7 @@ def test_a_batch_holds_one_process_and_each_process_keeps_its_order() -> None:
     # Three observed processes feed one collector pipeline, their chunks interleaved.
     from cuptistream.collector.collector import Collector
     from cuptistream.events import Resource
-    from cuptistream.producers import Producer
+    from cuptistream.pipeline.producers import Producer
 
     sink = MemorySink("memory")
     collector = Collector(cuptistream.load_config(_config()), sinks=[sink]).start()

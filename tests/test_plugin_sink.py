@@ -5,13 +5,12 @@ keys are validated with the shared ones, and a real ``cuptistream run`` delivers
 from __future__ import annotations
 
 import csv
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.plugin_install import install_plugin
 
 PACKAGE = Path(__file__).resolve().parent / "plugins" / "third_party_sink"
 CLI = [sys.executable, "-m", "cuptistream.cli"]
@@ -20,45 +19,7 @@ CLI = [sys.executable, "-m", "cuptistream.cli"]
 @pytest.fixture(scope="module")
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of a process that has the plug-in installed (and nothing else changed)."""
-    work = tmp_path_factory.mktemp("plugin")
-    source = work / "src"
-    shutil.copytree(PACKAGE, source)  # the build writes build/ and *.egg-info next to the sources
-    target = work / "site"
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "--target", str(target), str(source)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    if result.returncode != 0:
-        # Offline, without build isolation, an old setuptools has no bdist_wheel (the `wheel` package
-        # is missing): install as pip would, from the same pyproject.toml: package + dist-info.
-        assert "bdist_wheel" in result.stderr, result.stderr
-        _install_by_hand(source, target)
-    assert list(target.glob("csv_gpu_sink-*.dist-info")), "the plug-in's metadata is not installed"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(target), env.get("PYTHONPATH", "")] if p)
-    env.pop("CUPTISTREAM_COLLECTOR", None)
-    return env
-
-
-def _install_by_hand(source: Path, target: Path) -> None:
-    """What ``pip install --target`` leaves: the package, and a dist-info with its entry points."""
-    import tomllib
-
-    project = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    for package in ["csv_gpu_sink"]:
-        shutil.copytree(source / package, target / package)
-    info = target / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n", encoding="utf-8"
-    )
-    lines = []
-    for group, points in project["entry-points"].items():
-        lines.append(f"[{group}]")
-        lines += [f"{name} = {value}" for name, value in points.items()]
-    (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (info / "RECORD").write_text("", encoding="utf-8")
+    return install_plugin(PACKAGE, tmp_path_factory.mktemp("plugin"))
 
 
 def _write_config(tmp_path: Path, sink: str) -> Path:
@@ -74,7 +35,7 @@ def _write_config(tmp_path: Path, sink: str) -> Path:
 
 def test_the_plugin_registers_and_its_keys_are_checked(plugin_env: dict[str, str], tmp_path: Path) -> None:
     listed = subprocess.run(
-        [sys.executable, "-c", "from cuptistream import registry; print(registry.available(registry.SINK_GROUP))"],
+        [sys.executable, "-c", "from cuptistream.config import registry; print(registry.available(registry.SINK_GROUP))"],
         capture_output=True, text=True, env=plugin_env, timeout=60,
     )  # fmt: skip
     assert "csv_kernels" in listed.stdout, listed.stderr

@@ -12,7 +12,7 @@ import pytest
 
 from cuptistream import events as ev
 from cuptistream.cli import main
-from cuptistream.reader import read
+from cuptistream.recording.reader import read
 from tests.helpers.fixture_recording import (  # noqa: F401 - the fixtures
     Process,
     processes_fixture,

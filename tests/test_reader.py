@@ -13,11 +13,11 @@ import pytest
 import zstandard
 from helpers.batchgen import batch_bytes, outgoing
 
-from cuptistream import jsonl
 from cuptistream.codec import decode_batch, encode_batch_object
 from cuptistream.errors import UserError
-from cuptistream.reader import TornTailError, TornTailWarning, read
-from cuptistream.segments import SegmentWriter
+from cuptistream.recording import jsonl
+from cuptistream.recording.reader import TornTailError, TornTailWarning, read
+from cuptistream.recording.segments import SegmentWriter
 
 CHILD = Path(__file__).parent / "helpers" / "segment_writer_child.py"
 

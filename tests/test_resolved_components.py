@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 import cuptistream
-from cuptistream import registry
 from cuptistream.collector.collector import Collector
-from cuptistream.config import load
+from cuptistream.config import load, registry
 from cuptistream.launch import probe_start
 from cuptistream.sinks.file import FileSink
 from cuptistream.sinks.null import NullSink

@@ -19,13 +19,13 @@ import pytest
 
 import cuptistream.sources.sass as sassmod
 from cuptistream.codec import Chunk, decode_events
-from cuptistream.component import Emitter
 from cuptistream.config import convert
 from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.contexts import CONTEXT_CREATED
 from cuptistream.cupti.library import CuptiError
 from cuptistream.events import Event, SassMetricBatch, SassRecord
+from cuptistream.plugin import Emitter
 from cuptistream.sources.sass import SassConfig, SassMetricsSource
 
 CTX, OTHER_GPU_CTX = 0x5A55_0000, 0x5A55_1000

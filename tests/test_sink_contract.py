@@ -16,13 +16,12 @@ from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the f
 from pipeline_helpers import MemorySink
 
 import cuptistream
-from cuptistream import registry
-from cuptistream.component import OutgoingBatch, Sink
-from cuptistream.config import BatchConfig, RetryConfig, SinkConfig, build, convert
+from cuptistream.config import BatchConfig, RetryConfig, SinkConfig, build, convert, registry
+from cuptistream.config.units import parse_duration, parse_size
 from cuptistream.errors import ConfigError
 from cuptistream.events import Kernel, Loss, SelfStats
-from cuptistream.retry import Backoff, RetriesExhausted, RetryableError, call_with_retry
-from cuptistream.units import parse_duration, parse_size
+from cuptistream.pipeline.retry import Backoff, RetriesExhausted, RetryableError, call_with_retry
+from cuptistream.plugin import OutgoingBatch, Sink
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_MD = ROOT / "docs" / "config.md"

@@ -1,4 +1,4 @@
-"""A sink's health (cuptistream/sink_health.py): each change of state is said once, as an Error event
+"""A sink's health (cuptistream/pipeline/health.py): each change of state is said once, as an Error event
 and one stderr line, while the fault lasts and again when it passes; the state is in the status line
 and the shutdown report. A real pipeline with an in-memory sink that fails for a while, through the
 shared retry loop, as a sink on a full disk or behind a 503 does."""
@@ -12,12 +12,12 @@ import pytest
 import trio
 
 import cuptistream
-from cuptistream.component import OutgoingBatch
 from cuptistream.config import QueueConfig, RetryConfig
 from cuptistream.errors import PermanentSinkError
 from cuptistream.events import Error
-from cuptistream.retry import RetriesExhausted, RetryableError, call_with_retry
-from cuptistream.sink_health import SinkHealth
+from cuptistream.pipeline.health import SinkHealth
+from cuptistream.pipeline.retry import RetriesExhausted, RetryableError, call_with_retry
+from cuptistream.plugin import OutgoingBatch
 from tests.pipeline_helpers import MemorySink
 from tests.test_pipeline import _kernels
 

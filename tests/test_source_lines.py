@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 import cuptistream
+from cuptistream.analysis.source_lines import format_report, map_to_lines, samples_per_pc, short_stall
 from cuptistream.cupti.cubin_api import SourceLine
 from cuptistream.cupti.library import CuptiError
 from cuptistream.cupti.sampling_decode import SnapshotMemory, decode_pc_data
 from cuptistream.events import PcSampleBatch
-from cuptistream.source_lines import format_report, map_to_lines, samples_per_pc, short_stall
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sampling"
 CRC_A, CRC_B = 3898954909, 1463088609  # cuptiGetCubinCrc of the two cubins, measured on the H200

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from helpers.batchgen import outgoing, run_sink
 
-from cuptistream import jsonl
 from cuptistream.config import convert
+from cuptistream.recording import jsonl
 from cuptistream.sinks.null import NullSink, NullSinkConfig
 
 CHILD = Path(__file__).parent / "helpers" / "stdout_sink_child.py"

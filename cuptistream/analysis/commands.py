@@ -15,7 +15,7 @@ from cuptistream.errors import UserError
 
 if TYPE_CHECKING:
     from cuptistream.analysis.select import Selection
-    from cuptistream.framing import TornTail
+    from cuptistream.recording.framing import TornTail
 
 
 def _filters(parser: argparse.ArgumentParser) -> None:

@@ -19,8 +19,8 @@ from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import Rule
 from cuptistream.analysis.select import Selection
 from cuptistream.analysis.sources import Recordings, expand
+from cuptistream.config.units import parse_duration
 from cuptistream.errors import UserError
-from cuptistream.units import parse_duration
 
 
 def _duration_ns(option: str, text: str) -> int:

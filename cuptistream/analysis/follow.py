@@ -35,7 +35,7 @@ def follow_kafka(url: str, *, poll_ms: int = 500, timeout_s: float = 5.0) -> Ite
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
-    from cuptistream.kafka_reader import _decode, parse_url  # the reader's rules for each message
+    from cuptistream.recording.kafka_reader import _decode, parse_url  # the reader's rules for each message
 
     servers, topic = parse_url(url)
     try:

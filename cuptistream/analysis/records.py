@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from cuptistream import events as ev
-from cuptistream.framing import TornTail, scan_frames
+from cuptistream.recording.framing import TornTail, scan_frames
 
 
 class Light(msgspec.Struct, tag_field="type", kw_only=True, gc=False):
@@ -256,19 +256,19 @@ class Recording:
         self._events = decoder or (_lean_events if lean else _light_events)
         self.torn_tails: list[TornTail] = []
         if spec.startswith("kafka://"):
-            from cuptistream.kafka_reader import parse_url
+            from cuptistream.recording.kafka_reader import parse_url
 
             parse_url(spec)  # refuse a malformed URL before connecting
             self.files: list[Path] = []
         else:
-            from cuptistream.reader import read
+            from cuptistream.recording.reader import read
 
             self.files = read(spec).files  # the reader's rules: suffixes, name order, one-line errors
 
     def parts(self) -> Iterator[Part]:
         self.torn_tails = []
         if self.spec.startswith("kafka://"):
-            from cuptistream.kafka_reader import iter_kafka_batches
+            from cuptistream.recording.kafka_reader import iter_kafka_batches
 
             for batch in iter_kafka_batches(self.spec):
                 yield Part(batch.resource, batch.clock.offset_ns, batch.events)
@@ -302,7 +302,7 @@ class Recording:
 
     def _other_file(self, path: Path) -> Iterator[Part]:
         # JSON Lines: the reader decodes full Structs (read whole, as JSON Lines files are small).
-        from cuptistream.reader import Reader, TornTailWarning
+        from cuptistream.recording.reader import Reader, TornTailWarning
 
         reader = Reader([path])
         with warnings.catch_warnings():

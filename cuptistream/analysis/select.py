@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cuptistream.config.units import parse_duration
 from cuptistream.errors import UserError
 from cuptistream.events import Resource
-from cuptistream.units import parse_duration
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import msgspec
 
 from cuptistream.analysis.records import Part, Recording
 from cuptistream.errors import UserError
-from cuptistream.reader import SUFFIXES
-from cuptistream.segments import TEMP_SUFFIX
+from cuptistream.recording.reader import SUFFIXES
+from cuptistream.recording.segments import TEMP_SUFFIX
 
 
 def expand(specs: Sequence[str]) -> list[str]:

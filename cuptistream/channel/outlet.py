@@ -6,12 +6,44 @@ Subclasses say what completing a buffer means: publish it to the collector (the 
 
 from __future__ import annotations
 
+import abc
 import time
 
 from cuptistream.channel.shm import SlotPool
-from cuptistream.component import ActivityOutlet
 
 _SLOT_POLL_S = 0.001
+
+
+class ActivityOutlet(abc.ABC):
+    """Where a source hands raw CUPTI activity buffers: slots of shared memory the collector decodes.
+
+    ``take`` and ``complete`` do O(1) work and never wait, so they are safe on CUPTI's threads.
+    """
+
+    slot_size: int
+
+    @abc.abstractmethod
+    def take(self) -> int | None:
+        """The address of a free buffer of ``slot_size`` bytes, or None when all are in use."""
+
+    @abc.abstractmethod
+    def complete(self, address: int, valid: int, dropped: int = 0) -> None:
+        """Hand the buffer at ``address`` (``valid`` bytes of records) to the collector."""
+
+    @abc.abstractmethod
+    def give_back(self, address: int) -> None:
+        """Return a buffer that holds nothing worth decoding."""
+
+    def owns(self, address: int) -> bool:
+        return False
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """The source is done: no buffer is taken or completed after this."""
+
+    def write(self, data: bytes, dropped: int = 0, timeout: float = 30.0) -> bool:
+        """Copy ``data`` into a buffer and hand it over, waiting up to ``timeout`` for a free one
+        (for sources that are not on CUPTI's threads, e.g. replay). False: no buffer came free."""
+        raise NotImplementedError
 
 
 class PoolOutlet(ActivityOutlet):

@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from cuptistream.errors import UserError
+from cuptistream.errors import ChannelError as ChannelError
 
 FREE, FILLING, READY = 0, 1, 2
 ACTIVITY, CHUNK = 1, 2  # what a READY slot holds: a CUPTI activity buffer, or encoded event chunks
@@ -40,10 +40,6 @@ HEADER_DTYPE = np.dtype(
 )  # fmt: skip
 assert HEADER_DTYPE.itemsize == 80
 _ALIGN = 4096
-
-
-class ChannelError(UserError):
-    """The probe↔collector channel cannot be set up or used."""
 
 
 def _data_offset(slots: int) -> int:

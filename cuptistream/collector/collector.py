@@ -22,12 +22,12 @@ import msgspec
 
 from cuptistream.channel import messages, sockets
 from cuptistream.collector.connection import ProbeConnection
-from cuptistream.component import Sink
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
-from cuptistream.pipeline import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
-from cuptistream.producers import Producer
-from cuptistream.resource import current_resource
+from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
+from cuptistream.pipeline.producers import Producer
+from cuptistream.pipeline.resource import current_resource
+from cuptistream.plugin import Sink
 
 _SHUTDOWN_GRACE_S = 5.0
 

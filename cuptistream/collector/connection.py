@@ -19,10 +19,10 @@ from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
 from cuptistream.collector.decoding import DecodeStream
-from cuptistream.component import Emitter
 from cuptistream.events import ClockSync, Error
-from cuptistream.pipeline import Pipeline
-from cuptistream.producers import Producer
+from cuptistream.pipeline.core import Pipeline
+from cuptistream.pipeline.producers import Producer
+from cuptistream.plugin import Emitter
 
 _POLL_S = 0.5
 

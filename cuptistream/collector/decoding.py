@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 from cuptistream.channel.messages import OpenStream
 from cuptistream.collector.names import ProcessNames
-from cuptistream.component import Emitter
 from cuptistream.cupti import capture
 from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, SizeLearner
+from cuptistream.plugin import Emitter
 
 
 def _stride_learner(data: memoryview, valid: int) -> SizeLearner | None:

@@ -12,7 +12,7 @@ from cuptistream.channel.messages import OpenStream
 from cuptistream.channel.outlet import PoolOutlet
 from cuptistream.channel.shm import SlotPool
 from cuptistream.collector.decoding import DecodeStream
-from cuptistream.component import Emitter
+from cuptistream.plugin import Emitter
 
 
 class InlineOutlet(PoolOutlet):

@@ -18,7 +18,7 @@ import msgspec
 
 from cuptistream.config import Config
 from cuptistream.errors import UserError
-from cuptistream.pipeline import ShutdownReport
+from cuptistream.pipeline.core import ShutdownReport
 
 
 def write_config(config: Config, directory: str) -> str:

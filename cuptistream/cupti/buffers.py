@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from cuptistream.component import ActivityOutlet
+from cuptistream.channel.outlet import ActivityOutlet
 from cuptistream.cupti import library
 
 _RequestFunc = ctypes.CFUNCTYPE(

@@ -23,6 +23,8 @@ from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_uint8, c_uin
 from functools import cache
 from typing import Any
 
+from cuptistream.errors import CuptiError as CuptiError
+from cuptistream.errors import LibraryNotFoundError as LibraryNotFoundError
 from cuptistream.errors import NoGpuError
 
 # --- CUptiResult values we branch on (cupti_result.h; stable across CUPTI 12 and 13) -------------
@@ -38,20 +40,6 @@ ERROR_NOT_INITIALIZED = 15
 ERROR_INVALID_KIND = 21
 ERROR_NOT_SUPPORTED = 27
 ERROR_UNKNOWN = 999
-
-
-class CuptiError(RuntimeError):
-    """A CUPTI call failed. ``code`` is the ``CUptiResult``; ``call`` the function's name; ``text``
-    what went wrong (CUPTI's name for ``code`` unless the caller knows better)."""
-
-    def __init__(self, call: str, code: int, text: str | None = None) -> None:
-        self.call = call
-        self.code = code
-        super().__init__(f"{call} failed: {text or result_name(code)} (CUptiResult {code})")
-
-
-class LibraryNotFoundError(NoGpuError):
-    """libcupti could not be found or loaded."""
 
 
 def result_name(code: int) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from cuptistream.cupti.kinds import BY_VALUE
+from cuptistream.errors import LayoutError as LayoutError
 
 
 @cache
@@ -52,10 +53,6 @@ class RecordLayouts:
     def dtype(self, kind: int) -> tuple[str, np.dtype[Any]] | None:
         size = self.sizes.get(kind)
         return choose_dtype(kind, size) if size else None
-
-
-class LayoutError(Exception):
-    """A buffer's records could not be walked (unknown kind size, or a walk past the end)."""
 
 
 def walk(

@@ -35,7 +35,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from cuptistream.errors import NoGpuError, UserError
+from cuptistream.errors import CuptiUnavailable as CuptiUnavailable
+from cuptistream.errors import SubscriberBusy as SubscriberBusy
+from cuptistream.errors import UserError
 
 Handler = Callable[[int, int, Any], None]
 """``handler(domain, cbid, data)``. ``data`` is cupti-python's object for the domain (``CallbackData``
@@ -67,23 +69,6 @@ class Domain(enum.IntEnum):
     SYNCHRONIZE = 4
     NVTX = 5
     STATE = 6
-
-
-class SubscriberBusy(UserError):
-    """Another tool holds CUPTI's only callback subscriber."""
-
-    def __init__(self, holder: str) -> None:
-        self.holder = holder
-        who = f"{holder!r}" if holder else "another CUPTI tool (it did not give its name)"
-        super().__init__(
-            f"CUPTI callbacks are already taken by {who}; only one subscriber per process is allowed, "
-            "so stop that tool (Nsight, torch.profiler, another cuptistream session) or remove the "
-            "callback-based sources from the config"
-        )
-
-
-class CuptiUnavailable(NoGpuError):
-    """CUPTI cannot run here (no driver, no GPU, or an unusable libcupti)."""
 
 
 def describe_cupti_failure(error: BaseException) -> str:

@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from cuptistream.component import Source
 from cuptistream.cupti import subscriber
 from cuptistream.events import CuptiYield, Event
+from cuptistream.plugin import Source
 from cuptistream.probe import torch_profiler
 
 # What Kineto's subscriber is called: Kineto gives CUPTI no name.

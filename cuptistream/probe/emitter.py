@@ -18,10 +18,10 @@ from cuptistream.channel import messages
 from cuptistream.channel.outlet import PoolOutlet
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, READY, SlotPool
 from cuptistream.codec import Chunk, encode_chunk
-from cuptistream.component import Emitter
 from cuptistream.config import FullPolicy
 from cuptistream.events import ClockSync, Event
-from cuptistream.intake import Intake
+from cuptistream.pipeline.intake import Intake
+from cuptistream.plugin import Emitter
 from cuptistream.probe.link import ProbeLink
 
 _HOUSEKEEPING_S = 1.0  # losses, clock reading, reconnect attempts

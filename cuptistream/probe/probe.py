@@ -16,16 +16,16 @@ from types import FrameType
 from typing import Any
 
 from cuptistream.channel import messages
-from cuptistream.component import Source
 from cuptistream.config import Config
 from cuptistream.cupti.gpus import visible_devices
 from cuptistream.events import ClockSync
+from cuptistream.pipeline.resource import current_resource
+from cuptistream.plugin import Source
 from cuptistream.probe import torch_profiler
 from cuptistream.probe.coexist import CuptiSharing
 from cuptistream.probe.emitter import ProbeEmitter
 from cuptistream.probe.governor import Governed, Governor
 from cuptistream.probe.link import ProbeLink
-from cuptistream.resource import current_resource
 
 # The end of ``shutdown_deadline`` the collector keeps for closing its sinks (as the pipeline's
 # ``CLOSE_AFTER_DEADLINE_S``, not imported: the probe does not load the pipeline).

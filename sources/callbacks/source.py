@@ -7,11 +7,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from cuptistream.component import Source
 from cuptistream.config import SourceConfig
 from cuptistream.cupti import api_functions, subscriber
 from cuptistream.cupti.driver import enable_nvtx_injection
 from cuptistream.cupti.subscriber import Domain, Registration
+from cuptistream.plugin import Source
 
 from .builder import EventBuilder
 from .config import CallbacksConfig

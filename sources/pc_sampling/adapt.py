@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from cuptistream.component import Emitter
 from cuptistream.cupti import pcsampling_api as pcs
+from cuptistream.plugin import Emitter
 
 from .config import PcSamplingConfig
 from .context import SampledContext

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cuptistream.component import Emitter
 from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti.contexts import context_ids
 from cuptistream.cupti.watchdog import Watchdog
 from cuptistream.errors import ConfigError
+from cuptistream.plugin import Emitter
 
 from .adapt import Adaptation
 from .config import PcSamplingConfig, select_stall_reasons

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cuptistream.component import Emitter
 from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti.sampling_decode import LiveMemory, PcData, decode_pc_data
 from cuptistream.cupti.watchdog import Watchdog
 from cuptistream.events import PcSample, PcSampleBatch
+from cuptistream.plugin import Emitter
 
 from .adapt import Adaptation
 from .context import SampledContext

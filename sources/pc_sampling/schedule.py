@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cuptistream.component import Emitter
 from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti.cubin_archive import CubinArchive
 from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.watchdog import Watchdog
+from cuptistream.plugin import Emitter
 from cuptistream.probe.governor import CLAIM_RETRY_S
 
 from .adapt import Adaptation

@@ -9,7 +9,6 @@ import random
 import trio
 
 from cuptistream.codec import Chunk, encode_batch, encode_chunk
-from cuptistream.component import OutgoingBatch, Sink
 from cuptistream.events import (
     SCHEMA_VERSION,
     ClockSync,
@@ -21,6 +20,7 @@ from cuptistream.events import (
     NvtxRange,
     Resource,
 )
+from cuptistream.plugin import OutgoingBatch, Sink
 
 RESOURCE = Resource(
     host="testhost",

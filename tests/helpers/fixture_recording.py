@@ -20,7 +20,7 @@ import pytest
 from cuptistream import events as ev
 from cuptistream.codec import encode_batch_object
 from cuptistream.cupti import capture
-from cuptistream.segments import SegmentWriter
+from cuptistream.recording.segments import SegmentWriter
 from sources.replay import ReplayConfig, ReplaySource
 from tests.gpu.workloads.collect import Collect
 

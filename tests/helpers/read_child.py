@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from cuptistream.reader import read
+from cuptistream.recording.reader import read
 
 
 def peak_rss_kib() -> int:

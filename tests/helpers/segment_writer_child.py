@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder
 
 from helpers.batchgen import batch_bytes
 
-from cuptistream.segments import SegmentWriter
+from cuptistream.recording.segments import SegmentWriter
 
 
 def main() -> None:

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests folder
 
 from helpers.batchgen import outgoing
 
-from cuptistream.component import DeliveryError
 from cuptistream.config import convert
+from cuptistream.plugin import DeliveryError
 from cuptistream.sinks.stdout import StdoutSink, StdoutSinkConfig
 
 

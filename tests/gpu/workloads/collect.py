@@ -6,10 +6,11 @@ import threading
 from collections.abc import Sequence
 
 from cuptistream.channel.messages import OpenStream
+from cuptistream.channel.outlet import ActivityOutlet
 from cuptistream.codec import Chunk, array_header, decode_events
 from cuptistream.collector.inline import InlineOutlet
-from cuptistream.component import ActivityOutlet, Emitter
 from cuptistream.events import Event
+from cuptistream.plugin import Emitter
 
 
 class Collect(Emitter):

@@ -18,8 +18,8 @@ except ImportError:  # the GPU machine may lack the pipeline's dependencies (tri
     _pkg.__path__ = [str(Path(__file__).resolve().parents[3] / "cuptistream")]
     sys.modules["cuptistream"] = _pkg
 
-from cuptistream.component import Emitter
 from cuptistream.events import Event
+from cuptistream.plugin import Emitter
 
 # dep_chain: a loop of dependent FMAs (execution-dependency stalls, math).
 # strided: a memory-bound gather with a large stride (long-scoreboard stalls).

@@ -12,11 +12,15 @@ from collections import Counter
 
 import trio
 
-from cuptistream.component import DeliveryError, OutgoingBatch, Sink
-from cuptistream.config import SinkConfig, Size
-from cuptistream.errors import SinkUnavailableError
-from cuptistream.events import Kernel
-from cuptistream.retry import RetriesExhausted, RetryableError, call_with_retry
+from cuptistream.plugin import (
+    OutgoingBatch,
+    RetryableError,
+    Sink,
+    SinkConfig,
+    SinkUnavailableError,
+    Size,
+    events,
+)
 
 COLUMNS = ["pid", "host", "seq", "name", "device_id", "stream_id", "start_unix_ns", "duration_ns"]
 
@@ -47,7 +51,9 @@ class CsvKernelSink(Sink):
     async def open(self) -> None:
         directory = os.path.dirname(os.path.abspath(self.config.path))
         if not os.path.isdir(directory):
-            raise SinkUnavailableError(f"{self.where('path')}: {directory} is not a directory; create it first")
+            raise SinkUnavailableError(
+                f"{self.where('path')}: {directory} is not a directory; create it first"
+            )
         self._file = await trio.to_thread.run_sync(self._open)
 
     def _open(self) -> io.TextIOWrapper:
@@ -56,14 +62,8 @@ class CsvKernelSink(Sink):
         return file
 
     async def write(self, batch: OutgoingBatch) -> None:
-        async def attempt(timeout: float) -> None:
-            await trio.to_thread.run_sync(self._write, batch)
-
-        deadline = trio.current_time() + self.config.retry.max_elapsed
-        try:
-            await call_with_retry(attempt, self.config.retry, self.config.request_timeout, deadline)
-        except RetriesExhausted as error:
-            raise DeliveryError(f"{self.where()}: batch {batch.seq} not written: {error}") from None
+        # A RetryableError raised here is retried by the pipeline under this sink's ``retry`` keys.
+        await trio.to_thread.run_sync(self._write, batch)
 
     def _write(self, batch: OutgoingBatch) -> None:
         assert self._file is not None
@@ -72,7 +72,7 @@ class CsvKernelSink(Sink):
         rows = []
         for event in decoded.events:
             self.tags[type(event).__struct_config__.tag] += 1
-            if isinstance(event, Kernel):
+            if isinstance(event, events.Kernel):
                 rows.append([
                     batch.resource.pid if batch.resource else "", batch.resource.host if batch.resource else "",
                     batch.seq, event.name, event.device_id, event.stream_id, event.start + offset,

@@ -1,0 +1,198 @@
+"""The intake: where sources hand events to the pipeline, from any thread.
+
+A deque of encoded chunks bounded by the pipeline's memory budget in bytes. When a chunk does not
+fit, the full policy applies: ``drop_newest`` refuses the chunk, ``drop_oldest`` evicts queued
+chunks until it fits, ``block`` makes the emitting thread wait for space. Every dropped event is
+counted. ``emit`` never calls into trio beyond one ``run_sync_soon`` wake-up per idle period, so a
+CUPTI thread handing over a buffer's events returns at once.
+
+Control events (losses, errors, self-stats) skip the byte budget but have their own small cap, so
+the accounting always gets through while a flood of errors cannot grow memory without bound.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from cuptistream.codec import Chunk
+from cuptistream.config import FullPolicy
+from cuptistream.events import Error, Event
+from cuptistream.plugin import Emitter
+
+if TYPE_CHECKING:
+    from cuptistream.pipeline.producers import Producer
+
+CONTROL_CAP_EVENTS = 10_000
+
+
+class Intake(Emitter):
+    """``stage`` names this queue in its ``Loss`` events: ``intake`` in the collector, ``probe`` for
+    the observed process's own queue, so each stage's drops add up against its own ``events_in``."""
+
+    def __init__(
+        self, budget_bytes: int, policy: FullPolicy, now_ns: Callable[[], int], stage: str = "intake"
+    ) -> None:
+        self.stage = stage
+        self.budget_bytes = budget_bytes
+        self.policy = policy
+        self._now_ns = now_ns  # event clock, for Error timestamps
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._chunks: deque[Chunk] = deque()
+        self._queued_bytes = 0
+        self._control: list[tuple[Producer | None, Sequence[Event]]] = []
+        self._control_events = 0
+        self._closed = False
+        self._wake: Callable[[], None] | None = None
+        self._wake_pending = False
+        self.events_in = 0
+        self.bytes_in = 0
+        self.events_out = 0
+        self.bytes_out = 0
+        self.errors_reported = 0  # Error events reported (for the live status line)
+        # (stage, reason, unit) -> count; read and reset by the pipeline's loss reporter
+        self.losses: Counter[tuple[str, str, str]] = Counter()
+
+    # --- producer side (any thread) ----------------------------------------------------------
+
+    def emit_chunk(self, chunk: Chunk) -> None:
+        with self._lock:
+            self.events_in += chunk.count
+            self.bytes_in += chunk.nbytes
+            if self._closed:
+                self.losses[self.stage, "closed", "events"] += chunk.count
+                return
+            if not self._make_room(chunk):
+                self.losses[self.stage, "queue_full", "events"] += chunk.count
+                return
+            self._chunks.append(chunk)
+            self._queued_bytes += chunk.nbytes
+            wake = self._claim_wake()
+        if wake is not None:
+            wake()
+
+    def _make_room(self, chunk: Chunk) -> bool:
+        """Apply the full policy with the lock held. False: the chunk is dropped."""
+        fits = self._queued_bytes + chunk.nbytes <= self.budget_bytes
+        if fits or not self._chunks:
+            return True  # an empty queue always takes one chunk, however large
+        if self.policy == "drop_newest":
+            return False
+        if self.policy == "drop_oldest":
+            while self._chunks and self._queued_bytes + chunk.nbytes > self.budget_bytes:
+                old = self._chunks.popleft()
+                self._queued_bytes -= old.nbytes
+                self.losses[self.stage, "queue_full", "events"] += old.count
+            return True
+        while self._chunks and self._queued_bytes + chunk.nbytes > self.budget_bytes and not self._closed:
+            self._space.wait()
+        return not self._closed
+
+    def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
+        if count > 0:
+            with self._lock:
+                self.losses[stage, reason, unit] += count
+
+    def report_error(
+        self,
+        origin: str,
+        message: str,
+        severity: str = "error",
+        result_code: int = 0,
+        producer: Producer | None = None,
+    ) -> None:
+        try:
+            timestamp = self._now_ns()
+        except Exception:
+            timestamp = time.time_ns()
+        error = Error(
+            severity=severity, origin=origin, message=message, timestamp=timestamp, result_code=result_code
+        )
+        self.errors_reported += 1
+        self.emit_control([error], producer)
+
+    def for_producer(self, producer: Producer) -> Emitter:
+        """An emitter whose events and errors are ``producer``'s (the collector's connections)."""
+        return _ProducerEmitter(self, producer)
+
+    def emit_control(self, events: Sequence[Event], producer: Producer | None = None) -> None:
+        """Events outside the byte budget (errors, accounting) of ``producer`` (None: the collector)."""
+        with self._lock:
+            room = CONTROL_CAP_EVENTS - self._control_events
+            if room < len(events):
+                self.losses["control", "queue_full", "events"] += len(events) - max(room, 0)
+                events = events[: max(room, 0)]
+            if events:
+                self._control.append((producer, events))
+                self._control_events += len(events)
+            wake = self._claim_wake()
+        if wake is not None:
+            wake()
+
+    def _claim_wake(self) -> Callable[[], None] | None:
+        if self._wake is None or self._wake_pending:
+            return None
+        self._wake_pending = True
+        return self._wake
+
+    # --- consumer side (the pipeline's trio thread) ------------------------------------------
+
+    def set_waker(self, wake: Callable[[], None] | None) -> None:
+        """``wake`` is called (outside the lock, at most once until the next ``take``) when data arrives."""
+        with self._lock:
+            self._wake = wake
+            self._wake_pending = False
+
+    def take(
+        self, max_chunks: int = 64
+    ) -> tuple[list[Chunk], list[tuple[Producer | None, Sequence[Event]]]]:
+        """Remove up to ``max_chunks`` chunks and all control events (by producer). Frees room for
+        blocked emitters."""
+        with self._lock:
+            chunks = [self._chunks.popleft() for _ in range(min(max_chunks, len(self._chunks)))]
+            freed = sum(c.nbytes for c in chunks)
+            self._queued_bytes -= freed
+            self.events_out += sum(c.count for c in chunks)
+            self.bytes_out += freed
+            control, self._control = self._control, []
+            self._control_events = 0
+            if not self._chunks and not self._control:
+                self._wake_pending = False
+            if chunks:
+                self._space.notify_all()
+            return chunks, control
+
+    def close(self) -> None:
+        """Refuse further chunks (counted as lost) and release blocked emitters."""
+        with self._lock:
+            self._closed = True
+            self._space.notify_all()
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def pop_losses(self) -> Counter[tuple[str, str, str]]:
+        with self._lock:
+            losses, self.losses = self.losses, Counter()
+            return losses
+
+
+class _ProducerEmitter(Emitter):
+    def __init__(self, intake: Intake, producer: Producer) -> None:
+        self._intake = intake
+        self._producer = producer
+
+    def emit_chunk(self, chunk: Chunk) -> None:
+        chunk.producer = self._producer
+        self._intake.emit_chunk(chunk)
+
+    def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
+        self._intake.report_loss(stage, reason, count, unit)
+
+    def report_error(self, origin: str, message: str, severity: str = "error", result_code: int = 0) -> None:
+        self._intake.report_error(origin, message, severity, result_code, self._producer)

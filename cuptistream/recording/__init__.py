@@ -1,0 +1,3 @@
+"""Recordings: how batches are framed (``framing``), written as segments (``segments``), read back
+tolerantly (``reader``, ``kafka_reader``), repaired (``repair``), and shown as JSON Lines or flat
+rows (``jsonl``, ``rows``)."""
