@@ -15,10 +15,8 @@ like keep working.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from cuptistream.recording.reader import Damage
+from collections.abc import Callable
+from typing import Any
 
 
 class UserError(Exception):
@@ -113,7 +111,7 @@ class DeliveryError(Exception):
 class DamageError(UserError):
     """Raised instead of ``DamageWarning`` when reading with ``strict=True``."""
 
-    def __init__(self, damage: Damage) -> None:
+    def __init__(self, damage: Any) -> None:  # a cuptistream.recording.reader.Damage
         super().__init__(damage.describe())
         self.damage = damage
         self.tail = damage
@@ -127,14 +125,14 @@ class CuptiError(RuntimeError):
     """A CUPTI call failed. ``code`` is the ``CUptiResult``; ``call`` the function's name; ``text``
     what went wrong (CUPTI's name for ``code`` unless the caller knows better)."""
 
+    # CUPTI's name for a result code; ``cuptistream.cupti.library`` installs the real one (it imports
+    # this module, so this module cannot import it).
+    result_name: Callable[[int], str] = staticmethod(lambda code: f"CUPTI result {code}")
+
     def __init__(self, call: str, code: int, text: str | None = None) -> None:
         self.call = call
         self.code = code
-        if text is None:
-            from cuptistream.cupti.library import result_name  # lazy: the CUPTI layer imports this module
-
-            text = result_name(code)
-        super().__init__(f"{call} failed: {text} (CUptiResult {code})")
+        super().__init__(f"{call} failed: {text or CuptiError.result_name(code)} (CUptiResult {code})")
 
 
 class LibraryNotFoundError(NoGpuError):

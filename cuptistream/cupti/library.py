@@ -60,6 +60,9 @@ def result_name(code: int) -> str:
     return f"CUPTI result {code}"
 
 
+CuptiError.result_name = staticmethod(result_name)  # messages name the code as CUPTI does
+
+
 # --- loading ------------------------------------------------------------------------------------
 
 _u32p, _sizep = POINTER(c_uint32), POINTER(c_size_t)
