@@ -16,6 +16,7 @@ from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the f
 from cuptistream import events as ev
 from cuptistream.analysis.compare import Comparer, IntervalResult
 from cuptistream.analysis.compare_read import GpuWork
+from cuptistream.analysis.compare_report import JsonWriter, TextWriter
 from cuptistream.analysis.outliers import METRICS, Rule, flag
 from cuptistream.cli import main
 from cuptistream.cupti.names import demangle
@@ -54,7 +55,8 @@ def _json(args: list[str], tmp_path: Path) -> dict:
 
 def test_flags_the_slowed_rank_and_names_its_kernel(slowed: Path, slow_kernel: str, tmp_path: Path) -> None:
     result = _json([str(slowed / "node*" / "out")], tmp_path)  # a glob across the two nodes
-    assert set(result) == {"rule", "intervals", "total", "outliers", "meta"}
+    assert set(result) == {"rule", "intervals", "total", "outliers", "ignored", "shared_devices", "meta"}
+    assert result["ignored"] == [] and result["shared_devices"] == []  # no device UUIDs in the fixture
     rule = result["rule"]
     assert rule["threshold"] == 3.5 and rule["min_relative"] == 0.02 and rule["metrics"] == list(METRICS)
     assert "MAD" in rule["z"] and "median" in rule["flag_when"]
@@ -302,3 +304,155 @@ def test_follow_prints_a_line_when_a_rank_becomes_an_outlier(
 def test_follow_needs_one_kafka_topic(even: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", str(even / "node0" / "out"), "--follow"]) == 2
     assert "--follow reads one kafka://" in capsys.readouterr().err
+
+
+# --- processes that are not ranks, and ranks that share a GPU -----------------------------------
+
+H100 = ev.DeviceInfo(
+    device_id=0, name="NVIDIA H100 80GB HBM3", uuid="GPU-0c1d2e3f-0000-0000-0000-000000000000"
+)
+EMPTY = np.empty(0, np.int64)
+
+
+def _kernels(
+    rank: int | None,
+    pid: int,
+    kernels: dict[str, tuple[int, int]],
+    *,
+    shared: bool = False,
+    start: int = 10**18,
+) -> GpuWork:
+    """One batch: ``kernels`` name -> (count, total ns), laid end to end from ``start``."""
+    resource = ev.Resource(host="vm", pid=pid, process_name="python", command_line=[], rank=rank,
+                           devices=[H100] if shared else [])  # fmt: skip
+    names: list[str] = []
+    durations: list[int] = []
+    for name, (count, total) in kernels.items():
+        names += [name] * count
+        durations += [total // count + (i < total % count) for i in range(count)] if count else []
+    ends = start + np.cumsum(np.array(durations, np.int64))
+    starts = ends - np.array(durations, np.int64)
+    return GpuWork(resource, start, starts, ends, names, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, [])
+
+
+def _compare(works: list[GpuWork], **options: object) -> dict:
+    """The JSON ``compare`` writes for ``works``."""
+    comparer = Comparer(lambda _: None, **options)  # type: ignore[arg-type]
+    for work in sorted(works, key=lambda w: w.first):
+        comparer.add_work(work)
+    result = comparer.finish()
+    out = io.StringIO()
+    writer = JsonWriter(out, comparer.rule)
+    writer.finish(result, {})
+    text = io.StringIO()
+    TextWriter(text, comparer.rule).finish(result, {})
+    return {
+        **json.loads(out.getvalue().replace('"intervals": [\n]', '"intervals": []')),
+        "text": text.getvalue(),
+    }
+
+
+def test_idle_and_rankless_processes_are_not_compared() -> None:
+    """torchrun's launcher (no rank, no GPU work) and a rank-less helper that did GPU work are listed
+    in ``ignored``, not flagged; without any rank, processes are compared by pid, idle ones ignored."""
+    same = {"gemm": (100, 1_000_000_000), "tanh": (100, 500_000_000)}
+    ranks = [_kernels(r, 100 + r, same) for r in range(4)]
+    launcher = _kernels(None, 99, {})
+    helper = _kernels(None, 98, {"gemm": (5, 50_000_000)})
+    result = _compare([*ranks, launcher, helper])
+    assert [r["rank"] for r in result["total"]["ranks"]] == [f"rank {i}" for i in range(4)]
+    assert result["outliers"] == [] and result["total"]["flags"] == []
+    ignored = {i["rank"]: i for i in result["ignored"]}
+    assert set(ignored) == {"pid 98@vm", "pid 99@vm"}
+    assert ignored["pid 99@vm"]["reason"] == (
+        "no rank, while 4 process(es) carry one: not a rank of the job; "
+        "no GPU work over the span (no kernel, copy or memset)"
+    )
+    assert ignored["pid 98@vm"]["kernels"] == 5 and "no GPU work" not in ignored["pid 98@vm"]["reason"]
+    line = next(line for line in result["text"].splitlines() if line.startswith("ignored"))
+    assert "pid 99@vm" in line and "pid 98@vm" in line
+    # No process carries a rank: grouped by pid, the idle one ignored, the rest compared.
+    pids = _compare([*(_kernels(None, 100 + r, same) for r in range(4)), _kernels(None, 99, {})])
+    assert [r["rank"] for r in pids["total"]["ranks"]] == [f"pid {100 + r}@vm" for r in range(4)]
+    assert [i["rank"] for i in pids["ignored"]] == ["pid 99@vm"] and pids["outliers"] == []
+    # A rank that did no GPU work at all is named in ``ignored``, not compared.
+    idle_rank = _compare([*ranks, _kernels(4, 104, {})])
+    assert [i["rank"] for i in idle_rank["ignored"]] == ["rank 4"]
+
+
+def _sliced(rank: int, *, inflate: float = 1.0, extra: int = 0) -> GpuWork:
+    """A rank of a job whose 4 ranks share one GPU: the same work, its kernels ``inflate``d as
+    time-slicing does, and ``extra`` launches of a kernel only it runs (0.03 ms each)."""
+    kernels = {"sgemm": (10_000, round(4.5e9 * inflate)), "tanh": (10_000, round(3.0e9 * inflate))}
+    if extra:
+        kernels["nvjet_sm90_hsh"] = (extra, extra * 30_000)
+    return _kernels(rank, 100 + rank, kernels, shared=True)
+
+
+def test_shared_gpu_compares_kernel_time_on_the_work_basis() -> None:
+    """Rank 0's kernels take 27 % longer from time-slicing alone (as on the H100 run) while rank 2
+    launches 15,000 extra matmuls (+6 %): only rank 2 is flagged, with the extra kernel first."""
+    launcher = _kernels(None, 99, {}, shared=True)
+    works = [
+        _sliced(0, inflate=1.27),
+        _sliced(1),
+        _sliced(2, extra=15_000),
+        _sliced(3, inflate=0.97),
+        launcher,
+    ]
+    result = _compare(works)
+    (shared,) = result["shared_devices"]
+    assert shared["uuid"] == H100.uuid and shared["ranks"] == [f"rank {i}" for i in range(4)]
+    assert "work basis" in shared["rule"] and "shared GPU" in result["text"]
+    assert "ranks sharing a GPU" in Rule().text() and result["rule"]["shared_device"] == shared["rule"]
+    assert [o["rank"] for o in result["outliers"]] == ["rank 2"]
+    outlier = result["outliers"][0]
+    metrics = {m["metric"]: m for m in outlier["metrics"]}
+    assert set(metrics) == {"compute_ns", "kernels"}  # busy is time-sliced: not flagged on a shared GPU
+    assert metrics["compute_ns"]["basis"] == "work" and metrics["compute_ns"]["direction"] == "high"
+    assert metrics["compute_ns"]["relative"] == pytest.approx(0.45e9 / 7.5e9, abs=1e-3)
+    assert outlier["cause"].startswith("straggler: more compute-kernel time (+6 %, work basis: shared GPU)")
+    assert outlier["kernels_longer"][0]["name"] == "nvjet_sm90_hsh"
+    assert outlier["kernels_longer"][0]["median_count"] == 0
+    # The same job without the extra work: nobody is flagged, though rank 0's kernels take 27 % longer.
+    clean = _compare([_sliced(0, inflate=1.27), _sliced(1), _sliced(2), _sliced(3, inflate=0.97), launcher])
+    assert clean["outliers"] == [] and clean["total"]["flags"] == []
+    # On GPUs of their own the same durations are measured as they are: rank 0 is flagged.
+    own = [_kernels(r, 100 + r, {"sgemm": (10_000, round(4.5e9 * f)), "tanh": (10_000, round(3.0e9 * f))})
+           for r, f in enumerate([1.27, 1.0, 1.0, 0.97])]  # fmt: skip
+    assert [o["rank"] for o in _compare(own)["outliers"]] == ["rank 0"]
+
+
+H100_RUNS = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-25-h100" / "final"
+
+
+@pytest.mark.parametrize("percent", [0, 5, 10, 20])
+def test_gpu_acceptance_checks_on_the_recorded_h100_runs(percent: int) -> None:
+    """The GPU test's assertions (``tests/gpu/test_compare_gpu.py``) on the first H100 run, rebuilt
+    from its recorded totals: per rank, each top kernel's time, the rest of its compute time as one
+    kernel, its kernel count; the injected kernel's launches from the workload; the launcher process."""
+    from tests.gpu.test_compare_gpu import check_clean, check_slow
+
+    recorded = json.loads((H100_RUNS / f"compare_slow_rank_{percent}.json").read_text())
+    workload, old = recorded["workload"], recorded["compare"]
+    injected = next((k for k in old["total"]["top_kernels"] if k.startswith("nvjet")), None)
+    works = []
+    for row in old["total"]["ranks"]:
+        if row["rank_id"] is None:
+            works.append(_kernels(None, row["pids"][0], {}, shared=True))  # the launcher
+            continue
+        n_injected = workload[row["rank_id"]]["injected_matmuls"]
+        kernels = {}
+        for name, ns in row["top_kernels"].items():
+            count = n_injected if name == injected else 1
+            if count and ns:
+                kernels[name] = (count, ns)
+        rest_ns = row["compute_ns"] - sum(ns for _, ns in kernels.values())
+        kernels["the other kernels"] = (row["kernels"] - sum(c for c, _ in kernels.values()), rest_ns)
+        works.append(_kernels(row["rank_id"], row["pids"][0], kernels, shared=True))
+    result = _compare(works)
+    assert [i["rank"] for i in result["ignored"]] == [r["rank"] for r in old["total"]["ranks"][4:]]
+    if percent == 0:
+        check_clean(result, workload)
+    else:
+        check_slow(result, workload)

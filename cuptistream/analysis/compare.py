@@ -7,7 +7,14 @@ per (interval, rank) and one per rank for the whole span; an interval is closed,
 to ``on_interval`` once the merged stream is ``lateness`` past its end, then dropped. Memory grows
 with the number of ranks and of distinct kernel names, not with the span.
 
-Ranks are ``resource.rank``, or the (host, pid) of a process without one. A kernel is NCCL when its
+Ranks are ``resource.rank``, or the (host, pid) of a process without one. Not compared, and listed
+in ``CompareResult.ignored``: a process that did no GPU work (no kernel, copy or memset; e.g.
+torchrun's launcher, which imports torch and so gets a probe), and, when some processes carry a
+rank, every process without one (it is not a rank of the job). Intervals decide this with what has
+been seen so far; the whole span with everything.
+
+Ranks whose batches name the same GPU (``DeviceInfo.uuid``) share it; ``CompareResult.shared_devices``
+lists them and the rule compares them on the work basis (``outliers.work_basis``). A kernel is NCCL when its
 name contains ``nccl`` (any case); every other kernel is compute. Busy is the union of a rank's
 kernels, copies and memsets over all its devices (overlap counts once), as a fraction of the span
 of every rank's GPU work in the interval (one denominator for all ranks). A kernel's time counts in
@@ -26,7 +33,7 @@ counts in the whole-span totals and in ``late_events``, not in its interval's ro
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +43,15 @@ from cuptistream import events as ev
 from cuptistream.analysis.aggregate import IntervalUnion, KeyIndex
 from cuptistream.analysis.compare_read import GpuWork, gpu_work
 from cuptistream.analysis.names import DisplayNames
-from cuptistream.analysis.outliers import Flag, Rule, cause, flag_all, kernel_differences
+from cuptistream.analysis.outliers import (
+    SHARED_RULE,
+    Flag,
+    Rule,
+    cause,
+    flag_all,
+    kernel_differences,
+    work_basis,
+)
 from cuptistream.analysis.records import Part
 from cuptistream.analysis.select import Selection
 
@@ -75,6 +90,8 @@ class Tally:
         self.kernel_count = np.zeros(0, np.int64)
         self.busy = IntervalUnion() if busy else None
         self.busy_ns = 0  # whole span: the sum of the closed intervals' busy time
+        self.lo: int | None = None  # the span of the rank's GPU work (the interval's, or the whole)
+        self.hi: int | None = None
         self.estimated = False  # a statistics input may set it (see the module docstring)
 
     def add_kernels(self, codes: np.ndarray, durations: np.ndarray, nccl: np.ndarray, n_names: int) -> None:
@@ -93,20 +110,24 @@ class Tally:
         self.copy_ns += int(durations.sum())
         self.copy_bytes += int(nbytes.sum())
 
+    def reach(self, lo: int, hi: int) -> None:
+        self.lo = lo if self.lo is None else min(self.lo, lo)
+        self.hi = hi if self.hi is None else max(self.hi, hi)
+
 
 @dataclass
 class _Interval:
     start: int
     end: int
     tallies: dict[RankKey, Tally] = field(default_factory=dict)
-    lo: int | None = None  # the span of every rank's GPU work inside the interval
-    hi: int | None = None
 
 
 @dataclass
 class _RankInfo:
     hosts: set[str] = field(default_factory=set)
     pids: set[int] = field(default_factory=set)
+    worked: bool = False  # any kernel, copy or memset
+    devices: dict[str, str] = field(default_factory=dict)  # uuid -> GPU name, of batches with GPU work
 
 
 @dataclass
@@ -123,7 +144,8 @@ class IntervalResult:
 
 @dataclass
 class CompareResult:
-    """The whole span: a row per rank, the flags, and per flagged rank its cause and kernels."""
+    """The whole span: a row per rank, the flags, and per flagged rank its cause and kernels;
+    the processes not compared (``ignored``) and the GPUs that ranks share (``shared_devices``)."""
 
     total: IntervalResult
     outliers: list[dict[str, Any]]
@@ -132,6 +154,8 @@ class CompareResult:
     late_events: int
     batches: int
     interval_ns: int
+    ignored: list[dict[str, Any]] = field(default_factory=list)
+    shared_devices: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Comparer:
@@ -146,6 +170,7 @@ class Comparer:
         rule: Rule | None = None,
         top: int = 5,
         names: DisplayNames | None = None,
+        devices: frozenset[int] | None = None,
     ) -> None:
         self.on_interval = on_interval
         self.interval_ns = interval_ns
@@ -153,6 +178,7 @@ class Comparer:
         self.rule = rule or Rule()
         self.top = top
         self.display = names or DisplayNames()
+        self.devices = devices  # the CUDA ordinals compared (``--device``); None: all
         self.codes = KeyIndex()  # kernel name as recorded -> code
         self._nccl = np.zeros(0, bool)  # by code
         self._open: dict[int, _Interval] = {}  # by interval index
@@ -160,8 +186,6 @@ class Comparer:
         self.whole: dict[RankKey, Tally] = {}
         self.ranks: dict[RankKey, _RankInfo] = {}
         self.flagged_intervals: dict[RankKey, int] = {}
-        self.first: int | None = None
-        self.last: int | None = None
         self.intervals = 0
         self.late_events = 0
         self.batches = 0
@@ -180,6 +204,10 @@ class Comparer:
         info.pids.add(work.resource.pid)
         if work.empty:
             return
+        info.worked = True
+        for device in work.resource.devices:
+            if device.uuid and (self.devices is None or device.device_id in self.devices):
+                info.devices[device.uuid] = device.name
         self.display.learn(work.carried)
         whole = self.whole[key]
         size = self.interval_ns
@@ -191,9 +219,7 @@ class Comparer:
         starts = np.concatenate([work.kernel_start, work.copy_start, work.memset_start])
         ends = np.concatenate([work.kernel_end, work.copy_end, work.memset_end])
         ends = np.clip(ends, starts, starts + _MAX_OP_NS)
-        lo, hi = int(starts.min()), int(ends.max())
-        self.first = lo if self.first is None else min(self.first, lo)
-        self.last = hi if self.last is None else max(self.last, hi)
+        whole.reach(int(starts.min()), int(ends.max()))
         kiv = work.kernel_start // size
         civ = work.copy_start // size
         for index in np.unique(np.concatenate([kiv, civ])).tolist():
@@ -243,9 +269,7 @@ class Comparer:
             tally = self._tally(interval, key)
             assert tally.busy is not None
             tally.busy.add(s, e)
-            lo, hi = int(s.min()), int(e.max())
-            interval.lo = lo if interval.lo is None else min(interval.lo, lo)
-            interval.hi = hi if interval.hi is None else max(interval.hi, hi)
+            tally.reach(int(s.min()), int(e.max()))
 
     def _interval(self, index: int) -> _Interval | None:
         if index < self._closed_below:
@@ -273,23 +297,75 @@ class Comparer:
     def _close(self, index: int) -> None:
         interval = self._open.pop(index)
         self.intervals += 1
-        span = (interval.hi - interval.lo) if interval.lo is not None and interval.hi is not None else 0
-        tallies = {key: interval.tallies.get(key) or Tally(busy=True) for key in self.ranks}
-        for key, tally in tallies.items():
+        for key, tally in interval.tallies.items():
             assert tally.busy is not None
             tally.busy_ns = tally.busy.total_ns
             self.whole[key].busy_ns += tally.busy_ns
-        result = self._result(interval.start, interval.end, span, tallies)
+        tallies = {key: interval.tallies.get(key) or Tally(busy=True) for key in self.compared()}
+        lo, hi = _reach(tallies.values())
+        result = self._result(interval.start, interval.end, hi - lo, tallies)
         for flagged in {f.rank for f in result.flags}:
             key = next(k for k in self.ranks if rank_label(k) == flagged)
             self.flagged_intervals[key] = self.flagged_intervals.get(key, 0) + 1
         self.on_interval(result)
 
+    def compared(self) -> list[RankKey]:
+        """The processes compared so far: those that did GPU work, and only ranks when some have one."""
+        ranked = any(len(key) == 1 for key in self.ranks)
+        return [k for k, info in self.ranks.items() if info.worked and (len(k) == 1 or not ranked)]
+
+    def ignored(self) -> list[dict[str, Any]]:
+        """The processes not compared, each with why."""
+        ranked = sum(len(key) == 1 for key in self.ranks)
+        out = []
+        for key, info in sorted(self.ranks.items(), key=lambda kv: _order(kv[0])):
+            why = []
+            if len(key) != 1 and ranked:
+                why.append(f"no rank, while {ranked} process(es) carry one: not a rank of the job")
+            if not info.worked:
+                why.append("no GPU work over the span (no kernel, copy or memset)")
+            if why:
+                tally = self.whole[key]
+                out.append(
+                    {"rank": rank_label(key), "hosts": sorted(info.hosts), "pids": sorted(info.pids),
+                     "kernels": tally.kernels, "copy_bytes": tally.copy_bytes, "reason": "; ".join(why)}
+                )  # fmt: skip
+        return out
+
+    def shared_devices(self, keys: Sequence[RankKey] | None = None) -> list[dict[str, Any]]:
+        """The GPUs (by UUID) that two or more of ``keys`` (default: the compared ones) ran work on."""
+        users: dict[str, list[RankKey]] = {}
+        names: dict[str, str] = {}
+        for key in self.compared() if keys is None else keys:
+            for uuid, name in self.ranks[key].devices.items():
+                users.setdefault(uuid, []).append(key)
+                names[uuid] = name
+        return [
+            {
+                "uuid": uuid,
+                "name": names[uuid],
+                "ranks": [rank_label(k) for k in sorted(ks, key=_order)],
+                "hosts": sorted({h for k in ks for h in self.ranks[k].hosts}),
+                "rule": SHARED_RULE,
+            }
+            for uuid, ks in sorted(users.items())
+            if len(ks) > 1
+        ]
+
     def _result(self, start: int, end: int, span: int, tallies: dict[RankKey, Tally]) -> IntervalResult:
         n = len(self.codes.keys_)
         matrix = np.zeros((len(tallies), n), np.int64)
+        counts = np.zeros((len(tallies), n), np.int64)
         for row, tally in enumerate(tallies.values()):
             matrix[row, : len(tally.kernel_ns)] = tally.kernel_ns[:n]
+            counts[row, : len(tally.kernel_count)] = tally.kernel_count[:n]
+        sharing = {label for d in self.shared_devices(list(tallies)) for label in d["ranks"]}
+        shared = [row for row, key in enumerate(tallies) if rank_label(key) in sharing]
+        keys = list(tallies)
+        work = {
+            rank_label(keys[row]): values
+            for row, values in work_basis(matrix, counts, self._nccl[:n], shared, self.rule).items()
+        }
         top = np.argsort(-matrix.sum(axis=0), kind="stable")[: self.top]
         top = top[matrix.sum(axis=0)[top] > 0]
         names = [self.display(self.codes.keys_[i]) for i in top.tolist()]
@@ -314,29 +390,32 @@ class Comparer:
                     "top_kernels": {name: int(mine[i]) for name, i in zip(names, top.tolist(), strict=True)},
                 }
             )
-        return IntervalResult(start, end, span, rows, flag_all(rows, self.rule), names)
+        return IntervalResult(start, end, span, rows, flag_all(rows, self.rule, work), names)
 
     def finish(self) -> CompareResult:
         """Close every open interval; the whole span's rows, flags and flagged ranks' kernels."""
         for index in sorted(self._open):
             self._close(index)
-        span = (self.last - self.first) if self.first is not None and self.last is not None else 0
-        total = self._result(self.first or 0, self.last or 0, span, dict(self.whole))
+        keys = self.compared()
+        whole = {key: self.whole[key] for key in keys}
+        lo, hi = _reach(whole.values())
+        total = self._result(lo, hi, hi - lo, whole)
         return CompareResult(
             total=total,
-            outliers=self._outliers(total.flags),
+            outliers=self._outliers(total.flags, keys),
             rule=self.rule,
             intervals=self.intervals,
             late_events=self.late_events,
             batches=self.batches,
             interval_ns=self.interval_ns,
+            ignored=self.ignored(),
+            shared_devices=self.shared_devices(keys),
         )
 
-    def _outliers(self, flags: Sequence[Flag]) -> list[dict[str, Any]]:
+    def _outliers(self, flags: Sequence[Flag], keys: list[RankKey]) -> list[dict[str, Any]]:
         if not flags:
             return []
         n = len(self.codes.keys_)
-        keys = list(self.whole)
         ns = np.zeros((len(keys), n), np.int64)
         counts = np.zeros((len(keys), n), np.int64)
         for row, key in enumerate(keys):
@@ -369,6 +448,13 @@ class Comparer:
         return out
 
 
+def _reach(tallies: Iterable[Tally]) -> tuple[int, int]:
+    """The span (lo, hi) of the tallies' GPU work; (0, 0) without any."""
+    los = [t.lo for t in tallies if t.lo is not None]
+    his = [t.hi for t in tallies if t.hi is not None]
+    return (min(los), max(his)) if los and his else (0, 0)
+
+
 def _order(key: RankKey) -> tuple[int, Any]:
     return (0, key[0]) if len(key) == 1 else (1, key[1:])
 
@@ -399,8 +485,9 @@ def compare_streams(
     **options: Any,
 ) -> CompareResult:
     """Compare the ranks in ``streams`` (``sources.Recordings.streams()``); ``options``: ``Comparer``'s."""
-    comparer = Comparer(on_interval, **options)
-    for work in merged_work(streams, selection or Selection()):
+    selection = selection or Selection()
+    comparer = Comparer(on_interval, devices=selection.devices, **options)
+    for work in merged_work(streams, selection):
         comparer.advance(work.first)
         comparer.add_work(work)
     return comparer.finish()

@@ -3,9 +3,10 @@
 Each writer gets every closed interval (``interval``) as it closes, then the whole span (``finish``),
 and writes as it goes, so its memory does not grow with the span either. Text shows one line per
 interval (its flags) and the whole span's table; JSON and CSV carry every row with raw integers (ns,
-bytes). JSON: ``{"rule", "intervals": [...], "total", "outliers", "meta"}``; CSV: one stream of
-tables, the first column naming the table (``interval``, ``total``, ``kernel``, ``outlier``), a
-header row starting each.
+bytes). JSON: ``{"rule", "intervals": [...], "total", "outliers", "ignored", "shared_devices",
+"meta"}``; CSV: one stream of tables, the first column naming the table (``interval``, ``total``,
+``kernel``, ``outlier``, ``ignored``, ``shared_device``), a header row starting each. The text names
+the ignored processes and the shared GPUs in one line each.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class Writer(Protocol):
 def _flag_text(f: Flag) -> str:
     rel = f"{100 * f.relative:+.1f} %" if f.relative is not None else f"{f.value:g} (median 0)"
     z = f"z {f.z:+.1f}" if f.z is not None else "MAD 0"
-    return f"{f.rank} {f.metric} {rel} ({z})"
+    basis = ", work basis" if f.basis == "work" else ""
+    return f"{f.rank} {f.metric} {rel} ({z}{basis})"
 
 
 def _clock(ns: int) -> str:
@@ -93,6 +95,17 @@ class TextWriter:
                 if (r["rank"], metric_of[i]) in flagged:
                     row[i] += " *"
         _table(out, header, cells)
+        if result.ignored:
+            out.write(
+                "ignored (not compared): "
+                + "; ".join(f"{i['rank']} ({i['reason']})" for i in result.ignored)
+                + "\n"
+            )
+        for d in result.shared_devices:
+            out.write(
+                f"shared GPU {d['uuid']}{' (' + d['name'] + ')' if d['name'] else ''} by "
+                f"{', '.join(d['ranks'])}: {d['rule']}\n"
+            )
         if total.top_kernels:
             out.write(f"\n== Top {len(total.top_kernels)} kernels: time per rank\n")
             for i, name in enumerate(total.top_kernels, 1):
@@ -157,6 +170,8 @@ class JsonWriter:
     def finish(self, result: CompareResult, meta: dict[str, Any]) -> None:
         self.out.write('\n],\n"total": ' + json.dumps(_interval_dict(result.total)))
         self.out.write(',\n"outliers": ' + json.dumps(result.outliers))
+        self.out.write(',\n"ignored": ' + json.dumps(result.ignored))
+        self.out.write(',\n"shared_devices": ' + json.dumps(result.shared_devices))
         self.out.write(',\n"meta": ' + json.dumps(meta) + "}\n")
 
 
@@ -210,6 +225,15 @@ class CsvWriter:
             top = o["kernels_longer"][0] if o["kernels_longer"] else {"name": "", "diff_ns": ""}
             metrics = " ".join(f"{m['metric']}:{m['direction']}" for m in o["metrics"])
             self.csv.writerow(["outlier", o["rank"], o["cause"], metrics, top["name"], top["diff_ns"]])
+        if result.ignored:
+            self.csv.writerow(["table", "rank", "hosts", "pids", "kernels", "reason"])
+            for i in result.ignored:
+                self.csv.writerow(["ignored", i["rank"], " ".join(i["hosts"]), " ".join(map(str, i["pids"])),
+                                   i["kernels"], i["reason"]])  # fmt: skip
+        if result.shared_devices:
+            self.csv.writerow(["table", "uuid", "name", "ranks", "rule"])
+            for d in result.shared_devices:
+                self.csv.writerow(["shared_device", d["uuid"], d["name"], " ".join(d["ranks"]), d["rule"]])
 
 
 WRITERS: dict[str, type[TextWriter] | type[JsonWriter] | type[CsvWriter]] = {

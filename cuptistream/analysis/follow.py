@@ -75,8 +75,8 @@ def compare_live(
     selection: Selection | None = None, now_ns: Callable[[], int] = time.time_ns, **options: Any,
 ) -> CompareResult:  # fmt: skip
     """Fold ``parts`` until they end or SIGINT; ``None`` closes what ended ``lateness`` before now."""
-    comparer = Comparer(on_interval, **options)
     sel = selection or Selection()
+    comparer = Comparer(on_interval, devices=sel.devices, **options)
     last = -(2**62)
     try:
         for part in parts:

@@ -9,6 +9,16 @@ to a fraction of a percent (MAD near 0, as on identical replicas) from being fla
 With MAD = 0 any rank that differs by ``min_relative`` or more is flagged. Fewer than ``min_ranks``
 (3) ranks have no majority to compare with, and nothing is flagged.
 
+Ranks that share a GPU (``shared``): the GPU time-slices their contexts, and a kernel's recorded
+duration includes the time the GPU ran other ranks' kernels while it was resident, unevenly (one
+rank's kernels can absorb 25 % more than another's doing the same work). For those ranks
+``busy_fraction`` and ``copy_ns`` are not flagged, and ``compute_ns`` and ``nccl_ns`` are compared on
+the *work basis* (``work_basis``): a kernel name the rank launches as often as the median rank
+(within ``min_relative``) counts the median rank's time for that name, since its difference is
+time-slicing; a name it launches more or less often, or alone, counts its own time. So a rank is
+flagged on kernel time only for work the others do not do. ``kernels`` and ``copy_bytes`` are counts
+and are compared as measured.
+
 Failure modes: a metric that is 0 on every rank (no NCCL kernels under gloo, no copies) flags
 nothing; when half or more of the ranks are slow, the median is a slow rank and the fast ones are
 flagged as "low" instead.
@@ -17,7 +27,7 @@ flagged as "low" instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +35,14 @@ import numpy as np
 # What each metric is, for the rule's statement and the causes.
 METRICS = ("busy_fraction", "compute_ns", "nccl_ns", "copy_ns", "copy_bytes", "kernels")
 _SCALE = 1.4826  # MAD -> standard deviation of normal data
+# Metrics that time-slicing makes unreliable on a shared GPU: not flagged for ranks that share one.
+SLICED = ("busy_fraction", "copy_ns")
+WORK_BASIS = ("compute_ns", "nccl_ns")
+SHARED_RULE = (
+    "busy_fraction and copy_ns not flagged (time-sliced); compute_ns and nccl_ns compared on the work "
+    "basis: a kernel name launched as often as by the median rank counts the median rank's time, "
+    "others their own"
+)
 
 
 @dataclass(frozen=True)
@@ -40,13 +58,14 @@ class Rule:
             "flag_when": f"|z| > {self.threshold} and |x - median| >= {self.min_relative:g} * |median|",
             **asdict(self),
             "metrics": list(METRICS),
+            "shared_device": SHARED_RULE,
         }
 
     def text(self) -> str:
         return (
             f"rule: flag a rank when |z| > {self.threshold:g}, z = (x - median) / (1.4826 * MAD) across "
             f"ranks, and it differs from the median by >= {100 * self.min_relative:g} %; "
-            f"needs >= {self.min_ranks} ranks"
+            f"needs >= {self.min_ranks} ranks; ranks sharing a GPU: {SHARED_RULE}"
         )
 
 
@@ -62,6 +81,7 @@ class Flag:
     z: float | None  # None: MAD is 0 (the rank differs from identical peers)
     relative: float | None  # (value - median) / median; None when the median is 0
     direction: str  # "high" or "low"
+    basis: str = "measured"  # "work": on a shared GPU, kernel time on the work basis (``work_basis``)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,16 +117,49 @@ def flag(metric: str, values: Mapping[str, float], rule: Rule) -> list[Flag]:
     return out
 
 
-def flag_all(rows: Sequence[Mapping[str, Any]], rule: Rule) -> list[Flag]:
-    """Every flag over ``METRICS`` for ``rows`` (one per rank, with ``rank`` and each metric)."""
+def flag_all(
+    rows: Sequence[Mapping[str, Any]], rule: Rule, work: Mapping[str, Mapping[str, float]] | None = None
+) -> list[Flag]:
+    """Every flag over ``METRICS`` for ``rows`` (one per rank, with ``rank`` and each metric).
+
+    ``work``: for the ranks that share a GPU (label -> ``WORK_BASIS`` metric -> value on the work
+    basis): their kernel time is compared on that basis and their ``SLICED`` metrics are not flagged.
+    """
+    work = work or {}
     flags: list[Flag] = []
     for metric in METRICS:
-        flags.extend(flag(metric, {str(r["rank"]): r[metric] for r in rows}, rule))
+        values = {str(r["rank"]): work.get(str(r["rank"]), {}).get(metric, r[metric]) for r in rows}
+        for f in flag(metric, values, rule):
+            if f.rank not in work:
+                flags.append(f)
+            elif metric in WORK_BASIS:
+                flags.append(replace(f, basis="work"))
+            elif metric not in SLICED:
+                flags.append(f)
     return flags
 
 
+def work_basis(
+    ns: np.ndarray, counts: np.ndarray, nccl: np.ndarray, shared: Sequence[int], rule: Rule
+) -> dict[int, dict[str, float]]:
+    """Kernel time on the work basis for the rows ``shared`` of ``ns`` and ``counts`` (rank x kernel
+    name; ``nccl``: which names are NCCL): a name launched as often as by the median rank (within
+    ``rule.min_relative``) counts the median rank's time for it, any other its own time."""
+    if not shared:
+        return {}
+    median_ns = np.median(ns, axis=0)
+    median_count = np.median(counts, axis=0)
+    out = {}
+    for row in shared:
+        same = np.abs(counts[row] - median_count) <= rule.min_relative * median_count
+        basis = np.where(same, median_ns, ns[row])
+        out[row] = {"compute_ns": float(basis[~nccl].sum()), "nccl_ns": float(basis[nccl].sum())}
+    return out
+
+
 def _pct(f: Flag) -> str:
-    return f"{100 * f.relative:+.0f} %" if f.relative is not None else f"{f.value:g} vs 0"
+    text = f"{100 * f.relative:+.0f} %" if f.relative is not None else f"{f.value:g} vs 0"
+    return text + (", work basis: shared GPU" if f.basis == "work" else "")
 
 
 def cause(flags: Sequence[Flag]) -> str:

@@ -338,12 +338,25 @@ class Pipeline:
                 distributor.cancel()  # what it holds is written off in the lanes
                 await distributor_exited.wait()
                 self._count_left_in_intake()
-                with trio.move_on_at(ends + close_s / 4):  # a lane that is moving finishes its batch
+                with trio.move_on_at(ends + close_s / 4):  # lanes that are moving go on a moment
                     for lane in self.lanes:
                         await lane.drained()
-                for lane in self.lanes:  # one still busy (a stuck write, not up yet) drops the rest
-                    busy = not lane.idle and not lane.stopped
-                    report.undelivered[lane.sink.name] = lane.stop("shutdown_deadline") if busy else 0
+                now = time.monotonic()
+                for lane in self.lanes:
+                    report.undelivered[lane.sink.name] = 0
+                    if lane.stopped or (lane.idle and _takes_writes(lane)):
+                        continue
+                    if _takes_writes(lane) and lane.writing_for(now) < close_s / 4:  # moving
+                        left = lane.abandon("shutdown_deadline", writing_too=False)  # its batch goes on
+                    else:  # a stuck write, a sink failing or not up: stopped, its write cancelled
+                        left = lane.stop("shutdown_deadline")
+                    report.undelivered[lane.sink.name] = left
+                with trio.move_on_at(ends + close_s * 3 / 4):  # cancelled writes unwind (at once,
+                    for lane in self.lanes:  # unless in a thread): what a sink counts lost as they do
+                        await lane.drained()  # belongs in the final accounting
+            for lane in self.lanes:  # a sink failing now would lose the final accounting after it:
+                if not lane.stopped and not _takes_writes(lane):  # count it in it instead
+                    lane.stop("sink_failing")
             reporter.cancel()
             final = self._final_accounting_chunk()
             with trio.move_on_at(max(ends + close_s / 2, trio.current_time() + close_s / 4)) as closing:
@@ -371,6 +384,12 @@ class Pipeline:
         )
         report.losses = {f"{s}/{r}": n for (s, r, _), n in sorted(self._all_losses.items()) if n}
         return report
+
+
+def _takes_writes(lane: SinkLane) -> bool:
+    """Whether ``lane``'s sink can still take a batch at shutdown: it is ok, or it holds or spools
+    what it gets while failing (``writes_while_connecting``, such as Kafka)."""
+    return lane.health.state == "ok" or lane.sink.writes_while_connecting
 
 
 class PipelineThread:

@@ -67,6 +67,7 @@ class SinkLane:
         self._closing = False
         self._flushing = False  # shutdown: deliver without waiting for max_latency
         self._write_scope = trio.CancelScope()  # the write under way; ``stop`` cancels it
+        self._write_began = 0.0  # time.monotonic() when it began
         self._seq = 0
         self.counters = StageStats()
         self._losses: Counter[tuple[str, str, str]] = Counter()
@@ -121,6 +122,10 @@ class SinkLane:
         """Return once nothing is queued and no write is under way."""
         while not self.idle:
             await self._wait_change()
+
+    def writing_for(self, now: float) -> float:
+        """Seconds the write under way has taken by ``now`` (``time.monotonic()``); 0 if none."""
+        return now - self._write_began if self._writing else 0.0
 
     @property
     def idle(self) -> bool:
@@ -191,6 +196,7 @@ class SinkLane:
         )
         self._seq += 1
         self._writing = count
+        self._write_began = time.monotonic()
         self._write_scope = scope = trio.CancelScope()
         try:
             with scope:
@@ -328,12 +334,12 @@ class SinkLane:
             self.counters.bytes_in += chunk.nbytes
         self._drop(chunk.count, reason)
 
-    def abandon(self, reason: str) -> int:
-        """Drop whatever is still queued, and the batch being written (shutdown deadline passed;
-        the lane is cancelled next). Returns the events dropped. A write that still finishes (one
-        a sink runs in a thread cannot be cancelled) is then counted delivered, not lost; the
-        returned count is not revised."""
-        writing = 0 if self._written_off else self._writing  # else written off already (``stop``)
+    def abandon(self, reason: str, *, writing_too: bool = True) -> int:
+        """Drop whatever is still queued, and (``writing_too``) the batch being written (shutdown
+        deadline passed; the lane is cancelled next). Returns the events dropped. A write that still
+        finishes (one a sink runs in a thread cannot be cancelled) is then counted delivered, not
+        lost; the returned count is not revised."""
+        writing = 0 if self._written_off or not writing_too else self._writing  # else: ``stop`` did
         if writing:
             self._written_off, self._abandon_reason = writing, reason
         dropped = self._queued_events + writing

@@ -2,9 +2,15 @@
 
 Four ranks share the GPU in lockstep (``tests/gpu/workloads/slow_rank.py``, torchrun, gloo) under
 ``cuptistream run``; one rank gets extra fp16 matmuls that make the job's step 5, 10 or 20 % longer. For
-each slowdown ``compare`` must flag that rank alone, on compute time, and name the injected kernel
-(a kernel only that rank launches) first among the kernels that take longer on it; a run without
-injection must flag nobody. About 4 minutes in all.
+each slowdown ``compare`` must flag that rank alone and name the injected kernel (a kernel only that
+rank launches) first among the kernels that take longer on it; a run without injection must flag
+nobody. The stated cause may be compute time (on the work basis: the four ranks share one GPU, which
+time-slices them, so ``compare`` says so in ``shared_devices``) or a different kernel count: the
+injected work shows as extra kernels either way. torchrun's launcher process (no rank, no GPU work)
+is listed in ``ignored``, not compared. About 4 minutes in all.
+
+``check_clean`` and ``check_slow`` are the assertions; ``tests/test_compare.py`` runs them on the
+recorded results of the first H100 run (``bench/results/2026-11-25-h100/final``).
 
 With ``CUPTISTREAM_GPU_RESULTS=DIR`` each run's ``compare`` JSON and the workload's calibration are
 written to ``DIR/compare_slow_rank_<pct>.json``.
@@ -67,23 +73,42 @@ def _run(tmp_path: Path, slowdown: float) -> tuple[dict[str, Any], list[dict[str
     return result, ranks
 
 
-def test_no_injection_flags_nobody(tmp_path: Path) -> None:
-    result, ranks = _run(tmp_path, 0.0)
+def _job(result: dict[str, Any]) -> None:
+    """The four ranks are compared, sharing one GPU; anything else (the launcher) is ignored."""
     assert [r["rank"] for r in result["total"]["ranks"]] == [f"rank {i}" for i in range(4)]
+    assert all(i["rank"].startswith("pid ") for i in result["ignored"]), result["ignored"]
+    (shared,) = result["shared_devices"]
+    assert shared["ranks"] == [f"rank {i}" for i in range(4)] and shared["uuid"].startswith("GPU-"), shared
+
+
+def check_clean(result: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
+    _job(result)
     assert len({w["steps"] for w in ranks}) == 1  # lockstep
     assert result["outliers"] == [], result["outliers"]
+    assert result["total"]["flags"] == [], result["total"]["flags"]
 
 
-@pytest.mark.parametrize("slowdown", [0.05, 0.10, 0.20])
-def test_names_the_slow_rank_and_the_injected_kernel(tmp_path: Path, slowdown: float) -> None:
-    result, ranks = _run(tmp_path, slowdown)
+def check_slow(result: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
+    _job(result)
     slow = ranks[SLOW_RANK]
     assert slow["n_extra"] >= 1 and slow["injected_matmuls"] == slow["n_extra"] * slow["steps"] + 21
     assert [o["rank"] for o in result["outliers"]] == [f"rank {SLOW_RANK}"], result["outliers"]
     outlier = result["outliers"][0]
-    compute = next(m for m in outlier["metrics"] if m["metric"] == "compute_ns")
-    assert compute["direction"] == "high"
-    assert outlier["cause"].startswith("straggler")
+    high = {m["metric"] for m in outlier["metrics"] if m["direction"] == "high"}
+    # The cause: more compute time, or more kernels (different work): on a time-sliced GPU the
+    # extra work shows as extra kernels, and its time on the work basis.
+    assert high & {"compute_ns", "kernels"}, outlier["metrics"]
+    assert outlier["cause"].startswith("straggler") or "different number of kernels" in outlier["cause"]
     top = outlier["kernels_longer"][0]
     # The injected kernel: only the slow rank launches it, once or more per injected matmul.
     assert top["median_count"] == 0 and top["rank_count"] >= slow["injected_matmuls"], top
+    assert top["median_ns"] == 0 and top["diff_ns"] == top["rank_ns"] > 0, top
+
+
+def test_no_injection_flags_nobody(tmp_path: Path) -> None:
+    check_clean(*_run(tmp_path, 0.0))
+
+
+@pytest.mark.parametrize("slowdown", [0.05, 0.10, 0.20])
+def test_names_the_slow_rank_and_the_injected_kernel(tmp_path: Path, slowdown: float) -> None:
+    check_slow(*_run(tmp_path, slowdown))
