@@ -8,7 +8,7 @@
   ``DeliveryError`` (a batch is lost; the pipeline does not retry it).
 - From the CUPTI layer and readers: ``CuptiError``, ``LayoutError``, ``JsonlError``.
 
-The modules where they used to live re-export them, so ``cuptistream.retry.RetryableError`` and the
+The modules where they used to live re-export them, so ``cuptistream.pipeline.retry.RetryableError`` and the
 like keep working.
 """
 
