@@ -27,35 +27,14 @@ from cuptistream.analysis.compare_report import TextWriter, _clock
 from cuptistream.analysis.outliers import Rule, cause
 from cuptistream.analysis.records import Part
 from cuptistream.analysis.select import Selection
-from cuptistream.errors import UserError
 
 
 def follow_kafka(url: str, *, poll_ms: int = 500, timeout_s: float = 5.0) -> Iterator[Part | None]:
     """Every batch of the topic from its beginning, then as they come; ``None`` after an empty poll."""
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaError
+    from cuptistream.recording.kafka_reader import message_batch, open_topic
 
-    from cuptistream.recording.kafka_reader import _decode, parse_url  # the reader's rules for each message
-
-    servers, topic = parse_url(url)
+    consumer, _ = open_topic(url, timeout_s)
     try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=servers, group_id=None, enable_auto_commit=False,
-            bootstrap_timeout_ms=int(timeout_s * 1000),
-            request_timeout_ms=max(int(timeout_s * 1000), 5000) + 1000,
-            max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
-        )  # fmt: skip
-    except KafkaError as error:
-        raise UserError(
-            f"{url}: no broker reachable within {timeout_s:g}s ({type(error).__name__})"
-        ) from None
-    try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise UserError(f"{url}: topic {topic!r} does not exist; start the job (or its sink) first")
-        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(assigned)
-        consumer.seek_to_beginning()
         while True:
             records = consumer.poll(timeout_ms=poll_ms)
             if not records:
@@ -63,8 +42,7 @@ def follow_kafka(url: str, *, poll_ms: int = 500, timeout_s: float = 5.0) -> Ite
                 continue
             for messages in records.values():
                 for message in messages:
-                    headers = {k: bytes(v) for k, v in (message.headers or [])}
-                    batch = _decode(headers, message.value)
+                    _, batch = message_batch(message)
                     yield Part(batch.resource, batch.clock.offset_ns, batch.events)
     finally:
         consumer.close()

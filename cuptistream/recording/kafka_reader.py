@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
@@ -54,9 +55,10 @@ def parse_url(url: str) -> tuple[list[str], str]:
     return [s for s in parts.netloc.split(",") if s], topic
 
 
-def iter_kafka_messages(url: str, timeout_s: float = 5.0) -> Iterator[KafkaMessage]:
-    """Every message of the topic, decoded. Raises ``UserError`` when the broker cannot be reached
-    within ``timeout_s``, the topic does not exist, or no progress is made for ``timeout_s``."""
+def open_topic(url: str, timeout_s: float) -> tuple[Any, list[Any]]:
+    """A consumer with every partition of the topic assigned, at its beginning; and the partitions.
+    Raises ``UserError`` when no broker answers within ``timeout_s`` or the topic does not exist.
+    The caller closes the consumer."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
@@ -78,10 +80,27 @@ def iter_kafka_messages(url: str, timeout_s: float = 5.0) -> Iterator[KafkaMessa
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
-            raise UserError(f"{url}: topic {topic!r} does not exist")
+            raise UserError(f"{url}: topic {topic!r} does not exist; start the job (or its sink) first")
         assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assigned)
         consumer.seek_to_beginning()
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer, assigned
+
+
+def message_batch(message: Any) -> tuple[dict[str, bytes], Batch]:
+    """A consumed record's headers and its batch, decoded by the rules above."""
+    headers = {k: bytes(v) for k, v in (message.headers or [])}
+    return headers, _decode(headers, message.value)
+
+
+def iter_kafka_messages(url: str, timeout_s: float = 5.0) -> Iterator[KafkaMessage]:
+    """Every message of the topic, decoded. Raises ``UserError`` when the broker cannot be reached
+    within ``timeout_s``, the topic does not exist, or no progress is made for ``timeout_s``."""
+    consumer, assigned = open_topic(url, timeout_s)
+    try:
         end = consumer.end_offsets(assigned)
         # A fetch returns whole record batches, so the position jumps past the last one in a go.
         waiting = {tp for tp in assigned if consumer.position(tp) < end[tp]}
@@ -95,10 +114,8 @@ def iter_kafka_messages(url: str, timeout_s: float = 5.0) -> Iterator[KafkaMessa
                 raise UserError(f"{url}: no progress for {timeout_s:g}s (partitions behind: {behind})")
             for tp, messages in records.items():
                 for message in messages:
-                    headers = {k: bytes(v) for k, v in (message.headers or [])}
-                    yield KafkaMessage(
-                        tp.partition, message.offset, message.key, headers, _decode(headers, message.value)
-                    )
+                    headers, batch = message_batch(message)
+                    yield KafkaMessage(tp.partition, message.offset, message.key, headers, batch)
             waiting = {tp for tp in waiting if consumer.position(tp) < end[tp]}
     finally:
         consumer.close()
