@@ -146,7 +146,6 @@ class ActivitySource(Source):
         self.device = gpus.device_name(0)
         self.cupti_version = driver.cupti_version()
         self._set_attributes(cfg)
-        wanted = [kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)]
         # Every kind's size, not only those enabled: CUPTI adds records of its own (overhead, ...).
         sizes = {spec.kind: size for spec in kinds.KINDS.values() if (size := driver.struct_size(spec.kind))}
         stream = OpenStream(
@@ -156,13 +155,13 @@ class ActivitySource(Source):
         )  # fmt: skip
         self.outlet = self.emitter.open_activity_stream(stream, int(cfg.buffer_size), cfg.buffer_pool_limit)
         self.callbacks = BufferCallbacks(self.outlet, self._report_dropped)
-        self._take_cupti(cfg, wanted)
+        self._take_cupti(cfg)
 
-    def _take_cupti(self, cfg: ActivitySourceConfig, wanted: list[kinds.KindSpec]) -> None:
+    def _take_cupti(self, cfg: ActivitySourceConfig) -> None:
         """Register the buffer callbacks, enable the kinds, then their API filters, start flushing."""
         assert self.callbacks is not None
         self.callbacks.register()
-        for spec in wanted:
+        for spec in (kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)):
             try:
                 # Device records are made at CUDA's initialization and context/stream records at
                 # creation: CUPTI attached later (the usual case) gets them only by a dump.
@@ -245,26 +244,26 @@ class ActivitySource(Source):
         with driver.translate_errors():
             try:
                 self._set_attributes(cfg)  # the other tool may have changed them
-                self._take_cupti(cfg, [kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)])
+                self._take_cupti(cfg)
             except BaseException:
-                lib = library.libcupti()
-                for kind in self._enabled:
-                    lib.cuptiActivityDisable(kind)
-                self._enabled.clear()
+                self._disable_kinds()
                 raise
         self._paused = False
 
-    def _hand_over(self) -> None:
-        self._started = False
+    def _disable_kinds(self) -> None:
         lib = library.libcupti()
         for kind in self._enabled:
             lib.cuptiActivityDisable(kind)
         self._enabled.clear()
+
+    def _hand_over(self) -> None:
+        self._started = False
+        self._disable_kinds()
         self._stopping.set()
         if self._flusher is not None:
             self._flusher.join()
             self._flusher = None
-        lib.cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
+        library.libcupti().cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
         dropped = self._read_dropped()
         if dropped:
             self._report_dropped(dropped)
@@ -290,10 +289,7 @@ class ActivitySource(Source):
         self._release()
 
     def _undo(self) -> None:
-        lib = library.libcupti()
-        for kind in self._enabled:
-            lib.cuptiActivityDisable(kind)
-        self._enabled.clear()
+        self._disable_kinds()
         self._release()
 
     def _release(self) -> None:

@@ -106,15 +106,15 @@ class CuptiSharing:
         holder, blocks_activity = self._foreign_holder()
         kept: list[Source] = []
         for source in sources:
-            if holder is not None and (blocks_activity or _needs_subscriber(source)):
-                self._stand_by(source, holder)
+            if holder is not None and _waits_for(source, blocks_activity):
+                self._standby[source] = holder
                 self._unstarted.add(source)
                 kept.append(source)
                 continue
             try:
                 source.start()
             except subscriber.SubscriberBusy as busy:
-                self._stand_by(source, busy.holder)
+                self._standby[source] = busy.holder
                 self._unstarted.add(source)
             except Exception as error:
                 self._disable(source, error)
@@ -125,7 +125,7 @@ class CuptiSharing:
         if self._standby:
             names = ", ".join(s.name for s in self._standby)
             who = self._name(next(iter(self._standby.values())))
-            self._say(
+            self._note(
                 f"CUPTI is held by {who}; {names} stand by and retry every {self._retry_s:g}s "
                 "(the program runs normally)"
             )
@@ -177,7 +177,7 @@ class CuptiSharing:
             self._running.clear()
         if tool not in self._said:
             self._said.add(tool)
-            self._say(f"stepping aside while {tool} uses CUPTI; tracing resumes when it stops")
+            self._note(f"stepping aside while {tool} uses CUPTI; tracing resumes when it stops")
 
     def take_back(self, tool: str) -> None:
         """The tool stopped: bring the paused sources back; stand by those it still blocks."""
@@ -187,7 +187,7 @@ class CuptiSharing:
                 return
             self._span = None
             for source in self._paused:
-                self._try_resume(source, fresh=True)
+                self._try_resume(source)
             self._paused.clear()
             self._finish_span(span)
             if self._standby:
@@ -195,7 +195,7 @@ class CuptiSharing:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _try_resume(self, source: Source, *, fresh: bool) -> bool:
+    def _try_resume(self, source: Source) -> bool:
         """Under the lock. True when the source runs again."""
         try:
             if isinstance(source, Yielding) and source not in self._unstarted:
@@ -203,8 +203,7 @@ class CuptiSharing:
             else:
                 source.start()
         except subscriber.SubscriberBusy as busy:
-            if fresh or source not in self._standby:
-                self._stand_by(source, busy.holder)
+            self._standby[source] = busy.holder
             return False
         except Exception as error:
             self._standby.pop(source, None)
@@ -214,9 +213,6 @@ class CuptiSharing:
         self._unstarted.discard(source)
         self._running.append(source)
         return True
-
-    def _stand_by(self, source: Source, holder: str) -> None:
-        self._standby[source] = holder
 
     def _finish_span(self, span: _Span) -> None:
         # Both ends on the clock CUPTI uses now: Kineto installs its own timestamp source at its
@@ -243,7 +239,7 @@ class CuptiSharing:
             key = f"kept:{','.join(standby)}"
             if key not in self._said:
                 self._said.add(key)
-                self._say(
+                self._note(
                     f"{span.tool} keeps CUPTI's callback subscriber after it stops; "
                     f"{', '.join(standby)} stand by and retry every {self._retry_s:g}s"
                 )
@@ -264,14 +260,14 @@ class CuptiSharing:
                     continue  # a yield is in progress; take_back decides
                 holder, blocks_activity = self._foreign_holder()
                 for source in list(self._standby):
-                    if holder is not None and (blocks_activity or _needs_subscriber(source)):
+                    if holder is not None and _waits_for(source, blocks_activity):
                         self._standby[source] = holder
-                        continue
-                    self._try_resume(source, fresh=False)
+                    else:
+                        self._try_resume(source)
                 if not self._standby and self._waiting is not None:
                     self._finish_span(self._waiting)
                     self._waiting = None
-                    self._say("CUPTI is free again; tracing started")
+                    self._note("CUPTI is free again; tracing started")
 
     def _foreign_holder(self) -> tuple[str | None, bool]:
         """Who holds CUPTI against us now (None: nobody), and whether activity tracing must wait too.
@@ -294,14 +290,13 @@ class CuptiSharing:
     def _name(holder: str) -> str:
         return repr(holder) if holder else "another CUPTI tool (it gave no name)"
 
-    def _say(self, message: str) -> None:
-        self._note(message)
 
-
-def _needs_subscriber(source: Source) -> bool:
-    """Most CUPTI sources register callbacks (state, callbacks) or arm a launch hook (PC sampling,
-    SASS); the activity source sets ``needs_subscriber = False``."""
-    return bool(getattr(source, "needs_subscriber", True))
+def _waits_for(source: Source, blocks_activity: bool) -> bool:
+    """Whether ``source`` must wait while another tool holds CUPTI. Most CUPTI sources register
+    callbacks (state, callbacks) or arm a launch hook (PC sampling, SASS), so they always wait; the
+    activity source sets ``needs_subscriber = False`` and waits only for a holder that may trace
+    activities (``blocks_activity``)."""
+    return blocks_activity or bool(getattr(source, "needs_subscriber", True))
 
 
 def _pause(source: Source) -> None:
