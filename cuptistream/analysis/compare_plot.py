@@ -12,8 +12,7 @@ import numpy as np
 
 from cuptistream.analysis.compare import CompareResult
 from cuptistream.analysis.outliers import METRICS
-from cuptistream.analysis.plot import _figure
-from cuptistream.errors import UserError
+from cuptistream.analysis.plot import _figure, output_directory, save
 
 _LABELS = {
     "busy_fraction": ("GPU busy", "%", 100.0),
@@ -27,11 +26,7 @@ _LABELS = {
 
 def plot_compare(result: CompareResult, directory: str | Path) -> list[Path]:
     """Write ``compare-<metric>.png`` for each metric to ``directory``; returns the paths."""
-    out = Path(directory)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"{out}: cannot create: {error.strerror}; choose another --plot DIR") from None
+    out = output_directory(directory, "--plot DIR")
     rows = result.total.rows
     labels = [r["rank"] for r in rows]
     written = []
@@ -49,10 +44,6 @@ def plot_compare(result: CompareResult, directory: str | Path) -> list[Path]:
         axes.set_xticks(range(len(rows)), labels, rotation=45 if len(rows) > 8 else 0, fontsize="small")
         axes.set_ylabel(unit)
         axes.set_title(f"{title} per rank (red: flagged)")
-        path = out / f"compare-{metric.removesuffix('_ns').replace('_', '-')}.png"
-        try:
-            figure.savefig(path)
-        except OSError as error:
-            raise UserError(f"{path}: cannot write: {error.strerror}; choose another --plot DIR") from None
-        written.append(path)
+        name = f"compare-{metric.removesuffix('_ns').replace('_', '-')}.png"
+        written.append(save(figure, out / name, "--plot DIR"))
     return written

@@ -87,6 +87,25 @@ def _figure(width: float = 10.0, height: float = 5.0) -> Figure:
     return figure
 
 
+def output_directory(directory: str | Path, option: str) -> Path:
+    """``directory``, created if needed. ``UserError`` naming ``option`` where it cannot be."""
+    out = Path(directory)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"{out}: cannot create: {error.strerror}; choose another {option}") from None
+    return out
+
+
+def save(figure: Figure, path: Path, option: str) -> Path:
+    """Write ``figure`` as a PNG at ``path``. ``UserError`` naming ``option`` where it cannot."""
+    try:
+        figure.savefig(path)
+    except OSError as error:
+        raise UserError(f"{path}: cannot write: {error.strerror}; choose another {option}") from None
+    return path
+
+
 def _empty(figure: Figure, title: str, message: str) -> None:
     axes = figure.add_subplot()
     axes.set_title(title)
@@ -184,11 +203,7 @@ def plot_all(
     (kernel and function names demangled unless ``mangled``)."""
     require_matplotlib()
     sel = selection or Selection()
-    out = Path(directory)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"{out}: cannot create: {error.strerror}; choose another -o DIR") from None
+    out = output_directory(directory, "-o DIR")
     summarizer = Summarizer(sel, mangled=mangled)
     for part in recording.parts():
         summarizer.add(part)
@@ -202,12 +217,4 @@ def plot_all(
     figures.append(("gpu-busy.png", busy_figure(timeline, labels)))
     figures.append(("top-kernels.png", kernels_figure(report, top)))
     figures.append(("stall-reasons.png", stalls_figure(summarizer, top)))
-    written = []
-    for name, figure in figures:
-        path = out / name
-        try:
-            figure.savefig(path)
-        except OSError as error:
-            raise UserError(f"{path}: cannot write: {error.strerror}; choose another -o DIR") from None
-        written.append(path)
-    return written
+    return [save(figure, out / name, "-o DIR") for name, figure in figures]
