@@ -348,6 +348,70 @@ class CuptiYield(Event, tag="cupti_yield"):
     reason: str = ""  # "tool_started": the tool started while we ran; "held_at_start": it held CUPTI first
 
 
+# --- statistics (computed by the collector from the records it decodes) ---------------------
+
+
+class Histogram(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A base-2 exponential histogram of durations in ns, in OTLP's layout: with
+    ``base = 2 ** (2 ** -scale)``, ``counts[k]`` holds the values in ``(base ** i, base ** (i + 1)]``
+    for ``i = offset + k``; values of 0 are in ``zero_count``."""
+
+    scale: int
+    offset: int = 0
+    counts: list[int] = []
+    zero_count: int = 0
+    min: int = 0
+    max: int = 0
+
+
+class ActivityStats(Event, tag="activity_stats"):
+    """What the traced records of one category add up to, per interval, device and name
+    (``statistics``; ``cuptistream.statistics``).
+
+    Where only part of the interval was traced (``activity.mode: budget`` windows, or a span left
+    to another tool), ``estimated`` is true and the ``estimated_*`` fields scale the measured ones
+    to the whole interval: ``measured x interval / traced_ns``. Otherwise they equal the measured ones.
+    """
+
+    interval_start: int  # CUPTI clock ns, a multiple of the interval
+    interval_end: int
+    device_id: int
+    category: str  # "kernel", "memcpy" or "memset"
+    name: str  # kernel name as recorded (``other`` past ``statistics.max_names``); copy kind; memory kind
+    count: int
+    total_ns: int
+    durations: Histogram
+    traced_ns: int  # how long within the interval this category was traced
+    estimated: bool = False
+    estimated_count: int = 0
+    estimated_total_ns: int = 0
+    bytes: int = 0  # memcpy and memset
+    estimated_bytes: int = 0
+    nccl: bool = False  # a NCCL kernel (its name starts with "nccl")
+
+
+class GpuStats(Event, tag="gpu_stats"):
+    """One device's interval: how busy it was while traced (``statistics``). Fractions are of the
+    traced time; with ``traced_fraction`` < 1 they are estimates for the whole interval."""
+
+    interval_start: int  # CUPTI clock ns
+    interval_end: int
+    device_id: int
+    traced_ns: int  # how long within the interval kernels were traced
+    traced_fraction: float
+    busy_ns: int  # union of kernel, copy and memset time within the traced time
+    busy_fraction: float
+    kernel_ns: int  # sum of kernel durations (overlapping kernels count each)
+    nccl_ns: int  # ... of NCCL kernels
+    copy_ns: int
+    memset_ns: int
+    kernels: int
+    copies: int
+    memsets: int
+    copy_bytes: int = 0
+    estimated: bool = False
+
+
 # --- accounting -----------------------------------------------------------------------------
 
 
@@ -405,6 +469,8 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     SassMetricBatch,
     GovernorDecision,
     CuptiYield,
+    ActivityStats,
+    GpuStats,
     Loss,
     SelfStats,
 ]

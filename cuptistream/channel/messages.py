@@ -85,7 +85,51 @@ class Goodbye(Message, tag="goodbye"):
     stats: dict[str, int] = {}
 
 
-AnyMessage = Union[Hello, OpenPool, OpenStream, Ready, LossReport, ErrorReport, ClockReading, Goodbye]  # noqa: UP007
+class TraceSpan(Message, tag="trace_span"):
+    """Probe -> collector: a span in which ``stream`` traced ``kinds``: sent when a window opens
+    (``end`` 0) and again when it closes, after the window's buffers were published. The collector's
+    statistics use the spans as their coverage; ``on_demand`` windows come from ``cuptistream trace``."""
+
+    stream: int
+    window: int  # the probe's window number (per stream)
+    start: int  # CUPTI clock ns
+    end: int = 0  # 0: still open
+    kinds: list[str] = []  # activity kind names traced in the span
+    on_demand: bool = False
+    request: int = 0  # the collector's OpenWindow.request this window answers
+
+
+class OpenWindow(Message, tag="open_window"):
+    """Collector -> probe: trace a full window of ``seconds`` now (``cuptistream trace --for``),
+    charged to no budget."""
+
+    request: int
+    seconds: float
+
+
+class WindowRecords(Message, tag="window_records"):
+    """Collector -> probe: what the collector decoded from one closed window: records per event type
+    (``kernel``, ``api``, ...) and the kernels' summed GPU time. The governor prices windows with it."""
+
+    stream: int
+    window: int
+    records: dict[str, int] = {}
+    kernel_ns: int = 0
+
+
+AnyMessage = Union[  # noqa: UP007
+    Hello,
+    OpenPool,
+    OpenStream,
+    Ready,
+    LossReport,
+    ErrorReport,
+    ClockReading,
+    Goodbye,
+    TraceSpan,
+    OpenWindow,
+    WindowRecords,
+]
 
 PROTOCOL = 1
 MAX_MESSAGE = 256 * 1024
