@@ -52,6 +52,9 @@ class OpenStream(Message, tag="open_stream"):
     demangle: bool = False
     capture: str = ""  # also write the raw buffers to this capture file (collector side)
     clock: ClockSync | None = None  # CUPTI's clock next to the Unix clock when the source started
+    # "all": forward every record; "on_demand": only those inside on-demand TraceSpans (statistics
+    # still see every record).
+    records: str = "all"
 
 
 class Ready(Message, tag="ready"):

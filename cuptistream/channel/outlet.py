@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import time
 
+from cuptistream.channel.messages import TraceSpan
 from cuptistream.channel.shm import SlotPool
 
 _SLOT_POLL_S = 0.001
@@ -36,6 +37,10 @@ class ActivityOutlet(abc.ABC):
 
     def owns(self, address: int) -> bool:
         return False
+
+    def mark(self, span: TraceSpan) -> None:  # noqa: B027 - optional hook
+        """Tell the collector that a trace span opened or closed, after every buffer completed
+        before this call (the statistics' coverage; ``cuptistream.probe.link`` keeps the order)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """The source is done: no buffer is taken or completed after this."""

@@ -26,6 +26,7 @@ from cuptistream.probe.link import ProbeLink
 
 _HOUSEKEEPING_S = 1.0  # losses, clock reading, reconnect attempts
 _SLOT_POLL_S = 0.001
+_SPAN_WAIT_S = 0.1
 
 
 class SlotOutlet(PoolOutlet):
@@ -47,6 +48,10 @@ class SlotOutlet(PoolOutlet):
         self.buffers += 1
         # Not sent (no collector now): the slot stays READY for the next collector's drain.
         self.link.post(self._ready)
+
+    def mark(self, span: messages.TraceSpan) -> None:
+        # Off CUPTI's threads (the window thread): a short wait for room rather than a lost span.
+        self.link.post(span, wait=_SPAN_WAIT_S)
 
     def reader_alive(self) -> bool:
         return self.link.alive()
