@@ -126,12 +126,10 @@ class ActivitySourceConfig(SourceConfig):
         for key in ("device_buffer_size", "device_buffer_pool_limit"):
             if (value := getattr(self, key)) is not None:
                 require_at_least(key, value, 1)
-        outside = [k for k in self.continuous if k not in self.kinds]
-        if outside:
-            raise ValueError(f"continuous: {outside[0]!r} is not in kinds; add it to kinds or remove it here")
-        outside = [k for k in self.window_kinds if k not in self.kinds]
-        if outside:
-            raise ValueError(f"window_kinds: {outside[0]!r} is not in kinds; add it to kinds or remove it here")
+        for key in ("continuous", "window_kinds"):
+            outside = [k for k in getattr(self, key) if k not in self.kinds]
+            if outside:
+                raise ValueError(f"{key}: {outside[0]!r} is not in kinds; add it to kinds or remove it here")
         if self.continuous and self.mode != "budget":
             raise ValueError("continuous applies to mode: budget only; remove it or set mode: budget")
         if not 0 < self.min_window <= self.window:
@@ -252,7 +250,8 @@ class ActivitySource(Source):
         cfg = self.config
         if cfg.mode == "full":
             return []
-        wanted = cfg.kinds if on_demand else (cfg.window_kinds or [k for k in cfg.kinds if k in GPU_WORK_KINDS])
+        gpu_work = [k for k in cfg.kinds if k in GPU_WORK_KINDS]
+        wanted = cfg.kinds if on_demand else (cfg.window_kinds or gpu_work)
         return [k for k in wanted if k not in self._base_kinds(cfg)]
 
     def _enable(self, names: list[str]) -> None:
