@@ -1,0 +1,245 @@
+"""``cuptistream trace --for``: a window on demand on a running job, with no GPU (issue 26).
+
+Real processes and sockets, no mocks: ``cuptistream run`` replays the committed H100 captures
+endlessly through its probes (``replay``, ``loops: 0``) into the file sink, and ``cuptistream
+trace`` runs from another process against it. The registry of running collectors is a fresh folder
+per test (``CUPTISTREAM_RUNTIME_DIR``), so tests running side by side do not see each other's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cuptistream
+from cuptistream.events import TraceWindow
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "cuptistream.cli"]
+REPLAY = {"type": "replay", "loops": 0, "interval": "20ms"}
+# The program: prints its pid (its probe is connected by then: ``probe.start: process`` starts it
+# before the program's first line), optionally starts a child that does the same with RANK=1, and
+# runs until its stdin closes.
+PROGRAM = """
+import os, subprocess, sys
+child = None
+if sys.argv[1:] == ["--child"]:
+    child = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "RANK": "1"})
+    print(os.getpid(), child.stdout.readline().strip(), flush=True)
+else:
+    print(os.getpid(), flush=True)
+sys.stdin.read()
+if child is not None:
+    child.stdin.close()
+    child.wait()
+"""
+
+
+@dataclass
+class Job:
+    run: subprocess.Popen[str]
+    pids: list[int]
+    out: Path
+    env: dict[str, str]
+
+    def trace(self, *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+        began = time.monotonic()
+        done = subprocess.run(
+            [*CLI, "trace", *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        return done, time.monotonic() - began
+
+
+def _env(runtime: Path) -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "CUPTISTREAM_RUNTIME_DIR": str(runtime), "RANK": "0"}
+
+
+@contextmanager
+def running_job(
+    tmp_path: Path, name: str, source: dict[str, Any], *, child: bool = False, **sink: Any
+) -> Iterator[Job]:
+    """``cuptistream run`` of PROGRAM with ``source`` into a file sink (``sink``: more of its keys),
+    until the block ends; then it drains."""
+    out = tmp_path / f"{name}-out"
+    config = tmp_path / f"{name}.json"
+    sinks = [{"type": "file", "directory": str(out), **sink}]
+    config.write_text(json.dumps({"sources": [source], "sinks": sinks}))
+    script = tmp_path / f"{name}.py"
+    script.write_text(PROGRAM)
+    env = _env(tmp_path / "runtime")
+    command = [*CLI, "run", "--quiet", "-c", str(config), "--", "python", str(script)]
+    run = subprocess.Popen(
+        command + (["--child"] if child else []), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert run.stdout is not None and run.stdin is not None
+    line = run.stdout.readline()
+    try:
+        assert line, run.stderr.read() if run.stderr else ""
+        yield Job(run, [int(pid) for pid in line.split()], out, env)
+    finally:
+        run.stdin.close()
+        try:
+            run.wait(60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+
+
+_LINE = re.compile(
+    r"^pid (\d+)(?: rank (\d+))?: window \d\d:\d\d:\d\d\.\d{3}-\d\d:\d\d:\d\d\.\d{3} UTC "
+    r"\((\d+\.\d\d) s\), (\d+) records delivered \(replay\)$"
+)
+
+
+def _lines(done: subprocess.CompletedProcess[str]) -> list[re.Match[str]]:
+    matches = [_LINE.match(line) for line in done.stdout.splitlines()]
+    assert all(matches), done.stdout
+    return [m for m in matches if m is not None]
+
+
+def _windows(out: Path) -> list[TraceWindow]:
+    with warnings.catch_warnings():  # read while written: the live file may end inside a frame
+        warnings.simplefilter("ignore")
+        return [e for e in cuptistream.read(out) if isinstance(e, TraceWindow)]
+
+
+def test_trace_delivers_a_window_of_a_running_job(tmp_path: Path) -> None:
+    # Batches wait up to 1.5 s for more events: returning at the window's close would be too early.
+    with running_job(tmp_path, "job", REPLAY, batch={"max_latency": "1500ms"}) as job:
+        done, took = job.trace("--for", "1s")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        (line,) = _lines(done)
+        assert int(line.group(1)) == job.pids[0] and line.group(2) == "0"
+        assert 0.9 <= float(line.group(3)) <= 1.5
+        records = int(line.group(4))
+        assert records > 0
+        # The window plus its delivery (at most the batch latency), not a shutdown, on a loaded
+        # two-core machine too.
+        assert took < 1.0 + 1.5 + 3.0, took
+        # Delivered means written: the file sink has the window's events now, while the job runs
+        # (its mark, the trace_window event, follows them in the process's batches).
+        now = [w for w in _windows(job.out) if w.request == 1]
+        assert now and sum(w.records for w in now) == records
+        done, _ = job.trace("--for", "300ms", "--format", "json")
+        assert done.returncode == 0, done.stderr
+        reply = json.loads(done.stdout)
+        assert reply["request"] == 2 and reply["error"] == "" and reply["waiting_for"] == []
+        assert [p["pid"] for p in reply["probes"]] == job.pids and reply["probes"][0]["problem"] == ""
+    assert job.run.returncode == 0, job.run.stderr.read() if job.run.stderr else ""
+    # The recording marks each window: one TraceWindow per replayed capture's stream, written after
+    # the window's events, their records adding up to what ``trace`` reported.
+    windows = _windows(job.out)
+    first = [w for w in windows if w.request == 1]
+    assert first and all(w.on_demand and w.source == "replay" and w.end > w.start for w in first)
+    assert sum(w.records for w in first) == records
+    assert len({w.window for w in first}) == 1 and all(w.kinds for w in first)
+    assert {w.request for w in windows} == {1, 2}
+
+
+def test_trace_picks_probes_by_pid_and_rank(tmp_path: Path) -> None:
+    with running_job(tmp_path, "two", REPLAY, child=True) as job:
+        parent, child = job.pids
+        done, _ = job.trace("--for", "300ms", "--pid", str(child))
+        assert done.returncode == 0, done.stderr
+        assert [(int(m.group(1)), m.group(2)) for m in _lines(done)] == [(child, "1")]
+        done, _ = job.trace("--for", "300ms", "--rank", "0")
+        assert done.returncode == 0, done.stderr
+        assert [int(m.group(1)) for m in _lines(done)] == [parent]
+        done, _ = job.trace("--for", "300ms")  # no choice: every probe
+        assert done.returncode == 0, done.stderr
+        assert sorted(int(m.group(1)) for m in _lines(done)) == sorted(job.pids)
+        # A pid that is not probed here: one line naming the probes there are, and nothing traced.
+        done, _ = job.trace("--for", "300ms", "--pid", "999999999")
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.count("\n") == 1 and "no probe with pid 999999999; connected: " in done.stderr
+        assert f"pid {child} (rank 1)" in done.stderr
+    windows = _windows(job.out)
+    assert {w.request for w in windows} == {1, 2, 3}
+
+
+def test_trace_errors_are_one_line(tmp_path: Path) -> None:
+    env = _env(tmp_path / "runtime")
+
+    def trace(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, "trace", *args], env=env, capture_output=True, text=True, timeout=60)
+
+    expected = {
+        ("--for", "1s"): "trace: no collector is running (none registered in ",
+        ("--for", "1s", "--collector", str(tmp_path / "none.sock")): "trace: no collector socket at ",
+        ("--for", "1s", "--collector", "4194999"): "trace: no collector with pid 4194999; none is running",
+        ("--for", "0s"): "trace: --for must be longer than 0s",
+        ("--for", "soon"): "trace: --for: expected a duration like 500ms or 2s, got 'soon'",
+        ("--for", "1s", "--rank", "one"): "trace: --rank takes ranks like 12 or 12,13, not 'one'",
+        ("--for", "1s", "--format", "yaml"): "trace: --format must be text or json, not 'yaml'",
+    }
+    for args, message in expected.items():
+        done = trace(*args)
+        assert done.returncode == 2 and done.stdout == "", (args, done)
+        assert done.stderr.startswith(f"cuptistream: {message}") and done.stderr.count("\n") == 1, (
+            args,
+            done,
+        )
+    # A probe whose sources cannot trace on demand (synthetic): said in one line, exit 1.
+    synthetic = {"type": "synthetic", "events": 0, "rate": 1000}
+    with running_job(tmp_path, "synthetic", synthetic) as job:
+        done, took = job.trace("--for", "1s")
+        assert done.returncode == 1 and done.stdout == "", done
+        assert done.stderr == (
+            f"cuptistream: trace: pid {job.pids[0]} rank 0: cannot trace on demand: none of its "
+            "sources opens windows (e.g. activity, replay)\n"
+        )
+        assert took < 5.0, took  # the probe answered at once: no waiting for the window
+        # Two collectors running: ``trace`` will not guess; it lists them in one line.
+        with running_job(tmp_path, "second", REPLAY) as second:
+            done, _ = second.trace("--for", "1s")
+            assert done.returncode == 2, done
+            assert "trace: 2 collectors are running; pick one with --collector PID: pid " in done.stderr
+            assert done.stderr.count("\n") == 1 and "python" in done.stderr
+            done, _ = second.trace("--for", "200ms", "--collector", str(second.run.pid))
+            assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_replay_window_closes_on_time_and_with_the_replay(late: bool) -> None:
+    """The replay source's side alone, through the in-process emitter: a window asked for while the
+    replay pauses between buffers closes at its end, not at the next buffer; one still open when the
+    replay stops closes with it. Without a collector the spans go nowhere, so this counts the calls."""
+    from cuptistream.channel.messages import TraceSpan
+    from sources.replay import ReplayConfig, ReplaySource
+    from tests.gpu.workloads.collect import Collect
+
+    source = ReplaySource(ReplayConfig(type="replay", loops=0, interval=0.5), Collect())
+    spans: list[TraceSpan] = []
+    source.start()
+    try:
+        for outlet in source._outlets:
+            outlet.send_trace_span = lambda span, wait=2.0: spans.append(span) or True  # type: ignore[method-assign]
+        streams = source.open_window(30.0 if late else 0.1, request=7)
+        assert streams == len(source._outlets) and len(spans) == streams
+        if not late:
+            time.sleep(0.4)  # shorter than the pause between buffers
+            assert len(spans) == 2 * streams, spans
+    finally:
+        source.stop()
+    assert len(spans) == 2 * streams
+    opens, closes = spans[:streams], spans[streams:]
+    assert all(s.end == 0 and s.on_demand and s.request == 7 for s in opens)
+    assert all(c.end > c.start == o.start for o, c in zip(opens, closes, strict=True))
+    with pytest.raises(RuntimeError, match="the replay has finished"):
+        source.open_window(1.0, request=8)
