@@ -243,3 +243,77 @@ def test_replay_window_closes_on_time_and_with_the_replay(late: bool) -> None:
     assert all(c.end > c.start == o.start for o, c in zip(opens, closes, strict=True))
     with pytest.raises(RuntimeError, match="the replay has finished"):
         source.open_window(1.0, request=8)
+
+
+def test_the_delivery_barrier_waits_for_every_sink() -> None:
+    """``Pipeline.holding_through``: the stages still holding chunks up to a mark, across producers
+    whose chunks a lane batches out of order, until the slowest sink has written them."""
+    import trio
+    from pipeline_helpers import MemorySink
+
+    from cuptistream.collector.collector import Collector
+    from cuptistream.events import Kernel, Resource
+    from cuptistream.pipeline.producers import Producer
+    from cuptistream.plugin import OutgoingBatch
+
+    class Gated(MemorySink):
+        def __init__(self) -> None:
+            super().__init__("gated")
+            self.gate_open = False
+
+        async def write(self, batch: OutgoingBatch) -> None:
+            while not self.gate_open:
+                await trio.sleep(0.005)
+            await super().write(batch)
+
+    fast, gated = MemorySink("fast"), Gated()
+    config = {
+        "pipeline": {"batch": {"max_events": 64, "max_latency": "20ms"}},
+        "sinks": [{"type": "null"}],  # replaced by the sinks above
+    }
+    collector = Collector(cuptistream.load_config(config), sinks=[fast, gated]).start()
+    pipeline = collector.pipeline
+
+    def holding(mark: int) -> list[str]:
+        return collector.in_pipeline(pipeline.holding_through, mark)
+
+    def until(mark: int, expected: list[str]) -> None:
+        ends = time.monotonic() + 20
+        while (now := holding(mark)) != expected:
+            assert time.monotonic() < ends, now
+            time.sleep(0.01)
+
+    try:
+        emitters = [
+            pipeline.intake.for_producer(
+                Producer(Resource(host="h", pid=pid, process_name="p", command_line=[]))
+            )
+            for pid in (1, 2, 3)
+        ]
+        for start in range(0, 600, 20):
+            for emitter in emitters:
+                emitter.emit(
+                    [Kernel(start=i, end=i + 1, name="k", device_id=0, context_id=1, stream_id=2,
+                            correlation_id=i) for i in range(start, start + 20)]
+                )  # fmt: skip
+        mark = pipeline.intake.last_seq
+        assert mark == 90 and holding(0) == []
+        until(mark, ["sink:gated"])  # the fast sink has them all; the gated one none yet
+        assert len(fast.kernels()) == 1800 and gated.kernels() == []
+        gated.gate_open = True
+        until(mark, [])
+        assert len(gated.kernels()) == 1800
+        assert collector.in_pipeline(pipeline.dropped_by_sinks) == {"sink:fast": 0, "sink:gated": 0}
+        # One more chunk, in one batch: once it left the queue, the write under way still holds it.
+        gated.gate_open = False
+        emitters[0].emit(
+            [Kernel(start=1, end=2, name="k", device_id=0, context_id=1, stream_id=2, correlation_id=1)]
+        )
+        until(pipeline.intake.last_seq, ["sink:gated"])
+        time.sleep(0.2)  # 10 batch latencies: it is in ``write`` now
+        assert holding(pipeline.intake.last_seq) == ["sink:gated"]
+        gated.gate_open = True
+        until(pipeline.intake.last_seq, [])
+    finally:
+        gated.gate_open = True
+        collector.finish()

@@ -37,6 +37,7 @@ class ProbeResult(msgspec.Struct, kw_only=True):
     rank: int | None = None
     windows: int = 0  # windows the probe opened (one per activity stream)
     sources: list[str] = []  # the sources that opened them
+    refused: dict[str, str] = {}  # sources that would not open one: name -> why
     start: int = 0  # CUPTI clock ns, the first open; 0 when none opened
     end: int = 0  # ... the last close
     start_unix_ns: int = 0  # the same on the Unix clock (from the probe's clock reading)

@@ -127,8 +127,8 @@ def _wait_delivered(host: TraceHost, mark: int, deadline: float) -> list[str]:
 
 def _result(probe: Probe, entry: ProbeWindows, request: Request, waiting: list[str]) -> ProbeResult:
     result = ProbeResult(
-        pid=entry.pid, rank=entry.rank, windows=entry.windows, sources=entry.opened, start=entry.start,
-        end=entry.end, records=entry.records,
+        pid=entry.pid, rank=entry.rank, windows=entry.windows, sources=entry.opened, refused=entry.refused,
+        start=entry.start, end=entry.end, records=entry.records,
     )  # fmt: skip
     clock = probe.producer.clock_sync() if probe.producer is not None else None
     if clock is not None and entry.start:

@@ -1,7 +1,8 @@
 """Where running collectors say where they are, so ``cuptistream trace`` finds them.
 
 Each collector that listens (``cuptistream run``'s, a node ``cuptistream collector``, a session's)
-writes one small JSON file, ``<pid>.json``, into a directory private to the user:
+writes one small JSON file, ``<pid>-<session id>.json`` (a process may hold several collectors),
+into a directory private to the user:
 ``$CUPTISTREAM_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/cuptistream``, else
 ``<tmp>/cuptistream-<uid>``. It removes the file when it stops listening; a file left by a collector
 that died is skipped (and removed) by ``running`` because its process is gone. Registering never
@@ -62,8 +63,9 @@ def register(entry: Entry) -> Path | None:
     folder = _private_directory(create=True)
     if folder is None:
         return None
-    path = folder / f"{entry.pid}.json"
-    temporary = folder / f".{entry.pid}.json.tmp"
+    name = f"{entry.pid}-{entry.session_id}.json"
+    path = folder / name
+    temporary = folder / f".{name}.tmp"
     try:
         temporary.write_bytes(msgspec.json.encode(entry))
         temporary.replace(path)  # whole or absent, for a reader listing at the same moment

@@ -93,9 +93,14 @@ def find_control(collector: str | None) -> str:
     running = registry.running()
     listing = "; ".join(entry.describe() for entry in running)
     if collector is not None:
-        for entry in running:
-            if entry.pid == int(collector):
-                return entry.control
+        chosen = [entry for entry in running if entry.pid == int(collector)]
+        if len(chosen) == 1:
+            return chosen[0].control
+        if chosen:  # collectors of cuptistream.session(...) in one process
+            sockets = "; ".join(entry.describe() for entry in chosen)
+            raise UserError(
+                f"trace: pid {collector} runs {len(chosen)} collectors; pass one's socket: {sockets}"
+            )
         found = f"running: {listing}" if running else "none is running"
         raise UserError(f"trace: no collector with pid {collector}; {found}")
     if not running:
@@ -162,4 +167,6 @@ def _line(probe: ProbeResult) -> str:
     else:
         span = f"{probe.start}-{probe.end} ns (CUPTI clock)"
     sources = ", ".join(probe.sources)
-    return f"{_who(probe)}: window {span} ({length:.2f} s), {probe.records} records delivered ({sources})"
+    refused = "".join(f"; {name} refused: {why}" for name, why in probe.refused.items())
+    delivered = f"{probe.records} records delivered ({sources}{refused})"
+    return f"{_who(probe)}: window {span} ({length:.2f} s), {delivered}"
