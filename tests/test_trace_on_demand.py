@@ -317,3 +317,92 @@ def test_the_delivery_barrier_waits_for_every_sink() -> None:
     finally:
         gated.gate_open = True
         collector.finish()
+
+
+def test_the_probe_control_reader_dispatches_and_skips() -> None:
+    """The probe's control thread on a real SOCK_SEQPACKET pair: ``OpenWindow`` and ``WindowRecords``
+    reach their handlers, a malformed datagram and a message nobody handles are skipped, a handler
+    that raises is counted, and the collector hanging up marks the link disconnected."""
+    import socket
+    import threading
+
+    from cuptistream.channel import messages, sockets
+    from cuptistream.events import Resource
+    from cuptistream.probe.control import ControlReader
+    from cuptistream.probe.link import ProbeLink
+
+    probe_end, collector_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    probe_end.setblocking(False)
+    link = ProbeLink("unused", "s", Resource(host="h", pid=1, process_name="p", command_line=[]))
+    link._sock = probe_end  # as ``connect`` leaves it: non-blocking, for CUPTI's threads
+    got: list[messages.Message] = []
+    seen = threading.Semaphore(0)
+
+    def keep(message: messages.Message) -> None:
+        got.append(message)
+        seen.release()
+        if isinstance(message, messages.WindowRecords) and message.window == 2:
+            raise RuntimeError("a handler bug")
+
+    reader = ControlReader(link, {messages.OpenWindow: keep, messages.WindowRecords: keep})
+    reader.start()
+    try:
+        collector_end.send(b"\xc1 not msgpack")
+        sockets.send(collector_end, messages.Ready(pool=0))  # not for the probe: skipped
+        sockets.send(collector_end, messages.WindowRecords(stream=0, window=1, records={"kernel": 5}))
+        sockets.send(collector_end, messages.WindowRecords(stream=0, window=2))
+        sockets.send(collector_end, messages.OpenWindow(request=3, seconds=1.5))
+        for _ in range(3):
+            assert seen.acquire(timeout=10)
+        assert got == [
+            messages.WindowRecords(stream=0, window=1, records={"kernel": 5}),
+            messages.WindowRecords(stream=0, window=2),
+            messages.OpenWindow(request=3, seconds=1.5),
+        ]
+        assert (reader.received, reader.skipped, reader.failures) == (3, 2, 1)
+        collector_end.close()
+        ends = time.monotonic() + 10
+        while link.connected:
+            assert time.monotonic() < ends
+            time.sleep(0.01)
+    finally:
+        reader.stop()
+
+
+def test_a_node_collector_registers_while_it_listens(tmp_path: Path) -> None:
+    """``cuptistream collector --socket``: ``trace`` finds it by default, by pid and by socket, says in
+    one line that no probe is connected, and stops finding it once it stopped."""
+    import signal
+
+    env = _env(tmp_path / "runtime")
+    config = tmp_path / "node.json"
+    config.write_text(json.dumps({"sinks": [{"type": "file", "directory": str(tmp_path / "out")}]}))
+    address = str(tmp_path / "node.sock")
+    node = subprocess.Popen(
+        [*CLI, "collector", "--quiet", "-c", str(config), "--socket", address], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert node.stdout is not None
+
+    def trace(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*CLI, "trace", "--for", "1s", *args], env=env, capture_output=True, text=True)
+
+    try:
+        assert node.stdout.readline().startswith("listening on ")
+        for args in ([], ["--collector", str(node.pid)], ["--collector", address]):
+            done = trace(*args)
+            assert done.returncode == 2, (args, done)
+            assert done.stderr == (
+                "cuptistream: trace: no probe is connected to this collector (is the program running and traced?)\n"
+            ), args
+    finally:
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(30) == 0
+    assert list((tmp_path / "runtime").glob("*.json")) == []
+    done = trace()
+    assert done.returncode == 2 and "trace: no collector is running" in done.stderr
+    done = trace("--collector", address)  # its socket file stays behind
+    assert done.returncode == 2 and done.stderr == (
+        f"cuptistream: trace: no collector takes trace requests at {address} (no {address}.control): "
+        "it has stopped, or predates `cuptistream trace`\n"
+    )

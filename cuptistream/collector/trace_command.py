@@ -86,9 +86,9 @@ def find_control(collector: str | None) -> str:
         path = collector if collector.endswith(SUFFIX) else collector + SUFFIX
         if os.path.exists(path):
             return path
-        if os.path.exists(collector):
-            raise UserError(f"trace: the collector at {collector} takes no trace requests (no {path}); "
-                            "it may be older than `cuptistream trace`")  # fmt: skip
+        if os.path.exists(collector):  # a socket file stays behind a stopped collector
+            raise UserError(f"trace: no collector takes trace requests at {collector} (no {path}): "
+                            "it has stopped, or predates `cuptistream trace`")  # fmt: skip
         raise UserError(f"trace: no collector socket at {collector}; pass the path its --socket named")
     running = registry.running()
     listing = "; ".join(entry.describe() for entry in running)
