@@ -128,16 +128,15 @@ class ProbeConnection:
         if isinstance(message, messages.WindowAnswer):
             windows.answered(self, message)
             return
+        if message.end:  # a buffer whose ``Ready`` could not be sent (a full socket) is still the window's
+            self._drain_all()
         stream = self.streams.get(message.stream)
         records = stream.records if stream is not None else 0
         if not message.end:
             self.spans.opened(message, records)
             windows.span(self, message, 0, 0)
             return
-        self._drain_all()  # a buffer whose ``Ready`` could not be sent (a full socket) is still the window's
-        records = stream.records if stream is not None else 0
-        source = stream.info.source if stream is not None else ""
-        event = self.spans.closed(message, source, records)
+        event = self.spans.closed(message, stream.info.source if stream is not None else "", records)
         self.emitter.emit([event])
         windows.span(self, message, event.records, self.intake.last_seq)
 
