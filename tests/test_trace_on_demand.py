@@ -28,6 +28,7 @@ from cuptistream.events import TraceWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "cuptistream.cli"]
+FIXTURES = ROOT / "tests" / "fixtures"
 REPLAY = {"type": "replay", "loops": 0, "interval": "20ms"}
 # The program: prints its pid (its probe is connected by then: ``probe.start: process`` starts it
 # before the program's first line), optionally starts a child that does the same with RANK=1, and
@@ -205,6 +206,20 @@ def test_trace_errors_are_one_line(tmp_path: Path) -> None:
             "sources opens windows (e.g. activity, replay)\n"
         )
         assert took < 8.0, took  # the probe answered at once: no waiting for the window and timeout
+        # A source that can trace on demand but will not now says why: a finished replay.
+        with running_job(
+            tmp_path, "finished", {"type": "replay", "loops": 1, "path": str(FIXTURES / "exact_counts.cupti")}
+        ) as finished:
+            ends = time.monotonic() + 30
+            while (
+                "the replay has finished"
+                not in (done := finished.trace("--for", "1s", "--collector", str(finished.run.pid)))[0].stderr
+            ):
+                assert time.monotonic() < ends, done  # the single replay has not finished yet
+            assert done[0].returncode == 1 and done[0].stderr == (
+                f"cuptistream: trace: pid {finished.pids[0]} rank 0: refused: replay: the replay has "
+                "finished; nothing is left to trace\n"
+            )  # fmt: skip
         # Two collectors running: ``trace`` will not guess; it lists them in one line.
         with running_job(tmp_path, "second", REPLAY) as second:
             done, _ = second.trace("--for", "1s")
