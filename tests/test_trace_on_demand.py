@@ -196,6 +196,16 @@ def test_trace_errors_are_one_line(tmp_path: Path) -> None:
             args,
             done,
         )
+    # A registry folder others could write to is not trusted: said, not read.
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    done = subprocess.run([*CLI, "trace", "--for", "1s"], env={**env, "CUPTISTREAM_RUNTIME_DIR": str(shared)},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and done.stderr == (
+        f"cuptistream: trace: collectors cannot register: {shared} is not private to this user (owner uid "
+        f"{os.getuid()}, mode 755); fix it, or pass --collector SOCKET\n"
+    )
     # A probe whose sources cannot trace on demand (synthetic): said in one line, exit 1.
     synthetic = {"type": "synthetic", "events": 0, "rate": 1000}
     with running_job(tmp_path, "synthetic", synthetic) as job:

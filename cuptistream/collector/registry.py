@@ -58,6 +58,20 @@ def _private_directory(create: bool) -> Path | None:
     return path
 
 
+def unusable() -> str:
+    """Why the directory exists but is not used (another owner, open to others); "" otherwise."""
+    path = directory()
+    try:
+        info = path.lstat()
+    except OSError:
+        return ""
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{path} is not a directory"
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return f"{path} is not private to this user (owner uid {info.st_uid}, mode {info.st_mode & 0o777:o})"
+    return ""
+
+
 def register(entry: Entry) -> Path | None:
     """Write ``entry``; the file's path, or None where the directory cannot be used."""
     folder = _private_directory(create=True)

@@ -103,6 +103,8 @@ def find_control(collector: str | None) -> str:
             )
         found = f"running: {listing}" if running else "none is running"
         raise UserError(f"trace: no collector with pid {collector}; {found}")
+    if not running and (problem := registry.unusable()):
+        raise UserError(f"trace: collectors cannot register: {problem}; fix it, or pass --collector SOCKET")
     if not running:
         raise UserError(
             f"trace: no collector is running (none registered in {registry.directory()}); start "
