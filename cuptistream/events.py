@@ -348,6 +348,21 @@ class CuptiYield(Event, tag="cupti_yield"):
     reason: str = ""  # "tool_started": the tool started while we ran; "held_at_start": it held CUPTI first
 
 
+class TraceWindow(Event, tag="trace_window"):
+    """A window in which an activity source traced (the probe's ``TraceSpan``), written by the
+    collector when the window closed, after the events decoded from its buffers: a window that
+    ``cuptistream trace`` asked for (``on_demand``), or one the budget opened."""
+
+    source: str  # the activity source's name
+    window: int  # the probe's window number, per source stream
+    start: int  # CUPTI clock, ns
+    end: int
+    kinds: list[str]  # activity kinds traced in it
+    records: int  # activity records the collector decoded from the window's buffers
+    on_demand: bool = False
+    request: int = 0  # the collector's number for the ``cuptistream trace`` request (on demand)
+
+
 # --- statistics (computed by the collector from the records it decodes) ---------------------
 
 
@@ -469,6 +484,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     SassMetricBatch,
     GovernorDecision,
     CuptiYield,
+    TraceWindow,
     ActivityStats,
     GpuStats,
     Loss,

@@ -26,7 +26,6 @@ from cuptistream.probe.link import ProbeLink
 
 _HOUSEKEEPING_S = 1.0  # losses, clock reading, reconnect attempts
 _SLOT_POLL_S = 0.001
-_SPAN_WAIT_S = 0.1
 
 
 class SlotOutlet(PoolOutlet):
@@ -49,12 +48,13 @@ class SlotOutlet(PoolOutlet):
         # Not sent (no collector now): the slot stays READY for the next collector's drain.
         self.link.post(self._ready)
 
-    def mark(self, span: messages.TraceSpan) -> None:
-        # Off CUPTI's threads (the window thread): a short wait for room rather than a lost span.
-        self.link.post(span, wait=_SPAN_WAIT_S)
-
     def reader_alive(self) -> bool:
         return self.link.alive()
+
+    def send_trace_span(self, span: messages.TraceSpan, wait: float = 2.0) -> bool:
+        # On the same socket as the ``Ready`` of the buffers completed before it, so after them.
+        span.stream = self.stream
+        return self.link.post(span, wait=wait)
 
     def wait_consumed(self, timeout: float) -> bool:
         """Wait until the collector has read every published buffer (while it is there)."""

@@ -68,6 +68,7 @@ ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
 }
 
 _CONSUMED_WAIT_S = 10.0
+_SPAN_WAIT_S = 0.5  # the window thread waits this long for room in the channel rather than lose a span
 # Kinds whose records describe resources that may predate CUPTI: enabled with a dump of the existing ones.
 DUMPED_KINDS = frozenset({"device", "context", "stream"})
 # The kinds of GPU work: what the collector's statistics are computed from.
@@ -304,14 +305,18 @@ class ActivitySource(Source):
             lib.cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
             self._close_span(window, end)
 
-    def open_window(self, seconds: float, request: int) -> None:
-        """An on-demand window of ``seconds`` (``cuptistream trace --for``), charged to no budget."""
-        if self.windows is not None:
-            self.windows.request(seconds, request)
+    def open_window(self, seconds: float, request: int) -> int:
+        """An on-demand window of ``seconds`` (``cuptistream trace --for``, ``plugin.OnDemand``),
+        charged to no budget; it opens on the window thread at once (after a budget window that is
+        open now closes). Raises ``RuntimeError`` while CUPTI is another tool's or the source stopped."""
+        if self.windows is None or not self._started:
+            raise RuntimeError("not tracing now (stopped, or another tool has CUPTI)")
+        self.windows.request(seconds, request)
+        return 1
 
     def window_records(self, records: WindowRecords) -> None:
         """The collector's count of a closed window's records: prices the next budget window."""
-        if self.windows is not None:
+        if self.windows is not None and records.stream == getattr(self.outlet, "stream", records.stream):
             self.windows.priced(records)
 
     def _open_span(self, names: list[str], on_demand: bool, request: int) -> int:
@@ -321,12 +326,12 @@ class ActivitySource(Source):
             request=request,
         )  # fmt: skip
         self._spans[window] = span
-        self.outlet.mark(span)
+        self.outlet.send_trace_span(span, wait=_SPAN_WAIT_S)
         return window
 
     def _close_span(self, window: int, end: int) -> None:
         span = self._spans.pop(window)
-        self.outlet.mark(msgspec.structs.replace(span, end=end))
+        self.outlet.send_trace_span(msgspec.structs.replace(span, end=end), wait=_SPAN_WAIT_S)
 
     def _set_attributes(self, cfg: ActivitySourceConfig) -> None:
         values: dict[str, int] = dict(cfg.attributes)
