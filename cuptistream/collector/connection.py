@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 from typing import Protocol
 
@@ -51,6 +52,7 @@ class ProbeConnection:
         self.pools: dict[int, SlotPool] = {}
         self.streams: dict[int, DecodeStream] = {}
         self.said_goodbye = False
+        self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
 
     @property
     def origin(self) -> str:
@@ -87,7 +89,16 @@ class ProbeConnection:
             if fds:
                 self._map(message.spec, fds[0])
         elif isinstance(message, messages.OpenStream):
-            self.streams[message.stream] = DecodeStream(message, self.pid, self.emitter, self._saw_devices)
+            statistics = self.collector.pipeline.config.statistics
+            self.streams[message.stream] = DecodeStream(
+                message, self.pid, self.emitter, self._saw_devices, statistics
+            )
+        elif isinstance(message, messages.TraceSpan):
+            self._drain_all()  # the window's buffers were published before this message
+            stream = self.streams.get(message.stream)
+            reply = stream.trace_span(message) if stream is not None else None
+            if reply is not None:
+                self._tell_probe(reply)
         elif isinstance(message, messages.LossReport):
             self.intake.report_loss(message.stage, message.reason, message.count, message.unit)
         elif isinstance(message, messages.ErrorReport):
@@ -101,6 +112,17 @@ class ProbeConnection:
         elif isinstance(message, messages.Goodbye):
             self.said_goodbye = True
             self._drain_all()
+
+    def _tell_probe(self, message: messages.Message) -> None:
+        """Send without waiting: a probe that does not read its socket (older probes ignore these
+        messages) must not stall decoding. What cannot be sent now is counted and dropped."""
+        try:
+            if select.select([], [self.sock], [], 0)[1]:
+                sockets.send(self.sock, message)
+                return
+        except OSError:
+            pass
+        self.replies_dropped += 1
 
     def _map(self, spec: messages.PoolSpec, fd: int) -> None:
         try:
