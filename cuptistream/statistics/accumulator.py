@@ -29,6 +29,7 @@ LATENESS_NS = 3_000_000_000
 OTHER = "other"
 _SPARE = 4  # names kept per table while accumulating, x max_names: the top ones by time win at close
 _I64_MAX = np.iinfo(np.int64).max
+_MAX_POINTERS = 1 << 16  # distinct name pointers a stream keeps codes for
 
 
 class _Table:
@@ -81,6 +82,8 @@ class Accumulator:
         self.untraced_records = 0  # in an interval whose category was not traced at all
         self._names = names
         self._resolved: dict[int, str] = {}
+        self._pointers = np.zeros(0, np.uint64)  # every kernel name pointer seen, sorted
+        self._labels: list[str] = []  # their names
         self._tables: dict[tuple[int, int, str], _Table] = {}  # (interval, device, category)
         self._busy: dict[int, DeviceBusy] = {}
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # this buffer's segments
@@ -114,14 +117,31 @@ class Accumulator:
         self._pending.append((start, end, device))
         nbytes = None
         if category == "kernel":
-            pointers, codes = np.unique(records["name"], return_inverse=True)
-            labels = [self._name(p) for p in pointers.tolist()]
+            codes, labels = self._kernel_codes(records["name"].astype(np.uint64))
         else:
             codes = records["copy_kind" if category == "memcpy" else "memory_kind"].astype(np.int64)
             table = COPY_KINDS if category == "memcpy" else MEMORY_KINDS
             labels = [enum_name(table, v) for v in range(int(codes.max()) + 1)]
             nbytes = records["bytes"].astype(np.int64)
         self._fold(category, interval, device, codes.astype(np.int64), labels, duration, nbytes)
+
+    def _kernel_codes(self, pointers: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Each record's name pointer as an index into the stream's sorted known pointers, and
+        their names. A binary search per record: much cheaper than hashing or sorting the array."""
+        known = self._pointers
+        if len(known):
+            codes = np.minimum(np.searchsorted(known, pointers), len(known) - 1)
+            fresh = known[codes] != pointers
+        else:
+            fresh = np.ones(len(pointers), dtype=bool)
+        if fresh.any():
+            if len(known) > _MAX_POINTERS:  # a program that keeps making names: group this array alone
+                unique, codes = np.unique(pointers, return_inverse=True)
+                return codes, [self._name(p) for p in unique.tolist()]
+            self._pointers = known = np.union1d(known, pointers[fresh])
+            self._labels = [self._name(p) for p in known.tolist()]
+            codes = np.searchsorted(known, pointers)
+        return codes, self._labels
 
     def _name(self, pointer: int) -> str:
         name = self._resolved.get(pointer)
@@ -185,8 +205,9 @@ class Accumulator:
         if self._pending:
             start, end, device = (np.concatenate(c) for c in zip(*self._pending, strict=True))
             self._pending.clear()
-            for dev in np.unique(device).tolist():
-                mask = device == dev
+            one = device.min() == device.max()  # the usual case: a process on one GPU
+            for dev in [int(device[0])] if one else np.unique(device).tolist():
+                mask = slice(None) if one else device == dev
                 busy = self._busy.get(dev)
                 if busy is None:
                     busy = self._busy[dev] = DeviceBusy(self.interval_ns)
