@@ -27,7 +27,10 @@ from cuptistream.statistics.histogram import DENSE, slots, to_histogram
 # records still land in their interval. Statistics of an interval come out this long after its end.
 LATENESS_NS = 3_000_000_000
 OTHER = "other"
-_SPARE = 4  # names kept per table while accumulating, x max_names: the top ones by time win at close
+# Names a table keeps while accumulating: the top max_names by time win at close; past this bound
+# (a program with endless distinct names) new ones go to ``other`` as they come. 1024 rows of
+# histogram are 2 MiB per interval and device.
+_SPARE, _SPARE_LEAST = 4, 1024
 _I64_MAX = np.iinfo(np.int64).max
 _MAX_POINTERS = 1 << 16  # distinct name pointers a stream keeps codes for
 
@@ -87,7 +90,6 @@ class Accumulator:
         self._tables: dict[tuple[int, int, str], _Table] = {}  # (interval, device, category)
         self._busy: dict[int, DeviceBusy] = {}
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # this buffer's segments
-        self._longest = 0  # ns: how far a record may reach back before the newest
         self._closed_until: int | None = None  # the first interval not yet closed
 
     # --- records --------------------------------------------------------------------------------
@@ -113,7 +115,6 @@ class Accumulator:
         duration = end - start
         device = records["device_id"].astype(np.int64)
         self.coverage.saw(int(start.min()), int(end.max()))
-        self._longest = max(self._longest, int(duration.max()))
         self._pending.append((start, end, device))
         nbytes = None
         if category == "kernel":
@@ -189,7 +190,7 @@ class Accumulator:
         for g, (iv, dev, k) in enumerate(where):  # once per distinct interval, device and name
             table = self._tables.get((iv, dev, category))
             if table is None:
-                table = self._tables[(iv, dev, category)] = _Table(self.max_names * _SPARE)
+                table = self._tables[(iv, dev, category)] = _Table(max(self.max_names * _SPARE, _SPARE_LEAST))
             row = table.row(labels[k])
             table.count[row] += count[g]
             table.total[row] += total[g]
@@ -212,7 +213,7 @@ class Accumulator:
                 if busy is None:
                     busy = self._busy[dev] = DeviceBusy(self.interval_ns)
                 busy.add(start[mask], end[mask])
-                busy.settle(self.coverage.newest - self._longest)
+                busy.settle(self.coverage.newest - self.lateness_ns)
         return self._close(self.coverage.newest - self.lateness_ns)
 
     def span(self, window: int, start: int, end: int, kinds: list[str]) -> list[Event]:
