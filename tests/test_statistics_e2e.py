@@ -1,0 +1,80 @@
+"""The collector's statistics end to end: ``cuptistream run`` with the replay source into the file
+sink, read back; the same events as Kafka ``jsonl`` rows (schema-valid, epoch times, read back)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import cuptistream
+from cuptistream.events import ActivityStats, GpuStats, Kernel, Memcpy
+from cuptistream.recording.rows import decode_rows, encode_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+SCHEMA = json.loads((ROOT / "docs" / "events.schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("stats")
+    cfg = {
+        "sources": [{"type": "replay", "path": str(FIXTURES)}],
+        "statistics": {"interval": "1s", "max_names": 4},
+        "sinks": [{"type": "file", "directory": str(tmp / "out")}],
+    }
+    (tmp / "cfg.json").write_text(json.dumps(cfg))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(tmp / "cfg.json"), "--", sys.executable, "-c", "0"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return tmp / "out"
+
+
+def test_run_writes_statistics_that_add_up_to_the_raw_records(recording: Path) -> None:
+    events = list(cuptistream.read(recording))
+    kernels = [e for e in events if isinstance(e, Kernel)]
+    stats = [e for e in events if isinstance(e, ActivityStats)]
+    gpu = [e for e in events if isinstance(e, GpuStats)]
+    assert kernels and stats and gpu
+    by_interval = collections.Counter(e.end // 10**9 * 10**9 for e in kernels)
+    counted = collections.Counter()
+    for s in stats:
+        if s.category == "kernel":
+            counted[s.interval_start] += s.count
+            assert s.interval_end - s.interval_start == 10**9 and s.interval_start % 10**9 == 0
+    assert counted == by_interval  # every kernel once, in the interval it ended in
+    names = collections.Counter((s.interval_start, s.category) for s in stats)
+    assert max(names.values()) <= 5 and any(s.name == "other" for s in stats)  # 4 names + other
+    copies = [e for e in events if isinstance(e, Memcpy)]
+    assert sum(s.bytes for s in stats if s.category == "memcpy") == sum(c.bytes for c in copies)
+    assert sum(g.kernels for g in gpu) == len(kernels) and all(0 <= g.busy_fraction <= 1 for g in gpu)
+
+
+def test_statistics_travel_as_jsonl_rows(recording: Path) -> None:
+    batches = [
+        b for b in cuptistream.read(recording).batches() if any(isinstance(e, GpuStats) for e in b.events)
+    ]
+    assert batches
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    for batch in batches:
+        offset = batch.clock.offset_ns
+        want = [e for e in batch.events if isinstance(e, (ActivityStats, GpuStats))]
+        starts = [e.interval_start + offset for e in want]
+        data = encode_rows(batch)
+        rows = [json.loads(line) for line in data.splitlines()]
+        stat_rows = [r for r in rows if r["type"] in ("activity_stats", "gpu_stats")]
+        assert all(validator.is_valid(r) for r in stat_rows)
+        assert [r["interval_start"] for r in stat_rows] == starts  # epoch ns, like every row time
+        assert all(r["interval_end"] - r["interval_start"] == 10**9 for r in stat_rows)
+        back = [e for e in decode_rows(data).events if isinstance(e, (ActivityStats, GpuStats))]
+        assert back == want  # the histograms included (encode_rows shifted ``want``'s times too)
