@@ -78,3 +78,57 @@ def test_statistics_travel_as_jsonl_rows(recording: Path) -> None:
         assert all(r["interval_end"] - r["interval_start"] == 10**9 for r in stat_rows)
         back = [e for e in decode_rows(data).events if isinstance(e, (ActivityStats, GpuStats))]
         assert back == want  # the histograms included (encode_rows shifted ``want``'s times too)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_path: Path, lean: bool) -> None:
+    from cuptistream import events as ev
+    from cuptistream.analysis.records import Recording
+    from cuptistream.analysis.summary import summarize
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.collector.decoding import DecodeStream
+    from cuptistream.config.model import StatisticsConfig
+    from cuptistream.cupti import capture
+    from tests.gpu.workloads.collect import Collect
+    from tests.helpers.fixture_recording import Process, write_recording
+
+    processes, raw_kernels, stats_events = [], collections.Counter(), []
+    for index, name in enumerate(["exact_counts", "torch_train"]):
+        cap = capture.read(FIXTURES / f"{name}.cupti")
+        info = OpenStream(stream=0, source="replay", struct_sizes=dict(cap.struct_sizes),
+                          strings=dict(cap.strings), records="on_demand")  # fmt: skip
+        sink = Collect()
+        stream = DecodeStream(info, 0, sink, statistics=StatisticsConfig(interval=1.0))
+        for buf in cap.buffers:  # records: on_demand, no window: statistics only
+            data = bytearray(buf.data)
+            stream.decode(memoryview(data), len(data), 0)
+        stream.close()
+        assert not any(isinstance(e, (Kernel, Memcpy)) for e in sink.events)  # statistics only
+        stats_events += sink.events
+        resource = ev.Resource(host="h", pid=4200 + index, process_name=name, command_line=[])
+        processes.append(
+            Process(resource, cap.clock or ev.ClockSync(cupti_ns=0, unix_ns=0), list(sink.events))
+        )
+        full = Collect()
+        raw_stream = DecodeStream(OpenStream(stream=0, source="replay", struct_sizes=dict(cap.struct_sizes),
+                                             strings=dict(cap.strings)), 0, full)  # fmt: skip
+        for buf in cap.buffers:
+            data = bytearray(buf.data)
+            raw_stream.decode(memoryview(data), len(data), 0)
+        raw_kernels.update(e.name for e in full.events if isinstance(e, Kernel))
+    recording = write_recording(tmp_path / "rec", processes)
+    report = summarize(Recording(str(recording), lean=lean), top=None, mangled=True)
+    assert report.meta["gpu_tables_from"] == "statistics"
+    kernels = report.table("kernels").as_dicts()
+    assert {r["name"]: r["count"] for r in kernels} == dict(raw_kernels)
+    assert "estimated" in report.table("kernels").title and all(r["estimated"] for r in kernels)
+    assert [r["estimated_total_ns"] for r in kernels] == sorted(
+        (r["estimated_total_ns"] for r in kernels), reverse=True
+    )
+    gpu = [e for e in stats_events if isinstance(e, GpuStats)]
+    busy = report.table("gpu_busy").as_dicts()
+    assert sum(r["busy_ns"] for r in busy) == sum(g.busy_ns for g in gpu) > 0
+    assert sum(r["span_ns"] for r in busy) == sum(g.traced_ns for g in gpu)
+    memory = {(r["operation"], r["kind"]): r for r in report.table("memory").as_dicts()}
+    copied = sum(s.bytes for s in stats_events if isinstance(s, ActivityStats) and s.category == "memcpy")
+    assert sum(r["bytes"] for k, r in memory.items() if k[0].startswith("memcpy")) == copied > 0
