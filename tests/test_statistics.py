@@ -320,3 +320,21 @@ def test_statistics_off_emit_nothing() -> None:
     _feed(stream, cap)
     stream.close()
     assert sink.events and not any(isinstance(e, (ActivityStats, GpuStats)) for e in sink.events)
+
+
+def test_names_past_the_tables_bound_fold_into_other_as_they_come() -> None:
+    arrays, _ = _arrays("torch_train")
+    kernels = np.tile(next(r for e, r in arrays if e == "kernel"), 30)
+    kernels["name"] = np.arange(len(kernels)) % 1500 + 1  # 1500 distinct names, more than 1024 kept
+    table = TableNames({i + 1: f"k{i}" for i in range(1500)})
+    acc = Accumulator(10 * SECOND, 10, table)
+    half = len(kernels) // 2
+    for part in (kernels[:half], kernels[half:]):  # the second part meets a full table
+        acc.add("kernel", part)
+        acc.buffer_done()
+    rows = [s for s in acc.close() if isinstance(s, ActivityStats)]
+    durations = (kernels["end"] - kernels["start"]).astype(np.int64)
+    assert len(rows) == 11 and rows[-1].name == "other"
+    assert sum(s.count for s in rows) == len(kernels) and sum(s.total_ns for s in rows) == int(durations.sum())
+    assert sum(sum(s.durations.counts) for s in rows) == len(kernels)
+    assert rows[0].total_ns >= rows[9].total_ns

@@ -185,19 +185,29 @@ class Accumulator:
         np.maximum.at(high, compact, duration)
         hist = np.bincount(compact * DENSE + slots(duration), minlength=ng * DENSE).reshape(ng, DENSE)
         code = present % nk
-        rest = present // nk
-        where = zip((rest // nd + first).tolist(), devices[rest % nd].tolist(), code.tolist(), strict=True)
-        for g, (iv, dev, k) in enumerate(where):  # once per distinct interval, device and name
-            table = self._tables.get((iv, dev, category))
+        place = present // nk  # (interval - first) * nd + device code: one table each, usually one
+        for where in np.unique(place).tolist():
+            groups = np.flatnonzero(place == where)
+            key = (where // nd + first, int(devices[where % nd]), category)
+            table = self._tables.get(key)
             if table is None:
-                table = self._tables[(iv, dev, category)] = _Table(max(self.max_names * _SPARE, _SPARE_LEAST))
-            row = table.row(labels[k])
-            table.count[row] += count[g]
-            table.total[row] += total[g]
-            table.nbytes[row] += moved[g]
-            table.low[row] = min(table.low[row], low[g])
-            table.high[row] = max(table.high[row], high[g])
-            table.hist[row] += hist[g]
+                table = self._tables[key] = _Table(max(self.max_names * _SPARE, _SPARE_LEAST))
+            # Python once per distinct name; rows repeat where names fold into ``other``.
+            rows = np.array([table.row(labels[k]) for k in code[groups].tolist()], np.int64)
+            if len(np.unique(rows)) == len(rows):  # the usual case: plain fancy indexing
+                table.count[rows] += count[groups]
+                table.total[rows] += total[groups]
+                table.nbytes[rows] += moved[groups]
+                table.low[rows] = np.minimum(table.low[rows], low[groups])
+                table.high[rows] = np.maximum(table.high[rows], high[groups])
+                table.hist[rows] += hist[groups]
+            else:
+                np.add.at(table.count, rows, count[groups])
+                np.add.at(table.total, rows, total[groups])
+                np.add.at(table.nbytes, rows, moved[groups])
+                np.minimum.at(table.low, rows, low[groups])
+                np.maximum.at(table.high, rows, high[groups])
+                np.add.at(table.hist, rows, hist[groups])
 
     # --- time -----------------------------------------------------------------------------------
 
