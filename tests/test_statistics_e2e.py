@@ -132,3 +132,89 @@ def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_pat
     memory = {(r["operation"], r["kind"]): r for r in report.table("memory").as_dicts()}
     copied = sum(s.bytes for s in stats_events if isinstance(s, ActivityStats) and s.category == "memcpy")
     assert sum(r["bytes"] for k, r in memory.items() if k[0].startswith("memcpy")) == copied > 0
+
+
+def test_the_collector_answers_a_closed_trace_span_with_window_records(tmp_path: Path) -> None:
+    """A probe (its real link and emitter) publishes a capture's buffers inside a trace window; the
+    collector drains them before the close, answers on the socket, and its statistics cover the span."""
+    import select
+    import time
+
+    from cuptistream.channel import messages, sockets
+    from cuptistream.collector.collector import Collector
+    from cuptistream.config import load
+    from cuptistream.cupti import capture
+    from cuptistream.probe.emitter import ProbeEmitter
+    from cuptistream.probe.link import ProbeLink
+
+    config = load(
+        {"statistics": {"interval": "1s"}, "sinks": [{"type": "file", "directory": str(tmp_path / "out")}]}
+    )
+    collector = Collector(config).start()
+    collector.listen(str(tmp_path / "c.sock"))
+    cap = capture.read(FIXTURES / "exact_counts.cupti")
+    resource = cuptistream.events.Resource(host="h", pid=os.getpid(), process_name="p", command_line=[])
+    link = ProbeLink(str(tmp_path / "c.sock"), "span-test", resource)
+    emitter = ProbeEmitter(link, 1 << 20, "drop_newest", 1 << 20, 2, lambda: None)
+    link.connect()
+    stream = messages.OpenStream(
+        stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+    )
+    outlet = emitter.open_activity_stream(stream, 1 << 20, len(cap.buffers) + 1)
+    start = int(min(r for r in _kernel_starts(cap)))
+    link.post(
+        messages.TraceSpan(stream=outlet.stream, window=4, start=start, kinds=["concurrent_kernel"]), wait=5
+    )
+    for buf in cap.buffers:
+        slot = outlet.pool.take()
+        assert slot is not None
+        outlet.pool.view(slot, len(buf.data))[:] = buf.data
+        outlet.pool.publish(slot, 1, outlet.stream, len(buf.data), buf.dropped)  # no Ready: the close drains
+    end = start + 500_000_000
+    link.post(
+        messages.TraceSpan(stream=outlet.stream, window=4, start=start, end=end, kinds=["concurrent_kernel"]),
+        wait=5,
+    )
+    sock = link._sock
+    assert sock is not None
+    deadline = time.monotonic() + 10
+    reply = None
+    while reply is None and time.monotonic() < deadline:
+        if select.select([sock], [], [], 0.2)[0]:
+            received = sockets.receive(sock)
+            assert received is not None
+            if isinstance(received[0], messages.WindowRecords):
+                reply = received[0]
+    assert reply is not None and (reply.stream, reply.window) == (outlet.stream, 4)
+    expected = json.loads((FIXTURES / "expected.json").read_text())["exact_counts"]
+    assert reply.records["kernel"] == expected["decoded_events"]["Kernel"] and reply.records["memcpy"] == 8
+    link.close()
+    collector.wait_idle(10)
+    collector.finish()
+    events = list(cuptistream.read(tmp_path / "out"))
+    kernel_ns = sum(e.end - e.start for e in events if isinstance(e, Kernel))
+    assert reply.kernel_ns == kernel_ns > 0
+    stats = [e for e in events if isinstance(e, ActivityStats)]
+    # Kernels were traced from the span's start for 0.5 s, copies not at all; the kernels that ended
+    # in later intervals (the graph's, 3 s on) fell in no traced time and are not in the statistics.
+    assert stats and {s.category for s in stats} == {"kernel"}
+    covered = (end // 10**9 + 1) * 10**9
+    in_traced = [e for e in events if isinstance(e, Kernel) and e.end < covered]
+    assert 0 < len(in_traced) < expected["decoded_events"]["Kernel"]
+    assert sum(s.count for s in stats) == len(in_traced)
+    first = min(s.interval_start for s in stats)
+    assert next(s.traced_ns for s in stats if s.interval_start == first) == min(end, first + 10**9) - start
+
+
+def _kernel_starts(cap: object) -> list[int]:
+    from cuptistream.cupti.decode import Decoder
+    from cuptistream.cupti.names import TableNames
+    from cuptistream.cupti.records import RecordLayouts
+
+    decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)))  # type: ignore[attr-defined]
+    return [
+        int(r["start"].min())
+        for b in cap.buffers  # type: ignore[attr-defined]
+        for _, e, r in decoder._records(b.data, len(b.data), None)
+        if e in ("kernel", "memcpy")
+    ]

@@ -94,7 +94,8 @@ class ProbeConnection:
                 message, self.pid, self.emitter, self._saw_devices, statistics
             )
         elif isinstance(message, messages.TraceSpan):
-            self._drain_all()  # the window's buffers were published before this message
+            if message.end:  # the window's buffers were published (and announced) before its close
+                self._drain_all()
             stream = self.streams.get(message.stream)
             reply = stream.trace_span(message) if stream is not None else None
             if reply is not None:
