@@ -1,14 +1,14 @@
 """The collector's statistics: added CPU cost per record, and bytes per GPU-hour in the file sink.
 
-Cost: the replayed H100 kernel, memcpy and memset records (``tests/fixtures``), tiled into buffers
-of ``--records`` records whose times move on by the capture's own span each copy (so intervals
-close as they would live), decoded with ``Decoder.decode_packed`` with and without the statistics
-observer; the difference per record is what the statistics add to the collector's hot path. With
-``--names N`` the kernels get N distinct names (the worst case for grouping). Best of ``--rounds``.
+Cost: the real kernel, memcpy and memset records of the committed captures (``tests/fixtures``,
+Hopper), tiled into ``--buffers`` buffers of about ``--records`` records whose times move on at
+1 M records/s (so 10 s intervals open and close as they would live), folded into one stream's
+``Accumulator`` at the defaults: what ``DecodeStream`` adds to decoding. For scale, packing the same
+arrays into events (``PackedConverters``, the collector's hot path) is timed beside it. With
+``--names N`` the kernels get N distinct names. Best of ``--rounds``.
 
-Bytes: the statistics events of one interval at the defaults (10 s, 500 names) for the tiled
-replay, encoded as the file sink writes them (msgpack batches, zstd level 3), scaled to an hour
-(360 intervals). A CPU estimate: the number measured on a GPU comes later (docs/benchmarks.md).
+Bytes: the fullest interval's statistics events, msgpack in one zstd frame at level 3 (as the file
+sink writes a batch), times 360 intervals of 10 s. A CPU estimate; docs/benchmarks.md has the method.
 
 Usage: python bench/statistics.py [--records 40000] [--buffers 50] [--names 0] [--rounds 5]
 """

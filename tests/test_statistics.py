@@ -1,4 +1,4 @@
-"""The collector's statistics (``cuptistream.statistics``) against the raw events of the same H100
+"""The collector's statistics (``cuptistream.statistics``) against the raw events of the same GPU
 captures: counts, sums, histogram buckets recomputed here with plain Python, the busy union, the
 coverage and its estimates, closing intervals, the name cap, and the collector's stream-level
 handling of trace spans (``WindowRecords``, ``records: on_demand``)."""
