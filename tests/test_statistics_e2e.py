@@ -85,7 +85,7 @@ def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_pat
     from cuptistream import events as ev
     from cuptistream.analysis.records import Recording
     from cuptistream.analysis.summary import summarize
-    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.messages import OpenStream, TraceSpan
     from cuptistream.collector.decoding import DecodeStream
     from cuptistream.config.model import StatisticsConfig
     from cuptistream.cupti import capture
@@ -99,7 +99,12 @@ def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_pat
                           strings=dict(cap.strings), records="on_demand")  # fmt: skip
         sink = Collect()
         stream = DecodeStream(info, 0, sink, statistics=StatisticsConfig(interval=1.0))
-        for buf in cap.buffers:  # records: on_demand, no window: statistics only
+        # exact_counts in a budget-mode window of 0.2 s (estimates); torch_train traced throughout
+        first = min(_kernel_starts(cap))
+        if index == 0:  # (its one buffer arrives after the window closed: coverage is what counts)
+            stream.trace_span(TraceSpan(stream=0, window=1, start=first))
+            stream.trace_span(TraceSpan(stream=0, window=1, start=first, end=first + 200_000_000))
+        for buf in cap.buffers:  # records: on_demand, no on-demand window: statistics only
             data = bytearray(buf.data)
             stream.decode(memoryview(data), len(data), 0)
         stream.close()
@@ -109,19 +114,23 @@ def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_pat
         processes.append(
             Process(resource, cap.clock or ev.ClockSync(cupti_ns=0, unix_ns=0), list(sink.events))
         )
-        full = Collect()
-        raw_stream = DecodeStream(OpenStream(stream=0, source="replay", struct_sizes=dict(cap.struct_sizes),
-                                             strings=dict(cap.strings)), 0, full)  # fmt: skip
-        for buf in cap.buffers:
-            data = bytearray(buf.data)
-            raw_stream.decode(memoryview(data), len(data), 0)
-        raw_kernels.update(e.name for e in full.events if isinstance(e, Kernel))
     recording = write_recording(tmp_path / "rec", processes)
     report = summarize(Recording(str(recording), lean=lean), top=None, mangled=True)
     assert report.meta["gpu_tables_from"] == "statistics"
     kernels = report.table("kernels").as_dicts()
+    for st in stats_events:
+        if isinstance(st, ActivityStats) and st.category == "kernel":
+            raw_kernels[st.name] += st.count
     assert {r["name"]: r["count"] for r in kernels} == dict(raw_kernels)
-    assert "estimated" in report.table("kernels").title and all(r["estimated"] for r in kernels)
+    assert {r["name"] for r in kernels if r["estimated"]} == {"cs_exact_kernel"}  # the windowed one
+    assert "estimated" in report.table("kernels").title
+    by_name = collections.defaultdict(list)
+    for st in stats_events:
+        if isinstance(st, ActivityStats) and st.category == "kernel":
+            by_name[st.name].append(st)
+    for r in kernels:
+        assert r["estimated"] == any(st.estimated for st in by_name[r["name"]])
+        assert r["estimated_total_ns"] == sum(st.estimated_total_ns for st in by_name[r["name"]])
     assert [r["estimated_total_ns"] for r in kernels] == sorted(
         (r["estimated_total_ns"] for r in kernels), reverse=True
     )

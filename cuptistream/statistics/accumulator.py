@@ -267,6 +267,7 @@ class Accumulator:
         for device_busy in self._busy.values():
             device_busy.settle(high)
         traced = {c: self.coverage.traced(c, low, high) for c in CATEGORIES}
+        observed = max(self.coverage.observed(low, high), *traced.values())
         events: list[Event] = []
         gpu: dict[int, dict[str, int]] = {}
         for (iv, dev, category), table in sorted(
@@ -283,7 +284,7 @@ class Accumulator:
             sums[category + "_bytes"] = int(table.nbytes[:n].sum())
             if category == "kernel":
                 sums["nccl_ns"] = sum(int(table.total[r]) for name, r in table.rows.items() if _is_nccl(name))
-            events.extend(self._rows(table, category, low, high, dev, traced[category]))
+            events.extend(self._rows(table, category, low, high, dev, traced[category], observed))
         busy = {dev: b.take(interval) for dev, b in self._busy.items()}
         kernel_traced = traced["kernel"]
         if kernel_traced:
@@ -297,14 +298,16 @@ class Accumulator:
                     nccl_ns=s.get("nccl_ns", 0), copy_ns=s.get("memcpy_ns", 0),
                     memset_ns=s.get("memset_ns", 0), kernels=s.get("kernel_n", 0),
                     copies=s.get("memcpy_n", 0), memsets=s.get("memset_n", 0),
-                    copy_bytes=s.get("memcpy_bytes", 0), estimated=kernel_traced < step,
+                    copy_bytes=s.get("memcpy_bytes", 0), estimated=kernel_traced < observed,
                 ))  # fmt: skip
         return events
 
     def _rows(
-        self, table: _Table, category: str, low: int, high: int, device: int, traced: int
+        self, table: _Table, category: str, low: int, high: int, device: int, traced: int, observed: int
     ) -> list[ActivityStats]:
-        """One event per name: the top ``max_names`` by total time, the rest as ``other``."""
+        """One event per name: the top ``max_names`` by total time, the rest as ``other``. Estimates
+        scale to ``observed``: the part of the interval the stream was there for, so a program that
+        started or ended inside the interval, traced throughout, is measured, not estimated."""
         names = list(table.rows)
         rows = np.array([table.rows[n] for n in names], np.int64)
         order = np.argsort(-table.total[rows], kind="stable")
@@ -313,9 +316,8 @@ class Accumulator:
         out: list[tuple[str, np.ndarray]] = [(n, np.array([table.rows[n]])) for n in kept]
         if folded:
             out.append((OTHER, np.array([table.rows[n] for n in folded])))
-        step = high - low
-        scale = step / traced
-        estimated = traced < step
+        scale = observed / traced
+        estimated = traced < observed
         events = []
         for name, at in out:
             count, total, nbytes = (int(a[at].sum()) for a in (table.count, table.total, table.nbytes))

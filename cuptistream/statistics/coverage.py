@@ -36,12 +36,15 @@ class Coverage:
 
     def __init__(self) -> None:
         self.first: int | None = None  # earliest record start
+        self.began: int | None = None  # earliest time seen: record starts and span starts
         self.newest = 0  # newest time seen: record ends and span messages
         self.spans: dict[int, _Span] | None = None  # None until the first TraceSpan
 
     def saw(self, first: int, last: int) -> None:
         if self.first is None or first < self.first:
             self.first = first
+        if self.began is None or first < self.began:
+            self.began = first
         self.newest = max(self.newest, last)
 
     def span(self, window: int, start: int, end: int, kinds: list[str]) -> None:
@@ -51,6 +54,8 @@ class Coverage:
             if self.first is not None:  # the continuous tracing so far
                 self.spans[-1] = _Span(self.first, max(self.newest, self.first), frozenset(CATEGORIES))
         self.newest = max(self.newest, start, end)
+        if self.began is None or start < self.began:
+            self.began = start
         known = self.spans.get(window)
         if known is not None and end:
             known.end = end
@@ -59,6 +64,14 @@ class Coverage:
 
     def open_spans(self) -> bool:
         return self.spans is not None and any(not s.end for s in self.spans.values())
+
+    def observed(self, low: int, high: int) -> int:
+        """ns of ``[low, high)`` the stream was there for: from the first time it showed (a record
+        or a span) to the newest. Estimates scale to this, not to time before the program started
+        or after it ended."""
+        if self.began is None:
+            return 0
+        return max(0, min(high, self.newest) - max(low, self.began))
 
     def traced(self, category: str, low: int, high: int) -> int:
         """ns of ``[low, high)`` traced for ``category``."""
