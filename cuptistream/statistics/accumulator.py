@@ -238,8 +238,8 @@ class Accumulator:
     def _close(self, before: int | None) -> list[Event]:
         """Close the intervals that end before ``before`` (None: all)."""
         opened = [k[0] for k in self._tables]
-        if self.coverage.first is not None:
-            opened.append(self.coverage.first // self.interval_ns)
+        if self.coverage.began is not None:
+            opened.append(self.coverage.began // self.interval_ns)
         if not opened:
             return []
         step = self.interval_ns
