@@ -340,3 +340,16 @@ def test_names_past_the_tables_bound_fold_into_other_as_they_come() -> None:
     assert sum(s.count for s in rows) == len(kernels) and sum(s.total_ns for s in rows) == int(durations.sum())
     assert sum(sum(s.durations.counts) for s in rows) == len(kernels)
     assert rows[0].total_ns >= rows[9].total_ns
+
+
+def test_a_failure_in_the_statistics_turns_them_off_and_keeps_the_raw_events() -> None:
+    stream, sink, cap = _stream("exact_counts")
+    # A kernel layout without the fields the statistics read (no device_id): they stop, once.
+    odd = np.zeros(3, dtype=[("start", "<u8"), ("end", "<u8"), ("name", "<u8")])
+    odd["start"], odd["end"] = 10, 20
+    stream._observe(10, "kernel", odd)
+    assert stream.statistics is None and len(sink.errors) == 1 and "statistics stopped" in sink.errors[0][1]
+    _feed(stream, cap)
+    stream.close()
+    assert sum(1 for e in sink.events if isinstance(e, Kernel)) == 560
+    assert not any(isinstance(e, (ActivityStats, GpuStats)) for e in sink.events) and len(sink.errors) == 1

@@ -144,8 +144,7 @@ class DecodeStream:
         for chunk in chunks:
             self.events += chunk.count
             self.emitter.emit_chunk(chunk)
-        if self.statistics is not None:
-            self._emit_statistics(self.statistics.buffer_done())
+        self._emit_statistics(lambda acc: acc.buffer_done())
         self._report_name_failure()
 
     def _forwarding(self) -> bool:
@@ -161,9 +160,20 @@ class DecodeStream:
                     (records["end"].astype(np.int64) - records["start"].astype(np.int64)).sum()
                 )
         if self.statistics is not None:
-            self.statistics.add(event, records)
+            try:
+                self.statistics.add(event, records)
+            except Exception as error:  # never at the cost of the raw events
+                self._statistics_failed(error)
 
-    def _emit_statistics(self, events: list[Event]) -> None:
+    def _emit_statistics(self, step: Callable[[Accumulator], list[Event]]) -> None:
+        """Run one step of the statistics and emit the intervals it closed."""
+        if self.statistics is None:
+            return
+        try:
+            events = step(self.statistics)
+        except Exception as error:
+            self._statistics_failed(error)
+            return
         if events:
             self.emitter.emit(events)
             self.events += len(events)
@@ -172,11 +182,16 @@ class DecodeStream:
             self.emitter.report_loss("statistics", "late_records", late - self._late_reported, unit="records")
             self._late_reported = late
 
+    def _statistics_failed(self, error: Exception) -> None:
+        """A bug in the statistics turns them off for this stream, once, with an error event; the
+        raw events go on."""
+        self.statistics = None
+        self.emitter.report_error(self.origin, f"statistics stopped for this stream: {error!r}")
+
     def trace_span(self, span: TraceSpan) -> WindowRecords | None:
         """A window opened or closed (call it after draining what the probe published before it).
         On a close, what the window decoded, for the probe; else None."""
-        if self.statistics is not None:
-            self._emit_statistics(self.statistics.span(span.window, span.start, span.end, span.kinds))
+        self._emit_statistics(lambda acc: acc.span(span.window, span.start, span.end, span.kinds))
         if not span.end:
             self._windows[span.window] = _Window(span.on_demand)
             return None
@@ -194,8 +209,7 @@ class DecodeStream:
             self.emitter.report_error(self.origin, names.failure, severity="warning")
 
     def close(self) -> None:
-        if self.statistics is not None:
-            self._emit_statistics(self.statistics.close())
+        self._emit_statistics(lambda acc: acc.close())
         names = self.names
         if isinstance(names, ProcessNames):
             if names.unresolved:
