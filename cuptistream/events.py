@@ -385,7 +385,9 @@ class ActivityStats(Event, tag="activity_stats"):
 
     Where only part of the interval was traced (``activity.mode: budget`` windows, or a span left
     to another tool), ``estimated`` is true and the ``estimated_*`` fields scale the measured ones
-    to the whole interval: ``measured x interval / traced_ns``. Otherwise they equal the measured ones.
+    to the whole interval: ``measured x interval / traced_ns``, where "interval" is the part of it
+    the process was observed in (a program that starts or ends inside an interval, traced
+    throughout, is measured). Otherwise they equal the measured ones.
     """
 
     interval_start: int  # CUPTI clock ns, a multiple of the interval

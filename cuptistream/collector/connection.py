@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 from typing import Protocol
 
@@ -54,6 +55,7 @@ class ProbeConnection:
         self.streams: dict[int, DecodeStream] = {}
         self.said_goodbye = False
         self.spans = SpanBook()
+        self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
 
     @property
     def rank(self) -> int | None:
@@ -103,7 +105,10 @@ class ProbeConnection:
             if fds:
                 self._map(message.spec, fds[0])
         elif isinstance(message, messages.OpenStream):
-            self.streams[message.stream] = DecodeStream(message, self.pid, self.emitter, self._saw_devices)
+            statistics = self.collector.pipeline.config.statistics
+            self.streams[message.stream] = DecodeStream(
+                message, self.pid, self.emitter, self._saw_devices, statistics
+            )
         elif isinstance(message, messages.LossReport):
             self.intake.report_loss(message.stage, message.reason, message.count, message.unit)
         elif isinstance(message, messages.ErrorReport):
@@ -132,6 +137,10 @@ class ProbeConnection:
             self._drain_all()
         stream = self.streams.get(message.stream)
         records = stream.records if stream is not None else 0
+        # The statistics' coverage; a closed window's record count goes back to price the next one.
+        reply = stream.trace_span(message) if stream is not None else None
+        if reply is not None:
+            self._tell_probe(reply)
         if not message.end:
             self.spans.opened(message, records)
             windows.span(self, message, 0, 0)
@@ -139,6 +148,17 @@ class ProbeConnection:
         event = self.spans.closed(message, stream.info.source if stream is not None else "", records)
         self.emitter.emit([event])
         windows.span(self, message, event.records, self.intake.last_seq)
+
+    def _tell_probe(self, message: messages.Message) -> None:
+        """Send without waiting: a probe that does not read its socket (older probes ignore these
+        messages) must not stall decoding. What cannot be sent now is counted and dropped."""
+        try:
+            if select.select([], [self.sock], [], 0)[1]:
+                sockets.send(self.sock, message)
+                return
+        except OSError:
+            pass
+        self.replies_dropped += 1
 
     def _map(self, spec: messages.PoolSpec, fd: int) -> None:
         try:
