@@ -155,6 +155,13 @@ class DecodeStream:
     def _observe(self, kind: int, event: str, records: np.ndarray) -> None:
         for window in self._windows.values():
             window.records[event] += len(records)
+            if event == "kernel" and "graph_id" in (records.dtype.names or ()):
+                # Graph nodes cost the program far less than launched kernels (no API call each):
+                # counted apart so the probe prices them apart (sources/activity/windows.py).
+                in_graph = int(np.count_nonzero(records["graph_id"]))
+                if in_graph:
+                    window.records["kernel"] -= in_graph
+                    window.records["graph_kernel"] += in_graph
             if event == "kernel":
                 window.kernel_ns += int(
                     (records["end"].astype(np.int64) - records["start"].astype(np.int64)).sum()

@@ -34,7 +34,9 @@ from cuptistream.probe.governor import CLAIM_RETRY_S, Throttle, WindowCost
 # time per iteration over records per iteration of bench/overhead_gpu.py's workloads on the H100
 # (docs/benchmarks.md, "Activity windows"). The largest per-workload figure is used: a budget is a
 # ceiling.
-UNIT_COST_S: dict[str, float] = {"kernel": 8.0e-6, "api": 2.0e-6, "memcpy": 8.0e-6, "memset": 8.0e-6}
+UNIT_COST_S: dict[str, float] = {
+    "kernel": 8.0e-6, "graph_kernel": 1.0e-6, "api": 2.0e-6, "memcpy": 8.0e-6, "memset": 8.0e-6,
+}  # fmt: skip
 _OTHER_UNIT_COST_S = 2.0e-6
 PRIOR_UNIT_COST = 0.6  # per second of open window, until the first window is priced (W1-like loop)
 _PRICE_WAIT_S = 2.0
