@@ -228,7 +228,7 @@ class ActivitySource(Source):
         self._started = True
         if cfg.mode == "full":
             self._open_span(cfg.kinds, on_demand=False, request=0)
-        elif cfg.continuous:
+        else:  # the continuous kinds, or none: the collector learns that the process is there
             self._open_span(cfg.continuous, on_demand=False, request=0)
         if cfg.flush_interval > 0 and (cfg.mode == "full" or cfg.continuous):
             self._stopping = threading.Event()
@@ -284,10 +284,11 @@ class ActivitySource(Source):
             if not self._started or self._paused:
                 return None
             extra = self._window_kinds(on_demand)
+            start = driver.timestamp()  # before enabling: what launches meanwhile is recorded
             with driver.translate_errors():
                 self._enable(extra)
             traced = [k for k in self.config.kinds if k in extra or k in self._base_kinds(self.config)]
-            window = self._open_span(traced, on_demand, request)
+            window = self._open_span(traced, on_demand, request, start)
             self._window_extra[window] = extra
             return window
 
@@ -319,11 +320,11 @@ class ActivitySource(Source):
         if self.windows is not None and records.stream == getattr(self.outlet, "stream", records.stream):
             self.windows.priced(records)
 
-    def _open_span(self, names: list[str], on_demand: bool, request: int) -> int:
+    def _open_span(self, names: list[str], on_demand: bool, request: int, start: int = 0) -> int:
         window = next(self._window_ids)
         span = TraceSpan(
-            stream=0, window=window, start=driver.timestamp(), kinds=list(names), on_demand=on_demand,
-            request=request,
+            stream=0, window=window, start=start or driver.timestamp(), kinds=list(names),
+            on_demand=on_demand, request=request,
         )  # fmt: skip
         self._spans[window] = span
         self.outlet.send_trace_span(span, wait=_SPAN_WAIT_S)

@@ -10,7 +10,7 @@ arrays into events (``PackedConverters``, the collector's hot path) is timed bes
 Bytes: the fullest interval's statistics events, msgpack in one zstd frame at level 3 (as the file
 sink writes a batch), times 360 intervals of 10 s. A CPU estimate; docs/benchmarks.md has the method.
 
-Usage: python bench/statistics.py [--records 40000] [--buffers 50] [--names 0] [--rounds 5]
+Usage: python bench/statistics_cost.py [--records 40000] [--buffers 50] [--names 0] [--rounds 5]
 """
 
 from __future__ import annotations
