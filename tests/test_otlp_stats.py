@@ -17,6 +17,7 @@ import pytest
 
 from cuptistream import events as ev
 from tests.otlp_batches import OFFSET, UUID, make_batch
+from tests.otlp_grpc_receiver import OtlpGrpcReceiver
 from tests.otlp_receiver import Answer, OtlpReceiver, nested
 from tests.test_otlp import attrs, deliver, sink_for
 from tests.test_otlp_fixtures import replayed_events
@@ -120,11 +121,15 @@ def batches_of(events: Sequence[ev.Event], size: int = 40) -> list[ev.Batch]:
 # --- what the receiver decoded ------------------------------------------------------------------
 
 
-def metrics_of(receiver: OtlpReceiver) -> list[Any]:
-    return nested(receiver.messages("/v1/metrics"), "resource_metrics", "scope_metrics", "metrics")
+Receiver = OtlpReceiver | OtlpGrpcReceiver
 
 
-def points(receiver: OtlpReceiver, name: str) -> list[Any]:
+def metrics_of(receiver: Receiver) -> list[Any]:
+    messages = receiver.messages("/v1/metrics" if isinstance(receiver, OtlpReceiver) else "metrics")
+    return nested(messages, "resource_metrics", "scope_metrics", "metrics")
+
+
+def points(receiver: Receiver, name: str) -> list[Any]:
     """Every data point of metric ``name``, whichever its instrument."""
     return [
         p
@@ -168,7 +173,19 @@ def test_exponential_histograms_match_the_raw_records_of_a_replayed_capture(
     assert len(kernels) > 600 and len({k.name for k in kernels}) > 10  # the captures, not a stub
     stats = activity_stats(groups, scale)
     assert deliver(sink_for(receiver.endpoint, signals=["metrics"]), *batches_of(stats)) == []
+    check_against_raw(receiver, groups, scale)
 
+
+def test_over_grpc_too(raw: list[ev.Event]) -> None:
+    groups = group(raw)
+    with OtlpGrpcReceiver() as receiver:
+        sink = sink_for(receiver.endpoint, signals=["metrics"], protocol="grpc")
+        assert deliver(sink, *batches_of(activity_stats(groups, 3))) == []
+        check_against_raw(receiver, groups, 3)
+
+
+def check_against_raw(receiver: Receiver, groups: dict[Key, list[ev.Kernel | ev.Memcpy]], scale: int) -> None:
+    """The receiver's histograms hold exactly the raw records' durations, one point per key."""
     histograms = [m for m in metrics_of(receiver) if m.name == "cuda.kernel.traced.duration"]
     assert histograms and all(
         m.unit == "ns" and m.exponential_histogram.aggregation_temporality == DELTA for m in histograms
@@ -188,7 +205,8 @@ def test_exponential_histograms_match_the_raw_records_of_a_replayed_capture(
             assert point.positive.bucket_counts[0] and point.positive.bucket_counts[-1]  # no padding
             assert not point.negative.bucket_counts
     assert seen == set(groups)  # every raw (interval, device, name) arrived, and nothing else
-    assert sum(p.count for p in points(receiver, "cuda.kernel.traced.duration")) == len(kernels)
+    kernels = sum(len(records) for key, records in groups.items() if key[2] == "kernel")
+    assert sum(p.count for p in points(receiver, "cuda.kernel.traced.duration")) == kernels
 
 
 def test_sums_carry_counts_time_and_bytes_of_the_raw_records(
