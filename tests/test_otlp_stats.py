@@ -362,3 +362,19 @@ def test_json_encoding_carries_the_same_histograms(receiver: OtlpReceiver) -> No
 def points_in(message: Any, name: str) -> list[Any]:
     metrics = nested([message], "resource_metrics", "scope_metrics", "metrics")
     return [p for m in metrics if m.name == name for p in getattr(m, m.WhichOneof("data")).data_points]
+
+
+def test_every_statistics_metric_is_documented_with_its_unit() -> None:
+    from pathlib import Path
+
+    from cuptistream.sinks.otlp.stats import STATS_METRICS
+
+    rows = [
+        line
+        for line in (Path(__file__).parents[1] / "docs" / "otlp.md").read_text().splitlines()
+        if line.startswith("| `")
+    ]
+    for name, d in STATS_METRICS.items():
+        (row,) = [r for r in rows if f"`{name}`" in r.split("|")[1]]
+        instrument = {"histogram": "exponential histogram"}.get(d.kind, d.kind)
+        assert f"{instrument}, `{d.unit}`" in row, name
