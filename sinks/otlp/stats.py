@@ -32,6 +32,7 @@ from .common import key_values
 from .metrics import DEV, MAX_READINGS, OTHER, MetricDef, NameCap
 
 StatsPoint = tuple[str, NumberDataPoint | ExponentialHistogramDataPoint]
+_STATS_TYPES = frozenset({ActivityStats, GpuStats})
 
 # The attribute that names a statistics row, per category (the same keys as the raw-record metrics).
 _NAME_KEY = {"kernel": "cuda.kernel.name", "memcpy": "cuda.memcpy.kind", "memset": "cuda.memset.memory_kind"}
@@ -100,8 +101,11 @@ class StatsPoints:
     def add(self, batch: Batch) -> None:
         offset = batch.clock.offset_ns
         for ev in batch.events:
-            if isinstance(ev, ActivityStats) and ev.category in _NAME_KEY:
-                self._activity(ev, ev.interval_start + offset, ev.interval_end + offset)
+            if type(ev) not in _STATS_TYPES:  # one cheap test: most batches are raw records
+                continue
+            if isinstance(ev, ActivityStats):
+                if ev.category in _NAME_KEY:
+                    self._activity(ev, ev.interval_start + offset, ev.interval_end + offset)
             elif isinstance(ev, GpuStats):
                 self._gpu(ev, ev.interval_start + offset, ev.interval_end + offset)
 
@@ -114,8 +118,8 @@ class StatsPoints:
             labels["cuda.kernel.nccl"] = ev.nccl
         p = f"cuda.{ev.category}"
         self._histogram(f"{p}.traced.duration", labels, ev, start, end)
-        # Not estimated: the whole interval was traced, and the estimates are the measurements
-        # (whatever the event's defaults say), so one query serves both modes.
+        # Unless ``estimated``, the whole interval was traced and the estimates are the measurements
+        # (whatever the event's estimated_* hold), so ``*.estimated.*`` serves both modes.
         scaled = ev.estimated
         values: list[tuple[str, int | float]] = [
             ("traced.count", ev.count),
