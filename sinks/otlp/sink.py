@@ -9,7 +9,8 @@ with its own span tree, metric series and start time. Outcomes are counted in ``
   (never retried);
 * items lost to a refusal, the deadline, or being larger than ``max_request_bytes`` on their own →
   ``*_dropped``. Metrics are cumulative and re-sent on the next batch, so a failed metrics request is
-  counted (``metric_exports_failed``) and sent again.
+  counted (``metric_exports_failed``) and sent again; the statistics' delta points (``stats``) and
+  gauge readings are held until a metrics export is acknowledged.
 * a refusal that every later request would get too (HTTP 4xx but 401, 403, 408, 413 and 429; gRPC
   UNIMPLEMENTED, NOT_FOUND, INVALID_ARGUMENT) ends that signal for the session: from then on its
   items are counted in ``*_dropped`` without being sent (loss reason ``signal_refused``).
