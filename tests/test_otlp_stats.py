@@ -268,9 +268,11 @@ def test_estimates_are_separate_metrics(receiver: OtlpReceiver) -> None:
 
 
 def test_kernel_names_share_the_sinks_cap_and_nccl_stays_apart_under_other(receiver: OtlpReceiver) -> None:
-    stats = [_one("a"), _one("b"), _one("nccl_allreduce", nccl=True), _one("c"), _one("other", count=4)]
+    late = [700, 3000, 5, 2**20]  # the collector's own "other", at another scale
+    stats = [_one("a"), _one("b"), _one("nccl_allreduce", nccl=True), _one("c")]
+    stats.append(_one("other", durations=histogram(late, 3), total_ns=sum(late)))
     sink = sink_for(receiver.endpoint, signals=["metrics"], max_kernel_names=2)
-    assert deliver(sink, *batches_of(stats)) == []
+    assert deliver(sink, *batches_of(stats, size=2)) == []
     counts: Counter[tuple[str, bool]] = Counter()
     for point in points(receiver, "cuda.kernel.traced.count"):
         a = attrs(point)
@@ -278,6 +280,46 @@ def test_kernel_names_share_the_sinks_cap_and_nccl_stays_apart_under_other(recei
     # "a" and "b" take the two slots; the later names and the collector's own "other" share "other".
     assert counts == {("a", False): 4, ("b", False): 4, ("other", True): 4, ("other", False): 8}
     assert sink.stats()["kernel_names_overflowed"] == 8  # kernels of nccl_allreduce and c
+    # One delta point per series and interval: "c" and "other" are merged, at the coarser scale.
+    hists = {
+        (attrs(p)["cuda.kernel.name"], attrs(p)["cuda.kernel.nccl"]): p
+        for p in points(receiver, "cuda.kernel.traced.duration")
+    }
+    assert len(hists) == len(points(receiver, "cuda.kernel.traced.duration")) == 4
+    merged = hists["other", False]
+    values = [500, 900, 1000, 1600, *late]
+    assert merged.scale == 2 and merged.count == 8 and (merged.min, merged.max) == (5, 2**20)
+    assert merged.sum == 4000 + sum(late)
+    assert received_buckets(merged) == Counter(exact_bucket(v, 2) for v in values)
+    (time,) = [p for p in points(receiver, "cuda.kernel.traced.time") if attrs(p)["cuda.kernel.name"] == "other"
+               and not attrs(p)["cuda.kernel.nccl"]]  # fmt: skip
+    assert time.as_double == pytest.approx((4000 + sum(late)) / 1e9)
+
+
+def test_other_is_sent_once_its_interval_is_complete(receiver: OtlpReceiver) -> None:
+    """Rows folded into ``other`` arrive in several batches (even with another clock sync): they
+    make one point, sent when a later interval shows the interval complete, at the first batch's times."""
+    b1, b2, b3 = batches_of([_one("a"), _one("b"), _one("c"), _one("d"), _one("a", interval_start=20 * SECOND,
+                                                                            interval_end=30 * SECOND)], size=2)  # fmt: skip
+    b2.clock = ev.ClockSync(cupti_ns=CLOCK.cupti_ns, unix_ns=CLOCK.unix_ns + 3)  # a later clock sync
+    b2.events.append(_one("e"))
+    assert (
+        deliver(sink_for(receiver.endpoint, signals=["metrics"], max_kernel_names=2), b1, b2, b3, close=False)
+        == []
+    )
+    first, second = receiver.messages("/v1/metrics")  # nothing was ready after b2
+    assert {attrs(p)["cuda.kernel.name"] for p in points_in(first, "cuda.kernel.traced.count")} == {"a", "b"}
+    later = points_in(second, "cuda.kernel.traced.count")
+    assert sorted(
+        (attrs(p)["cuda.kernel.name"], p.start_time_unix_nano - OFFSET, p.as_int) for p in later
+    ) == [
+        ("a", 20 * SECOND, 4),
+        ("other", 10 * SECOND, 12),  # c, d and e
+    ]
+    (other,) = [
+        p for p in points_in(second, "cuda.kernel.traced.duration") if attrs(p)["cuda.kernel.name"] == "other"
+    ]
+    assert other.count == 12 and other.time_unix_nano == OFFSET + 20 * SECOND
 
 
 def test_gpu_stats_become_gauges_and_delta_sums(receiver: OtlpReceiver, raw: list[ev.Event]) -> None:

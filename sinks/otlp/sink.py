@@ -305,6 +305,7 @@ class OtlpSink(Sink):
             process.stats.add(batch)
             for other_origin in idle:
                 self._processes[other_origin].metrics.finish()
+                self._processes[other_origin].stats.finish()
             requests += self._metric_requests()
         if self._sending("logs"):
             records = [(origin, r) for r in log_records(batch, time.time_ns())]
@@ -355,6 +356,7 @@ class OtlpSink(Sink):
         if "metrics" in self._transports:
             for process in self._processes.values():
                 process.metrics.finish()
+                process.stats.finish()
             requests += self._metric_requests()
         return requests
 

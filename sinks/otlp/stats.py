@@ -20,8 +20,8 @@ metrics; ``cuda.kernel.nccl`` keeps NCCL time apart even under ``other``.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.proto.metrics.v1.metrics_pb2 import ExponentialHistogramDataPoint, NumberDataPoint
@@ -33,6 +33,7 @@ from .metrics import DEV, MAX_READINGS, OTHER, MetricDef, NameCap
 
 StatsPoint = tuple[str, NumberDataPoint | ExponentialHistogramDataPoint]
 _STATS_TYPES = frozenset({ActivityStats, GpuStats})
+_Key = tuple[str, tuple[tuple[str, Any], ...], tuple[int, int]]  # metric, attributes, CUPTI interval
 
 # The attribute that names a statistics row, per category (the same keys as the raw-record metrics).
 _NAME_KEY = {"kernel": "cuda.kernel.name", "memcpy": "cuda.memcpy.kind", "memset": "cuda.memset.memory_kind"}
@@ -86,30 +87,54 @@ STATS_METRICS: dict[str, MetricDef] = {
 }
 
 
+@dataclass(frozen=True)
+class _Interval:
+    cupti: tuple[int, int]  # as the collector gave it: the identity of the interval
+    start: int  # epoch ns, through the clock of the batch that first carried it
+    end: int
+
+
 class StatsPoints:
     """The statistics points of one observed process, held until a metrics export is acknowledged.
 
+    Points are keyed by metric, attributes and interval: two delta points of one series and
+    interval would be duplicates, so a repeat (names the sink's cap folds into ``other``) merges
+    into the held point. An ``other`` point waits until a later interval's statistics arrive (or
+    ``finish``), so the rows folded into it that come in later batches still merge before it is sent.
     ``hw_id`` gives a device's ``hw.id`` (its UUID) as the raw-record metrics name it.
     """
 
     def __init__(self, kernel_names: NameCap, hw_id: Callable[[int], str]) -> None:
         self.kernel_names = kernel_names
         self.hw_id = hw_id
-        self.held: deque[StatsPoint] = deque(maxlen=MAX_READINGS)
-        self.overflowed = 0  # points dropped, oldest first, while the backend was away
+        self.held: dict[_Key, NumberDataPoint | ExponentialHistogramDataPoint] = {}
+        self.waiting: set[_Key] = set()  # ``other`` points of intervals not known to be complete
+        self.latest_end = 0  # the latest interval end seen (CUPTI clock)
+        self.final = False
+        self.overflowed = 0  # points dropped, oldest first, past MAX_READINGS while the backend was away
+        self._epoch: dict[tuple[int, int], _Interval] = {}  # the intervals of the points held
 
     def add(self, batch: Batch) -> None:
         offset = batch.clock.offset_ns
         for ev in batch.events:
             if type(ev) not in _STATS_TYPES:  # one cheap test: most batches are raw records
                 continue
-            if isinstance(ev, ActivityStats):
-                if ev.category in _NAME_KEY:
-                    self._activity(ev, ev.interval_start + offset, ev.interval_end + offset)
-            elif isinstance(ev, GpuStats):
-                self._gpu(ev, ev.interval_start + offset, ev.interval_end + offset)
+            if isinstance(ev, GpuStats):
+                self._gpu(ev, self._interval(ev, offset))
+            elif isinstance(ev, ActivityStats) and ev.category in _NAME_KEY:
+                self._activity(ev, self._interval(ev, offset))
 
-    def _activity(self, ev: ActivityStats, start: int, end: int) -> None:
+    def _interval(self, ev: ActivityStats | GpuStats, offset: int) -> _Interval:
+        cupti = (ev.interval_start, ev.interval_end)
+        self.latest_end = max(self.latest_end, ev.interval_end)
+        # One epoch time per interval, whatever clock sync later batches carry.
+        return self._epoch.setdefault(cupti, _Interval(cupti, cupti[0] + offset, cupti[1] + offset))
+
+    def finish(self) -> None:
+        """Send every point at the next export (the process ended or the sink is closing)."""
+        self.final = True
+
+    def _activity(self, ev: ActivityStats, interval: _Interval) -> None:
         name = ev.name
         if ev.category == "kernel" and name != OTHER:  # the collector's own ``other`` takes no slot
             name = self.kernel_names(name, ev.count)
@@ -117,7 +142,7 @@ class StatsPoints:
         if ev.category == "kernel":
             labels["cuda.kernel.nccl"] = ev.nccl
         p = f"cuda.{ev.category}"
-        self._histogram(f"{p}.traced.duration", labels, ev, start, end)
+        self._histogram(f"{p}.traced.duration", labels, ev, interval)
         # Unless ``estimated``, the whole interval was traced and the estimates are the measurements
         # (whatever the event's estimated_* hold), so ``*.estimated.*`` serves both modes.
         scaled = ev.estimated
@@ -131,35 +156,43 @@ class StatsPoints:
             values.append(("traced.bytes", ev.bytes))
             values.append(("estimated.bytes", ev.estimated_bytes if scaled else ev.bytes))
         for suffix, value in values:
-            self._number(f"{p}.{suffix}", labels, value, start, end)
+            self._number(f"{p}.{suffix}", labels, value, interval)
 
-    def _gpu(self, ev: GpuStats, start: int, end: int) -> None:
+    def _gpu(self, ev: GpuStats, interval: _Interval) -> None:
         device = {"hw.id": self.hw_id(ev.device_id), DEV: ev.device_id}
-        self._number("cuda.device.busy_ratio", device, ev.busy_fraction, None, end)
-        self._number("cuda.device.traced_ratio", device, ev.traced_fraction, None, end)
+        self._number("cuda.device.busy_ratio", device, ev.busy_fraction, interval, gauge=True)
+        self._number("cuda.device.traced_ratio", device, ev.traced_fraction, interval, gauge=True)
         for kind, ns in (("kernel", ev.kernel_ns), ("memcpy", ev.copy_ns), ("memset", ev.memset_ns)):
             labels = {**device, "cuda.activity.kind": kind}
-            self._number("cuda.device.activity.time", labels, ns / 1e9, start, end)
-        self._number("cuda.device.nccl.time", device, ev.nccl_ns / 1e9, start, end)
+            self._number("cuda.device.activity.time", labels, ns / 1e9, interval)
+        self._number("cuda.device.nccl.time", device, ev.nccl_ns / 1e9, interval)
 
     def _number(
-        self, name: str, labels: dict[str, Any], value: int | float, start: int | None, end: int
+        self, name: str, labels: dict[str, Any], value: int | float, interval: _Interval, gauge: bool = False
     ) -> None:
-        point = NumberDataPoint(attributes=key_values(labels), time_unix_nano=end)
+        key = (name, tuple(labels.items()), interval.cupti)
+        held = self.held.get(key)
+        if isinstance(held, NumberDataPoint) and not gauge:  # a repeat of a delta point: add
+            if held.WhichOneof("value") == "as_int" and isinstance(value, int):
+                held.as_int += value
+            else:
+                held.as_double = _number_value(held) + value
+            return
+        point = NumberDataPoint(attributes=key_values(labels), time_unix_nano=interval.end)
         if isinstance(value, float):
             point.as_double = value
         else:
             point.as_int = value
-        if start is not None:  # a gauge reading has no start
-            point.start_time_unix_nano = start
-        self._hold(name, point)
+        if not gauge:  # a gauge reading has no start (and a repeated one replaces it)
+            point.start_time_unix_nano = interval.start
+        self._hold(key, point, labels)
 
-    def _histogram(self, name: str, labels: dict[str, Any], ev: ActivityStats, start: int, end: int) -> None:
+    def _histogram(self, name: str, labels: dict[str, Any], ev: ActivityStats, interval: _Interval) -> None:
         h = ev.durations
         point = ExponentialHistogramDataPoint(
             attributes=key_values(labels),
-            start_time_unix_nano=start,
-            time_unix_nano=end,
+            start_time_unix_nano=interval.start,
+            time_unix_nano=interval.end,
             # OTLP requires count == zero_count + the buckets' sum: take it from the buckets.
             count=h.zero_count + sum(h.counts),
             sum=float(ev.total_ns),
@@ -170,18 +203,66 @@ class StatsPoints:
         point.positive.bucket_counts.extend(h.counts)
         if point.count:  # min and max are optional: leave them out of an empty histogram
             point.min, point.max = float(h.min), float(h.max)
-        self._hold(name, point)
+        key = (name, tuple(labels.items()), interval.cupti)
+        held = self.held.get(key)
+        if isinstance(held, ExponentialHistogramDataPoint):
+            merge(held, point)
+            return
+        self._hold(key, point, labels)
 
-    def _hold(self, name: str, point: NumberDataPoint | ExponentialHistogramDataPoint) -> None:
-        if len(self.held) == self.held.maxlen:
+    def _hold(
+        self, key: _Key, point: NumberDataPoint | ExponentialHistogramDataPoint, labels: dict[str, Any]
+    ) -> None:
+        if key not in self.held and len(self.held) >= MAX_READINGS:
+            oldest = next(iter(self.held))
+            del self.held[oldest]
+            self.waiting.discard(oldest)
             self.overflowed += 1
-        self.held.append((name, point))
+        self.held[key] = point
+        if labels.get("cuda.kernel.name") == OTHER:
+            self.waiting.add(key)
 
     def export(self) -> list[StatsPoint]:
-        """Every point held; ``commit`` them once the receiver acknowledged them."""
-        return list(self.held)
+        """The points ready to send; ``commit`` them once the receiver acknowledged them."""
+        return [(key[0], point) for key, point in self.held.items() if self._ready(key)]
+
+    def _ready(self, key: _Key) -> bool:
+        return self.final or key not in self.waiting or key[2][1] < self.latest_end
 
     def commit(self, exported: list[StatsPoint]) -> None:
-        sent = {id(p) for p in exported}
-        while self.held and id(self.held[0]) in sent:
-            self.held.popleft()
+        sent = {id(point) for _, point in exported}
+        for key in [k for k, point in self.held.items() if id(point) in sent]:
+            del self.held[key]
+            self.waiting.discard(key)
+        # Keep the epoch times of intervals still held or still current: all of an interval's
+        # points then carry the same times.
+        keep = {key[2] for key in self.held}
+        self._epoch = {c: i for c, i in self._epoch.items() if c in keep or c[1] >= self.latest_end}
+
+
+def _number_value(point: NumberDataPoint) -> float:
+    return float(point.as_int if point.WhichOneof("value") == "as_int" else point.as_double)
+
+
+def merge(into: ExponentialHistogramDataPoint, other: ExponentialHistogramDataPoint) -> None:
+    """Add ``other`` to ``into``, at the coarser of their scales (OTLP's downscale: index >> n)."""
+    scale = min(into.scale, other.scale)
+    counts: dict[int, int] = {}
+    for p in (into, other):
+        shift = p.scale - scale
+        for k, n in enumerate(p.positive.bucket_counts):
+            if n:
+                index = (p.positive.offset + k) >> shift
+                counts[index] = counts.get(index, 0) + n
+    if into.count and other.count:
+        into.min, into.max = min(into.min, other.min), max(into.max, other.max)
+    elif other.count:
+        into.min, into.max = other.min, other.max
+    into.count += other.count
+    into.sum += other.sum
+    into.zero_count += other.zero_count
+    into.scale = scale
+    low = min(counts, default=0)
+    into.positive.offset = low
+    del into.positive.bucket_counts[:]
+    into.positive.bucket_counts.extend(counts.get(i, 0) for i in range(low, max(counts, default=-1) + 1))
