@@ -74,6 +74,7 @@ class SinkLane:
         self._sink_lost: dict[str, int] = {}  # Sink.delivery_losses() as last read
         self._sink_failed = False  # stats() or delivery_losses() raised: said once
         self._writing = 0  # events of the batch inside sink.write
+        self._writing_seq = 0  # ... and the lowest intake number of its chunks (0: none)
         self._written_off = 0  # ... counted lost by abandon() while its write was still running
         self._abandon_reason = ""
         self._stopped = ""  # the reason the sink stopped for good (``stop``); "" while it runs
@@ -131,6 +132,13 @@ class SinkLane:
     def idle(self) -> bool:
         """Nothing queued and no write under way."""
         return not self._queue and not self._writing
+
+    def holds_through(self, seq: int) -> bool:
+        """Whether a chunk numbered ``seq`` or lower by the intake is queued here or being written:
+        not yet delivered, nor counted lost. (A scan of the queue: for barriers, not per chunk.)"""
+        if 0 < self._writing_seq <= seq:
+            return True
+        return any(0 < chunk.seq <= seq for chunk, _ in self._queue)
 
     @property
     def stopped(self) -> str:
@@ -196,6 +204,7 @@ class SinkLane:
         )
         self._seq += 1
         self._writing = count
+        self._writing_seq = min((c.seq for c in chunks if c.seq), default=0)
         self._write_began = time.monotonic()
         self._write_scope = scope = trio.CancelScope()
         try:
@@ -231,7 +240,7 @@ class SinkLane:
             if self.up:
                 self.health.ok()
         finally:
-            self._writing = self._written_off = 0
+            self._writing = self._written_off = self._writing_seq = 0
             self._notify()  # ``drained`` waits for this
 
     async def _write(self, batch: OutgoingBatch) -> None:
