@@ -8,13 +8,19 @@ by a second route: exact integer comparisons with the bucket bounds (``base**i <
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import cuptistream
 from cuptistream import events as ev
 from tests.otlp_batches import OFFSET, UUID, make_batch
 from tests.otlp_grpc_receiver import OtlpGrpcReceiver
@@ -407,8 +413,6 @@ def points_in(message: Any, name: str) -> list[Any]:
 
 
 def test_every_statistics_metric_is_documented_with_its_unit() -> None:
-    from pathlib import Path
-
     from cuptistream.sinks.otlp.stats import STATS_METRICS
 
     rows = [
@@ -420,3 +424,59 @@ def test_every_statistics_metric_is_documented_with_its_unit() -> None:
         (row,) = [r for r in rows if f"`{name}`" in r.split("|")[1]]
         instrument = {"histogram": "exponential histogram"}.get(d.kind, d.kind)
         assert f"{instrument}, `{d.unit}`" in row, name
+
+
+# --- end to end: the collector's own statistics ---------------------------------------------------
+
+
+def test_end_to_end_the_collectors_histograms_match_the_raw_records(tmp_path: Path) -> None:
+    """``cuptistream run`` replays the captures with statistics on, into the file sink (the raw
+    records) and the OTLP sink (a real receiver): every kernel histogram the receiver decodes holds
+    exactly the durations of the raw kernels that ended in its interval, at the collector's scale."""
+    root = Path(__file__).resolve().parent.parent
+    with OtlpReceiver() as receiver:
+        cfg = {
+            "sources": [{"type": "replay", "path": str(root / "tests" / "fixtures")}],
+            "statistics": {"interval": "1s", "max_names": 500},
+            "sinks": [
+                {"type": "file", "directory": str(tmp_path / "out")},
+                {"type": "otlp", "endpoint": receiver.endpoint, "signals": ["metrics"]},
+            ],
+        }
+        (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+        env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
+        command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(tmp_path / "cfg.json"), "--"]
+        result = subprocess.run(
+            [*command, sys.executable, "-c", "0"], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert result.returncode == 0, result.stderr
+    batches = list(cuptistream.read(tmp_path / "out").batches())
+    kernels = [e for b in batches for e in b.events if isinstance(e, ev.Kernel)]
+    offsets = {b.clock.offset_ns for b in batches if any(isinstance(e, ev.ActivityStats) for e in b.events)}
+    assert kernels and len(offsets) == 1  # the replay's one clock
+    (offset,) = offsets
+    by_key: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    for k in kernels:  # the collector puts a record in the interval it ended in
+        by_key[(k.end // SECOND * SECOND + offset, k.device_id, k.name)].append(k.end - k.start)
+
+    received = {}
+    for point in points(receiver, "cuda.kernel.traced.duration"):
+        a = attrs(point)
+        key = (point.start_time_unix_nano, a["cuda.device.id"], a["cuda.kernel.name"])
+        assert key not in received and point.time_unix_nano - point.start_time_unix_nano == SECOND
+        assert a["cuda.kernel.nccl"] == a["cuda.kernel.name"].startswith("nccl")
+        received[key] = point
+    assert set(received) == set(by_key) and len(received) > 10  # every raw (interval, device, name), once
+    for key, point in received.items():
+        durations = by_key[key]
+        assert point.count == len(durations) and point.sum == sum(durations)
+        assert (point.min, point.max) == (min(durations), max(durations))
+        assert received_buckets(point) == Counter(exact_bucket(d, point.scale) for d in durations if d)
+        assert point.zero_count == sum(1 for d in durations if d == 0)
+    assert {p.scale for p in received.values()} <= {2, 1, 0}  # the collector's scale, or downscaled
+    counts = {
+        (p.start_time_unix_nano, attrs(p)["cuda.kernel.name"]): p.as_int
+        for p in points(receiver, "cuda.kernel.traced.count")
+    }
+    assert counts == {(k[0], k[2]): len(d) for k, d in by_key.items()}
