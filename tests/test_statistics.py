@@ -194,7 +194,7 @@ def test_spans_set_coverage_and_estimates_scale_to_the_interval() -> None:
     acc.add("kernel", moved)
     acc.buffer_done()
     acc.span(1, t0 + 2 * SECOND, t0 + 2 * SECOND + span, ["concurrent_kernel"])
-    acc.span(2, t0 + 6 * SECOND, t0 + 7 * SECOND, [])  # a second window, nothing in it
+    acc.span(2, t0 + 6 * SECOND, t0 + 7 * SECOND, ["concurrent_kernel"])  # a second window, nothing in it
     out = acc.close()
     rows = [s for s in out if isinstance(s, ActivityStats)]
     traced = span + SECOND

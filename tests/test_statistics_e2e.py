@@ -102,8 +102,12 @@ def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_pat
         # exact_counts in a budget-mode window of 0.2 s (estimates); torch_train traced throughout
         first = min(_kernel_starts(cap))
         if index == 0:  # (its one buffer arrives after the window closed: coverage is what counts)
-            stream.trace_span(TraceSpan(stream=0, window=1, start=first))
-            stream.trace_span(TraceSpan(stream=0, window=1, start=first, end=first + 200_000_000))
+            stream.trace_span(TraceSpan(stream=0, window=1, start=first, kinds=["concurrent_kernel"]))
+            stream.trace_span(
+                TraceSpan(
+                    stream=0, window=1, start=first, end=first + 200_000_000, kinds=["concurrent_kernel"]
+                )
+            )
         for buf in cap.buffers:  # records: on_demand, no on-demand window: statistics only
             data = bytearray(buf.data)
             stream.decode(memoryview(data), len(data), 0)
@@ -196,7 +200,9 @@ def test_the_collector_answers_a_closed_trace_span_with_window_records(tmp_path:
                 reply = received[0]
     assert reply is not None and (reply.stream, reply.window) == (outlet.stream, 4)
     expected = json.loads((FIXTURES / "expected.json").read_text())["exact_counts"]
-    assert reply.records["kernel"] == expected["decoded_events"]["Kernel"] and reply.records["memcpy"] == 8
+    kernels = reply.records["kernel"] + reply.records["graph_kernel"]  # graph nodes priced apart
+    assert kernels == expected["decoded_events"]["Kernel"] and reply.records["memcpy"] == 8
+    assert reply.records["graph_kernel"] == sum(1 for e in _decoded(cap) if isinstance(e, Kernel) and e.graph_id)
     link.close()
     collector.wait_idle(10)
     collector.finish()
@@ -227,3 +233,12 @@ def _kernel_starts(cap: object) -> list[int]:
         for _, e, r in decoder._records(b.data, len(b.data), None)
         if e in ("kernel", "memcpy")
     ]
+
+
+def _decoded(cap: object) -> list[object]:
+    from cuptistream.cupti.decode import Decoder
+    from cuptistream.cupti.names import TableNames
+    from cuptistream.cupti.records import RecordLayouts
+
+    decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)))  # type: ignore[attr-defined]
+    return [e for b in cap.buffers for e in decoder.decode(b.data, len(b.data))]  # type: ignore[attr-defined]

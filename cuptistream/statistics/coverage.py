@@ -17,10 +17,8 @@ CATEGORIES = ("kernel", "memcpy", "memset")
 
 
 def categories_of(kinds: list[str]) -> frozenset[str]:
-    """The statistics categories that activity kind names (``concurrent_kernel``, ...) trace; every
-    category for an empty list. Unknown names trace nothing."""
-    if not kinds:
-        return frozenset(CATEGORIES)
+    """The statistics categories that activity kind names (``concurrent_kernel``, ...) trace. An
+    empty list traces nothing: budget mode's presence span (the process is there, between windows)."""
     return frozenset(KINDS[k].event for k in kinds if k in KINDS and KINDS[k].event in CATEGORIES)
 
 

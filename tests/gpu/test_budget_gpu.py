@@ -76,7 +76,7 @@ def test_production_config_traces_in_windows_and_keeps_statistics(tmp_path: Path
     events = _read(out)
     kinds = {type(e).__name__ for e in events}
     assert "Kernel" not in kinds and "ApiCall" not in kinds  # records: on_demand keeps raw records out
-    windows = [e for e in events if type(e).__name__ == "TraceWindow"]
+    windows = [e for e in events if type(e).__name__ == "TraceWindow" and e.kinds]  # not the presence span
     stats = [e for e in events if type(e).__name__ == "ActivityStats" and e.category == "kernel"]
     gpu = [e for e in events if type(e).__name__ == "GpuStats"]
     decisions = [e for e in events if type(e).__name__ == "GovernorDecision" and e.source == "activity"]
