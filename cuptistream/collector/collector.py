@@ -22,6 +22,7 @@ import msgspec
 
 from cuptistream.channel import messages, sockets
 from cuptistream.collector.connection import ProbeConnection
+from cuptistream.collector.memory import MemoryWatch
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
@@ -60,8 +61,10 @@ class Collector:
         self.buffers = 0
         self.records = 0
         self.report: ShutdownReport | None = None
+        self.memory = MemoryWatch()  # own heap apart from the probes' pools (report, status line)
 
     def start(self) -> Collector:
+        self.memory.start()
         self._pipeline_thread.start()
         return self
 
@@ -162,6 +165,11 @@ class Collector:
             self.report.activity_records = self.records
             self.report.collector_cpu_s = round(usage.ru_utime + usage.ru_stime, 3)
             self.report.collector_max_rss_kib = usage.ru_maxrss
+            end = self.memory.stop()
+            self.report.collector_rss_anon_kib = end.anon_kib
+            self.report.collector_rss_shmem_kib = end.shmem_kib
+            self.report.collector_peak_rss_anon_kib = self.memory.peak.anon_kib
+            self.report.collector_peak_rss_shmem_kib = self.memory.peak.shmem_kib
         return self.report
 
     def conclude(
