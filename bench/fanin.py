@@ -61,6 +61,11 @@ while time.monotonic() < end:
 """
 
 
+def _now() -> float:
+    """The clock of the programs' stamps (/proc/uptime)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
 def config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     pipeline = {
         "memory_budget": args.memory_budget, "full_policy": args.full_policy,
@@ -78,7 +83,8 @@ def config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
-    """The shell line that starts N probed programs and stamps when they began and all ended."""
+    """The shell line that starts N probed programs (and no other Python) and stamps when they
+    began and all ended."""
     py = shlex.quote(sys.executable)
     if args.mode == "gpu":
         one = f"{py} -c {shlex.quote(GPU_PROGRAM.format(root=str(ROOT), seconds=args.seconds))}"
@@ -86,7 +92,8 @@ def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
         one = f"{py} -c pass"  # the replay finishes its loops at exit (ReplaySource.stop)
     else:
         one = f"{py} -c {shlex.quote(f'import time; time.sleep({args.seconds})')}"
-    stamp = f"{py} -c 'import time; print(time.monotonic())' >> {shlex.quote(str(stamps))}"
+    # Not a Python (it would be probed too): /proc/uptime is CLOCK_BOOTTIME, 10 ms steps.
+    stamp = f"read up _ < /proc/uptime; echo $up >> {shlex.quote(str(stamps))}"
     return f"{stamp}; for i in $(seq {n}); do {one} & done; wait; {stamp}"
 
 
@@ -95,7 +102,7 @@ class ProcWatch:
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         self.pid, self.interval = pid, interval
-        self.cpu: list[tuple[float, float]] = []  # (monotonic, CPU seconds)
+        self.cpu: list[tuple[float, float]] = []  # (_now(), CPU seconds)
         self.peak_anon_kib = self.peak_shmem_kib = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -108,7 +115,7 @@ class ProcWatch:
                 status = Path(f"/proc/{self.pid}/status").read_text()
             except OSError:
                 return
-            self.cpu.append((time.monotonic(), (int(fields[11]) + int(fields[12])) / TICK))
+            self.cpu.append((_now(), (int(fields[11]) + int(fields[12])) / TICK))
             for line in status.splitlines():
                 if line.startswith("RssAnon:"):
                     self.peak_anon_kib = max(self.peak_anon_kib, int(line.split()[1]))
@@ -121,7 +128,7 @@ class ProcWatch:
         self._thread.join()
 
     def cpu_between(self, start: float, end: float) -> float:
-        """CPU seconds the collector used between two monotonic times (nearest samples)."""
+        """CPU seconds the collector used between two ``_now()`` times (nearest samples)."""
 
         def at(t: float) -> float:
             return min(self.cpu, key=lambda s: abs(s[0] - t))[1] if self.cpu else 0.0
@@ -162,15 +169,17 @@ def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[s
     cfg.write_text(yaml.safe_dump(config(args, out)))
     command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(cfg), "--report-json", str(report_path),
                "--quiet", "--", "sh", "-c", programs(args, n, stamps)]  # fmt: skip
-    began = time.monotonic()
+    began = _now()
     collector = subprocess.Popen(command, cwd=where)
     watch = ProcWatch(collector.pid)
     code = collector.wait(timeout=args.seconds * 20 + 120)
-    wall = time.monotonic() - began
+    wall = _now() - began
     watch.stop()
     if code != 0:
         raise SystemExit(f"fanin: `cuptistream run` exited {code} for N={n} (see {where})")
     report = json.loads(report_path.read_text())
+    if report["probes"] != n:
+        raise SystemExit(f"fanin: {report['probes']} probes connected, not {n} (see {where})")
     start, end = (float(x) for x in stamps.read_text().split())
     window = end - start
     file = report["sinks"]["file"]
