@@ -18,6 +18,7 @@ import msgspec
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
+from cuptistream.collector import shedding
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.events import ClockSync, Error
 from cuptistream.pipeline.core import Pipeline
@@ -127,7 +128,7 @@ class ProbeConnection:
                     if stream is None:
                         self.intake.report_loss(self.origin, "unknown_stream", 1, unit="buffers")
                     else:
-                        stream.decode(view, valid, int(header["dropped"]))
+                        self._decode_or_shed(stream, view, valid, int(header["dropped"]))
                 elif kind == CHUNK:
                     self._emit_chunks(view)
                 else:
@@ -135,6 +136,13 @@ class ProbeConnection:
                 del view
             finally:
                 pool.release(slot)
+
+    def _decode_or_shed(self, stream: DecodeStream, view: memoryview, valid: int, dropped: int) -> None:
+        """Decode the buffer, unless the pipeline has no room for its events: then count its
+        records as shed, undecoded (``shedding``)."""
+        overloaded = shedding.overloaded(self.collector.pipeline)
+        if not (overloaded and shedding.shed(view, valid, dropped, stream.decoder.layouts, self.emitter)):
+            stream.decode(view, valid, dropped)
 
     def _emit_chunks(self, view: memoryview) -> None:
         offset = 0
