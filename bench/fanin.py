@@ -14,8 +14,8 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
   for ``--seconds`` under ``configs/default.yaml``'s sources.
 
 Rounds are interleaved (run 1 of every N, then run 2, ...), so a noisy neighbour spreads over all N.
-Per N: offered records/s (records the collector took from the probes' slots, over the window the
-programs ran), delivered events/s (acknowledged by the file sink), drops by stage and reason,
+Per N: offered records/s (records the collector took from the probes' slots, decoded or shed
+before decoding, over the window the programs ran), decoded records/s, delivered events/s (acknowledged by the file sink), drops by stage and reason,
 collector CPU-s per million records, cores used (collector CPU over that window, sampled from
 /proc), and the collector's anonymous and shared RSS (peak of /proc/PID/status samples every 0.1 s).
 With ``--runs K``: median, min and max. JSON per run and a summary go under ``--out``.
@@ -46,6 +46,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTROL = {"Loss", "SelfStats", "Error"}  # the collector's accounting, not the probes' data
+SHED = "intake/shed_before_decode"  # whole buffers dropped before decoding: counted in records
 TICK = os.sysconf("SC_CLK_TCK")
 
 GPU_PROGRAM = r"""
@@ -73,7 +74,7 @@ def config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
     }  # fmt: skip
     sink = {"type": "file", "directory": str(out), "format": "msgpack", "fsync": "rotate",
-            "rotate_bytes": "256MiB", "queue": {"full_policy": args.full_policy}}  # fmt: skip
+            "rotate_bytes": "256MiB", "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
     if args.mode == "cpu":
         sources: list[dict[str, Any]] = [{"type": "replay", "loops": args.loops}]
     else:
@@ -172,9 +173,16 @@ def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[s
     began = _now()
     collector = subprocess.Popen(command, cwd=where)
     watch = ProcWatch(collector.pid)
+    spy = None
+    if args.profile:  # sampled from outside: py-spy reads the collector's memory, no GIL taken
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(collector.pid), "--rate", str(args.profile_rate),
+                                "--format", "raw", "--threads", "--nonblocking", *(["--gil"] if args.profile_gil else []),
+                                "-o", str(where / "profile.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     code = collector.wait(timeout=args.seconds * 20 + 120)
     wall = _now() - began
     watch.stop()
+    if spy is not None:
+        spy.wait(timeout=60)
     if code != 0:
         raise SystemExit(f"fanin: `cuptistream run` exited {code} for N={n} (see {where})")
     report = json.loads(report_path.read_text())
@@ -183,17 +191,20 @@ def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[s
     start, end = (float(x) for x in stamps.read_text().split())
     window = end - start
     file = report["sinks"]["file"]
-    records = report["activity_records"]
+    records = report["activity_records"]  # decoded
     losses = report["losses"]
+    shed = losses.get(SHED, 0)
     cpu_window = watch.cpu_between(start, end)
     result: dict[str, Any] = {
         "probes": n, "run": run, "window_s": round(window, 3), "wall_s": round(wall, 3),
-        "offered_records_per_s": round(records / window),
+        "offered_records_per_s": round((records + shed) / window),
+        "decoded_records_per_s": round(records / window),
         "delivered_events_per_s": round(file["events_out"] / window),
-        "records": records, "events_in": report["events_in"], "delivered_events": file["events_out"],
+        "records": records, "shed_records": shed, "events_in": report["events_in"], "delivered_events": file["events_out"],
         "drops": losses, "dropped_events": file["events_dropped"] + report["intake_dropped"],
         "collector_cpu_s": report["collector_cpu_s"],
-        "cpu_s_per_m_records": round(report["collector_cpu_s"] / (records / 1e6), 3) if records else None,
+        # per record taken from the probes, shed or decoded: what the collector costs per offered record
+        "cpu_s_per_m_records": round(report["collector_cpu_s"] / ((records + shed) / 1e6), 3) if records else None,
         "cores_used": round(cpu_window / window, 3),
         "peak_rss_anon_mib": round(watch.peak_anon_kib / 1024, 1),
         "peak_rss_shmem_mib": round(watch.peak_shmem_kib / 1024, 1),
@@ -212,7 +223,9 @@ def check(
     args: argparse.Namespace, n: int, report: dict[str, Any], on_disk: collections.Counter[str]
 ) -> dict[str, Any]:
     data = sum(c for name, c in on_disk.items() if name not in CONTROL)
-    dropped = sum(v for k, v in report["losses"].items() if k.split("/")[0] in ("intake", "sink:file"))
+    dropped = sum(
+        v for k, v in report["losses"].items() if k.split("/")[0] in ("intake", "sink:file") and k != SHED
+    )
     found: dict[str, Any] = {"data_events_on_disk": data, "counted_drops": dropped,
                              "in_equals_disk_plus_drops": report["events_in"] == data + dropped}  # fmt: skip
     if args.mode == "cpu" and args.loops:
@@ -223,7 +236,7 @@ def check(
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ["offered_records_per_s", "delivered_events_per_s", "dropped_events", "cpu_s_per_m_records",
+    keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "dropped_events", "shed_records", "cpu_s_per_m_records",
             "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib"]  # fmt: skip
     by_n: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in results:
@@ -255,9 +268,17 @@ def main(argv: list[str] | None = None) -> int:
         "--full-policy", choices=["drop_newest", "drop_oldest", "block"], default="drop_newest"
     )
     parser.add_argument("--memory-budget", default="256MiB")
+    parser.add_argument("--sink-queue", default="64MiB", help="the file lane's queue.max_bytes")
     parser.add_argument("--shutdown-deadline", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: a temporary one)")
     parser.add_argument("--no-check", dest="check", action="store_false", help="skip reading the files back")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the collector (raw stacks: n*/profile.txt)"
+    )
+    parser.add_argument("--profile-rate", type=int, default=200)
+    parser.add_argument(
+        "--profile-gil", action="store_true", help="with --profile: only samples holding the GIL"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the recordings")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="fanin-"))
