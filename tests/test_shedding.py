@@ -21,8 +21,10 @@ from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES
 MIB = 1 << 20
 
 
-def _collector(policy: str = "drop_newest", lane_policy: str = "drop_newest", sinks: int = 1) -> Collector:
-    null: dict[str, Any] = {"type": "null", "queue": {"max_bytes": "1MiB", "full_policy": lane_policy}}
+def _collector(
+    policy: str = "drop_newest", lane_policy: str = "drop_newest", sinks: int = 1, lane_bytes: str = "1MiB"
+) -> Collector:
+    null: dict[str, Any] = {"type": "null", "queue": {"max_bytes": lane_bytes, "full_policy": lane_policy}}
     config = cuptistream.load_config(
         {
             "pipeline": {"memory_budget": "1MiB", "full_policy": policy},
@@ -39,7 +41,7 @@ def _fill_lane(collector: Collector, index: int, nbytes: int) -> None:
 
 def test_full_intake_sheds_under_drop_newest_only() -> None:
     for policy, sheds in [("drop_newest", True), ("drop_oldest", False), ("block", False)]:
-        collector = _collector(policy)
+        collector = _collector(policy, lane_bytes="64MiB")  # the lane has room: only the intake decides
         assert not shedding.overloaded(collector.pipeline)
         collector.pipeline.intake.emit_chunk(Chunk(b"\0" * MIB, 1))  # an empty intake takes one chunk
         assert shedding.overloaded(collector.pipeline) is sheds, policy
@@ -48,7 +50,7 @@ def test_full_intake_sheds_under_drop_newest_only() -> None:
 def test_sheds_only_while_every_running_lane_is_saturated() -> None:
     collector = _collector(sinks=2)
     _fill_lane(collector, 0, MIB)
-    assert collector.pipeline.lanes[0].saturated
+    assert collector.pipeline.lanes[0].saturated()
     assert not shedding.overloaded(collector.pipeline), "the second lane still has room"
     _fill_lane(collector, 1, MIB - MIB // 32)  # within a sixteenth of full
     assert shedding.overloaded(collector.pipeline)
@@ -56,10 +58,19 @@ def test_sheds_only_while_every_running_lane_is_saturated() -> None:
     assert shedding.overloaded(collector.pipeline)
 
 
+def test_the_intake_backlog_counts_against_every_lane() -> None:
+    collector = _collector(policy="drop_oldest")  # a full intake alone does not shed
+    _fill_lane(collector, 0, MIB // 2)
+    assert not shedding.overloaded(collector.pipeline)
+    collector.pipeline.intake.emit_chunk(Chunk(b"\0" * (MIB // 2), 1))  # decoded, on its way to the lane
+    assert collector.pipeline.lanes[0].saturated(collector.pipeline.intake.queued_bytes)
+    assert shedding.overloaded(collector.pipeline)
+
+
 def test_a_blocking_lane_is_never_saturated() -> None:
     collector = _collector(lane_policy="block")
     _fill_lane(collector, 0, 2 * MIB)  # one chunk always fits an empty lane
-    assert not collector.pipeline.lanes[0].saturated
+    assert not collector.pipeline.lanes[0].saturated()
     assert not shedding.overloaded(collector.pipeline)
 
 
@@ -87,3 +98,25 @@ def test_unknown_record_size_is_decoded_not_guessed() -> None:
     data = memoryview(bytearray(cap.buffers[0].data))
     assert not shedding.shed(data, len(data), 0, RecordLayouts({}), collector.pipeline.intake)
     assert not collector.pipeline.intake.losses
+
+
+def test_front_door_decodes_when_there_is_room_and_sheds_one_connection_at_a_time() -> None:
+    import threading
+
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    data = memoryview(bytearray(cap.buffers[0].data))
+    collector = _collector()
+    door = shedding.FrontDoor(collector.pipeline)
+    intake = collector.pipeline.intake
+    assert door.admit(data, len(data), 0, layouts, intake), "room: decode"
+    _fill_lane(collector, 0, MIB)
+    results: list[bool] = []
+    with door._gate:  # another connection is shedding: this one waits, off the GIL
+        waiter = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and not results
+    waiter.join(5)
+    assert results == [False]
+    assert intake.losses[shedding.STAGE, shedding.REASON, "records"] > 0

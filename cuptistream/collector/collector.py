@@ -21,6 +21,7 @@ from pathlib import Path
 import msgspec
 
 from cuptistream.channel import messages, sockets
+from cuptistream.collector import shedding
 from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.memory import MemoryWatch
 from cuptistream.config import Config
@@ -52,6 +53,7 @@ class Collector:
             config, sinks, self.session_id, own, self.clock_sync, require_healthy=require_healthy
         )
         self._pipeline_thread = PipelineThread(self.pipeline)
+        self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()

@@ -33,6 +33,7 @@ class Host(Protocol):
     imports this module: a protocol here, not an import back, keeps the two out of an import loop."""
 
     pipeline: Pipeline
+    front_door: shedding.FrontDoor
 
     def probe_said_hello(self, hello: messages.Hello) -> Producer: ...
 
@@ -140,8 +141,7 @@ class ProbeConnection:
     def _decode_or_shed(self, stream: DecodeStream, view: memoryview, valid: int, dropped: int) -> None:
         """Decode the buffer, unless the pipeline has no room for its events: then count its
         records as shed, undecoded (``shedding``)."""
-        overloaded = shedding.overloaded(self.collector.pipeline)
-        if not (overloaded and shedding.shed(view, valid, dropped, stream.decoder.layouts, self.emitter)):
+        if self.collector.front_door.admit(view, valid, dropped, stream.decoder.layouts, self.emitter):
             stream.decode(view, valid, dropped)
 
     def _emit_chunks(self, view: memoryview) -> None:
