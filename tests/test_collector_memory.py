@@ -62,3 +62,16 @@ def test_report_and_status_line_carry_anon_and_shared() -> None:
     assert report.collector_rss_shmem_kib <= report.collector_peak_rss_shmem_kib
     assert report.collector_peak_rss_anon_kib <= report.collector_max_rss_kib
     assert " MiB own + " in line and " MiB shared" in line
+
+
+def test_arena_cap_applies_in_a_fresh_process_and_yields_to_the_users_setting() -> None:
+    import subprocess
+    import sys
+
+    program = "from cuptistream.collector import memory; print(memory.limit_malloc_arenas())"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"  # glibc (this test machine)
+    env["MALLOC_ARENA_MAX"] = "4"
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
