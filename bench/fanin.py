@@ -62,6 +62,15 @@ while time.monotonic() < end:
 """
 
 
+def _cpu_list(spec: str) -> set[int]:
+    """``0-3,8`` -> {0, 1, 2, 3, 8}; "" -> empty (no pinning)."""
+    cpus: set[int] = set()
+    for part in filter(None, spec.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
 def _now() -> float:
     """The clock of the programs' stamps (/proc/uptime)."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -95,6 +104,8 @@ def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
         one = f"{py} -c {shlex.quote(f'import time; time.sleep({args.seconds})')}"
     # Not a Python (it would be probed too): /proc/uptime is CLOCK_BOOTTIME, 10 ms steps.
     stamp = f"read up _ < /proc/uptime; echo $up >> {shlex.quote(str(stamps))}"
+    if args.program_cpus:  # the programs on their own cores: they do not take the collector's
+        one = f"taskset -c {shlex.quote(args.program_cpus)} {one}"
     return f"{stamp}; for i in $(seq {n}); do {one} & done; wait; {stamp}"
 
 
@@ -171,7 +182,10 @@ def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[s
     command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(cfg), "--report-json", str(report_path),
                "--quiet", "--", "sh", "-c", programs(args, n, stamps)]  # fmt: skip
     began = _now()
-    collector = subprocess.Popen(command, cwd=where)
+    cpus = _cpu_list(args.collector_cpus)
+    collector = subprocess.Popen(
+        command, cwd=where, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    )
     watch = ProcWatch(collector.pid)
     spy = None
     if args.profile:  # sampled from outside: py-spy reads the collector's memory, no GIL taken
@@ -278,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-rate", type=int, default=200)
     parser.add_argument(
         "--profile-gil", action="store_true", help="with --profile: only samples holding the GIL"
+    )
+    parser.add_argument(
+        "--collector-cpus", default="", help="pin the collector (cuptistream run) to these CPUs, e.g. 0-7"
+    )
+    parser.add_argument(
+        "--program-cpus", default="", help="pin the probed programs to these CPUs (taskset), e.g. 8-15"
     )
     parser.add_argument("--keep", action="store_true", help="keep the recordings")
     args = parser.parse_args(argv)
