@@ -15,15 +15,18 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
 
 Rounds are interleaved (run 1 of every N, then run 2, ...), so a noisy neighbour spreads over all N.
 Per N: offered records/s (records the collector took from the probes' slots, decoded or shed
-before decoding, over the window the programs ran), decoded records/s, delivered events/s (acknowledged by the file sink), drops by stage and reason,
-collector CPU-s per million records, cores used (collector CPU over that window, sampled from
+before decoding, over the window the programs ran), decoded records/s, delivered events/s
+(acknowledged by the file sink), drops by stage and reason, collector CPU-s per million records, cores used (collector CPU over that window, sampled from
 /proc), and the collector's anonymous and shared RSS (peak of /proc/PID/status samples every 0.1 s).
 With ``--runs K``: median, min and max. JSON per run and a summary go under ``--out``.
 
-The read-back check (``--no-check`` skips it) reads every event on disk and asserts
-``events_in == data events on disk + counted drops`` exactly (drops at ``intake`` and the file
-lane, from ``--report-json``); with ``--loops L`` also ``data events on disk == N x L x events per
+The read-back check (``--no-check`` skips it; a failed one makes the exit status 1) reads every
+event on disk and checks ``events_in == data events on disk + counted drops`` exactly (event
+drops at ``intake`` and the file lane, from ``--report-json``); with ``--loops L`` also ``data events on disk == N x L x events per
 loop of the captures`` when nothing was dropped (``--full-policy block``).
+
+``--profile`` records the collector with py-spy (``bench/profile_stages.py`` reads the stacks);
+``--collector-cpus`` / ``--program-cpus`` pin the collector and the programs apart.
 """
 
 from __future__ import annotations
@@ -318,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"meta": meta, "summary": summarize(results), "runs": results}, indent=1)
     )
     print(f"fanin: results in {out}", file=sys.stderr)
-    return 0
+    failed = [(r["probes"], r["run"], c) for r in results if (c := r.get("check")) and False in c.values()]
+    for n, run, found in failed:
+        print(f"fanin: read-back check failed for N={n} run {run}: {found}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
