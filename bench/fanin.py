@@ -321,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"meta": meta, "summary": summarize(results), "runs": results}, indent=1)
     )
     print(f"fanin: results in {out}", file=sys.stderr)
-    failed = [(r["probes"], r["run"], c) for r in results if (c := r.get("check")) and False in c.values()]
+    failed = [
+        (r["probes"], r["run"], c)
+        for r in results
+        if (c := r.get("check")) and any(v is False for v in c.values())
+    ]
     for n, run, found in failed:
         print(f"fanin: read-back check failed for N={n} run {run}: {found}", file=sys.stderr)
     return 1 if failed else 0
