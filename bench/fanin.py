@@ -8,7 +8,7 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
 ``run`` process is the collector, and ``sh`` is not Python, so exactly N processes are probed.
 
 - ``--mode cpu``: each program is an idle Python whose probe runs the replay source over the shipped
-  H100 captures (``loops: 0``, no interval: as fast as slots come free; ``--loops L``: L times, then
+  real-GPU captures (taken on an H200) (``loops: 0``, no interval: as fast as slots come free; ``--loops L``: L times, then
   the program exits). No GPU needed; one replay offers more than one GPU does.
 - ``--mode gpu``: each program replays a CUDA graph of 50 tiny kernels (``bench/workloads.py`` W3)
   for ``--seconds`` under ``configs/default.yaml``'s sources.

@@ -20,7 +20,7 @@ from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, choose_dtype, walk
 from cuptistream.events import ApiCall, ExternalCorrelation, Kernel, Memcpy, NvtxRange
-from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # the shipped H100 captures
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

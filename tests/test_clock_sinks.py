@@ -25,7 +25,7 @@ from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the f
 
 import cuptistream
 from cuptistream.events import Kernel
-from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # the shipped H100 captures
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from tests.clock_times import HOUR, file_times, kafka_times, otlp_times, sinks_config
 from tests.otlp_receiver import OtlpReceiver
 

@@ -12,7 +12,7 @@ from cuptistream.cupti import capture
 from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
-from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # the shipped H100 captures
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 
 
 def _decoder(cap: capture.Capture, demangle: bool = False) -> Decoder:

@@ -14,7 +14,7 @@ import pytest
 
 from cuptistream import events as ev
 from cuptistream.config import convert
-from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # the shipped H100 captures
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from tests.gpu.workloads.collect import Collect
 from tests.otlp_batches import make_batch, step_events
 from tests.otlp_receiver import OtlpReceiver

@@ -19,7 +19,7 @@ import pytest
 
 import cuptistream
 from cuptistream.events import Kernel, Loss
-from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # the shipped H100 captures
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from tests.gpu.workloads.collect import Collect
 
 ROOT = Path(__file__).resolve().parent.parent

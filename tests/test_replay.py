@@ -12,7 +12,7 @@ import pytest
 import cuptistream
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import Kernel
-from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # the shipped H100 captures
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from sources.replay import ReplayConfig, ReplaySource
 from tests.gpu.workloads.collect import Collect
 

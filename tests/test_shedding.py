@@ -1,6 +1,6 @@
 """The collector's front door (``cuptistream.collector.shedding``): while nothing downstream has room,
 whole activity buffers are counted by records and not decoded; under ``block``, or while a lane has
-room, nothing is shed. Real pipelines (null sinks) and a real H100 capture."""
+room, nothing is shed. Real pipelines (null sinks) and a real GPU capture (H200)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from cuptistream import events as ev
 from cuptistream.codec import encode_batch_object
 from cuptistream.cupti import capture
 from cuptistream.recording.segments import SegmentWriter
-from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # the shipped H100 captures
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from sources.replay import ReplayConfig, ReplaySource
 from tests.gpu.workloads.collect import Collect
 
