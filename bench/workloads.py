@@ -9,6 +9,7 @@
   ``graph.replay()``.
 - W4: 4-layer ``nn.TransformerEncoder`` (d_model 512, 8 heads, batch_first), batch 16 x 256 tokens, one
   AdamW step per iteration.
+- W5: W2 and W4 alternating every 30 s (a program that changes phase).
 
 The model, optimizer and graph are built first (not timed). Then blocks of ``--block`` iterations run
 for ``--warmup-seconds`` (not timed), then for ``--seconds`` (timed), each block ending with
@@ -38,7 +39,7 @@ Block = Callable[[int], None]
 
 # Iterations per block: a block takes roughly 10-50 ms without tracing, so the per-block sync costs
 # well under 1% and a 3 s window holds ~100 blocks.
-DEFAULT_BLOCK = {"W1": 2000, "W2": 20, "W3": 200, "W4": 4}
+DEFAULT_BLOCK = {"W1": 2000, "W2": 20, "W3": 200, "W4": 4, "W5": 20}
 
 
 def w1_tiny_kernels() -> Block:
@@ -112,11 +113,28 @@ def w4_transformer_adamw() -> Block:
     return block
 
 
+def w5_phases(period_s: float = 30.0) -> Block:
+    """W2's MLP steps and W4's transformer steps, alternating every ``period_s`` seconds of wall
+    time (the always-on mode's accuracy on a program that changes phase, issue 26)."""
+    mlp, transformer = w2_mlp_sgd(), w4_transformer_adamw()
+    began = time.monotonic()
+
+    def block(n: int) -> None:
+        phase = int((time.monotonic() - began) // period_s) % 2
+        if phase == 0:
+            mlp(n)
+        else:
+            transformer(max(1, n // 5))  # a transformer step takes ~5 MLP steps
+
+    return block
+
+
 WORKLOADS: dict[str, Callable[[], Block]] = {
     "W1": w1_tiny_kernels,
     "W2": w2_mlp_sgd,
     "W3": w3_graph_replay,
     "W4": w4_transformer_adamw,
+    "W5": w5_phases,
 }
 
 

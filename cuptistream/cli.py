@@ -1,4 +1,5 @@
-"""The ``cuptistream`` command: run, collector, cat, validate, kinds, source-lines, summary, export, plot.
+"""The ``cuptistream`` command: run, collector, trace, cat, validate, kinds, source-lines, summary,
+export, plot.
 
 Every error a user can cause is printed as one line (``cuptistream: <problem>; <fix>``) with a
 non-zero exit code, never as a traceback.
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from cuptistream.analysis.commands import add_commands as add_view_commands
+from cuptistream.collector.trace_command import add_command as add_trace_command
 from cuptistream.errors import UserError
 from cuptistream.recording.repair import add_command as add_repair_command
 
@@ -80,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     collector.add_argument("--report-json", metavar="FILE", help="write the shutdown report as JSON at exit")
     collector.add_argument("--quiet", action="store_true", help="no summary line on stderr")
     collector.add_argument("--require-healthy", action="store_true", help=_REQUIRE_HEALTHY)
+    _COMMANDS.update(add_trace_command(commands))  # trace (cuptistream/collector/trace_command.py)
 
     cat = commands.add_parser("cat", help="print events from files or Kafka as JSON Lines")
     cat.add_argument("path", help="a file-sink file or directory, or kafka://host:port/topic")

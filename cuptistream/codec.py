@@ -29,12 +29,13 @@ class Chunk:
     """Events from one hand-off: their msgpack elements (without the array header) and count, and
     the process they came from (``producer``; None: the collector's own)."""
 
-    __slots__ = ("count", "payload", "producer")
+    __slots__ = ("count", "payload", "producer", "seq")
 
     def __init__(self, payload: bytes, count: int, producer: Producer | None = None) -> None:
         self.payload = payload
         self.count = count
         self.producer = producer
+        self.seq = 0  # the intake's number for it, from 1 (0: none, e.g. control events)
 
     @property
     def nbytes(self) -> int:

@@ -348,6 +348,21 @@ class CuptiYield(Event, tag="cupti_yield"):
     reason: str = ""  # "tool_started": the tool started while we ran; "held_at_start": it held CUPTI first
 
 
+class TraceWindow(Event, tag="trace_window"):
+    """A window in which an activity source traced (the probe's ``TraceSpan``), written by the
+    collector when the window closed, after the events decoded from its buffers: a window that
+    ``cuptistream trace`` asked for (``on_demand``), or one the budget opened."""
+
+    source: str  # the activity source's name
+    window: int  # the probe's window number, per source stream
+    start: int  # CUPTI clock, ns
+    end: int
+    kinds: list[str]  # activity kinds traced in it
+    records: int  # activity records the collector decoded from the window's buffers
+    on_demand: bool = False
+    request: int = 0  # the collector's number for the ``cuptistream trace`` request (on demand)
+
+
 # --- statistics (computed by the collector from the records it decodes) ---------------------
 
 
@@ -370,7 +385,9 @@ class ActivityStats(Event, tag="activity_stats"):
 
     Where only part of the interval was traced (``activity.mode: budget`` windows, or a span left
     to another tool), ``estimated`` is true and the ``estimated_*`` fields scale the measured ones
-    to the whole interval: ``measured x interval / traced_ns``. Otherwise they equal the measured ones.
+    to the whole interval: ``measured x interval / traced_ns``, where "interval" is the part of it
+    the process was observed in (a program that starts or ends inside an interval, traced
+    throughout, is measured). Otherwise they equal the measured ones.
     """
 
     interval_start: int  # CUPTI clock ns, a multiple of the interval
@@ -469,6 +486,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     SassMetricBatch,
     GovernorDecision,
     CuptiYield,
+    TraceWindow,
     ActivityStats,
     GpuStats,
     Loss,

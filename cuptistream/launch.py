@@ -152,7 +152,9 @@ def run_program(
     collector = Collector(cfg, require_healthy=require_healthy).start()
     workdir = tempfile.mkdtemp(prefix="cuptistream-")
     try:
-        address = collector.listen(os.path.join(workdir, "collector.sock"))
+        address = collector.listen(
+            os.path.join(workdir, "collector.sock"), role="run", label=_label(program.argv)
+        )
         env = _environment(address, write_config(cfg, workdir), collector.session_id, cfg, quiet)
         if program.native_cuda and not quiet:
             _note_native(program.argv[0])
@@ -173,6 +175,13 @@ def run_program(
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return code
+
+
+def _label(argv: list[str]) -> str:
+    """The command as ``cuptistream trace`` lists it: short, one line."""
+    words = [os.path.basename(argv[0]), *argv[1:]]
+    text = " ".join(words).replace("\n", " ")
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _note_native(executable: str) -> None:

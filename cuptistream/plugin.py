@@ -1,6 +1,7 @@
 """The plug-in contract: everything a source or a sink, ours or a third party's, imports.
 
 - ``Source`` (produces events through an ``Emitter``) and ``Sink`` (delivers ``OutgoingBatch``es);
+  ``OnDemand``: what a source implements to open full-trace windows for ``cuptistream trace``;
 - the event schema (``events``: one Struct per event type; ``Batch``, ``Event``);
 - the config bases whose fields are a component's YAML keys (``SourceConfig``, ``SinkConfig``,
   ``Size``, ``Duration``, ``RetryConfig``) and secrets from the environment (``secret_from_env``);
@@ -19,7 +20,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from cuptistream import events
 from cuptistream.codec import decode_batch, encode_chunk
@@ -43,6 +44,7 @@ __all__ = [
     "Duration",
     "Emitter",
     "Event",
+    "OnDemand",
     "OutgoingBatch",
     "PermanentSinkError",
     "RetriesExhausted",
@@ -131,6 +133,23 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def stop(self) -> None: ...
+
+
+@runtime_checkable
+class OnDemand(Protocol):
+    """A source that can trace a full window when asked (``cuptistream trace --for 30s``).
+
+    The probe calls ``open_window`` on its control thread when the collector forwards a request;
+    sources without the method are not asked. Return at once (never wait for CUPTI or the program):
+    open the window now, or arrange for it to open, and return how many windows will be reported,
+    one per activity stream traced. For each, send a ``TraceSpan`` with ``on_demand=True`` and this
+    ``request`` through the stream's outlet (``ActivityOutlet.send_trace_span``): when it opens
+    (``end`` 0) and when it closes, ``seconds`` later, after the window's buffers were handed over.
+    The collector waits for exactly that many closes. Raise (any exception, one-line message) to
+    refuse: the user sees the message. A window asked for on demand is charged to no budget.
+    """
+
+    def open_window(self, seconds: float, request: int) -> int: ...
 
 
 @dataclass

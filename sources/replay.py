@@ -9,18 +9,25 @@ replays them that many times (0: until stopped); ``interval`` waits between buff
 
 ``stop()`` finishes a finite replay before it returns, so a short program under ``cuptistream run``
 still gets every captured event; an endless one (``loops: 0``) stops at the next buffer.
+
+It traces on demand (``plugin.OnDemand``, ``cuptistream trace``): ``open_window`` marks the buffers
+replayed from now for ``seconds`` as a window of every capture's stream, a ``TraceSpan`` opening it
+and one closing it behind its last buffer. Times are the replayed CUPTI clock's.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from cuptistream.channel.messages import OpenStream
+from cuptistream.channel.messages import OpenStream, TraceSpan
 from cuptistream.channel.outlet import ActivityOutlet
 from cuptistream.config import Duration, SourceConfig
 from cuptistream.cupti import capture
+from cuptistream.cupti.kinds import BY_VALUE
 from cuptistream.errors import UserError
 from cuptistream.plugin import Emitter, Source
 
@@ -51,6 +58,14 @@ def capture_files(path: str) -> list[Path]:
     return files
 
 
+@dataclass
+class _Window:
+    number: int
+    request: int
+    start: int  # replayed CUPTI clock, ns
+    ends: float  # time.monotonic() when it closes
+
+
 class ReplaySource(Source):
     config_type = ReplayConfig
     traces_cuda = False
@@ -62,6 +77,13 @@ class ReplaySource(Source):
         self._stopping = threading.Event()
         self.buffers_sent = 0
         self._outlets: list[ActivityOutlet] = []
+        self._kinds: list[list[str]] = []  # per outlet: the capture's activity kinds, by name
+        # On-demand windows: opened on the probe's control thread, closed on the replay thread.
+        self._windows_lock = threading.Lock()
+        self._open: list[_Window] = []
+        self._windows = 0
+        self._finished = False
+        self._wake = threading.Event()  # a window opened or the source stops: re-plan the pause
 
     def start(self) -> None:
         try:
@@ -78,10 +100,19 @@ class ReplaySource(Source):
             )  # fmt: skip
             size = max((len(b.data) for b in cap.buffers), default=64 * 1024)
             self._outlets.append(self.emitter.open_activity_stream(stream, size + (-size) % 8, _BUFFERS))
+            self._kinds.append(
+                sorted(BY_VALUE[k].name if k in BY_VALUE else str(k) for k in cap.struct_sizes)
+            )
         self._thread = threading.Thread(target=self._run, name=f"cuptistream-{self.name}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._replay_loops()
+        finally:
+            self._close_windows(math.inf, finished=True)  # a window still open ends with the replay
+
+    def _replay_loops(self) -> None:
         loop = 0
         while True:
             for cap, outlet in zip(self.captures, self._outlets, strict=True):
@@ -99,12 +130,71 @@ class ReplaySource(Source):
                 self.buffers_sent += 1
             else:
                 self.emitter.report_loss(f"source:{self.name}", "no_free_buffer", 1, unit="buffers")
-            if self.config.interval and self._stopping.wait(self.config.interval) and not self.config.loops:
+            self._close_windows(time.monotonic())
+            if self.config.interval and self._pause(float(self.config.interval)) and not self.config.loops:
                 return False
         return True
 
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` between buffers, closing the windows that end meanwhile (on time, not at
+        the next buffer). True: ``stop`` was asked."""
+        ends = time.monotonic() + seconds
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            next_close = self._close_windows(now)
+            if now >= ends:
+                return False
+            self._wake.wait(min(ends, next_close) - now)
+            self._wake.clear()
+        return True
+
+    # --- on demand (``plugin.OnDemand``) ------------------------------------------------------
+
+    def open_window(self, seconds: float, request: int) -> int:
+        """Mark the buffers replayed from now for ``seconds`` as window ``request`` of every
+        capture's stream. Raises ``RuntimeError`` once the replay has finished (nothing to trace)."""
+        if not 0 < seconds < math.inf:
+            raise ValueError(f"a window needs a finite length > 0 s, not {seconds}")
+        with self._windows_lock:  # the spans go out under it: an open always precedes its close
+            if self._finished or self._thread is None:
+                raise RuntimeError("the replay has finished; nothing is left to trace")
+            self._windows += 1
+            window = _Window(self._windows, request, self._now(), time.monotonic() + seconds)
+            self._send_spans(window, end=0)
+            self._open.append(window)
+        self._wake.set()
+        return len(self._outlets)
+
+    def _close_windows(self, now: float, finished: bool = False) -> float:
+        """Close the windows that end by ``now`` (a ``time.monotonic()``; inf: all), each behind the
+        buffers written so far. Returns when the next one ends (inf: none open). ``finished``: the
+        replay ended, and no window opens after these close."""
+        with self._windows_lock:
+            self._finished = self._finished or finished
+            due = [w for w in self._open if w.ends <= now]
+            if due:
+                end = self._now()
+                for window in due:
+                    self._open.remove(window)
+                    self._send_spans(window, end=max(end, window.start + 1))
+            return min((w.ends for w in self._open), default=math.inf)
+
+    def _send_spans(self, window: _Window, end: int) -> None:
+        """One ``TraceSpan`` per capture's stream (``end`` 0: the window opens)."""
+        for outlet, kinds in zip(self._outlets, self._kinds, strict=True):
+            span = TraceSpan(
+                stream=0, window=window.number, start=window.start, end=end, kinds=kinds, on_demand=True,
+                request=window.request,
+            )  # fmt: skip
+            outlet.send_trace_span(span)
+
+    def _now(self) -> int:
+        clock = self.clock
+        return clock() if clock is not None else time.monotonic_ns()
+
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None

@@ -4,8 +4,8 @@ in tests/semconv/names.txt (taken from the conventions' YAML model; its first li
 Rules: an attribute or metric in a namespace the conventions own (service, process, host, hw, ...)
 must be one the conventions define, not deprecated, and a metric's unit and instrument must match;
 everything else must be in one of cuptistream's documented namespaces (docs/otlp.md). Durations are
-in seconds. Log records name their event in the EventName field, and every ResourceX carries the
-schema URL of the conventions' version.
+in seconds (exponential histograms of ns durations excepted). Log records name their event in the
+EventName field, and every ResourceX carries the schema URL of the conventions' version.
 """
 
 from __future__ import annotations
@@ -101,9 +101,12 @@ def violations(path: str, message: Any) -> list[str]:
                             )
                 elif not name.startswith(OWN_PREFIXES):
                     problems.append(f"metric {name} is in no documented namespace")
-                if metric.unit in ("ns", "us", "ms"):
+                # The one exception: an exponential histogram of ns durations keeps its unit, since
+                # its base-2 bucket bounds are no bucket bounds in seconds (sinks/otlp/stats.py).
+                exact = metric.HasField("exponential_histogram") and metric.unit == "ns"
+                if metric.unit in ("ns", "us", "ms") and not exact:
                     problems.append(f"metric {name}: durations go in seconds, not {metric.unit}")
-                points = metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points
+                points = getattr(metric, metric.WhichOneof("data") or "gauge").data_points
                 for point in points:
                     _check_attributes(f"metric {name}", point.attributes, problems)
         for scoped in getattr(rx, "scope_logs", []):

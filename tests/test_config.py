@@ -193,6 +193,13 @@ COMPONENT_NUMBERS_THAT_CANNOT_WORK = [
      "sinks[0].retry: multiplier must be at least 1, got inf"),
     ({"sinks": [{"type": "otlp", "endpoint": "http://127.0.0.1:4318", "max_pending_spans": 0}]},
      "sinks[0]: max_pending_spans: must be positive"),
+    ({"statistics": {"interval": 0}}, "statistics: interval must be between 100ms and 1h, got 0s"),
+    ({"statistics": {"interval": "2h"}}, "statistics: interval must be between 100ms and 1h, got 7200s"),
+    ({"statistics": {"interval": "soon"}}, "statistics.interval: expected a duration like 500ms or 2s, got 'soon'"),
+    ({"statistics": {"max_names": 0}}, "statistics: max_names must be at least 1, got 0"),
+    ({"statistics": {"enabled": "yes please"}}, 'statistics.enabled: expected bool, got "yes please"'),
+    ({"statistics": {"interval_s": 10}}, "statistics.interval_s: unknown key (known keys: enabled, interval, max_names)"),
+    ({"statistics": [10]}, "statistics: expected a mapping, got [10]"),
 ]  # fmt: skip
 
 
@@ -203,3 +210,11 @@ def test_component_numbers_that_cannot_work_are_refused(data: dict, expected: st
     with pytest.raises(ConfigError) as info:
         load(config)
     assert str(info.value) == expected
+
+
+def test_statistics_are_on_by_default_and_configurable() -> None:
+    default = load({"sinks": [{"type": "null"}]}).statistics
+    assert (default.enabled, default.interval_ns, default.max_names) == (True, 10_000_000_000, 500)
+    chosen = load({"sinks": [{"type": "null"}], "statistics": {"interval": "500ms", "max_names": 20}}).statistics
+    assert (chosen.interval_ns, chosen.max_names) == (500_000_000, 20)
+    assert not load({"sinks": [{"type": "null"}], "statistics": {"enabled": False}}).statistics.enabled

@@ -28,6 +28,7 @@ from cuptistream.config.model import (
     SessionConfig,
     SinkConfig,
     SourceConfig,
+    StatisticsConfig,
     _RawConfig,
     registry,
 )
@@ -180,6 +181,7 @@ CORE_SECTIONS = {
     "pipeline": (r"^`pipeline`$", PipelineConfig),
     "probe": (r"^`probe`$", ProbeConfig),
     "overhead": (r"^`overhead`$", OverheadConfig),
+    "statistics": (r"^`statistics`$", StatisticsConfig),
     "every source": (r"^Keys every source has$", SourceConfig),
     "every sink": (r"^Keys every sink has$", SinkConfig),
 }

@@ -24,6 +24,6 @@ def test_fanin_reads_back_exactly_n_x_loops_x_the_captures(tmp_path: Path) -> No
     assert run["probes"] == 2 and run["dropped_events"] == 0 and run["shed_records"] == 0
     check = run["check"]
     assert check["expected_data_events"] == 2 * 3 * 3710  # one loop of the shipped captures: 3,710 events
-    assert check["data_events_on_disk"] == check["expected_data_events"]
+    assert check["record_events_on_disk"] == check["expected_data_events"]
     assert check["in_equals_disk_plus_drops"] and check["disk_equals_captures_x_loops"]
     assert run["peak_rss_anon_mib"] > 0 and run["peak_rss_shmem_mib"] > 0

@@ -18,8 +18,8 @@ from cuptistream.events import Kernel
 
 CONTRACT = [
     "Batch", "ComponentConfig", "ConfigError", "DeliveryError", "Duration", "Emitter", "Event",
-    "OutgoingBatch", "PermanentSinkError", "RetriesExhausted", "RetryConfig", "RetryableError", "Sink",
-    "SinkConfig", "SinkUnavailableError", "Size", "Source", "SourceConfig", "UserError",
+    "OnDemand", "OutgoingBatch", "PermanentSinkError", "RetriesExhausted", "RetryConfig",
+    "RetryableError", "Sink", "SinkConfig", "SinkUnavailableError", "Size", "Source", "SourceConfig", "UserError",
     "call_with_retry", "events", "secret_from_env", "sink_where",
 ]  # fmt: skip
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import cuptistream
-from cuptistream.events import Kernel, Loss
+from cuptistream.events import ActivityStats, GpuStats, Kernel, Loss
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from tests.gpu.workloads.collect import Collect
 
@@ -183,8 +183,12 @@ def test_run_decodes_replayed_buffers_in_the_collector_process(tmp_path: Path) -
     def accounting(event: object) -> bool:
         return isinstance(event, Loss) or type(event).__name__ == "SelfStats"
 
-    decoded = [e for b in batches for e in b.events if not accounting(e)]
+    def statistics(event: object) -> bool:
+        return isinstance(event, (ActivityStats, GpuStats))
+
+    decoded = [e for b in batches for e in b.events if not accounting(e) and not statistics(e)]
     assert len(decoded) == events
+    assert any(statistics(e) for b in batches for e in b.events)  # on by default
     data_pids = {b.resource.pid for b in batches if not all(accounting(e) for e in b.events)}
     assert data_pids == {program_pid}, "data batches must describe the observed program"
     collector = [b for b in batches if b.resource.pid != program_pid]

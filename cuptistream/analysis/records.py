@@ -142,9 +142,42 @@ class LError(Light, tag="error"):
     timestamp: int
 
 
+class LHistogram(msgspec.Struct, kw_only=True, gc=False):
+    min: int = 0
+    max: int = 0
+
+
+class LActivityStats(Light, tag="activity_stats"):
+    interval_start: int
+    interval_end: int
+    device_id: int
+    category: str
+    name: str
+    count: int
+    total_ns: int
+    durations: LHistogram
+    traced_ns: int
+    estimated: bool = False
+    estimated_count: int = 0
+    estimated_total_ns: int = 0
+    bytes: int = 0
+    estimated_bytes: int = 0
+
+
+class LGpuStats(Light, tag="gpu_stats"):
+    interval_start: int
+    interval_end: int
+    device_id: int
+    traced_ns: int
+    busy_ns: int
+    kernel_ns: int
+    nccl_ns: int
+    estimated: bool = False
+
+
 _READ = {
     LKernel, LMemcpy, LMemset, LGraphLaunch, LApiCall, LNvtxRange, LNvtxMarker, LPcSampleBatch,
-    LSassMetricBatch, LLoss, LError, LCuptiYield,
+    LSassMetricBatch, LLoss, LError, LCuptiYield, LActivityStats, LGpuStats,
 }  # fmt: skip
 _known = {cls.__struct_config__.tag for cls in _READ}
 # Every other family decodes to an empty Struct: counted by type, fields skipped.

@@ -30,10 +30,10 @@ from cuptistream.analysis.summary_report import Report, Table, Totals
 __all__ = ["Report", "Summarizer", "Table", "summarize"]
 
 # The families the summary folds; every other family is only counted, by its tag.
-API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, YIELD, OTHER = range(11)
+API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, YIELD, OTHER, ASTATS, GSTATS = range(13)
 _FAMILY_ID = {"api": API, "kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "nvtx_range": NVTX,
               "pc_samples": PC, "sass_metrics": SASS, "loss": LOSS, "error": ERROR,
-              "cupti_yield": YIELD}  # fmt: skip
+              "cupti_yield": YIELD, "activity_stats": ASTATS, "gpu_stats": GSTATS}  # fmt: skip
 _INTERVALS = frozenset({"api", "kernel", "memcpy", "memset", "nvtx_range"})
 
 _key = operator.attrgetter("summary_key")
@@ -83,7 +83,7 @@ class Summarizer(Totals):
             return
         codes, starts, ends = self._columns(events)
         family = self.families[codes]
-        present = np.bincount(family, minlength=OTHER + 1).tolist()
+        present = np.bincount(family, minlength=GSTATS + 1).tolist()
         inside = None if low is None else within(starts, low - off, high - off)  # type: ignore[operator]
         if present[OTHER]:  # counted by tag, whatever the filters
             counted = np.bincount(codes[family == OTHER])
@@ -148,12 +148,14 @@ class Summarizer(Totals):
             self._busy(pid, s, e, dev, stream, off, high)
         rare = {}
         for fam, tag in ((PC, "pc_samples"), (SASS, "sass_metrics"), (LOSS, "loss"), (ERROR, "error"),
-                         (YIELD, "cupti_yield")):  # fmt: skip
+                         (YIELD, "cupti_yield"), (ASTATS, "activity_stats"),
+                         (GSTATS, "gpu_stats")):  # fmt: skip
             if present[fam]:
                 rare[tag] = take(events, np.flatnonzero(family == fam))
         if rare:
             self._sampling(rare, devices, off, low, high)
             self._accounting(rare, off, low, high)
+            self._statistics(pid, rare, devices, off, low, high)
 
     def _columns(self, events: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each event's key code, start and end (0 for families without them)."""
@@ -275,6 +277,25 @@ class Summarizer(Totals):
                 row[1] += span.end - span.start
                 row[2].update(span.missed)
                 row[3].update(span.standby)
+
+    def _statistics(
+        self, pid: int, families: dict[str, Sequence[Any]], devices: frozenset[int] | None, off: int,
+        low: int | None, high: int | None,
+    ) -> None:  # fmt: skip
+        """The collector's statistics (``ActivityStats``, ``GpuStats``): an interval counts when it
+        starts inside the window. Shown only where the recording holds no raw GPU records."""
+        for tag in ("activity_stats", "gpu_stats"):
+            for st in families.get(tag, ()):
+                if (devices is not None and st.device_id not in devices) or not _inside(
+                    st.interval_start + off, low, high
+                ):
+                    continue
+                self.event_counts[tag] += 1
+                self._seen(st.interval_start + off, st.interval_end + off)
+                if tag == "gpu_stats":
+                    self.stats.device(pid, st)
+                else:
+                    self.stats.activity(st)
 
     def add_torn_tail(self, path: str, length: int) -> None:
         """A file whose last frame was incomplete: reported with the losses, in bytes."""

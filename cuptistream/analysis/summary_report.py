@@ -12,6 +12,7 @@ from typing import Any
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import Groups, IntervalUnion, KeyIndex
 from cuptistream.analysis.names import DisplayNames
+from cuptistream.analysis.summary_statistics import StatisticsTotals
 
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_")
 
@@ -78,6 +79,7 @@ class Totals:
         self.errors: Counter[tuple[str, str, str]] = Counter()
         # tool -> [spans, ns, not recorded, still on standby]: CUPTI left to another tool (coexistence.md)
         self.yields: dict[str, list[Any]] = {}
+        self.stats = StatisticsTotals()  # the collector's ActivityStats and GpuStats
 
     # --- the report -----------------------------------------------------------------------------
 
@@ -119,6 +121,14 @@ class Totals:
             ), top))  # fmt: skip
         report.tables.append(self._device_table())
         report.tables.append(self._stream_table())
+        raw_gpu = any(self.event_counts[tag] for tag in ("kernel", "memcpy", "memset"))
+        if self.stats and not raw_gpu:  # no raw records: the GPU tables from the statistics
+            meta["gpu_tables_from"] = "statistics"
+            shown = {
+                name: cut(Table(name, title, columns, rows), top if name != "gpu_busy" else None)
+                for name, title, columns, rows in self.stats.tables(self.display, self._label)
+            }
+            report.tables = [shown.get(t.name, t) for t in report.tables]
         report.tables.extend(self._sampling_tables(top))
         report.tables.append(Table(
             "losses", "Losses", ["stage", "reason", "unit", "events", "count"],

@@ -52,6 +52,9 @@ class OpenStream(Message, tag="open_stream"):
     demangle: bool = False
     capture: str = ""  # also write the raw buffers to this capture file (collector side)
     clock: ClockSync | None = None  # CUPTI's clock next to the Unix clock when the source started
+    # "all": forward every record; "on_demand": only those inside on-demand TraceSpans (statistics
+    # still see every record).
+    records: str = "all"
 
 
 class Ready(Message, tag="ready"):
@@ -117,6 +120,18 @@ class WindowRecords(Message, tag="window_records"):
     kernel_ns: int = 0
 
 
+class WindowAnswer(Message, tag="window_answer"):
+    """Probe -> collector: the answer to ``OpenWindow`` ``request``, sent once every source was asked.
+    ``windows`` spans were opened (each gets a ``TraceSpan`` with this ``request``, open and then
+    closed); ``opened`` names the sources that opened them, ``refused`` the sources that can trace on
+    demand but would not now (name -> one-line reason). ``windows`` 0: nothing will be traced."""
+
+    request: int
+    windows: int = 0
+    opened: list[str] = []
+    refused: dict[str, str] = {}
+
+
 AnyMessage = Union[  # noqa: UP007
     Hello,
     OpenPool,
@@ -129,6 +144,7 @@ AnyMessage = Union[  # noqa: UP007
     TraceSpan,
     OpenWindow,
     WindowRecords,
+    WindowAnswer,
 ]
 
 PROTOCOL = 1

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import abc
 import time
+from typing import TYPE_CHECKING
 
 from cuptistream.channel.shm import SlotPool
+
+if TYPE_CHECKING:
+    from cuptistream.channel.messages import TraceSpan
 
 _SLOT_POLL_S = 0.001
 
@@ -44,6 +48,17 @@ class ActivityOutlet(abc.ABC):
         """Copy ``data`` into a buffer and hand it over, waiting up to ``timeout`` for a free one
         (for sources that are not on CUPTI's threads, e.g. replay). False: no buffer came free."""
         raise NotImplementedError
+
+    def send_trace_span(self, span: TraceSpan, wait: float = 2.0) -> bool:
+        """Tell the collector that this outlet's stream traced a window: ``span`` (its ``stream``
+        is set here) once when the window opens (``end`` 0) and once when it closes. Send the close
+        only after the window's last buffer was ``complete``d (after CUPTI's forced flush): it
+        travels behind the buffers' hand-offs, so the collector has decoded them when it reads it.
+
+        Waits up to ``wait`` seconds for room in the channel, so never call it on a CUPTI callback
+        thread with ``wait`` > 0. False: not sent (no collector now, the channel stayed full, or an
+        outlet without a collector, as here: the base class sends nothing)."""
+        return False
 
 
 class PoolOutlet(ActivityOutlet):

@@ -2,28 +2,35 @@
 
 Lifecycle: ``start()`` opens the sinks (raising ``ConfigError``, ``SinkUnavailableError`` for a
 local problem before any program runs; they connect in the background, or first with
-``require_healthy``), ``listen(path)`` accepts probes on a Unix socket, ``finish()`` waits for the probes
-to hang up (each connection drains what its probe published, also after a crash), then drains the
+``require_healthy``), ``listen(path)`` accepts probes on a Unix socket (and ``cuptistream trace`` on
+``<path>.control``; ``collector.registry`` lets it find them), ``finish()`` waits for the probes to
+hang up (each connection drains what its probe published, also after a crash), then drains the
 pipeline within ``shutdown_deadline`` and returns the ``ShutdownReport``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import resource as rusage
 import socket
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
 from cuptistream.channel import messages, sockets
-from cuptistream.collector import shedding
+from cuptistream.channel.shm import ChannelError
+from cuptistream.collector import ondemand, registry, shedding
 from cuptistream.collector.connection import ProbeConnection
+from cuptistream.collector.control import ControlServer, control_path
 from cuptistream.collector.memory import MemoryWatch
+from cuptistream.collector.windows import WindowRequests
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
@@ -32,6 +39,8 @@ from cuptistream.pipeline.resource import current_resource
 from cuptistream.plugin import Sink
 
 _SHUTDOWN_GRACE_S = 5.0
+
+T = TypeVar("T")
 
 
 class Collector:
@@ -59,6 +68,10 @@ class Collector:
         self._connections: set[ProbeConnection] = set()
         self._threads: list[threading.Thread] = []
         self._listener: socket.socket | None = None
+        self.windows = WindowRequests()  # on-demand windows (``cuptistream trace``) in flight
+        self.control: ControlServer | None = None
+        self.control_problem = ""  # why ``trace`` cannot reach this collector, if it cannot
+        self._registered: Path | None = None
         self.served = 0
         self.buffers = 0
         self.records = 0
@@ -72,10 +85,23 @@ class Collector:
 
     # --- probes -------------------------------------------------------------------------------
 
-    def listen(self, path: str) -> str:
-        """Accept probes at ``path`` from now on (a thread). Raises ``ChannelError``."""
+    def listen(self, path: str, *, role: str = "collector", label: str = "") -> str:
+        """Accept probes at ``path`` from now on (a thread), and ``cuptistream trace`` requests at
+        ``<path>.control``, registered under ``role`` and ``label`` (``collector.registry``).
+        Raises ``ChannelError`` for the probes' socket; without the control socket (a path too
+        long, say) probes are still served and ``control_problem`` says why ``trace`` cannot come."""
         self._listener = sockets.listen(path)
         threading.Thread(target=self._accept_loop, name="cuptistream-accept", daemon=True).start()
+        try:
+            self.control = ControlServer(control_path(path), lambda ask: ondemand.trace(self, ask))
+        except ChannelError as error:
+            self.control_problem = str(error)
+            return path
+        entry = registry.Entry(
+            pid=os.getpid(), socket=os.path.abspath(path), control=os.path.abspath(self.control.path),
+            role=role, label=label, session_id=self.session_id, started=time.time(),
+        )  # fmt: skip
+        self._registered = registry.register(entry)
         return path
 
     def _accept_loop(self) -> None:
@@ -112,6 +138,16 @@ class Collector:
                 self.records += stream.records
             self._changed.notify_all()
 
+    def probe_connections(self) -> list[ProbeConnection]:
+        """The probes connected now that said hello and not goodbye (``cuptistream trace``'s choice)."""
+        with self._changed:
+            return [c for c in self._connections if c.producer is not None and not c.said_goodbye]
+
+    def in_pipeline(self, function: Callable[..., T], *args: object) -> T:
+        """``function(*args)`` run in the pipeline's trio thread. Raises ``trio.RunFinishedError``
+        once the pipeline has stopped."""
+        return self._pipeline_thread.run_sync(function, *args)
+
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until at least one probe came and every probe has left."""
         with self._changed:
@@ -143,6 +179,10 @@ class Collector:
             with contextlib.suppress(OSError):
                 self._listener.close()
             self._listener = None
+        if self.control is not None:
+            self.control.close()
+        registry.unregister(self._registered)
+        self._registered = None
         ends = (time.monotonic() if began is None else began) + float(self.config.pipeline.shutdown_deadline)
 
         def left() -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 from typing import Protocol
 
@@ -20,6 +21,7 @@ from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
 from cuptistream.collector import shedding
 from cuptistream.collector.decoding import DecodeStream
+from cuptistream.collector.windows import SpanBook, WindowRequests
 from cuptistream.events import ClockSync, Error
 from cuptistream.pipeline.core import Pipeline
 from cuptistream.pipeline.producers import Producer
@@ -34,6 +36,7 @@ class Host(Protocol):
 
     pipeline: Pipeline
     front_door: shedding.FrontDoor
+    windows: WindowRequests
 
     def probe_said_hello(self, hello: messages.Hello) -> Producer: ...
 
@@ -53,6 +56,21 @@ class ProbeConnection:
         self.pools: dict[int, SlotPool] = {}
         self.streams: dict[int, DecodeStream] = {}
         self.said_goodbye = False
+        self.spans = SpanBook()
+        self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
+
+    @property
+    def rank(self) -> int | None:
+        return self.producer.resource.rank if self.producer is not None else None
+
+    def send(self, message: messages.Message) -> bool:
+        """Send ``message`` to the probe (collector -> probe: ``OpenWindow``, ``WindowRecords``), from
+        any thread. False: the probe is gone, or its socket stayed full for ``_POLL_S``."""
+        try:
+            sockets.send(self.sock, message)
+        except OSError:
+            return False
+        return True
 
     @property
     def origin(self) -> str:
@@ -89,7 +107,10 @@ class ProbeConnection:
             if fds:
                 self._map(message.spec, fds[0])
         elif isinstance(message, messages.OpenStream):
-            self.streams[message.stream] = DecodeStream(message, self.pid, self.emitter, self._saw_devices)
+            statistics = self.collector.pipeline.config.statistics
+            self.streams[message.stream] = DecodeStream(
+                message, self.pid, self.emitter, self._saw_devices, statistics
+            )
         elif isinstance(message, messages.LossReport):
             self.intake.report_loss(message.stage, message.reason, message.count, message.unit)
         elif isinstance(message, messages.ErrorReport):
@@ -100,9 +121,46 @@ class ProbeConnection:
             self.intake.emit_control([event], self.producer)
         elif isinstance(message, messages.ClockReading) and self.producer is not None:
             self.collector.clock_reading(self.producer, message.clock)
+        elif isinstance(message, messages.TraceSpan | messages.WindowAnswer):
+            self._window(message)
         elif isinstance(message, messages.Goodbye):
             self.said_goodbye = True
             self._drain_all()
+
+    def _window(self, message: messages.TraceSpan | messages.WindowAnswer) -> None:
+        """A window opened or closed (``TraceSpan``), or the answer to ``OpenWindow``. A closed
+        window's ``TraceWindow`` event follows the events of its buffers, and its mark (the intake's
+        number after them) lets ``cuptistream trace`` wait until the sinks have them."""
+        windows = self.collector.windows
+        if isinstance(message, messages.WindowAnswer):
+            windows.answered(self, message)
+            return
+        if message.end:  # a buffer whose ``Ready`` could not be sent (a full socket) is still the window's
+            self._drain_all()
+        stream = self.streams.get(message.stream)
+        records = stream.records if stream is not None else 0
+        # The statistics' coverage; a closed window's record count goes back to price the next one.
+        reply = stream.trace_span(message) if stream is not None else None
+        if reply is not None:
+            self._tell_probe(reply)
+        if not message.end:
+            self.spans.opened(message, records)
+            windows.span(self, message, 0, 0)
+            return
+        event = self.spans.closed(message, stream.info.source if stream is not None else "", records)
+        self.emitter.emit([event])
+        windows.span(self, message, event.records, self.intake.last_seq)
+
+    def _tell_probe(self, message: messages.Message) -> None:
+        """Send without waiting: a probe that does not read its socket (older probes ignore these
+        messages) must not stall decoding. What cannot be sent now is counted and dropped."""
+        try:
+            if select.select([], [self.sock], [], 0)[1]:
+                sockets.send(self.sock, message)
+                return
+        except OSError:
+            pass
+        self.replies_dropped += 1
 
     def _map(self, spec: messages.PoolSpec, fd: int) -> None:
         try:
@@ -170,4 +228,5 @@ class ProbeConnection:
             pool.close()
         with contextlib.suppress(OSError):
             self.sock.close()
+        self.collector.windows.failed(self, "the probe hung up before its window closed")
         self.collector.probe_left(self)

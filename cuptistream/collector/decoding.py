@@ -3,21 +3,29 @@
 Decoding is bulk (``cuptistream.cupti.decode``: one walk, numpy gathers, and for the hot kinds
 msgpack written column by column, ``cuptistream.cupti.columnar``) and happens here, in the
 collector, so the observed program never pays for it. Each stream keeps its own record layouts,
-name cache and open NVTX ranges.
+name cache and open NVTX ranges, and its statistics (``cuptistream.statistics``): the decoder hands
+every gathered array to ``_observe``, which folds kernels, copies and memsets into the stream's
+``Accumulator`` and counts what each open trace window decoded (``WindowRecords``).
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 from collections.abc import Callable
 
-from cuptistream.channel.messages import OpenStream
+import numpy as np
+
+from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
 from cuptistream.collector.names import ProcessNames
+from cuptistream.config.model import StatisticsConfig
 from cuptistream.cupti import capture
 from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, SizeLearner
+from cuptistream.events import Event
 from cuptistream.plugin import Emitter
+from cuptistream.statistics import Accumulator
 
 
 def _stride_learner(data: memoryview, valid: int) -> SizeLearner | None:
@@ -59,8 +67,18 @@ def _lazy(data: memoryview, valid: int) -> SizeLearner:
     return learn
 
 
+class _Window:
+    """What one open trace window has decoded so far."""
+
+    def __init__(self, on_demand: bool) -> None:
+        self.on_demand = on_demand
+        self.records: Counter[str] = Counter()
+        self.kernel_ns = 0
+
+
 class DecodeStream:
-    """``on_devices`` is told the device ordinals the records named so far, when they grow."""
+    """``on_devices`` is told the device ordinals the records named so far, when they grow.
+    ``statistics`` (None or disabled: none) turns on the node-side statistics."""
 
     def __init__(
         self,
@@ -68,6 +86,7 @@ class DecodeStream:
         pid: int,
         emitter: Emitter,
         on_devices: Callable[[set[int]], None] | None = None,
+        statistics: StatisticsConfig | None = None,
     ) -> None:
         self.info = info
         self.emitter = emitter
@@ -77,10 +96,18 @@ class DecodeStream:
         self.names: ProcessNames | TableNames = (
             TableNames(info.strings) if info.strings is not None else ProcessNames(pid)
         )
-        self.decoder = Decoder(self.names, RecordLayouts(dict(info.struct_sizes)), info.demangle)
+        self.decoder = Decoder(
+            self.names, RecordLayouts(dict(info.struct_sizes)), info.demangle, observer=self._observe
+        )
+        self.statistics: Accumulator | None = None
+        if statistics is not None and statistics.enabled:
+            self.statistics = Accumulator(statistics.interval_ns, statistics.max_names, self.names)
+        self._windows: dict[int, _Window] = {}  # open TraceSpans by window number
         self.buffers = 0
         self.events = 0
+        self.records_withheld = 0  # decoded for the statistics only (``records: on_demand``)
         self._name_failure_reported = False
+        self._late_reported = 0
         self._captured: list[capture.CapturedBuffer] = []
 
     @property
@@ -97,7 +124,11 @@ class DecodeStream:
         if self.info.capture:
             self._captured.append(capture.CapturedBuffer(data=bytes(data[:valid]), dropped=dropped))
         try:
-            chunks = self.decoder.decode_packed(data, valid, learn=_lazy(data, valid))
+            if self._forwarding():
+                chunks = self.decoder.decode_packed(data, valid, learn=_lazy(data, valid))
+            else:
+                self.records_withheld += self.decoder.observe(data, valid, learn=_lazy(data, valid))
+                chunks = []
         except LayoutError as error:
             self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
             self.emitter.report_error(self.origin, str(error))
@@ -113,7 +144,70 @@ class DecodeStream:
         for chunk in chunks:
             self.events += chunk.count
             self.emitter.emit_chunk(chunk)
+        self._emit_statistics(lambda acc: acc.buffer_done())
         self._report_name_failure()
+
+    def _forwarding(self) -> bool:
+        """Whether this buffer's records become events: always, except with ``records: on_demand``
+        outside an on-demand window."""
+        return self.info.records != "on_demand" or any(w.on_demand for w in self._windows.values())
+
+    def _observe(self, kind: int, event: str, records: np.ndarray) -> None:
+        for window in self._windows.values():
+            window.records[event] += len(records)
+            if event == "kernel" and "graph_id" in (records.dtype.names or ()):
+                # Graph nodes cost the program far less than launched kernels (no API call each):
+                # counted apart so the probe prices them apart (sources/activity/windows.py).
+                in_graph = int(np.count_nonzero(records["graph_id"]))
+                if in_graph:
+                    window.records["kernel"] -= in_graph
+                    window.records["graph_kernel"] += in_graph
+            if event == "kernel":
+                window.kernel_ns += int(
+                    (records["end"].astype(np.int64) - records["start"].astype(np.int64)).sum()
+                )
+        if self.statistics is not None:
+            try:
+                self.statistics.add(event, records)
+            except Exception as error:  # never at the cost of the raw events
+                self._statistics_failed(error)
+
+    def _emit_statistics(self, step: Callable[[Accumulator], list[Event]]) -> None:
+        """Run one step of the statistics and emit the intervals it closed."""
+        if self.statistics is None:
+            return
+        try:
+            events = step(self.statistics)
+        except Exception as error:
+            self._statistics_failed(error)
+            return
+        if events:
+            self.emitter.emit(events)
+            self.events += len(events)
+        late = self.statistics.late_records if self.statistics is not None else 0
+        if late > self._late_reported:
+            self.emitter.report_loss("statistics", "late_records", late - self._late_reported, unit="records")
+            self._late_reported = late
+
+    def _statistics_failed(self, error: Exception) -> None:
+        """A bug in the statistics turns them off for this stream, once, with an error event; the
+        raw events go on."""
+        self.statistics = None
+        self.emitter.report_error(self.origin, f"statistics stopped for this stream: {error!r}")
+
+    def trace_span(self, span: TraceSpan) -> WindowRecords | None:
+        """A window opened or closed (call it after draining what the probe published before it).
+        On a close, what the window decoded, for the probe; else None."""
+        self._emit_statistics(lambda acc: acc.span(span.window, span.start, span.end, span.kinds))
+        if not span.end:
+            self._windows[span.window] = _Window(span.on_demand)
+            return None
+        window = self._windows.pop(span.window, None)
+        if window is None:  # a close without its open: nothing was counted
+            return WindowRecords(stream=span.stream, window=span.window)
+        return WindowRecords(
+            stream=span.stream, window=span.window, records=dict(window.records), kernel_ns=window.kernel_ns
+        )
 
     def _report_name_failure(self) -> None:
         names = self.names
@@ -122,6 +216,7 @@ class DecodeStream:
             self.emitter.report_error(self.origin, names.failure, severity="warning")
 
     def close(self) -> None:
+        self._emit_statistics(lambda acc: acc.close())
         names = self.names
         if isinstance(names, ProcessNames):
             if names.unresolved:

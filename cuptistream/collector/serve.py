@@ -43,6 +43,9 @@ def serve(
     signal.signal(signal.SIGINT, request_stop)
     collector.listen(socket_path)
     print(f"listening on {socket_path}", flush=True)
+    if collector.control_problem and not quiet:
+        print(f"cuptistream: {collector.control_problem}; `cuptistream trace` cannot reach this collector",
+              file=sys.stderr, flush=True)  # fmt: skip
     if not quiet and not until_idle:
         hint = f"point probes at it with CUPTISTREAM_COLLECTOR={socket_path}"
         print(f"cuptistream: collector listening; {hint}", file=sys.stderr, flush=True)

@@ -1,8 +1,9 @@
 """The config model: YAML → typed msgspec Structs, with errors that name the key path.
 
-The top level has four sections: ``session``, ``pipeline``, ``sources`` and ``sinks``. Each entry of
-``sources`` and ``sinks`` names its component with ``type``; the component's own config Struct
-(a subclass of ``SourceConfig`` or ``SinkConfig``) validates the rest of the entry.
+The top level has the sections ``session``, ``pipeline``, ``probe``, ``overhead``, ``statistics``,
+``sources`` and ``sinks``. Each entry of ``sources`` and ``sinks`` names its component with
+``type``; the component's own config Struct (a subclass of ``SourceConfig`` or ``SinkConfig``)
+validates the rest of the entry.
 ``docs/config.md`` documents every key with its default.
 
 This module is the model and how it is built (``build``, ``load``, ``convert``); reading the YAML
@@ -147,6 +148,25 @@ class OverheadConfig(Strict):
         return None if self.budget is BUDGET_OFF else float(self.budget)
 
 
+class StatisticsConfig(Strict):
+    """The collector's node-side statistics (``cuptistream.statistics``): per ``interval``, device
+    and name, what the decoded kernel, copy and memset records add up to (``ActivityStats``,
+    ``GpuStats`` events)."""
+
+    enabled: bool = True
+    interval: Duration = Duration(10.0)  # aligned to multiples of it on the CUPTI clock
+    max_names: int = 500  # kernel names per interval and device (top by time); the rest -> "other"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.interval) and 0.1 <= self.interval <= 3600):
+            raise ValueError(f"interval must be between 100ms and 1h, got {self.interval:g}s")
+        require_at_least("max_names", self.max_names, 1)
+
+    @property
+    def interval_ns(self) -> int:
+        return round(float(self.interval) * 1e9)
+
+
 class ComponentConfig(Strict):
     type: str
     name: str = ""  # defaults to ``type``; must be unique among sources (or sinks)
@@ -208,6 +228,7 @@ class Config(msgspec.Struct, kw_only=True):
     pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
     probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
     overhead: OverheadConfig = msgspec.field(default_factory=OverheadConfig)
+    statistics: StatisticsConfig = msgspec.field(default_factory=StatisticsConfig)
     sources: list[SourceConfig] = []
     sinks: list[SinkConfig] = []
     origin: str = "<dict>"
@@ -232,6 +253,7 @@ class _RawConfig(Strict):
     pipeline: PipelineConfig = msgspec.field(default_factory=PipelineConfig)
     probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
     overhead: OverheadConfig = msgspec.field(default_factory=OverheadConfig)
+    statistics: StatisticsConfig = msgspec.field(default_factory=StatisticsConfig)
     sources: list[dict[str, Any]] = []
     sinks: list[dict[str, Any]] = []
 
@@ -301,9 +323,9 @@ def build(data: Any, origin: str = "<dict>") -> Config:
         raise ConfigError("sinks: no sink is enabled; add one, e.g. `sinks: [{type: file, directory: out}]`")
     return Config(
         session=raw.session, pipeline=raw.pipeline, probe=raw.probe, overhead=raw.overhead,
-        sources=sources, sinks=sinks, source_classes=source_classes, sink_classes=sink_classes,
-        origin=origin, raw=data,
-    )
+        statistics=raw.statistics, sources=sources, sinks=sinks, source_classes=source_classes,
+        sink_classes=sink_classes, origin=origin, raw=data,
+    )  # fmt: skip
 
 
 def _check_renamed(entry: dict[str, Any], renamed: dict[str, str], path: str) -> None:

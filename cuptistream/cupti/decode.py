@@ -14,6 +14,8 @@ steps over one buffer and keeps the session's counts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from cuptistream.codec import Chunk, encode_chunk
@@ -31,18 +33,28 @@ from cuptistream.events import Event
 
 _EVENTS_PER_CHUNK = 8192
 
+# Sees every gathered array before it is converted: (CUpti_ActivityKind, event type, records). The
+# collector's statistics and window counts; it must not keep ``records`` past the call.
+Observer = Callable[[int, str, np.ndarray], None]
+
 
 class Decoder:
     """Turns activity buffers into events. One per session; not thread-safe (one decode thread).
 
     Marker START and END records are paired into ``NvtxRange`` events across buffers
-    (``convert.StructConverters``).
+    (``convert.StructConverters``). ``observer`` (optional) sees every gathered array; an exception
+    it raises propagates out of the decode call.
     """
 
     def __init__(
-        self, names: Names, layouts: RecordLayouts | None = None, demangle_names: bool = False
+        self,
+        names: Names,
+        layouts: RecordLayouts | None = None,
+        demangle_names: bool = False,
+        observer: Observer | None = None,
     ) -> None:
         self.names = names
+        self.observer = observer
         self.layouts = layouts or RecordLayouts()
         self.demangle = demangle_names
         self.records_decoded = 0
@@ -74,6 +86,11 @@ class Decoder:
                     chunks.append(encode_chunk(events))
         return chunks
 
+    def observe(self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None) -> int:
+        """Walk and gather one buffer for the observer only, converting nothing (raw records that
+        are not forwarded). The number of records. Raises ``LayoutError`` as ``decode`` does."""
+        return sum(len(records) for _, _, records in self._records(data, valid, learn))
+
     def _records(
         self, data: memoryview | bytes, valid: int, learn: SizeLearner | None
     ) -> list[tuple[int, str, np.ndarray]]:
@@ -91,4 +108,6 @@ class Decoder:
                 self.device_ids.update(np.unique(records["device_id"]).tolist())
             out.append((kind, spec.event, records))
             self.records_decoded += len(offsets)
+            if self.observer is not None:
+                self.observer(kind, spec.event, records)
         return out

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import msgspec
 import trio
@@ -42,6 +43,8 @@ from cuptistream.plugin import Sink
 # the sinks (seal the file, release clients and threads, count what they held) when draining does
 # not finish; a close that takes longer is abandoned.
 CLOSE_AFTER_DEADLINE_S = 0.5
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -116,6 +119,7 @@ class Pipeline:
         self._started = time.time_ns()
         # ``time.monotonic()`` by which draining must end; None: ``shutdown_deadline`` from stop().
         self.drain_until: float | None = None
+        self._in_hand: Chunk | None = None  # the data chunk the distributor is handing to the lanes
 
     def _event_ns(self) -> int:
         return self._clock_sync().cupti_ns
@@ -230,6 +234,8 @@ class Pipeline:
                 chunks[-1].producer = producer
             for index, chunk in enumerate(chunks):
                 offered = 0  # lanes that have this chunk
+                # The first data chunk in hand has the lowest number of those not in every lane yet.
+                self._in_hand = chunk if index < data_chunks else None
                 try:
                     for lane in self.lanes:  # control chunks (errors) are never dropped by a full lane
                         await lane.offer(chunk, bypass_bound=index >= data_chunks)
@@ -238,12 +244,29 @@ class Pipeline:
                 except trio.Cancelled:  # the deadline: what is in hand is lost, and counted
                     self._write_off(chunks[index:], offered)
                     raise
+            self._in_hand = None
             if chunks:
                 continue
             if stopping.is_set():
                 return
             with trio.move_on_after(0.25):  # re-check ``stopping`` even when nothing arrives
                 await ready.wait()
+
+    def holding_through(self, seq: int) -> list[str]:
+        """The stages still holding a chunk the intake numbered ``seq`` or lower (``Intake.last_seq``
+        read after events were handed over): ``intake``, ``distributor``, ``sink:<name>``. Empty:
+        every sink has delivered those events, or counted them lost. Call it in the pipeline's trio
+        thread (``PipelineThread.run_sync``), where the stages cannot move while it looks."""
+        holding = ["intake"] if self.intake.holds_through(seq) else []
+        in_hand = self._in_hand
+        if in_hand is not None and 0 < in_hand.seq <= seq:
+            holding.append("distributor")
+        holding += [lane.stage for lane in self.lanes if lane.holds_through(seq)]
+        return holding
+
+    def dropped_by_sinks(self) -> dict[str, int]:
+        """Events each sink's lane has counted lost so far (cumulative; trio thread)."""
+        return {lane.stage: lane.counters.events_dropped for lane in self.lanes}
 
     def _write_off(self, chunks: list[Chunk], offered: int) -> None:
         """Count ``chunks`` lost in every lane that does not have them: the first was handed to the
@@ -435,6 +458,14 @@ class PipelineThread:
         if self._start_error is not None:
             self._thread.join()
             raise self._start_error
+
+    def run_sync(self, function: Callable[..., T], *args: object) -> T:
+        """Call ``function(*args)`` in the pipeline's trio thread, from another thread, and return its
+        result. Raises ``trio.RunFinishedError`` when the pipeline is not running."""
+        token = self._token
+        if token is None or not self._thread.is_alive():
+            raise trio.RunFinishedError("the pipeline is not running")
+        return trio.from_thread.run_sync(function, *args, trio_token=token)
 
     def stop(self, timeout: float, drain_until: float | None = None) -> ShutdownReport | None:
         """Ask the pipeline to drain (by ``drain_until``, a ``time.monotonic()``; None:

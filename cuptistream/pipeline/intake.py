@@ -49,6 +49,9 @@ class Intake(Emitter):
         self._closed = False
         self._wake: Callable[[], None] | None = None
         self._wake_pending = False
+        # Every chunk handed to ``emit_chunk`` is numbered, 1, 2, ...: a delivery barrier waits
+        # until no stage holds a chunk numbered up to a mark (``Pipeline.holding_through``).
+        self.last_seq = 0
         self.events_in = 0
         self.bytes_in = 0
         self.events_out = 0
@@ -61,6 +64,8 @@ class Intake(Emitter):
 
     def emit_chunk(self, chunk: Chunk) -> None:
         with self._lock:
+            self.last_seq += 1
+            chunk.seq = self.last_seq
             self.events_in += chunk.count
             self.bytes_in += chunk.nbytes
             if self._closed:
@@ -147,9 +152,7 @@ class Intake(Emitter):
             self._wake = wake
             self._wake_pending = False
 
-    def take(
-        self, max_chunks: int = 64
-    ) -> tuple[list[Chunk], list[tuple[Producer | None, Sequence[Event]]]]:
+    def take(self, max_chunks: int = 64) -> tuple[list[Chunk], list[tuple[Producer | None, Sequence[Event]]]]:
         """Remove up to ``max_chunks`` chunks and all control events (by producer). Frees room for
         blocked emitters."""
         with self._lock:
@@ -171,6 +174,11 @@ class Intake(Emitter):
         with self._lock:
             self._closed = True
             self._space.notify_all()
+
+    def holds_through(self, seq: int) -> bool:
+        """Whether a chunk numbered ``seq`` or lower is still queued here (the queue is in order)."""
+        with self._lock:
+            return bool(self._chunks) and 0 < self._chunks[0].seq <= seq
 
     @property
     def queued_bytes(self) -> int:

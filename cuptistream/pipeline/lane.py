@@ -74,6 +74,7 @@ class SinkLane:
         self._sink_lost: dict[str, int] = {}  # Sink.delivery_losses() as last read
         self._sink_failed = False  # stats() or delivery_losses() raised: said once
         self._writing = 0  # events of the batch inside sink.write
+        self._writing_seq = 0  # ... and the lowest intake number of its chunks (0: none)
         self._written_off = 0  # ... counted lost by abandon() while its write was still running
         self._abandon_reason = ""
         self._stopped = ""  # the reason the sink stopped for good (``stop``); "" while it runs
@@ -142,6 +143,13 @@ class SinkLane:
         room = self._max_bytes - (self._max_bytes >> 4)
         return self._policy != "block" and self._queued_bytes + coming >= room
 
+    def holds_through(self, seq: int) -> bool:
+        """Whether a chunk numbered ``seq`` or lower by the intake is queued here or being written:
+        not yet delivered, nor counted lost. (A scan of the queue: for barriers, not per chunk.)"""
+        if 0 < self._writing_seq <= seq:
+            return True
+        return any(0 < chunk.seq <= seq for chunk, _ in self._queue)
+
     @property
     def stopped(self) -> str:
         """Why the lane drops everything offered to it (``stop``), or "" while it delivers."""
@@ -206,6 +214,7 @@ class SinkLane:
         )
         self._seq += 1
         self._writing = count
+        self._writing_seq = min((c.seq for c in chunks if c.seq), default=0)
         self._write_began = time.monotonic()
         self._write_scope = scope = trio.CancelScope()
         try:
@@ -241,7 +250,7 @@ class SinkLane:
             if self.up:
                 self.health.ok()
         finally:
-            self._writing = self._written_off = 0
+            self._writing = self._written_off = self._writing_seq = 0
             self._notify()  # ``drained`` waits for this
 
     async def _write(self, batch: OutgoingBatch) -> None:

@@ -51,6 +51,11 @@ class SlotOutlet(PoolOutlet):
     def reader_alive(self) -> bool:
         return self.link.alive()
 
+    def send_trace_span(self, span: messages.TraceSpan, wait: float = 2.0) -> bool:
+        # On the same socket as the ``Ready`` of the buffers completed before it, so after them.
+        span.stream = self.stream
+        return self.link.post(span, wait=wait)
+
     def wait_consumed(self, timeout: float) -> bool:
         """Wait until the collector has read every published buffer (while it is there)."""
         deadline = time.monotonic() + timeout

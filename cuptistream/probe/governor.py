@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from cuptistream.channel.messages import WindowRecords
 from cuptistream.events import GovernorDecision
 
 # The program's time lost to a window beyond the measured host time, as a fraction of the window's
@@ -92,6 +93,14 @@ class Governed(Protocol):
     before ``start()``."""
 
     def use_governor(self, governor: Governor) -> None: ...
+
+
+@runtime_checkable
+class WindowPriced(Protocol):
+    """A governed source whose windows the collector counts (``WindowRecords``): the activity
+    source prices each budget window by the records it held."""
+
+    def window_records(self, records: WindowRecords) -> None: ...
 
 
 class Governor:

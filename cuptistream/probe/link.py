@@ -50,6 +50,11 @@ class ProbeLink:
     def connected(self) -> bool:
         return self._sock is not None
 
+    @property
+    def current_socket(self) -> socket.socket | None:
+        """The socket to the collector now (None: none); the control reader reads from it."""
+        return self._sock
+
     def connect(self, clock: ClockSync | None = None, timeout: float = 5.0) -> None:
         """Say hello, with every pool's fd and every stream. Raises ``ChannelError``."""
         sock = sockets.connect(self.address, timeout)

@@ -20,16 +20,18 @@ from cuptistream.config import Config
 from cuptistream.cupti.gpus import visible_devices
 from cuptistream.events import ClockSync
 from cuptistream.pipeline.resource import current_resource
-from cuptistream.plugin import Source
+from cuptistream.plugin import OnDemand, Source
 from cuptistream.probe import torch_profiler
 from cuptistream.probe.coexist import CuptiSharing
+from cuptistream.probe.control import ControlReader
 from cuptistream.probe.emitter import ProbeEmitter
-from cuptistream.probe.governor import Governed, Governor
+from cuptistream.probe.governor import Governed, Governor, WindowPriced
 from cuptistream.probe.link import ProbeLink
 
 # The end of ``shutdown_deadline`` the collector keeps for closing its sinks (as the pipeline's
 # ``CLOSE_AFTER_DEADLINE_S``, not imported: the probe does not load the pipeline).
 _COLLECTOR_CLOSE_S = 0.5
+_ANSWER_WAIT_S = 2.0  # room in the channel for a ``WindowAnswer`` (the control thread may wait)
 
 
 def note(message: str) -> None:
@@ -56,6 +58,10 @@ class Probe:
         self._stopped = False
         self._previous_sigterm: Any = None
         self.sharing: CuptiSharing | None = None  # CUPTI shared with other tools (probe.coexist)
+        self.control = ControlReader(
+            self.link,
+            {messages.OpenWindow: self._open_window, messages.WindowRecords: self._window_records},
+        )
 
     def start(self) -> Probe:
         """Connect and start the sources. Raises ``ChannelError`` when no collector answers."""
@@ -83,9 +89,37 @@ class Probe:
             self.sources += self.sharing.start(cupti_sources)
             torch_profiler.listen(self.sharing)
         self._post_clock()
+        self.control.start()  # after the sources: a window asked for now finds them started
         atexit.register(self._stop_at_exit)
         self._install_sigterm()
         return self
+
+    # --- what the collector asks (``probe.control``; on the control thread) -------------------
+
+    def _open_window(self, request: messages.OpenWindow) -> None:
+        """``cuptistream trace``: every source that traces on demand (``plugin.OnDemand``) opens a
+        window; the answer says how many, and why a source refused. Sources without the method are
+        not asked; with none that can, the answer says ``windows=0`` and the CLI says so."""
+        answer = messages.WindowAnswer(request=request.request)
+        for source in list(self.sources):
+            if not isinstance(source, OnDemand):
+                continue
+            try:
+                windows = int(source.open_window(request.seconds, request.request))
+            except Exception as error:
+                answer.refused[source.name] = str(error) or type(error).__name__
+                continue
+            if windows > 0:
+                answer.windows += windows
+                answer.opened.append(source.name)
+        self.link.post(answer, wait=_ANSWER_WAIT_S)
+
+    def _window_records(self, records: messages.WindowRecords) -> None:
+        """What the collector decoded from one closed window: the source that traced it prices its
+        next budget window with it (``governor.WindowPriced``)."""
+        for source in list(self.sources):
+            if isinstance(source, WindowPriced):
+                source.window_records(records)
 
     def _post_clock(self) -> None:
         """A CUPTI clock reading for the collector; again after another tool had CUPTI (it may
@@ -151,6 +185,7 @@ class Probe:
             self._stopped = True
         atexit.unregister(self._stop_at_exit)
         self._restore_sigterm()
+        self.control.stop()
         # One deadline for all of it: a source blocked handing over (``block`` policy, a collector
         # that cannot take more) is released when it passes, its events counted lost. The
         # collector's deadline started with ours (the same signal): leave it time to close its sinks.
@@ -185,6 +220,7 @@ class Probe:
         collector (the socket and shared memory are the parent's), and give SIGTERM back."""
         with self._lock:
             self._stopped = True
+        self.control.stop()  # not running in the child (threads do not survive fork): a no-op
         if self.sharing is not None:
             torch_profiler.forget(self.sharing)
         self._restore_sigterm()

@@ -30,7 +30,7 @@ import msgspec
 from cuptistream.events import EVENT_TYPES, AnyEvent, Batch, ClockSync, Event, Loss, Resource, SelfStats
 
 # Fields holding a time on CUPTI's clock, per event type (Loss and SelfStats carry epoch ns already).
-_CLOCK_NAMES = ("start", "end", "timestamp", "device_timestamp")
+_CLOCK_NAMES = ("start", "end", "timestamp", "device_timestamp", "interval_start", "interval_end")
 CUPTI_CLOCK_FIELDS: dict[type[Event], tuple[str, ...]] = {
     cls: () if cls in (Loss, SelfStats) else tuple(f for f in cls.__struct_fields__ if f in _CLOCK_NAMES)
     for cls in EVENT_TYPES.values()
@@ -72,6 +72,11 @@ def _shift_device_stamp(ev: Any, offset: int) -> None:
         ev.device_timestamp += offset
 
 
+def _shift_interval(ev: Any, offset: int) -> None:
+    ev.interval_start += offset
+    ev.interval_end += offset
+
+
 def _keep(ev: Any, offset: int) -> None:
     pass
 
@@ -80,6 +85,7 @@ _SHAPES: dict[tuple[str, ...], Callable[[Any, int], None]] = {
     ("start", "end"): _shift_span,
     ("timestamp",): _shift_stamp,
     ("device_timestamp",): _shift_device_stamp,
+    ("interval_start", "interval_end"): _shift_interval,  # the collector's statistics
     (): _keep,
 }
 _SHIFT = {cls: _SHAPES[fields] for cls, fields in CUPTI_CLOCK_FIELDS.items()}  # KeyError: a new shape

@@ -3,7 +3,7 @@
 - ``sink``: the ``Sink`` (per-process state, mapping in a worker thread, delivery);
 - ``config`` / ``env``: the YAML keys, and the ``OTEL_EXPORTER_OTLP_*`` variables;
 - ``traces`` (the span tree), ``span_attributes`` (each span's name and attributes),
-  ``metrics``, ``logs``, ``profiles``, ``hw``: events -> OTLP;
+  ``metrics``, ``stats`` (the collector's statistics), ``logs``, ``profiles``, ``hw``: events -> OTLP;
 - ``requests``: a signal's request body, and a response's partial success;
 - ``wire``, ``encoding``, ``common``: hand-written protobuf, JSON, splitting, Resource;
 - ``transport`` / ``grpc``: one request over HTTP (and its TLS context) or gRPC.

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, Metric, NumberDataPoint
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    AggregationTemporality,
+    ExponentialHistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+)
 
 from cuptistream.events import (
     Batch,
@@ -45,8 +50,10 @@ class MetricDef:
     unit: str
     description: str
     keys: tuple[str, ...]  # attribute keys, in the order of a series' key tuple
-    kind: Literal["counter", "updowncounter", "gauge"] = "counter"  # the conventions' instruments
+    # The conventions' instruments; a histogram is sent as an OTLP ExponentialHistogram.
+    kind: Literal["counter", "updowncounter", "gauge", "histogram"] = "counter"
     seconds: bool = False  # kept in ns, sent as a double in seconds
+    delta: bool = False  # each point covers its own interval (the statistics), not the session so far
 
     @property
     def gauge(self) -> bool:
@@ -204,6 +211,9 @@ class MetricsAggregator:
         uuid, model = self.devices.get(device_id, ("", ""))
         return (uuid or f"cuda:{device_id}", model or None, NVIDIA, device_id)
 
+    def hw_id(self, device_id: int) -> str:
+        return str(self._gpu(device_id)[0])
+
     def add(self, batch: Batch) -> None:
         if not self.start_ns:
             self.start_ns = min(batch.clock.unix_ns, self.clock())
@@ -316,17 +326,30 @@ def _sort_key(series: Series) -> tuple[str, str]:
     return series[0], repr(series[1])
 
 
-def metrics_message(points: Sequence[tuple[str, NumberDataPoint]]) -> list[Metric]:
+def metrics_message(
+    points: Sequence[tuple[str, NumberDataPoint | ExponentialHistogramDataPoint]],
+    defs: Mapping[str, MetricDef] = METRICS,
+) -> list[Metric]:
     """Group points into one Metric per name (the items of a request are points, so splitting
     a large request and counting partial successes both work in data points)."""
     by_name: dict[str, Metric] = {}
     for name, point in points:
+        d = defs[name]
         metric = by_name.get(name)
         if metric is None:
-            d = METRICS[name]
             metric = by_name[name] = Metric(name=name, unit=d.unit, description=d.description)
-            if not d.gauge:
-                metric.sum.aggregation_temporality = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+            temporality = (
+                AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
+                if d.delta
+                else AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+            )
+            if d.kind == "histogram":
+                metric.exponential_histogram.aggregation_temporality = temporality
+            elif not d.gauge:
+                metric.sum.aggregation_temporality = temporality
                 metric.sum.is_monotonic = d.kind == "counter"
-        (metric.gauge if METRICS[name].gauge else metric.sum).data_points.append(point)
+        if isinstance(point, ExponentialHistogramDataPoint):
+            metric.exponential_histogram.data_points.append(point)
+        else:
+            (metric.gauge if d.gauge else metric.sum).data_points.append(point)
     return list(by_name.values())

@@ -35,8 +35,11 @@ from cuptistream.plugin import sink_where
 from .common import SCHEMA_URL
 from .config import Signal
 from .encoding import encode, from_json, to_json
-from .metrics import metrics_message
+from .metrics import METRICS, metrics_message
+from .stats import STATS_METRICS
 from .wire import traces_request
+
+_METRIC_DEFS = {**METRICS, **STATS_METRICS}  # the raw records' and the statistics'
 
 _RESPONSES: dict[Signal, type[Message]] = {
     "traces": ExportTraceServiceResponse,
@@ -71,7 +74,9 @@ def request_body(
                 ResourceMetrics(
                     resource=res,
                     scope_metrics=[
-                        ScopeMetrics(scope=sc, metrics=metrics_message(g), schema_url=SCHEMA_URL)
+                        ScopeMetrics(
+                            scope=sc, metrics=metrics_message(g, _METRIC_DEFS), schema_url=SCHEMA_URL
+                        )
                     ],
                     schema_url=SCHEMA_URL,
                 )

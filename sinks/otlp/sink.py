@@ -9,7 +9,8 @@ with its own span tree, metric series and start time. Outcomes are counted in ``
   (never retried);
 * items lost to a refusal, the deadline, or being larger than ``max_request_bytes`` on their own →
   ``*_dropped``. Metrics are cumulative and re-sent on the next batch, so a failed metrics request is
-  counted (``metric_exports_failed``) and sent again.
+  counted (``metric_exports_failed``) and sent again; the statistics' delta points (``stats``) and
+  gauge readings are held until a metrics export is acknowledged.
 * a refusal that every later request would get too (HTTP 4xx but 401, 403, 408, 413 and 429; gRPC
   UNIMPLEMENTED, NOT_FOUND, INVALID_ARGUMENT) ends that signal for the session: from then on its
   items are counted in ``*_dropped`` without being sent (loss reason ``signal_refused``).
@@ -38,7 +39,7 @@ from typing import Any, ClassVar
 
 import httpx
 import trio
-from opentelemetry.proto.metrics.v1.metrics_pb2 import NumberDataPoint
+from opentelemetry.proto.metrics.v1.metrics_pb2 import ExponentialHistogramDataPoint, NumberDataPoint
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from cuptistream.config import SinkConfig
@@ -54,6 +55,7 @@ from .ledger import Ledger
 from .logs import LOG_EVENTS, log_records
 from .metrics import Exported, MetricsAggregator
 from .requests import partial_success, request_body, require_profiles
+from .stats import StatsPoint, StatsPoints
 from .traces import SPAN_EVENTS, SpanAssembler
 from .transport import Attempt, HttpTransport, Outcome, Transport, ssl_context
 
@@ -75,7 +77,9 @@ class _Process:
     resource: Resource
     spans: SpanAssembler
     metrics: MetricsAggregator
+    stats: StatsPoints  # the collector's statistics: delta points, held until acknowledged
     exported: Exported = field(default_factory=lambda: (set(), []))  # the export in flight
+    stats_exported: list[StatsPoint] = field(default_factory=list)  # ... and its statistics points
     drains: dict[tuple[int, int], int] = field(default_factory=dict)  # (device, context) -> last drain, epoch
     seen: float = 0.0  # monotonic time of its latest batch
 
@@ -253,6 +257,7 @@ class OtlpSink(Sink):
             "spans_unparented_by_timeout": sum(p.spans.forced for p in processes),
             "kernel_names_overflowed": sum(p.metrics.kernel_names.overflowed for p in processes),
             "function_names_overflowed": sum(p.metrics.function_names.overflowed for p in processes),
+            "stats_points_overflowed": sum(p.stats.overflowed for p in processes),
         }
 
     # --- mapping (worker thread) -------------------------------------------------------------
@@ -262,6 +267,7 @@ class OtlpSink(Sink):
         process = self._processes.get(origin)
         if process is None:
             cfg = self.cfg
+            metrics = MetricsAggregator(cfg.max_kernel_names, cfg.max_function_names)
             process = self._processes[origin] = _Process(
                 resource(batch, self._env_resource),
                 SpanAssembler(
@@ -270,7 +276,8 @@ class OtlpSink(Sink):
                     reorder_window_s=cfg.reorder_window,
                     max_pending=cfg.max_pending_spans,
                 ),
-                MetricsAggregator(cfg.max_kernel_names, cfg.max_function_names),
+                metrics,
+                StatsPoints(metrics.kernel_names, metrics.hw_id),
             )
         return origin, process
 
@@ -295,8 +302,10 @@ class OtlpSink(Sink):
             self._count_ended("traces", sum(1 for ev in batch.events if isinstance(ev, SPAN_EVENTS)))
         if "metrics" in self._transports:
             process.metrics.add(batch)
+            process.stats.add(batch)
             for other_origin in idle:
                 self._processes[other_origin].metrics.finish()
+                self._processes[other_origin].stats.finish()
             requests += self._metric_requests()
         if self._sending("logs"):
             records = [(origin, r) for r in log_records(batch, time.time_ns())]
@@ -347,18 +356,22 @@ class OtlpSink(Sink):
         if "metrics" in self._transports:
             for process in self._processes.values():
                 process.metrics.finish()
+                process.stats.finish()
             requests += self._metric_requests()
         return requests
 
     def _metric_requests(self) -> list[_Request]:
-        points: list[tuple[Origin, str, NumberDataPoint]] = []
+        points: list[tuple[Origin, str, NumberDataPoint | ExponentialHistogramDataPoint]] = []
         for origin, process in self._processes.items():
             exported, process.exported = process.metrics.export()
+            process.stats_exported = process.stats.export()
             points += [(origin, name, point) for name, point in exported]
+            points += [(origin, name, point) for name, point in process.stats_exported]
         if not self._sending("metrics"):
             self._count_ended("metrics", len(points))
-            for process in self._processes.values():
-                process.metrics.commit(process.exported)  # nothing will take them: do not pile them up
+            for process in self._processes.values():  # nothing will take them: do not pile them up
+                process.metrics.commit(process.exported)
+                process.stats.commit(process.stats_exported)
             return []
         return self._requests("metrics", points)
 
@@ -453,6 +466,7 @@ class OtlpSink(Sink):
         elif not metrics_failed:
             for process in self._processes.values():
                 process.metrics.commit(process.exported)
+                process.stats.commit(process.stats_exported)
             if any(r.signal == "metrics" for r in requests):
                 self._metric_events = 0  # acknowledged
         self._ended_now = bool(ended_now)

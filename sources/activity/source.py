@@ -17,6 +17,12 @@ are lost (measured: every API call recorded).
 collector to read them (record names point into CUPTI's memory), and then, where no other CUPTI
 user remains and ``detach`` is set, calls ``cuptiFinalize``.
 
+``activity.mode: budget`` traces the kinds only in windows that the overhead governor sizes
+(``windows``); the kinds in ``continuous`` and the resource kinds (device, context, stream) stay on
+between them. In either mode ``open_window`` traces an on-demand window (``cuptistream trace``).
+Every span in which kinds were traced is announced to the collector (``TraceSpan``): the statistics
+use the spans as their coverage.
+
 ``pause()`` and ``resume()`` let another tool (torch.profiler) have CUPTI for a while
 (``cuptistream.probe.coexist``): pause hands everything over as stop does but keeps the shared-memory
 outlet open; resume registers the buffer callbacks and enables the kinds again. A source that was
@@ -26,13 +32,14 @@ ever paused never finalizes CUPTI: the other tool may still use it.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
-from cuptistream.channel.messages import OpenStream
+from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
 from cuptistream.config import Duration, Size, SourceConfig, require_at_least
 from cuptistream.correlate import activate as activate_correlation
 from cuptistream.correlate import deactivate as deactivate_correlation
@@ -41,6 +48,9 @@ from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
 from cuptistream.plugin import Emitter, Source
+from cuptistream.probe.governor import Governor, Throttle
+
+from .windows import PRIOR_UNIT_COST, Windows
 
 # CUpti_ActivityAttribute: name -> (value, C type of the value)
 ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
@@ -58,8 +68,11 @@ ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
 }
 
 _CONSUMED_WAIT_S = 10.0
+_SPAN_WAIT_S = 0.5  # the window thread waits this long for room in the channel rather than lose a span
 # Kinds whose records describe resources that may predate CUPTI: enabled with a dump of the existing ones.
 DUMPED_KINDS = frozenset({"device", "context", "stream"})
+# The kinds of GPU work: what the collector's statistics are computed from.
+GPU_WORK_KINDS = frozenset({"concurrent_kernel", "kernel", "memcpy", "memcpy2", "memset"})
 
 
 class ActivitySourceConfig(SourceConfig):
@@ -79,6 +92,20 @@ class ActivitySourceConfig(SourceConfig):
     demangle: bool = False  # add demangled_name to kernels
     detach: bool = True  # cuptiFinalize at stop when no other CUPTI user remains
     capture: str = ""  # also write the raw buffers to this capture file (fixtures, replay)
+    # "full": every record, continuously; "budget": the kinds in windows under overhead.budget.
+    mode: Literal["full", "budget"] = "full"
+    window: Duration = Duration(0.2)  # budget mode: the longest window
+    min_window: Duration = Duration(0.02)  # ... the shortest (windows shorten past max_pause)
+    max_pause: Duration = Duration(5.0)  # ... the longest pause, so every statistics interval sees windows
+    pause: Duration = Duration(10.0)  # ... the pause between windows when overhead.budget is off
+    continuous: list[str] = []  # budget mode: kinds also traced between windows
+    # Budget mode: what its windows trace; [] = the GPU-work kinds among ``kinds`` (what the
+    # statistics need). API kinds cost a per-cbid filter pass at each window's start (8-11 ms during
+    # which the program's launches wait on the H100), so they belong to on-demand windows.
+    window_kinds: list[str] = []
+    # "all": the raw records go to the sinks; "on_demand": only those of on-demand windows (the
+    # collector's statistics still see every record).
+    records: Literal["all", "on_demand"] = "all"
 
     def __post_init__(self) -> None:
         # Messages start with the key (the caller adds "sources[N]: "), so each names its key path.
@@ -100,6 +127,16 @@ class ActivitySourceConfig(SourceConfig):
         for key in ("device_buffer_size", "device_buffer_pool_limit"):
             if (value := getattr(self, key)) is not None:
                 require_at_least(key, value, 1)
+        for key in ("continuous", "window_kinds"):
+            outside = [k for k in getattr(self, key) if k not in self.kinds]
+            if outside:
+                raise ValueError(f"{key}: {outside[0]!r} is not in kinds; add it to kinds or remove it here")
+        if self.continuous and self.mode != "budget":
+            raise ValueError("continuous applies to mode: budget only; remove it or set mode: budget")
+        if not 0 < self.min_window <= self.window:
+            raise ValueError("min_window must be above 0 and at most window")
+        if self.max_pause < self.window or self.pause <= 0:
+            raise ValueError("max_pause must be at least window, and pause above 0")
         if self.buffer_pool_limit < 2:
             raise ValueError(
                 "buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)"
@@ -122,6 +159,16 @@ class ActivitySource(Source):
         self.outlet: Any = None
         self.callbacks: BufferCallbacks | None = None
         self.stats: dict[str, int] = {"dropped": 0}
+        self._lock = threading.RLock()  # the window thread, coexistence and stop change what is enabled
+        self._window_ids = itertools.count(1)
+        self._spans: dict[int, TraceSpan] = {}  # open spans by window number
+        self._window_extra: dict[int, list[str]] = {}  # kinds each open window enabled
+        self._governor: Governor | None = None
+        self.windows: Windows | None = None
+
+    def use_governor(self, governor: Governor) -> None:
+        """The session's governor (before ``start``): budget mode's windows are its to size."""
+        self._governor = governor
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -139,6 +186,18 @@ class ActivitySource(Source):
         self._correlating = "external_correlation" in cfg.kinds
         if self._correlating:
             activate_correlation()
+        self.windows = Windows(self, self._throttle(cfg))
+        self.windows.start()
+
+    def _throttle(self, cfg: ActivitySourceConfig) -> Throttle | None:
+        if cfg.mode != "budget":
+            return None
+        governor = self._governor or Governor(None, lambda decision: self.emitter.emit([decision]))
+        return Throttle(
+            governor, self.name, window_s=float(cfg.window), pause_s=float(cfg.pause),
+            prior_unit_cost=PRIOR_UNIT_COST, min_window_s=float(cfg.min_window),
+            max_pause_s=float(cfg.max_pause), timestamp=driver.timestamp,
+        )  # fmt: skip
 
     def _start(self, cfg: ActivitySourceConfig) -> None:
         if "marker" in cfg.kinds:  # NVTX ranges reach CUPTI only through NVTX's injection hook
@@ -150,7 +209,7 @@ class ActivitySource(Source):
         sizes = {spec.kind: size for spec in kinds.KINDS.values() if (size := driver.struct_size(spec.kind))}
         stream = OpenStream(
             stream=0, source=self.name, device=self.device, cupti_version=self.cupti_version,
-            struct_sizes=sizes, demangle=cfg.demangle, capture=cfg.capture,
+            struct_sizes=sizes, demangle=cfg.demangle, capture=cfg.capture, records=cfg.records,
             clock=ClockSync(cupti_ns=driver.timestamp(), unix_ns=time.time_ns()),
         )  # fmt: skip
         self.outlet = self.emitter.open_activity_stream(stream, int(cfg.buffer_size), cfg.buffer_pool_limit)
@@ -158,10 +217,47 @@ class ActivitySource(Source):
         self._take_cupti(cfg)
 
     def _take_cupti(self, cfg: ActivitySourceConfig) -> None:
-        """Register the buffer callbacks, enable the kinds, then their API filters, start flushing."""
+        """Register the buffer callbacks, enable the kinds (in budget mode those traced between
+        windows), then their API filters, start flushing."""
         assert self.callbacks is not None
         self.callbacks.register()
-        for spec in (kinds.KINDS[name] for name in dict.fromkeys(cfg.kinds)):
+        self._enable(self._base_kinds(cfg))
+        if cfg.flush_period > 0:
+            library.call("cuptiActivityFlushPeriod", max(int(cfg.flush_period * 1000), 1))
+        self.clock = driver.timestamp
+        self._started = True
+        if cfg.mode == "full":
+            self._open_span(cfg.kinds, on_demand=False, request=0)
+        else:  # the continuous kinds, or none: the collector learns that the process is there
+            self._open_span(cfg.continuous, on_demand=False, request=0)
+        if cfg.flush_interval > 0 and (cfg.mode == "full" or cfg.continuous):
+            self._stopping = threading.Event()
+            self._flusher = threading.Thread(
+                target=self._flush_loop,
+                args=(self._stopping,),
+                name=f"cuptistream-{self.name}-flush",
+                daemon=True,
+            )
+            self._flusher.start()
+
+    def _base_kinds(self, cfg: ActivitySourceConfig) -> list[str]:
+        if cfg.mode == "full":
+            return list(cfg.kinds)
+        return [k for k in cfg.kinds if k in DUMPED_KINDS or k in cfg.continuous]
+
+    def _window_kinds(self, on_demand: bool) -> list[str]:
+        """What a window adds to what is always on: every configured kind for an on-demand window,
+        ``window_kinds`` (by default the GPU-work kinds) for a budget window."""
+        cfg = self.config
+        if cfg.mode == "full":
+            return []
+        gpu_work = [k for k in cfg.kinds if k in GPU_WORK_KINDS]
+        wanted = cfg.kinds if on_demand else (cfg.window_kinds or gpu_work)
+        return [k for k in wanted if k not in self._base_kinds(cfg)]
+
+    def _enable(self, names: list[str]) -> None:
+        """Enable ``names`` (then the API filters, which enabling resets). Raises ``UserError``."""
+        for spec in (kinds.KINDS[name] for name in dict.fromkeys(names)):
             try:
                 # Device records are made at CUDA's initialization and context/stream records at
                 # creation: CUPTI attached later (the usual case) gets them only by a dump.
@@ -178,20 +274,65 @@ class ActivitySource(Source):
                     f"cannot enable activity kind {spec.name!r} on {self.device}: {error}"
                 ) from None
             self._enabled.append(spec.kind)
-        self._apply_api_filters(cfg)  # after enabling: cuptiActivityEnable resets the filters
-        if cfg.flush_period > 0:
-            library.call("cuptiActivityFlushPeriod", max(int(cfg.flush_period * 1000), 1))
-        self.clock = driver.timestamp
-        self._started = True
-        if cfg.flush_interval > 0:
-            self._stopping = threading.Event()
-            self._flusher = threading.Thread(
-                target=self._flush_loop,
-                args=(self._stopping,),
-                name=f"cuptistream-{self.name}-flush",
-                daemon=True,
-            )
-            self._flusher.start()
+        self._apply_api_filters(self.config, names)  # after enabling: cuptiActivityEnable resets them
+
+    # --- windows (``windows.Tracer``) --------------------------------------------------------
+
+    def begin_window(self, on_demand: bool, request: int) -> int | None:
+        """Trace every configured kind from now; the window's number, or None while CUPTI is not ours."""
+        with self._lock:
+            if not self._started or self._paused:
+                return None
+            extra = self._window_kinds(on_demand)
+            start = driver.timestamp()  # before enabling: what launches meanwhile is recorded
+            with driver.translate_errors():
+                self._enable(extra)
+            traced = [k for k in self.config.kinds if k in extra or k in self._base_kinds(self.config)]
+            window = self._open_span(traced, on_demand, request, start)
+            self._window_extra[window] = extra
+            return window
+
+    def end_window(self, window: int) -> None:
+        """Disable what the window added, hand its records over, then say that it closed."""
+        with self._lock:
+            if window not in self._spans:  # a pause or stop closed it already
+                return
+            lib = library.libcupti()
+            for spec in (kinds.KINDS[name] for name in self._window_extra.pop(window, [])):
+                if spec.kind in self._enabled:
+                    lib.cuptiActivityDisable(spec.kind)
+                    self._enabled.remove(spec.kind)
+            end = driver.timestamp()
+            lib.cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
+            self._close_span(window, end)
+
+    def open_window(self, seconds: float, request: int) -> int:
+        """An on-demand window of ``seconds`` (``cuptistream trace --for``, ``plugin.OnDemand``),
+        charged to no budget; it opens on the window thread at once (after a budget window that is
+        open now closes). Raises ``RuntimeError`` while CUPTI is another tool's or the source stopped."""
+        if self.windows is None or not self._started:
+            raise RuntimeError("not tracing now (stopped, or another tool has CUPTI)")
+        self.windows.request(seconds, request)
+        return 1
+
+    def window_records(self, records: WindowRecords) -> None:
+        """The collector's count of a closed window's records: prices the next budget window."""
+        if self.windows is not None and records.stream == getattr(self.outlet, "stream", records.stream):
+            self.windows.priced(records)
+
+    def _open_span(self, names: list[str], on_demand: bool, request: int, start: int = 0) -> int:
+        window = next(self._window_ids)
+        span = TraceSpan(
+            stream=0, window=window, start=start or driver.timestamp(), kinds=list(names),
+            on_demand=on_demand, request=request,
+        )  # fmt: skip
+        self._spans[window] = span
+        self.outlet.send_trace_span(span, wait=_SPAN_WAIT_S)
+        return window
+
+    def _close_span(self, window: int, end: int) -> None:
+        span = self._spans.pop(window)
+        self.outlet.send_trace_span(msgspec.structs.replace(span, end=end), wait=_SPAN_WAIT_S)
 
     def _set_attributes(self, cfg: ActivitySourceConfig) -> None:
         values: dict[str, int] = dict(cfg.attributes)
@@ -210,13 +351,13 @@ class ActivitySource(Source):
             except library.CuptiError as error:
                 raise UserError(f"cannot set CUPTI activity attribute {key}={value}: {error}") from None
 
-    def _apply_api_filters(self, cfg: ActivitySourceConfig) -> None:
+    def _apply_api_filters(self, cfg: ActivitySourceConfig, enabled: list[str]) -> None:
         lib = library.libcupti()
         for domain, patterns, fn in (
             ("runtime", cfg.runtime_api, lib.cuptiActivityEnableRuntimeApi),
             ("driver", cfg.driver_api, lib.cuptiActivityEnableDriverApi),
         ):
-            if domain not in cfg.kinds:
+            if domain not in enabled:
                 continue
             everything = patterns == ["*"]
             selected = set() if everything else set(api_functions.select_cbids(domain, patterns))
@@ -231,24 +372,25 @@ class ActivitySource(Source):
     def pause(self) -> None:
         """Hand over everything CUPTI holds and let it go: kinds off, a forced flush, no flush thread.
         The buffer callbacks stay registered until the other tool registers its own."""
-        if not self._started:
-            return
-        self._hand_over()
-        self._paused = self._shared = True
+        with self._lock:
+            if not self._started:
+                return
+            self._hand_over()
+            self._paused = self._shared = True
 
     def resume(self) -> None:
         """Take CUPTI back after ``pause()``."""
         if not self._paused:
             return
         cfg = self.config
-        with driver.translate_errors():
+        with self._lock, driver.translate_errors():
             try:
                 self._set_attributes(cfg)  # the other tool may have changed them
                 self._take_cupti(cfg)
             except BaseException:
                 self._disable_kinds()
                 raise
-        self._paused = False
+            self._paused = False
 
     def _disable_kinds(self) -> None:
         lib = library.libcupti()
@@ -263,18 +405,25 @@ class ActivitySource(Source):
         if self._flusher is not None:
             self._flusher.join()
             self._flusher = None
+        end = driver.timestamp()
         library.libcupti().cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
+        for window in list(self._spans):  # after the flush: the collector has their records
+            self._close_span(window, end)
+        self._window_extra.clear()  # _disable_kinds turned their kinds off
         dropped = self._read_dropped()
         if dropped:
             self._report_dropped(dropped)
 
     def stop(self) -> None:
+        if self.windows is not None:
+            self.windows.stop()  # closes an open window, its records handed over
         if self._paused:  # CUPTI is the other tool's now: no CUPTI call
             self._paused = False
         elif not self._started:
             return
         else:
-            self._hand_over()
+            with self._lock:
+                self._hand_over()
         if self.callbacks is not None and self.callbacks.refused:
             self.emitter.report_error(
                 f"source:{self.name}",

@@ -1,0 +1,354 @@
+"""The collector's statistics (``cuptistream.statistics``) against the raw events of the same GPU
+captures: counts, sums, histogram buckets recomputed here with plain Python, the busy union, the
+coverage and its estimates, closing intervals, the name cap, and the collector's stream-level
+handling of trace spans (``WindowRecords``, ``records: on_demand``)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cuptistream.channel.messages import OpenStream, TraceSpan
+from cuptistream.collector.decoding import DecodeStream
+from cuptistream.config.model import StatisticsConfig
+from cuptistream.cupti import capture
+from cuptistream.cupti.decode import Decoder
+from cuptistream.cupti.names import TableNames
+from cuptistream.cupti.records import RecordLayouts
+from cuptistream.events import ActivityStats, Event, GpuStats, Histogram, Kernel, Memcpy, Memset
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
+from cuptistream.statistics import LATENESS_NS, Accumulator
+from cuptistream.statistics.histogram import DENSE, LOWEST, MAX_BUCKETS, SCALE, to_histogram
+from tests.gpu.workloads.collect import Collect
+
+CAPTURES = ["exact_counts", "torch_train"]  # graph_trace holds no kernel, copy or memset records
+SECOND = 1_000_000_000
+
+
+def _decode(
+    name: str, interval_ns: int, max_names: int = 10_000
+) -> tuple[list[Event], list[Event], Accumulator]:
+    """The capture's raw events (Struct path) and the statistics folded from the same arrays."""
+    cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
+    names = TableNames(cap.strings)
+    acc = Accumulator(interval_ns, max_names, names)
+    decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)), observer=lambda k, e, r: acc.add(e, r))
+    raw: list[Event] = []
+    stats: list[Event] = []
+    for buf in cap.buffers:
+        raw += decoder.decode(buf.data, len(buf.data))
+        stats += acc.buffer_done()
+    return raw, stats + acc.close(), acc
+
+
+def _bucket(duration: int) -> int:
+    """OTLP's index at scale 2 by its definition, in exact integers: the i with
+    2**(i/4) < v <= 2**((i+1)/4), i.e. 2**i < v**4 <= 2**(i+1)."""
+    return (duration ** (2**SCALE) - 1).bit_length() - 1
+
+
+def _histogram_counts(h: Histogram, scale_to: int = SCALE) -> dict[int, int]:
+    assert h.scale == scale_to
+    return {h.offset + k: c for k, c in enumerate(h.counts) if c}
+
+
+def _raw_groups(raw: list[Event], interval_ns: int) -> dict[tuple[int, int, str, str], list[Any]]:
+    groups: dict[tuple[int, int, str, str], list[Any]] = defaultdict(list)
+    for e in raw:
+        if isinstance(e, Kernel):
+            key = (e.end // interval_ns * interval_ns, e.device_id, "kernel", e.name)
+        elif isinstance(e, Memcpy):
+            key = (e.end // interval_ns * interval_ns, e.device_id, "memcpy", e.copy_kind)
+        elif isinstance(e, Memset):
+            key = (e.end // interval_ns * interval_ns, e.device_id, "memset", e.memory_kind)
+        else:
+            continue
+        groups[key].append(e)
+    return groups
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+@pytest.mark.parametrize("interval", [SECOND, 10 * SECOND])
+def test_statistics_equal_the_raw_events_of_the_capture(name: str, interval: int) -> None:
+    raw, stats, acc = _decode(name, interval)
+    groups = _raw_groups(raw, interval)
+    rows = {
+        (s.interval_start, s.device_id, s.category, s.name): s for s in stats if isinstance(s, ActivityStats)
+    }
+    assert groups and set(rows) == set(groups)
+    for key, events in groups.items():
+        row = rows[key]
+        durations = [e.end - e.start for e in events]
+        assert (row.count, row.total_ns) == (len(events), sum(durations))
+        assert row.bytes == sum(getattr(e, "bytes", 0) for e in events)
+        assert (row.durations.min, row.durations.max) == (min(durations), max(durations))
+        want: dict[int, int] = defaultdict(int)
+        for d in durations:
+            want[_bucket(d)] += 1
+        assert _histogram_counts(row.durations) == dict(want)
+        assert row.durations.zero_count == sum(1 for d in durations if d == 0)
+    assert acc.late_records == acc.invalid_records == acc.untraced_records == 0
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_gpu_busy_is_the_union_of_the_operations_within_each_interval(name: str) -> None:
+    interval = SECOND
+    raw, stats, _ = _decode(name, interval)
+    ops = sorted((e.start, e.end) for e in raw if isinstance(e, (Kernel, Memcpy, Memset)))
+    union: list[list[int]] = []
+    for s, e in ops:  # plain merge
+        if union and s <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], e)
+        else:
+            union.append([s, e])
+    first, last = ops[0][0], max(e for _, e in ops)
+    gpu = [s for s in stats if isinstance(s, GpuStats)]
+    assert gpu
+    for g in gpu:
+        lo, hi = g.interval_start, g.interval_end
+        busy = sum(max(0, min(e, hi) - max(s, lo)) for s, e in union)
+        traced = max(0, min(last, hi) - max(first, lo))  # no spans: first record to the last
+        assert (g.busy_ns, g.traced_ns) == (busy, traced)
+        # Traced throughout the time the program ran in the interval: measured, not estimated.
+        assert not g.estimated and g.traced_fraction == traced / interval
+        kernels = [e for e in raw if isinstance(e, Kernel) and lo <= e.end < hi]
+        assert (g.kernels, g.kernel_ns) == (len(kernels), sum(e.end - e.start for e in kernels))
+        copies = [e for e in raw if isinstance(e, Memcpy) and lo <= e.end < hi]
+        assert (g.copies, g.copy_bytes) == (len(copies), sum(e.bytes for e in copies))
+    # Every interval from the first record to the last is reported, idle ones with busy 0.
+    assert [g.interval_start for g in gpu] == list(range(first // interval * interval, last, interval))
+
+
+def test_the_name_cap_keeps_the_top_names_by_time_and_folds_the_rest_into_other() -> None:
+    raw, full, _ = _decode("torch_train", 10 * SECOND)
+    _, capped, _ = _decode("torch_train", 10 * SECOND, max_names=3)
+    kernels = {s.name: s for s in full if isinstance(s, ActivityStats) and s.category == "kernel"}
+    rows = {s.name: s for s in capped if isinstance(s, ActivityStats) and s.category == "kernel"}
+    top = sorted(kernels.values(), key=lambda s: -s.total_ns)
+    assert len(kernels) > 4 and set(rows) == {s.name for s in top[:3]} | {"other"}
+    other = rows["other"]
+    rest = top[3:]
+    assert (other.count, other.total_ns) == (sum(s.count for s in rest), sum(s.total_ns for s in rest))
+    merged: dict[int, int] = defaultdict(int)
+    for s in rest:
+        for index, c in _histogram_counts(s.durations).items():
+            merged[index] += c
+    assert _histogram_counts(other.durations) == dict(merged)
+    assert other.durations.min == min(s.durations.min for s in rest) and not other.nccl
+    assert sum(s.count for s in rows.values()) == sum(1 for e in raw if isinstance(e, Kernel))
+
+
+def test_nccl_kernels_are_flagged_and_summed_per_device() -> None:
+    cap = capture.read(CAPTURE_DIR / "torch_train.cupti")
+    names = TableNames(cap.strings)
+    decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)))
+    kernels = np.concatenate(
+        [r for b in cap.buffers for _, e, r in decoder._records(b.data, len(b.data), None) if e == "kernel"]
+    )
+    # The capture has no NCCL: name every third kernel like NCCL's (case differs on purpose).
+    renamed = kernels.copy()
+    renamed["name"][::3] = 0x1000
+    renamed["name"][1::3] = 0x2000
+    table = TableNames({**cap.strings, 0x1000: "ncclDevKernel_AllReduce_Sum_f32", 0x2000: "NCCLKernel_x"})
+    acc = Accumulator(10 * SECOND, 500, table)
+    acc.add("kernel", renamed)
+    acc.buffer_done()
+    out = acc.close()
+    durations = (renamed["end"] - renamed["start"]).astype(np.int64)
+    nccl = int(durations[0::3].sum() + durations[1::3].sum())
+    gpu = [g for g in out if isinstance(g, GpuStats)]
+    assert sum(g.nccl_ns for g in gpu) == nccl and sum(g.kernel_ns for g in gpu) == int(durations.sum())
+    flagged = {s.name for s in out if isinstance(s, ActivityStats) and s.nccl}
+    assert flagged == {"ncclDevKernel_AllReduce_Sum_f32", "NCCLKernel_x"}
+
+
+def _arrays(name: str) -> tuple[list[tuple[str, np.ndarray]], TableNames]:
+    cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
+    names = TableNames(cap.strings)
+    decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)))
+    arrays = [(e, r) for b in cap.buffers for _, e, r in decoder._records(b.data, len(b.data), None)]
+    return [(e, r) for e, r in arrays if e in ("kernel", "memcpy", "memset")], names
+
+
+def _shifted(records: np.ndarray, to: int) -> np.ndarray:
+    """The records moved so that the first starts at ``to`` (their spacing kept)."""
+    out = records.copy()
+    base = int(records["start"].min())
+    for field in ("start", "end"):
+        out[field] = (out[field].astype(np.int64) - base + to).astype(out[field].dtype)
+    return out
+
+
+def test_spans_set_coverage_and_estimates_scale_to_the_interval() -> None:
+    arrays, names = _arrays("exact_counts")
+    kernels = next(r for e, r in arrays if e == "kernel")
+    t0 = 1000 * 10 * SECOND
+    moved = _shifted(kernels, t0 + 2 * SECOND)
+    span = int(moved["end"].max()) - (t0 + 2 * SECOND)
+    acc = Accumulator(10 * SECOND, 500, names)
+    assert acc.span(1, t0 + 2 * SECOND, 0, ["concurrent_kernel"]) == []  # opens; nothing to close
+    acc.add("kernel", moved)
+    acc.buffer_done()
+    acc.span(1, t0 + 2 * SECOND, t0 + 2 * SECOND + span, ["concurrent_kernel"])
+    acc.span(2, t0 + 6 * SECOND, t0 + 7 * SECOND, [])  # a second window, nothing in it
+    out = acc.close()
+    rows = [s for s in out if isinstance(s, ActivityStats)]
+    traced = span + SECOND
+    observed = 5 * SECOND  # from the first window's start to the second's end: the program's time
+    assert rows and all(s.traced_ns == traced and s.estimated for s in rows)
+    for s in rows:
+        assert s.estimated_count == round(s.count * observed / traced)
+        assert s.estimated_total_ns == round(s.total_ns * observed / traced)
+    (gpu,) = [g for g in out if isinstance(g, GpuStats)]
+    assert gpu.traced_ns == traced and gpu.traced_fraction == traced / (10 * SECOND) and gpu.estimated
+    assert gpu.busy_fraction == gpu.busy_ns / traced
+
+
+def test_records_outside_their_categorys_spans_are_counted_not_estimated() -> None:
+    arrays, names = _arrays("exact_counts")
+    acc = Accumulator(10 * SECOND, 500, names)
+    first = min(int(r["start"].min()) for _, r in arrays)
+    acc.span(1, first, 0, ["concurrent_kernel"])  # copies are not traced in this window
+    for event, records in arrays:
+        acc.add(event, records)
+    acc.buffer_done()
+    out = acc.close()
+    assert {s.category for s in out if isinstance(s, ActivityStats)} == {"kernel"}
+    assert acc.untraced_records == sum(len(r) for e, r in arrays if e == "memcpy") > 0
+
+
+def test_intervals_close_after_the_lateness_margin_and_late_records_are_counted() -> None:
+    arrays, names = _arrays("torch_train")
+    kernels = next(r for e, r in arrays if e == "kernel")
+    t0 = 500 * 10 * SECOND
+    acc = Accumulator(10 * SECOND, 500, names)
+    acc.add("kernel", _shifted(kernels, t0 + SECOND))
+    assert acc.buffer_done() == []
+    # Time moves to just before the end of the interval plus the margin: still open.
+    acc.add("kernel", _shifted(kernels[:1], t0 + 10 * SECOND + LATENESS_NS - SECOND))
+    assert acc.buffer_done() == []
+    acc.add("kernel", _shifted(kernels[:1], t0 + 10 * SECOND + LATENESS_NS + 1))
+    closed = acc.buffer_done()
+    assert {e.interval_start for e in closed} == {t0}  # type: ignore[attr-defined]
+    assert sum(s.count for s in closed if isinstance(s, ActivityStats)) == len(kernels)
+    acc.add("kernel", _shifted(kernels[:5], t0 + 2 * SECOND))  # for the closed interval
+    assert acc.buffer_done() == [] and acc.late_records == 5
+    rest = acc.close()
+    assert {e.interval_start for e in rest} == {t0 + 10 * SECOND}  # type: ignore[attr-defined]
+    assert sum(s.count for s in rest if isinstance(s, ActivityStats)) == 2
+
+
+def test_histograms_wider_than_160_buckets_are_downscaled() -> None:
+    dense = np.zeros(DENSE, np.int64)
+    values = [1, 3, 1000, 2**20 + 5, 2**45, 2**50]  # 2**-0.25 .. 2**50: 205 buckets at scale 2
+    slot = {v: _bucket(v) - LOWEST + 1 for v in values}
+    for v in values:
+        dense[slot[v]] += 1
+    h = to_histogram(dense, 1, 2**50)
+    assert h.scale == 1 and len(h.counts) <= MAX_BUCKETS and sum(h.counts) == len(values)
+    base = 2 ** (2**-h.scale)
+    for v in values:  # each value sits in its bucket at the new scale
+        index = next(
+            h.offset + k
+            for k, c in enumerate(h.counts)
+            if c and base ** (h.offset + k) < v <= base ** (h.offset + k + 1)
+        )
+        assert index is not None
+
+
+# --- the collector's decode stream ---------------------------------------------------------------
+
+
+def _stream(name: str, records: str = "all") -> tuple[DecodeStream, Collect, capture.Capture]:
+    cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
+    info = OpenStream(
+        stream=3, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings),
+        records=records,
+    )  # fmt: skip
+    sink = Collect()
+    return DecodeStream(info, 0, sink, statistics=StatisticsConfig()), sink, cap
+
+
+def _feed(stream: DecodeStream, cap: capture.Capture) -> None:
+    for buf in cap.buffers:
+        data = bytearray(buf.data)
+        stream.decode(memoryview(data), len(data), 0)
+
+
+def test_a_closed_window_reports_what_was_decoded_in_it() -> None:
+    stream, sink, cap = _stream("torch_train")
+    start = 1
+    assert stream.trace_span(TraceSpan(stream=3, window=7, start=start)) is None
+    _feed(stream, cap)
+    reply = stream.trace_span(TraceSpan(stream=3, window=7, start=start, end=start + 1))
+    assert reply is not None and (reply.stream, reply.window) == (3, 7)
+    raw = [e for e in sink.events if not isinstance(e, (ActivityStats, GpuStats))]
+    counted: dict[str, int] = defaultdict(int)
+    for e in raw:
+        counted[type(e).__struct_config__.tag] += 1  # type: ignore[attr-defined]
+    counted["nvtx_range"] = reply.records["nvtx_range"]  # START/END records pair into fewer events
+    assert reply.records == dict(counted)
+    assert reply.kernel_ns == sum(e.end - e.start for e in raw if isinstance(e, Kernel)) > 0
+    stream.close()
+
+
+def test_on_demand_records_only_inside_on_demand_windows_statistics_from_all() -> None:
+    stream, sink, cap = _stream("exact_counts", records="on_demand")
+    _feed(stream, cap)  # outside any window: statistics only
+    assert not any(isinstance(e, Kernel) for e in sink.events)
+    assert stream.records_withheld == stream.records > 0
+    stream.trace_span(TraceSpan(stream=3, window=1, start=1, on_demand=True))
+    _feed(stream, cap)
+    stream.trace_span(TraceSpan(stream=3, window=1, start=1, end=2, on_demand=True))
+    kernels = sum(1 for e in sink.events if isinstance(e, Kernel))
+    stream.close()
+    stats = [e for e in sink.events if isinstance(e, ActivityStats) and e.category == "kernel"]
+    assert kernels == 560 and stream.records_withheld == stream.records // 2
+    assert sum(s.count for s in stats) == 2 * 560  # both passes are in the statistics
+    assert not sink.losses
+
+
+def test_statistics_off_emit_nothing() -> None:
+    cap = capture.read(CAPTURE_DIR / "exact_counts.cupti")
+    info = OpenStream(
+        stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+    )
+    sink = Collect()
+    stream = DecodeStream(info, 0, sink, statistics=StatisticsConfig(enabled=False))
+    _feed(stream, cap)
+    stream.close()
+    assert sink.events and not any(isinstance(e, (ActivityStats, GpuStats)) for e in sink.events)
+
+
+def test_names_past_the_tables_bound_fold_into_other_as_they_come() -> None:
+    arrays, _ = _arrays("torch_train")
+    kernels = np.tile(next(r for e, r in arrays if e == "kernel"), 30)
+    kernels["name"] = np.arange(len(kernels)) % 1500 + 1  # 1500 distinct names, more than 1024 kept
+    table = TableNames({i + 1: f"k{i}" for i in range(1500)})
+    acc = Accumulator(10 * SECOND, 10, table)
+    half = len(kernels) // 2
+    for part in (kernels[:half], kernels[half:]):  # the second part meets a full table
+        acc.add("kernel", part)
+        acc.buffer_done()
+    rows = [s for s in acc.close() if isinstance(s, ActivityStats)]
+    durations = (kernels["end"] - kernels["start"]).astype(np.int64)
+    assert len(rows) == 11 and rows[-1].name == "other"
+    assert sum(s.count for s in rows) == len(kernels) and sum(s.total_ns for s in rows) == int(durations.sum())
+    assert sum(sum(s.durations.counts) for s in rows) == len(kernels)
+    assert rows[0].total_ns >= rows[9].total_ns
+
+
+def test_a_failure_in_the_statistics_turns_them_off_and_keeps_the_raw_events() -> None:
+    stream, sink, cap = _stream("exact_counts")
+    # A kernel layout without the fields the statistics read (no device_id): they stop, once.
+    odd = np.zeros(3, dtype=[("start", "<u8"), ("end", "<u8"), ("name", "<u8")])
+    odd["start"], odd["end"] = 10, 20
+    stream._observe(10, "kernel", odd)
+    assert stream.statistics is None and len(sink.errors) == 1 and "statistics stopped" in sink.errors[0][1]
+    _feed(stream, cap)
+    stream.close()
+    assert sum(1 for e in sink.events if isinstance(e, Kernel)) == 560
+    assert not any(isinstance(e, (ActivityStats, GpuStats)) for e in sink.events) and len(sink.errors) == 1
