@@ -1,6 +1,6 @@
 """``cuptistream compare`` over 8 ranks x ~1M records: records/s per core and peak RSS, at two span lengths.
 
-Each rank's recording is the committed real-GPU fixtures' events (tests/fixtures: three H200
+Each rank's recording is the committed real-GPU fixtures' events (sources/captures: three H200
 captures decoded by the replay source, ~3.7k events: 67 % API calls, 17 % kernels, 13 % external
 correlations), put on one clock and repeated until the rank has ``--records`` events, written as the
 file sink writes them (8192-event batches, one zstd frame each, one file set per rank). The two

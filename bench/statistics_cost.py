@@ -1,6 +1,6 @@
 """The collector's statistics: added CPU cost per record, and bytes per GPU-hour in the file sink.
 
-Cost: the real kernel, memcpy and memset records of the committed captures (``tests/fixtures``,
+Cost: the real kernel, memcpy and memset records of the committed captures (``sources/captures``,
 Hopper), tiled into ``--buffers`` buffers of about ``--records`` records whose times move on at
 1 M records/s (so 10 s intervals open and close as they would live), folded into one stream's
 ``Accumulator`` at the defaults: what ``DecodeStream`` adds to decoding. For scale, packing the same
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -31,16 +30,15 @@ from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.packed import PackedConverters
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.events import Event
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
 from cuptistream.statistics import Accumulator
-
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
 
 def _arrays() -> tuple[list[tuple[int, str, np.ndarray]], TableNames]:
     """Every kernel, memcpy and memset array of the committed captures (one TableNames for all)."""
     out: list[tuple[int, str, np.ndarray]] = []
     strings: dict[int, str] = {}
-    for path in sorted(FIXTURES.glob("*.cupti")):
+    for path in sorted(CAPTURE_DIR.glob("*.cupti")):
         cap = capture.read(path)
         strings.update(cap.strings)
         decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)))

@@ -1,6 +1,6 @@
 """Summary and trace export over a 10-million-event recording: peak RSS and events/s per core.
 
-Builds the recording from the committed real-GPU fixtures (tests/fixtures: three H200 captures
+Builds the recording from the committed real-GPU fixtures (sources/captures: three H200 captures
 decoded by the replay source, ~3.7k events): their events are repeated, each repetition shifted in
 time by the fixtures' span so GPU intervals do not pile up, and written as the file sink writes
 (batches of 8192 events, one zstd frame each, one file set per process). Then each command runs in

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 
 from cuptistream.channel.sockets import ENV_COLLECTOR
+from cuptistream.collector import memory
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import write_config
 from cuptistream.collector.status import StatusLine
@@ -147,6 +148,7 @@ def run_program(
         use_output(cfg, output)
     # Raises ConfigError, SinkUnavailableError before the program starts (with require_healthy:
     # also a sink not up within its connect_timeout).
+    memory.limit_malloc_arenas()  # this process is the collector: before its threads start
     collector = Collector(cfg, require_healthy=require_healthy).start()
     workdir = tempfile.mkdtemp(prefix="cuptistream-")
     try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs cuptistream into .venv and runs the collector on a small sample workload, writing
 # zstd-compressed event files to ./cuptistream-out/, then prints a few of the events.
-# Without a GPU it says so and replays a real CUPTI capture (tests/fixtures/) instead.
+# Without a GPU it says so and replays a real CUPTI capture (sources/captures/) instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -9,8 +9,8 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q -e .
 if .venv/bin/python -c "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))" 2>/dev/null; then
     .venv/bin/cuptistream run -c configs/default.yaml -- python examples/sample_workload.py
-elif compgen -G "tests/fixtures/*.cupti" > /dev/null; then
-    echo "cuptistream: no NVIDIA GPU/driver here; replaying a real CUPTI capture from an H100 (tests/fixtures/) instead" >&2
+elif compgen -G "sources/captures/*.cupti" > /dev/null; then
+    echo "cuptistream: no NVIDIA GPU/driver here; replaying a real CUPTI capture from an H100 (sources/captures/) instead" >&2
     .venv/bin/cuptistream run -c configs/replay.yaml -- python -c "pass"
 else
     echo "cuptistream: no NVIDIA GPU/driver here, and no recorded capture to replay yet; run this on a GPU machine" >&2

@@ -28,6 +28,7 @@ from cuptistream.events import Resource
 from cuptistream.pipeline.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink
 from cuptistream.recording import jsonl
+from cuptistream.recording.framing import FrameEncoder
 from cuptistream.recording.segments import (
     DIRECTORY_MODE,
     FsyncPolicy,
@@ -109,6 +110,9 @@ class FileSink(Sink):
         self.config: FileSinkConfig = config
         self._directory: str | None = None
         self._writers: dict[str, _ProcessWriter] = {}  # origin -> its process's file set
+        # One zstd context for every process's writer (writes come one at a time, on the lane's
+        # worker thread): a context each grew the collector ~3.5 MiB per probe (issue 30).
+        self._encoder = FrameEncoder(config.zstd_level) if config.compression == "zstd" else None
         self._closed = False
         self.batches_written = 0
         self.bytes_written = 0
@@ -156,6 +160,7 @@ class FileSink(Sink):
             file_mode=config.mode,
             zstd_level=config.zstd_level if config.compression == "zstd" else None,
             origin=origin,
+            encoder=self._encoder,
         )
         self._writers[origin] = made = _ProcessWriter(writer)
         return made

@@ -2,8 +2,9 @@
 activity source hands CUPTI's (shared-memory slots, decoded in the collector with the capture's
 string table). For CI and for trying cuptistream where there is no GPU.
 
-``path`` is a capture file or a directory of them (``*.cupti``); by default the fixtures committed
-under ``tests/fixtures/``, which were captured on an H100 (see that folder's README). ``loops``
+``path`` is a capture file or a directory of them (``*.cupti``); by default the captures shipped
+in the package (``sources/captures/``, installed as ``cuptistream/sources/captures/``), which were
+captured on a Hopper GPU (see ``tests/fixtures/README.md``). ``loops``
 replays them that many times (0: until stopped); ``interval`` waits between buffers.
 
 ``stop()`` finishes a finite replay before it returns, so a short program under ``cuptistream run``
@@ -30,12 +31,13 @@ from cuptistream.cupti.kinds import BY_VALUE
 from cuptistream.errors import UserError
 from cuptistream.plugin import Emitter, Source
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+# Package data (pyproject.toml), so a plain `pip install` replays them; the tests read them here too.
+DEFAULT_PATH = Path(__file__).resolve().parent / "captures"
 _BUFFERS = 4  # shared-memory slots per capture
 
 
 class ReplayConfig(SourceConfig):
-    path: str = ""  # a capture file or a directory of *.cupti files; "" = the committed fixtures
+    path: str = ""  # a capture file or a directory of *.cupti files; "" = the shipped captures
     loops: int = 1  # 0 = until stopped
     interval: Duration = Duration(0.0)  # pause between buffers
     demangle: bool = False

@@ -1,4 +1,4 @@
-"""Decoding real CUPTI activity buffers captured on an H100 (tests/fixtures/*.cupti).
+"""Decoding real CUPTI activity buffers captured on an H100 (sources/captures/*.cupti).
 
 The expected values in ``tests/fixtures/expected.json`` came from an independent route on the GPU:
 CUPTI's own ``cuptiActivityGetNextRecord`` walk and cupti-python's record classes over the same raw
@@ -20,14 +20,16 @@ from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, choose_dtype, walk
 from cuptistream.events import ApiCall, ExternalCorrelation, Kernel, Memcpy, NvtxRange
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 NAMES = sorted(EXPECTED)
 
 
 def _decode(name: str, demangle: bool = False) -> tuple[list, capture.Capture, Decoder]:
-    cap = capture.read(FIXTURES / f"{name}.cupti")
+    cap = capture.read(CAPTURES / f"{name}.cupti")
     decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)), demangle)
     events = [e for buf in cap.buffers for e in decoder.decode(buf.data, len(buf.data))]
     return events, cap, decoder
@@ -40,7 +42,7 @@ def _label(kind: int) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_record_counts_match_cuptis_own_walk(name: str) -> None:
-    cap = capture.read(FIXTURES / f"{name}.cupti")
+    cap = capture.read(CAPTURES / f"{name}.cupti")
     layouts = RecordLayouts(dict(cap.struct_sizes))
     counts: collections.Counter[str] = collections.Counter()
     for buf in cap.buffers:

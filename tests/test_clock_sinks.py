@@ -4,7 +4,7 @@ per source feeds the file sink, the OTLP sink (the real receiver) and the Kafka 
 the data was captured.
 
 * ``replay``, and the ``activity`` decoder it shares: the committed H200 captures
-  (tests/fixtures/*.cupti, 2026-11-21). The capture time is read from the captures themselves
+  (sources/captures/*.cupti, 2026-11-21). The capture time is read from the captures themselves
   (their CUPTI timestamps are on the Unix clock), independently of any sink.
 * ``synthetic``: generated now, so now is the capture time.
 
@@ -25,10 +25,10 @@ from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the f
 
 import cuptistream
 from cuptistream.events import Kernel
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from tests.clock_times import HOUR, file_times, kafka_times, otlp_times, sinks_config
 from tests.otlp_receiver import OtlpReceiver
 
-FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURE_DAY = datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc)
 
 
@@ -63,7 +63,7 @@ def test_replayed_captures_are_dated_when_they_were_captured(
     reference = min(captured)
     assert CAPTURE_DAY.timestamp() * 1e9 <= reference < CAPTURE_DAY.timestamp() * 1e9 + 24 * HOUR
     with OtlpReceiver() as receiver:
-        run_session({"type": "replay", "path": str(FIXTURES)}, tmp_path / "out", receiver, kafka_broker)
+        run_session({"type": "replay", "path": str(CAPTURES)}, tmp_path / "out", receiver, kafka_broker)
         times = sink_times(tmp_path / "out", receiver, kafka_broker)
     assert_near(times, reference, len(captured))
     assert sorted(times["otlp"][::2]) == sorted(times["kafka jsonl"][::2]) == sorted(times["file"][::2])

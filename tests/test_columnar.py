@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -13,18 +12,17 @@ from cuptistream.cupti import capture
 from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 
 
 def _decoder(cap: capture.Capture, demangle: bool = False) -> Decoder:
     return Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)), demangle)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.cupti")))
+@pytest.mark.parametrize("name", sorted(p.name for p in CAPTURES.glob("*.cupti")))
 @pytest.mark.parametrize("demangle", [False, True])
 def test_packed_events_equal_the_per_record_events(name: str, demangle: bool) -> None:
-    cap = capture.read(FIXTURES / name)
+    cap = capture.read(CAPTURES / name)
     slow, fast = _decoder(cap, demangle), _decoder(cap, demangle)
     expected: collections.Counter[bytes] = collections.Counter()
     got: collections.Counter[bytes] = collections.Counter()

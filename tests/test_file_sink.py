@@ -314,3 +314,16 @@ def test_each_process_gets_its_own_file_set_in_order(tmp_path: Path) -> None:
         (pid,) = pids
         assert name.split("-")[-3] == str(pid)
         assert [b.seq for b in read_back] == [s for s in range(30) if (5001, 5002, 6000)[s % 3] == pid]
+
+
+def test_process_writers_share_one_zstd_context(tmp_path: Path) -> None:
+    # A zstd context per process grew the collector ~3.5 MiB per probe (issue 30); writes come one
+    # at a time, so the sink's writers share one (the test above reads each process's frames back).
+    import msgspec
+    from helpers.batchgen import RESOURCE
+
+    sink = FileSink(make_config(directory=str(tmp_path)))
+    sink._open()
+    writers = [sink._writer_for(msgspec.structs.replace(RESOURCE, pid=pid)).writer for pid in (1, 2, 3)]
+    assert len({id(w) for w in writers}) == 3
+    assert len({id(w._encoder) for w in writers}) == 1 and writers[0]._encoder is not None

@@ -1,4 +1,4 @@
-"""Real CUPTI output (tests/fixtures/*.cupti, captured on an H100) through the OTLP sink to the receiver.
+"""Real CUPTI output (sources/captures/*.cupti, captured on an H100) through the OTLP sink to the receiver.
 
 The expectations are computed from the events themselves, independently of the sink's code: span
 counts per kind, epoch times, API→work parenting by correlation id, NVTX parenting by time
@@ -9,18 +9,17 @@ exercised even where the fixtures have not been captured yet.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import pytest
 
 from cuptistream import events as ev
 from cuptistream.config import convert
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from tests.gpu.workloads.collect import Collect
 from tests.otlp_batches import make_batch, step_events
 from tests.otlp_receiver import OtlpReceiver
 from tests.test_otlp import attrs, deliver, sink_for
 
-FIXTURES = Path(__file__).parent / "fixtures"
 KINDS: dict[type, str] = {
     ev.Kernel: "kernel",
     ev.Memcpy: "memcpy",
@@ -36,7 +35,7 @@ def replayed_events() -> list[ev.Event]:
     from cuptistream.sources.replay import ReplayConfig, ReplaySource
 
     emitter = Collect()  # decodes inline (no collector process needed here)
-    source = ReplaySource(convert({"type": "replay", "path": str(FIXTURES)}, ReplayConfig), emitter)
+    source = ReplaySource(convert({"type": "replay", "path": str(CAPTURES)}, ReplayConfig), emitter)
     source.start()
     source.stop()
     return emitter.events
@@ -128,7 +127,7 @@ def test_checker_on_the_hand_built_step() -> None:
         check_sink_against_events(receiver, step_events(), batch_size=5)  # split across batches on purpose
 
 
-@pytest.mark.skipif(not any(FIXTURES.glob("*.cupti")), reason="no real-GPU fixtures in tests/fixtures yet")
+@pytest.mark.skipif(not any(CAPTURES.glob("*.cupti")), reason="no real-GPU captures in sources/captures yet")
 def test_real_gpu_fixtures_through_the_sink() -> None:
     events = replayed_events()
     assert any(isinstance(e, ev.Kernel) for e in events)

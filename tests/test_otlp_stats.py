@@ -1,6 +1,6 @@
 """The collector's statistics (ActivityStats, GpuStats) through the OTLP sink to a real receiver.
 
-The statistics are built here from the raw records of the replayed captures (tests/fixtures), each
+The statistics are built here from the raw records of the replayed captures (sources/captures), each
 duration put in its bucket with plain math (``ceil(log2(v) * 2**scale) - 1``, corrected at exact
 powers). What the receiver decodes with opentelemetry-proto is then checked against the raw records
 by a second route: exact integer comparisons with the bucket bounds (``base**i < v <= base**(i+1)``).
@@ -22,6 +22,7 @@ import pytest
 
 import cuptistream
 from cuptistream import events as ev
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
 from tests.otlp_batches import OFFSET, UUID, make_batch
 from tests.otlp_grpc_receiver import OtlpGrpcReceiver
 from tests.otlp_receiver import Answer, OtlpReceiver, nested
@@ -436,7 +437,7 @@ def test_end_to_end_the_collectors_histograms_match_the_raw_records(tmp_path: Pa
     root = Path(__file__).resolve().parent.parent
     with OtlpReceiver() as receiver:
         cfg = {
-            "sources": [{"type": "replay", "path": str(root / "tests" / "fixtures")}],
+            "sources": [{"type": "replay", "path": str(CAPTURE_DIR)}],
             "statistics": {"interval": "1s", "max_names": 500},
             "sinks": [
                 {"type": "file", "directory": str(tmp_path / "out")},

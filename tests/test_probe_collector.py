@@ -19,10 +19,12 @@ import pytest
 
 import cuptistream
 from cuptistream.events import ActivityStats, GpuStats, Kernel, Loss
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from tests.gpu.workloads.collect import Collect
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 
@@ -135,7 +137,7 @@ def test_buffer_callbacks_hand_whole_buffers_over_and_capture_them(
     from cuptistream.cupti import capture, driver, gpus, library
     from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
 
-    cap = capture.read(FIXTURES / "exact_counts.cupti")
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
     monkeypatch.setattr(library, "libcupti", lambda: _FakeCupti(dict(cap.struct_sizes)))
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
     monkeypatch.setattr(gpus, "device_name", lambda ordinal=0: "fake GPU")
@@ -234,7 +236,7 @@ def _stop(proc: subprocess.Popen[str]) -> str:
 def test_a_sigkilled_probe_loses_no_published_buffer(tmp_path: Path) -> None:
     socket_path = tmp_path / "c.sock"
     collector = _start_collector(tmp_path, "node", socket_path)
-    capture_file = FIXTURES / "exact_counts.cupti"
+    capture_file = CAPTURES / "exact_counts.cupti"
     child = subprocess.run([sys.executable, "-c", SILENT_PUBLISHER, str(socket_path), str(capture_file)],
                            capture_output=True, text=True, timeout=60, env=_env())  # fmt: skip
     assert child.returncode == -signal.SIGKILL, child.stderr
@@ -304,7 +306,7 @@ def test_one_collector_serves_several_probes(tmp_path: Path) -> None:
 
 
 def test_session_starts_its_own_collector_process(tmp_path: Path) -> None:
-    cfg = {"sources": [{"type": "replay", "path": str(FIXTURES / "exact_counts.cupti")}],
+    cfg = {"sources": [{"type": "replay", "path": str(CAPTURES / "exact_counts.cupti")}],
            "sinks": [{"type": "file", "directory": str(tmp_path / "out")}]}  # fmt: skip
     with cuptistream.session(cfg, quiet=True) as session:
         pass
@@ -343,7 +345,7 @@ def test_a_dead_collector_does_not_hold_an_endless_replay_at_exit(tmp_path: Path
     collector = _start_collector(tmp_path, "node", socket_path)
     began = time.monotonic()
     program = subprocess.Popen(
-        [sys.executable, "-c", REPLAY_PROGRAM, str(socket_path), str(FIXTURES / "exact_counts.cupti")],
+        [sys.executable, "-c", REPLAY_PROGRAM, str(socket_path), str(CAPTURES / "exact_counts.cupti")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )  # fmt: skip
     assert program.stdout is not None and program.stdout.readline().strip() == "started"

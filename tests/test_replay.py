@@ -12,10 +12,12 @@ import pytest
 import cuptistream
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import Kernel
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from sources.replay import ReplayConfig, ReplaySource
 from tests.gpu.workloads.collect import Collect
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
 
@@ -35,7 +37,7 @@ def test_replay_emits_every_captured_event_once_per_loop() -> None:
 
 def test_replay_through_session_and_file_sink(tmp_path: Path) -> None:
     cfg = {
-        "sources": [{"type": "replay", "path": str(FIXTURES / "exact_counts.cupti")}],
+        "sources": [{"type": "replay", "path": str(CAPTURES / "exact_counts.cupti")}],
         "sinks": [{"type": "file", "directory": str(tmp_path / "out")}],
     }
     with cuptistream.session(cfg, quiet=True):
@@ -105,7 +107,7 @@ def test_replayed_times_land_on_the_capture_date(tmp_path: Path) -> None:
     import datetime
 
     cfg = {
-        "sources": [{"type": "replay", "path": str(FIXTURES / "exact_counts.cupti")}],
+        "sources": [{"type": "replay", "path": str(CAPTURES / "exact_counts.cupti")}],
         "sinks": [{"type": "file", "directory": str(tmp_path / "out")}],
     }
     with cuptistream.session(cfg, quiet=True):

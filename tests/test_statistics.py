@@ -6,7 +6,6 @@ handling of trace spans (``WindowRecords``, ``records: on_demand``)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,11 +19,11 @@ from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.events import ActivityStats, Event, GpuStats, Histogram, Kernel, Memcpy, Memset
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
 from cuptistream.statistics import LATENESS_NS, Accumulator
 from cuptistream.statistics.histogram import DENSE, LOWEST, MAX_BUCKETS, SCALE, to_histogram
 from tests.gpu.workloads.collect import Collect
 
-FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURES = ["exact_counts", "torch_train"]  # graph_trace holds no kernel, copy or memset records
 SECOND = 1_000_000_000
 
@@ -33,7 +32,7 @@ def _decode(
     name: str, interval_ns: int, max_names: int = 10_000
 ) -> tuple[list[Event], list[Event], Accumulator]:
     """The capture's raw events (Struct path) and the statistics folded from the same arrays."""
-    cap = capture.read(FIXTURES / f"{name}.cupti")
+    cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
     names = TableNames(cap.strings)
     acc = Accumulator(interval_ns, max_names, names)
     decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)), observer=lambda k, e, r: acc.add(e, r))
@@ -143,7 +142,7 @@ def test_the_name_cap_keeps_the_top_names_by_time_and_folds_the_rest_into_other(
 
 
 def test_nccl_kernels_are_flagged_and_summed_per_device() -> None:
-    cap = capture.read(FIXTURES / "torch_train.cupti")
+    cap = capture.read(CAPTURE_DIR / "torch_train.cupti")
     names = TableNames(cap.strings)
     decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)))
     kernels = np.concatenate(
@@ -167,7 +166,7 @@ def test_nccl_kernels_are_flagged_and_summed_per_device() -> None:
 
 
 def _arrays(name: str) -> tuple[list[tuple[str, np.ndarray]], TableNames]:
-    cap = capture.read(FIXTURES / f"{name}.cupti")
+    cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
     names = TableNames(cap.strings)
     decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)))
     arrays = [(e, r) for b in cap.buffers for _, e, r in decoder._records(b.data, len(b.data), None)]
@@ -264,7 +263,7 @@ def test_histograms_wider_than_160_buckets_are_downscaled() -> None:
 
 
 def _stream(name: str, records: str = "all") -> tuple[DecodeStream, Collect, capture.Capture]:
-    cap = capture.read(FIXTURES / f"{name}.cupti")
+    cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
     info = OpenStream(
         stream=3, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings),
         records=records,
@@ -313,7 +312,7 @@ def test_on_demand_records_only_inside_on_demand_windows_statistics_from_all() -
 
 
 def test_statistics_off_emit_nothing() -> None:
-    cap = capture.read(FIXTURES / "exact_counts.cupti")
+    cap = capture.read(CAPTURE_DIR / "exact_counts.cupti")
     info = OpenStream(
         stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
     )

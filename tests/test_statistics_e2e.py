@@ -16,6 +16,7 @@ import pytest
 import cuptistream
 from cuptistream.events import ActivityStats, GpuStats, Kernel, Memcpy
 from cuptistream.recording.rows import decode_rows, encode_rows
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -26,7 +27,7 @@ SCHEMA = json.loads((ROOT / "docs" / "events.schema.json").read_text())
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("stats")
     cfg = {
-        "sources": [{"type": "replay", "path": str(FIXTURES)}],
+        "sources": [{"type": "replay", "path": str(CAPTURE_DIR)}],
         "statistics": {"interval": "1s", "max_names": 4},
         "sinks": [{"type": "file", "directory": str(tmp / "out")}],
     }
@@ -94,7 +95,7 @@ def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_pat
 
     processes, raw_kernels, stats_events = [], collections.Counter(), []
     for index, name in enumerate(["exact_counts", "torch_train"]):
-        cap = capture.read(FIXTURES / f"{name}.cupti")
+        cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
         info = OpenStream(stream=0, source="replay", struct_sizes=dict(cap.struct_sizes),
                           strings=dict(cap.strings), records="on_demand")  # fmt: skip
         sink = Collect()
@@ -165,7 +166,7 @@ def test_the_collector_answers_a_closed_trace_span_with_window_records(tmp_path:
     )
     collector = Collector(config).start()
     collector.listen(str(tmp_path / "c.sock"))
-    cap = capture.read(FIXTURES / "exact_counts.cupti")
+    cap = capture.read(CAPTURE_DIR / "exact_counts.cupti")
     resource = cuptistream.events.Resource(host="h", pid=os.getpid(), process_name="p", command_line=[])
     link = ProbeLink(str(tmp_path / "c.sock"), "span-test", resource)
     emitter = ProbeEmitter(link, 1 << 20, "drop_newest", 1 << 20, 2, lambda: None)

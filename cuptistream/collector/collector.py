@@ -26,9 +26,10 @@ import msgspec
 
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ChannelError
-from cuptistream.collector import ondemand, registry
+from cuptistream.collector import ondemand, registry, shedding
 from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.control import ControlServer, control_path
+from cuptistream.collector.memory import MemoryWatch
 from cuptistream.collector.windows import WindowRequests
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
@@ -61,6 +62,7 @@ class Collector:
             config, sinks, self.session_id, own, self.clock_sync, require_healthy=require_healthy
         )
         self._pipeline_thread = PipelineThread(self.pipeline)
+        self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()
@@ -74,8 +76,10 @@ class Collector:
         self.buffers = 0
         self.records = 0
         self.report: ShutdownReport | None = None
+        self.memory = MemoryWatch()  # own heap apart from the probes' pools (report, status line)
 
     def start(self) -> Collector:
+        self.memory.start()
         self._pipeline_thread.start()
         return self
 
@@ -203,6 +207,11 @@ class Collector:
             self.report.activity_records = self.records
             self.report.collector_cpu_s = round(usage.ru_utime + usage.ru_stime, 3)
             self.report.collector_max_rss_kib = usage.ru_maxrss
+            end = self.memory.stop()
+            self.report.collector_rss_anon_kib = end.anon_kib
+            self.report.collector_rss_shmem_kib = end.shmem_kib
+            self.report.collector_peak_rss_anon_kib = self.memory.peak.anon_kib
+            self.report.collector_peak_rss_shmem_kib = self.memory.peak.shmem_kib
         return self.report
 
     def conclude(

@@ -19,6 +19,7 @@ import msgspec
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
+from cuptistream.collector import shedding
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.collector.windows import SpanBook, WindowRequests
 from cuptistream.events import ClockSync, Error
@@ -34,6 +35,7 @@ class Host(Protocol):
     imports this module: a protocol here, not an import back, keeps the two out of an import loop."""
 
     pipeline: Pipeline
+    front_door: shedding.FrontDoor
     windows: WindowRequests
 
     def probe_said_hello(self, hello: messages.Hello) -> Producer: ...
@@ -185,7 +187,7 @@ class ProbeConnection:
                     if stream is None:
                         self.intake.report_loss(self.origin, "unknown_stream", 1, unit="buffers")
                     else:
-                        stream.decode(view, valid, int(header["dropped"]))
+                        self._decode_or_shed(stream, view, valid, int(header["dropped"]))
                 elif kind == CHUNK:
                     self._emit_chunks(view)
                 else:
@@ -193,6 +195,12 @@ class ProbeConnection:
                 del view
             finally:
                 pool.release(slot)
+
+    def _decode_or_shed(self, stream: DecodeStream, view: memoryview, valid: int, dropped: int) -> None:
+        """Decode the buffer, unless the pipeline has no room for its events: then count its
+        records as shed, undecoded (``shedding``)."""
+        if self.collector.front_door.admit(view, valid, dropped, stream.decoder.layouts, self.emitter):
+            stream.decode(view, valid, dropped)
 
     def _emit_chunks(self, view: memoryview) -> None:
         offset = 0

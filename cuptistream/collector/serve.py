@@ -13,6 +13,7 @@ import threading
 import time
 from types import FrameType
 
+from cuptistream.collector import memory
 from cuptistream.collector.collector import Collector
 from cuptistream.config import load
 
@@ -28,6 +29,7 @@ def serve(
     require_healthy: bool = False,
 ) -> int:
     cfg = load(config_path)
+    memory.limit_malloc_arenas()  # before the collector's threads start
     collector = Collector(cfg, session_id=session_id, require_healthy=require_healthy).start()
     stop = threading.Event()
     signalled: list[float] = []  # the shutdown deadline starts at the first signal

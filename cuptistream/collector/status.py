@@ -98,8 +98,16 @@ class StatusLine:
         return (
             f"cuptistream: {_count(self._rate)} events/s · {_count(events)} events · "
             f"{_count(batches)} batches · {_count(self._drops)} dropped · {errors} errors · "
-            f"sinks: {', '.join(health) or 'none'}"
+            f"{self._memory()}sinks: {', '.join(health) or 'none'}"
         )
+
+    def _memory(self) -> str:
+        """The collector's own heap apart from the probes' pools it maps (``collector.memory``)."""
+        watch = getattr(self.collector, "memory", None)
+        if watch is None or not watch.current.anon_kib:
+            return ""
+        now = watch.current
+        return f"mem {now.anon_kib >> 10} MiB own + {now.shmem_kib >> 10} MiB shared · "
 
     def draw(self) -> None:
         try:

@@ -63,7 +63,13 @@ class ShutdownReport:
     activity_buffers: int = 0  # raw CUPTI buffers decoded
     activity_records: int = 0  # records in them
     collector_cpu_s: float = 0.0  # the collector process's CPU time (user + system)
-    collector_max_rss_kib: int = 0
+    collector_max_rss_kib: int = 0  # ru_maxrss: its heap and the probes' pools it maps, together
+    # The same split (``cuptistream.collector.memory``): its own heap, which ``memory_budget`` is
+    # about, apart from the probes' shared slot pools; at the end and the sampled peak.
+    collector_rss_anon_kib: int = 0
+    collector_rss_shmem_kib: int = 0
+    collector_peak_rss_anon_kib: int = 0
+    collector_peak_rss_shmem_kib: int = 0
 
     def summary(self) -> str:
         parts = [f"{self.events_in} events in"]

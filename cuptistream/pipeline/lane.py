@@ -133,6 +133,16 @@ class SinkLane:
         """Nothing queued and no write under way."""
         return not self._queue and not self._writing
 
+    def saturated(self, coming: int = 0) -> bool:
+        """Full to within a sixteenth of ``queue.max_bytes``, counting ``coming`` bytes on their way
+        here (the intake's backlog), under a dropping policy: what is offered now would be dropped
+        (``drop_newest``) or evict older events (``drop_oldest``). The
+        collector's front door sheds whole buffers before decoding while every lane is
+        (``cuptistream.collector.shedding``). Read from other threads without a lock: a stale value
+        moves one buffer's loss between the front door and the lane, never loses its count."""
+        room = self._max_bytes - (self._max_bytes >> 4)
+        return self._policy != "block" and self._queued_bytes + coming >= room
+
     def holds_through(self, seq: int) -> bool:
         """Whether a chunk numbered ``seq`` or lower by the intake is queued here or being written:
         not yet delivered, nor counted lost. (A scan of the queue: for barriers, not per chunk.)"""

@@ -1,6 +1,6 @@
 """A file-sink recording made from the committed real-GPU fixtures, for the analysis views.
 
-Each activity capture (``tests/fixtures/*.cupti``) is decoded by the replay source, exactly as the
+Each activity capture (``sources/captures/*.cupti``) is decoded by the replay source, exactly as the
 collector decodes live buffers, and becomes one observed process (its own pid and rank, its capture's
 clock). The first process also gets the PC-sampling and SASS results of ``tests/fixtures/sampling``
 (decoded from captured CUPTI bytes) and, so the loss and error tables have rows, two losses and an
@@ -21,10 +21,12 @@ from cuptistream import events as ev
 from cuptistream.codec import encode_batch_object
 from cuptistream.cupti import capture
 from cuptistream.recording.segments import SegmentWriter
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from sources.replay import ReplayConfig, ReplaySource
 from tests.gpu.workloads.collect import Collect
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
 PID_BASE = 4100
 
 
@@ -62,7 +64,7 @@ def _sampling(at: int) -> list[ev.Event]:
 def fixture_processes() -> list[Process]:
     """The fixture processes, their events in the order the decoder produced them."""
     processes = []
-    for index, path in enumerate(sorted(FIXTURES.glob("*.cupti"))):
+    for index, path in enumerate(sorted(CAPTURES.glob("*.cupti"))):
         events, clock = _decode(path)
         pid = PID_BASE + index
         resource = ev.Resource(

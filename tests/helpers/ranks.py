@@ -1,7 +1,7 @@
 """Recordings of a job's ranks made from one replayed real-GPU capture, for ``cuptistream compare``
 and the multi-rank trace export.
 
-The capture (``tests/fixtures/torch_train.cupti``: 3 steps of a torch MLP) is decoded by the replay
+The capture (``sources/captures/torch_train.cupti``: 3 steps of a torch MLP) is decoded by the replay
 source, as the collector decodes live buffers; each rank gets a copy of its events with its own
 rank, pid and host. ``scale`` stretches the durations of one kernel name on one rank, the way a
 straggler's slow kernel would look; ``shift_ns`` moves a rank's CUPTI clock (events and clock
@@ -19,9 +19,9 @@ from cuptistream import events as ev
 from cuptistream.cupti import capture
 from sources.replay import ReplayConfig, ReplaySource
 from tests.gpu.workloads.collect import Collect
-from tests.helpers.fixture_recording import FIXTURES, Process, write_recording
+from tests.helpers.fixture_recording import CAPTURES, Process, write_recording
 
-CAPTURE = FIXTURES / "torch_train.cupti"
+CAPTURE = CAPTURES / "torch_train.cupti"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,340 @@
+"""Fan-in: N probed processes into ONE collector, the file sink at the end (issue 30).
+
+    python bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 --runs 3 --out bench/results/DIR
+    python bench/fanin.py --mode cpu --probes 16 --full-policy block --loops 200 --out ...   # exact read-back
+    python bench/fanin.py --mode gpu --probes 1,4,8,16 --seconds 15 --runs 3 --out ...      # on the H100
+
+Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N programs> & wait'``: the
+``run`` process is the collector, and ``sh`` is not Python, so exactly N processes are probed.
+
+- ``--mode cpu``: each program is an idle Python whose probe runs the replay source over the shipped
+  real-GPU captures (taken on an H200) (``loops: 0``, no interval: as fast as slots come free; ``--loops L``: L times, then
+  the program exits). No GPU needed; one replay offers more than one GPU does.
+- ``--mode gpu``: each program replays a CUDA graph of 50 tiny kernels (``bench/workloads.py`` W3)
+  for ``--seconds`` under ``configs/default.yaml``'s sources.
+
+Rounds are interleaved (run 1 of every N, then run 2, ...), so a noisy neighbour spreads over all N.
+Per N: offered records/s (records the collector took from the probes' slots, decoded or shed
+before decoding, over the window the programs ran), decoded records/s, delivered events/s
+(acknowledged by the file sink), drops by stage and reason, collector CPU-s per million records, cores used (collector CPU over that window, sampled from
+/proc), and the collector's anonymous and shared RSS (peak of /proc/PID/status samples every 0.1 s).
+With ``--runs K``: median, min and max. JSON per run and a summary go under ``--out``.
+
+The read-back check (``--no-check`` skips it; a failed one makes the exit status 1) reads every
+event on disk and checks ``events_in == data events on disk + counted drops`` exactly (event
+drops at ``intake`` and the file lane, from ``--report-json``); with ``--loops L`` also, type by
+type, ``record events on disk == N x L x what one loop of the captures decodes to`` when nothing
+was dropped (``--full-policy block``; the collector's statistics events are derived, not counted).
+
+``--profile`` records the collector with py-spy (``bench/profile_stages.py`` reads the stacks);
+``--collector-cpus`` / ``--program-cpus`` pin the collector and the programs apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTROL = {"Loss", "SelfStats", "Error"}  # the collector's accounting, not the probes' data
+SHED = "intake/shed_before_decode"  # whole buffers dropped before decoding: counted in records
+TICK = os.sysconf("SC_CLK_TCK")
+
+GPU_PROGRAM = r"""
+import sys, time
+sys.path.insert(0, {root!r})
+from bench.workloads import w3_graph_replay
+import torch
+block = w3_graph_replay()
+end = time.monotonic() + {seconds}
+while time.monotonic() < end:
+    block(200)
+    torch.cuda.synchronize()
+"""
+
+
+def _cpu_list(spec: str) -> set[int]:
+    """``0-3,8`` -> {0, 1, 2, 3, 8}; "" -> empty (no pinning)."""
+    cpus: set[int] = set()
+    for part in filter(None, spec.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _now() -> float:
+    """The clock of the programs' stamps (/proc/uptime)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    pipeline = {
+        "memory_budget": args.memory_budget, "full_policy": args.full_policy,
+        "batch": {"max_events": 8192, "max_bytes": "4MiB", "max_latency": "1s"},
+        "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
+    }  # fmt: skip
+    sink = {"type": "file", "directory": str(out), "format": "msgpack", "fsync": "rotate",
+            "rotate_bytes": "256MiB", "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
+    if args.mode == "cpu":
+        sources: list[dict[str, Any]] = [{"type": "replay", "loops": args.loops}]
+    else:
+        default = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
+        sources = default["sources"]
+    return {"pipeline": pipeline, "sources": sources, "sinks": [sink]}
+
+
+def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
+    """The shell line that starts N probed programs (and no other Python) and stamps when they
+    began and all ended."""
+    py = shlex.quote(sys.executable)
+    if args.mode == "gpu":
+        one = f"{py} -c {shlex.quote(GPU_PROGRAM.format(root=str(ROOT), seconds=args.seconds))}"
+    elif args.loops:
+        one = f"{py} -c pass"  # the replay finishes its loops at exit (ReplaySource.stop)
+    else:
+        one = f"{py} -c {shlex.quote(f'import time; time.sleep({args.seconds})')}"
+    # Not a Python (it would be probed too): /proc/uptime is CLOCK_BOOTTIME, 10 ms steps.
+    stamp = f"read up _ < /proc/uptime; echo $up >> {shlex.quote(str(stamps))}"
+    if args.program_cpus:  # the programs on their own cores: they do not take the collector's
+        one = f"taskset -c {shlex.quote(args.program_cpus)} {one}"
+    return f"{stamp}; for i in $(seq {n}); do {one} & done; wait; {stamp}"
+
+
+class ProcWatch:
+    """Samples the collector's CPU ticks and RssAnon/RssShmem from /proc every ``interval`` s."""
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        self.pid, self.interval = pid, interval
+        self.cpu: list[tuple[float, float]] = []  # (_now(), CPU seconds)
+        self.peak_anon_kib = self.peak_shmem_kib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                status = Path(f"/proc/{self.pid}/status").read_text()
+            except OSError:
+                return
+            self.cpu.append((_now(), (int(fields[11]) + int(fields[12])) / TICK))
+            for line in status.splitlines():
+                if line.startswith("RssAnon:"):
+                    self.peak_anon_kib = max(self.peak_anon_kib, int(line.split()[1]))
+                elif line.startswith("RssShmem:"):
+                    self.peak_shmem_kib = max(self.peak_shmem_kib, int(line.split()[1]))
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_between(self, start: float, end: float) -> float:
+        """CPU seconds the collector used between two ``_now()`` times (nearest samples)."""
+
+        def at(t: float) -> float:
+            return min(self.cpu, key=lambda s: abs(s[0] - t))[1] if self.cpu else 0.0
+
+        return at(end) - at(start)
+
+
+def per_loop_events() -> collections.Counter[str]:
+    """Events by type that one loop over the shipped captures decodes to, by the collector's decoder."""
+    from cuptistream.cupti import capture
+    from cuptistream.cupti.decode import Decoder
+    from cuptistream.cupti.names import TableNames
+    from cuptistream.cupti.records import RecordLayouts
+    from cuptistream.sources.replay import capture_files
+
+    events: collections.Counter[str] = collections.Counter()
+    for path in capture_files(""):
+        cap = capture.read(path)
+        decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)), False)
+        for buf in cap.buffers:
+            events.update(
+                type(e).__name__ for e in decoder.decode(memoryview(bytearray(buf.data)), len(buf.data))
+            )
+    return events
+
+
+def read_back(out: Path) -> collections.Counter[str]:
+    import cuptistream
+
+    return collections.Counter(type(e).__name__ for e in cuptistream.read(out))
+
+
+def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[str, Any]:
+    where = workdir / f"n{n}-run{run}"
+    where.mkdir(parents=True)
+    out, cfg, report_path, stamps = where / "out", where / "cfg.yaml", where / "report.json", where / "stamps"
+    cfg.write_text(yaml.safe_dump(config(args, out)))
+    command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(cfg), "--report-json", str(report_path),
+               "--quiet", "--", "sh", "-c", programs(args, n, stamps)]  # fmt: skip
+    began = _now()
+    cpus = _cpu_list(args.collector_cpus)
+    collector = subprocess.Popen(
+        command, cwd=where, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    )
+    watch = ProcWatch(collector.pid)
+    spy = None
+    if args.profile:  # sampled from outside: py-spy reads the collector's memory, no GIL taken
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(collector.pid), "--rate", str(args.profile_rate),
+                                "--format", "raw", "--threads", "--nonblocking", *(["--gil"] if args.profile_gil else []),
+                                "-o", str(where / "profile.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    code = collector.wait(timeout=args.seconds * 20 + 120)
+    wall = _now() - began
+    watch.stop()
+    if spy is not None:
+        spy.wait(timeout=60)
+    if code != 0:
+        raise SystemExit(f"fanin: `cuptistream run` exited {code} for N={n} (see {where})")
+    report = json.loads(report_path.read_text())
+    if report["probes"] != n:
+        raise SystemExit(f"fanin: {report['probes']} probes connected, not {n} (see {where})")
+    start, end = (float(x) for x in stamps.read_text().split())
+    window = end - start
+    file = report["sinks"]["file"]
+    records = report["activity_records"]  # decoded
+    losses = report["losses"]
+    shed = losses.get(SHED, 0)
+    cpu_window = watch.cpu_between(start, end)
+    result: dict[str, Any] = {
+        "probes": n, "run": run, "window_s": round(window, 3), "wall_s": round(wall, 3),
+        "offered_records_per_s": round((records + shed) / window),
+        "decoded_records_per_s": round(records / window),
+        "delivered_events_per_s": round(file["events_out"] / window),
+        "records": records, "shed_records": shed, "events_in": report["events_in"], "delivered_events": file["events_out"],
+        "drops": losses, "dropped_events": file["events_dropped"] + report["intake_dropped"],
+        "collector_cpu_s": report["collector_cpu_s"],
+        # per record taken from the probes, shed or decoded: what the collector costs per offered record
+        "cpu_s_per_m_records": round(report["collector_cpu_s"] / ((records + shed) / 1e6), 3) if records else None,
+        "cores_used": round(cpu_window / window, 3),
+        "peak_rss_anon_mib": round(watch.peak_anon_kib / 1024, 1),
+        "peak_rss_shmem_mib": round(watch.peak_shmem_kib / 1024, 1),
+        "report_peak_rss_anon_mib": round(report.get("collector_peak_rss_anon_kib", 0) / 1024, 1),
+    }  # fmt: skip
+    if args.check:
+        result["check"] = check(args, n, report, read_back(out))
+    if not args.keep:
+        for path in sorted(out.glob("*")):
+            path.unlink()
+    (where / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def check(
+    args: argparse.Namespace, n: int, report: dict[str, Any], on_disk: collections.Counter[str]
+) -> dict[str, Any]:
+    data = sum(c for name, c in on_disk.items() if name not in CONTROL)
+    dropped = sum(
+        v for k, v in report["losses"].items() if k.split("/")[0] in ("intake", "sink:file") and k != SHED
+    )
+    found: dict[str, Any] = {"data_events_on_disk": data, "counted_drops": dropped,
+                             "in_equals_disk_plus_drops": report["events_in"] == data + dropped}  # fmt: skip
+    if args.mode == "cpu" and args.loops:
+        # Per type of record event: the collector's statistics (ActivityStats, GpuStats) are derived
+        # from the records, not records, and their count depends on the intervals the run spanned.
+        per_loop = per_loop_events()
+        expected = {name: n * args.loops * count for name, count in per_loop.items()}
+        found["expected_data_events"] = sum(expected.values())
+        found["record_events_on_disk"] = sum(on_disk[name] for name in expected)
+        same = all(on_disk[name] == count for name, count in expected.items())
+        found["disk_equals_captures_x_loops"] = same if not dropped else None
+    return found
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "dropped_events", "shed_records", "cpu_s_per_m_records",
+            "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib"]  # fmt: skip
+    by_n: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+    for r in results:
+        by_n[r["probes"]].append(r)
+    summary: dict[str, Any] = {}
+    for n, rs in sorted(by_n.items()):
+        summary[str(n)] = {
+            k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
+            for k in keys
+            if (v := [r[k] for r in rs if r[k] is not None])
+        }
+        summary[str(n)]["drops"] = [r["drops"] for r in rs]
+        summary[str(n)]["checks"] = [r.get("check") for r in rs]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--probes", default="1,4,8,16", help="comma-separated N (default 1,4,8,16)")
+    parser.add_argument(
+        "--seconds", type=float, default=15.0, help="how long the programs run (endless replay, gpu)"
+    )
+    parser.add_argument(
+        "--loops", type=int, default=0, help="cpu: replay the captures L times per probe (0: for --seconds)"
+    )
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--full-policy", choices=["drop_newest", "drop_oldest", "block"], default="drop_newest"
+    )
+    parser.add_argument("--memory-budget", default="256MiB")
+    parser.add_argument("--sink-queue", default="64MiB", help="the file lane's queue.max_bytes")
+    parser.add_argument("--shutdown-deadline", type=float, default=30.0)
+    parser.add_argument("--out", type=Path, default=None, help="results folder (default: a temporary one)")
+    parser.add_argument("--no-check", dest="check", action="store_false", help="skip reading the files back")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the collector (raw stacks: n*/profile.txt)"
+    )
+    parser.add_argument("--profile-rate", type=int, default=200)
+    parser.add_argument(
+        "--profile-gil", action="store_true", help="with --profile: only samples holding the GIL"
+    )
+    parser.add_argument(
+        "--collector-cpus", default="", help="pin the collector (cuptistream run) to these CPUs, e.g. 0-7"
+    )
+    parser.add_argument(
+        "--program-cpus", default="", help="pin the probed programs to these CPUs (taskset), e.g. 8-15"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the recordings")
+    args = parser.parse_args(argv)
+    out = args.out or Path(tempfile.mkdtemp(prefix="fanin-"))
+    out.mkdir(parents=True, exist_ok=True)
+    ns = [int(x) for x in args.probes.split(",")]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    results = []
+    for run in range(args.runs):
+        for n in ns:
+            result = one_run(args, n, run, out)
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    meta = {"argv": sys.argv, "commit": commit, "cpus": os.cpu_count(), "host": os.uname().nodename}
+    (out / "summary.json").write_text(
+        json.dumps({"meta": meta, "summary": summarize(results), "runs": results}, indent=1)
+    )
+    print(f"fanin: results in {out}", file=sys.stderr)
+    failed = [
+        (r["probes"], r["run"], c)
+        for r in results
+        if (c := r.get("check")) and any(v is False for v in c.values())
+    ]
+    for n, run, found in failed:
+        print(f"fanin: read-back check failed for N={n} run {run}: {found}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

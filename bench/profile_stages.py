@@ -1,0 +1,82 @@
+"""Where the collector's time goes: py-spy raw stacks (``bench/fanin.py --profile``) bucketed by stage.
+
+    python bench/profile_stages.py bench/results/DIR/n4-run0/profile.txt [more profile.txt ...]
+
+Each sample goes to the stage of its deepest frame that a rule names (rules below, leaf first), so
+``zstd`` inside the file sink's write counts as zstd, not as the write. Prints one row per stage:
+its share of all samples (``--profile``: on-CPU samples, every thread; ``--profile-gil``: the
+thread holding the GIL) and the thread it ran on.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+from pathlib import Path
+
+# (stage, function-name pattern): the first rule matching a frame, scanning from the leaf, wins.
+RULES: list[tuple[str, str]] = [
+    ("zstd compress", r"^(FrameEncoder\.frame|ZstdCompressor)"),
+    ("file write (os.write, fsync, rotate)", r"^(SegmentWriter\.|FileSink\._write)"),
+    ("decode: walk (record offsets, kinds)", r"^(walk|_walk_each)$"),
+    ("decode: gather (numpy fields)", r"^(gather|RecordLayouts\.dtype|choose_dtype)$"),
+    ("pack: columnar msgpack (hot kinds)", r"^(Packer\.|PackedConverters\.|group_by)"),
+    ("convert: per-record Structs + msgpack", r"^(StructConverters\.|encode_chunk)"),
+    ("decode: other (Decoder._records)", r"^Decoder\.(_records|decode_packed)$"),
+    (
+        "intake hand-off + trio wake-up",
+        r"^(Intake\.emit_chunk|_ProducerEmitter\.emit_chunk|TrioToken\.run_sync_soon)",
+    ),
+    ("slot drain (headers, views, release)", r"^ProbeConnection\._drain$"),
+    ("socket messages", r"^(receive|ProbeConnection\.(run|_handle))$"),
+    ("batch encode (lane)", r"^(encode_batch|SinkLane\._take_batch|SinkLane\._deliver)$"),
+    ("distributor (intake -> lanes)", r"^(Pipeline\._distribute|SinkLane\.offer|Intake\.take)"),
+    (
+        "trio scheduler / thread hand-off",
+        r"^(run|unrolled_run|EpollIOManager|WakeupSocketpair|to_thread_run_sync|WorkerThread)",
+    ),
+    ("memory sampling", r"^MemoryWatch\."),
+]
+_FRAME = re.compile(r"^(\S+) \(")
+
+
+def stage_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        match = _FRAME.match(frame)
+        if match is None:
+            continue
+        name = match.group(1)
+        for stage, pattern in RULES:
+            if re.search(pattern, name):
+                return stage
+    return "other"
+
+
+def thread_of(head: str) -> str:
+    name = head.split(": ", 1)[1] if ": " in head else head
+    return re.sub(r" \d+$", "", name)  # "Trio thread 3" -> "Trio thread"
+
+
+def stages(path: Path) -> tuple[collections.Counter[tuple[str, str]], int]:
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        counts[stage_of(frames[1:]), thread_of(frames[0])] += int(n)
+    return counts, sum(counts.values())
+
+
+def main(paths: list[str]) -> int:
+    for path in paths:
+        counts, total = stages(Path(path))
+        print(f"\n{path}: {total} samples")
+        print("| stage | % of samples | thread |\n|---|---|---|")
+        for (stage, thread), n in counts.most_common():
+            if 100 * n / total >= 0.5:
+                print(f"| {stage} | {100 * n / total:.1f} | {thread} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

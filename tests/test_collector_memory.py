@@ -1,0 +1,77 @@
+"""The collector's own heap (RssAnon) apart from the shared memory it maps (RssShmem): the split is
+the kernel's, so a heap allocation moves only the first and a touched memfd only the second; the
+report and the status line carry both."""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import cuptistream
+from cuptistream.collector import memory
+from cuptistream.collector.collector import Collector
+from cuptistream.collector.status import StatusLine
+
+MIB = 1024
+
+
+def test_heap_counts_as_anon_and_a_memfd_as_shared() -> None:
+    before = memory.read()
+    assert before is not None and before.anon_kib > 0
+    heap = bytearray(64 << 20)  # zero-filled: every page touched
+    grown = memory.read()
+    assert grown is not None and grown.anon_kib - before.anon_kib >= 60 * MIB
+    assert abs(grown.shmem_kib - before.shmem_kib) < 8 * MIB
+
+    fd = os.memfd_create("cuptistream-test")
+    os.ftruncate(fd, 32 << 20)
+    pool = mmap.mmap(fd, 32 << 20)
+    try:
+        pool.write(b"\1" * (32 << 20))  # the pages become resident shared memory
+        mapped = memory.read()
+        assert mapped is not None and mapped.shmem_kib - grown.shmem_kib >= 30 * MIB
+        assert mapped.anon_kib - grown.anon_kib < 48 * MIB  # the 32 MiB written go to shmem, not anon
+    finally:
+        pool.close()
+        os.close(fd)
+    del heap
+
+
+def test_watch_keeps_the_peak_after_memory_is_freed() -> None:
+    watch = memory.MemoryWatch(interval=10)  # sampled by hand here
+    start = watch.sample()
+    heap = bytearray(48 << 20)
+    watch.sample()
+    del heap
+    end = watch.stop()
+    assert watch.peak.anon_kib - start.anon_kib >= 44 * MIB
+    assert watch.peak.anon_kib - end.anon_kib >= 40 * MIB
+
+
+def test_missing_process_reads_as_none() -> None:
+    assert memory.read(pid=2**22 + 7) is None  # above pid_max's default: no such process
+
+
+def test_report_and_status_line_carry_anon_and_shared() -> None:
+    cfg = cuptistream.load_config({"sources": [], "sinks": [{"type": "null"}]})
+    collector = Collector(cfg).start()
+    line = StatusLine(collector, stream=None).render()  # type: ignore[arg-type]
+    report = collector.finish(probe_timeout=0)
+    assert report is not None
+    assert 0 < report.collector_rss_anon_kib <= report.collector_peak_rss_anon_kib
+    assert report.collector_rss_shmem_kib <= report.collector_peak_rss_shmem_kib
+    assert report.collector_peak_rss_anon_kib <= report.collector_max_rss_kib
+    assert " MiB own + " in line and " MiB shared" in line
+
+
+def test_arena_cap_applies_in_a_fresh_process_and_yields_to_the_users_setting() -> None:
+    import subprocess
+    import sys
+
+    program = "from cuptistream.collector import memory; print(memory.limit_malloc_arenas())"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"  # glibc (this test machine)
+    env["MALLOC_ARENA_MAX"] = "4"
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

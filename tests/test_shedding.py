@@ -1,0 +1,122 @@
+"""The collector's front door (``cuptistream.collector.shedding``): while nothing downstream has room,
+whole activity buffers are counted by records and not decoded; under ``block``, or while a lane has
+room, nothing is shed. Real pipelines (null sinks) and a real GPU capture (H200)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+import cuptistream
+from cuptistream.codec import Chunk
+from cuptistream.collector import shedding
+from cuptistream.collector.collector import Collector
+from cuptistream.cupti import capture
+from cuptistream.cupti.decode import Decoder
+from cuptistream.cupti.names import TableNames
+from cuptistream.cupti.records import RecordLayouts
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES
+
+MIB = 1 << 20
+
+
+def _collector(
+    policy: str = "drop_newest", lane_policy: str = "drop_newest", sinks: int = 1, lane_bytes: str = "1MiB"
+) -> Collector:
+    null: dict[str, Any] = {"type": "null", "queue": {"max_bytes": lane_bytes, "full_policy": lane_policy}}
+    config = cuptistream.load_config(
+        {
+            "pipeline": {"memory_budget": "1MiB", "full_policy": policy},
+            "sources": [],
+            "sinks": [{**null, "name": f"n{i}"} for i in range(sinks)],
+        }
+    )
+    return Collector(config)  # not started: the lanes keep what is offered
+
+
+def _fill_lane(collector: Collector, index: int, nbytes: int) -> None:
+    trio.run(collector.pipeline.lanes[index].offer, Chunk(b"\0" * nbytes, 1))
+
+
+def test_full_intake_sheds_under_drop_newest_only() -> None:
+    for policy, sheds in [("drop_newest", True), ("drop_oldest", False), ("block", False)]:
+        collector = _collector(policy, lane_bytes="64MiB")  # the lane has room: only the intake decides
+        assert not shedding.overloaded(collector.pipeline)
+        collector.pipeline.intake.emit_chunk(Chunk(b"\0" * MIB, 1))  # an empty intake takes one chunk
+        assert shedding.overloaded(collector.pipeline) is sheds, policy
+
+
+def test_sheds_only_while_every_running_lane_is_saturated() -> None:
+    collector = _collector(sinks=2)
+    _fill_lane(collector, 0, MIB)
+    assert collector.pipeline.lanes[0].saturated()
+    assert not shedding.overloaded(collector.pipeline), "the second lane still has room"
+    _fill_lane(collector, 1, MIB - MIB // 32)  # within a sixteenth of full
+    assert shedding.overloaded(collector.pipeline)
+    collector.pipeline.lanes[1].stop("auth_failed")  # a stopped lane is not waited for
+    assert shedding.overloaded(collector.pipeline)
+
+
+def test_the_intake_backlog_counts_against_every_lane() -> None:
+    collector = _collector(policy="drop_oldest")  # a full intake alone does not shed
+    _fill_lane(collector, 0, MIB // 2)
+    assert not shedding.overloaded(collector.pipeline)
+    collector.pipeline.intake.emit_chunk(Chunk(b"\0" * (MIB // 2), 1))  # decoded, on its way to the lane
+    assert collector.pipeline.lanes[0].saturated(collector.pipeline.intake.queued_bytes)
+    assert shedding.overloaded(collector.pipeline)
+
+
+def test_a_blocking_lane_is_never_saturated() -> None:
+    collector = _collector(lane_policy="block")
+    _fill_lane(collector, 0, 2 * MIB)  # one chunk always fits an empty lane
+    assert not collector.pipeline.lanes[0].saturated()
+    assert not shedding.overloaded(collector.pipeline)
+
+
+def test_shed_buffer_is_counted_by_records_without_events() -> None:
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)))
+    collector = _collector()
+    intake = collector.pipeline.intake
+    total = 0
+    for buf in cap.buffers:
+        data = memoryview(bytearray(buf.data))
+        assert shedding.shed(data, len(buf.data), 3, decoder.layouts, intake)
+        before = decoder.records_decoded
+        decoder.decode_packed(data, len(buf.data))  # the independent count: what decoding walks
+        total += decoder.records_decoded - before
+    assert total > 1000
+    assert intake.losses[shedding.STAGE, shedding.REASON, "records"] == total
+    assert intake.losses["cupti", "cupti_buffer_dropped", "records"] == 3 * len(cap.buffers)
+    assert intake.events_in == 0, "a shed buffer never becomes events"
+
+
+def test_unknown_record_size_is_decoded_not_guessed() -> None:
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    collector = _collector()
+    data = memoryview(bytearray(cap.buffers[0].data))
+    assert not shedding.shed(data, len(data), 0, RecordLayouts({}), collector.pipeline.intake)
+    assert not collector.pipeline.intake.losses
+
+
+def test_front_door_decodes_when_there_is_room_and_sheds_one_connection_at_a_time() -> None:
+    import threading
+
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    data = memoryview(bytearray(cap.buffers[0].data))
+    collector = _collector()
+    door = shedding.FrontDoor(collector.pipeline)
+    intake = collector.pipeline.intake
+    assert door.admit(data, len(data), 0, layouts, intake), "room: decode"
+    _fill_lane(collector, 0, MIB)
+    results: list[bool] = []
+    with door._gate:  # another connection is shedding: this one waits, off the GIL
+        waiter = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and not results
+    waiter.join(5)
+    assert results == [False]
+    assert intake.losses[shedding.STAGE, shedding.REASON, "records"] > 0
