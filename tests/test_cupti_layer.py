@@ -21,6 +21,7 @@ LOADERS = {
     "cuptistream/cupti/gpus.py": 1,  # libcuda
     "cuptistream/cupti/names.py": 1,  # libstdc++ for __cxa_demangle
     "cuptistream/probe/link.py": 1,  # libc for prctl(PR_SET_PTRACER), before anything CUDA
+    "cuptistream/collector/memory.py": 1,  # libc for mallopt(M_ARENA_MAX), in the collector process
 }
 
 
