@@ -18,6 +18,12 @@ base windows (the machine drifts by more than the effects measured here, and nei
 drift); its cost is ``1 - ratio``. Per workload and condition: median, min and max over the
 sessions. The null's spread is what the method resolves; a cost below it is not resolved.
 
+Measured on the H100 (2026-11-25, docs/benchmarks.md "Always-on mode"): the null came out at -8.7 %
+(W1) and -8.6 % (W2) over 2 sessions: a stopped session leaves the base window after it slower (CUPTI
+detached mid-run), so this method does not resolve a session's cost there; and repeated in-process
+start/stop with the activity source once ended a W3 process in ``cudaErrorLaunchFailure``. Kept for
+machines and configs where its null holds; check the null first.
+
 ``--variant NAME=CONFIG`` adds conditions (e.g. continuous-layer candidates). ``--out`` keeps every
 window's numbers and the sessions' reports.
 """

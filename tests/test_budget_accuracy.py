@@ -1,0 +1,55 @@
+"""bench/budget_accuracy.py's comparison (the GPU run's verdict) on real statistics: the collector's
+statistics of the shipped captures, replayed through ``cuptistream run``, against themselves and
+against a copy with one kernel's time and the counts changed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from budget_accuracy import compare, statistics_of  # noqa: E402
+
+import cuptistream  # noqa: E402
+from cuptistream.events import ActivityStats  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> list[object]:
+    out = tmp_path_factory.mktemp("rec") / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(ROOT / "configs" / "replay.yaml"), "-o", str(out),
+         "--quiet", "--", sys.executable, "-c", "import time; time.sleep(1)"],
+        cwd=out.parent, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return list(cuptistream.read(out))
+
+
+def test_a_recording_agrees_with_itself(replayed: list[object]) -> None:
+    stats = statistics_of(replayed)
+    assert stats["kernels"] > 0 and len(stats["shares"]) >= 10
+    assert abs(sum(stats["shares"].values()) - 100.0) < 1e-6
+    verdict = compare(stats, stats, {"full": 100, "budget": 100})
+    assert verdict["pass"] and verdict["top10_worst_points"] == 0 and verdict["kernel_count_error"] == 0
+
+
+def test_a_moved_share_and_a_lower_count_are_misses(replayed: list[object]) -> None:
+    full = statistics_of(replayed)
+    top = max(full["shares"], key=full["shares"].get)
+    changed = [
+        msgspec.structs.replace(e, estimated_total_ns=3 * e.total_ns, estimated_count=e.count, estimated=True)
+        if isinstance(e, ActivityStats) and e.name == top else e
+        for e in replayed
+    ]  # fmt: skip
+    budget = statistics_of(changed)
+    verdict = compare(full, budget, {"full": 100, "budget": 100})
+    assert verdict["top10_worst_points"] > 2 and not verdict["pass"]
+    fewer = compare(full, full, {"full": 100, "budget": 110})  # 10 % more iterations, same kernels
+    assert fewer["kernel_count_error"] == pytest.approx(-1 / 11) and not fewer["pass"]
