@@ -243,3 +243,40 @@ def _decoded(cap: object) -> list[object]:
 
     decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)))  # type: ignore[attr-defined]
     return [e for b in cap.buffers for e in decoder.decode(b.data, len(b.data))]  # type: ignore[attr-defined]
+
+
+def test_records_on_demand_are_withheld_and_counted_in_the_report(tmp_path: Path) -> None:
+    """``records: on_demand`` outside an on-demand window: the collector decodes every record for the
+    statistics, writes none as raw events, and its shutdown report says how many it withheld."""
+    from cuptistream.channel import messages
+    from cuptistream.collector.collector import Collector
+    from cuptistream.config import load
+    from cuptistream.cupti import capture
+    from cuptistream.probe.emitter import ProbeEmitter
+    from cuptistream.probe.link import ProbeLink
+
+    config = load({"sinks": [{"type": "file", "directory": str(tmp_path / "out")}]})
+    collector = Collector(config).start()
+    collector.listen(str(tmp_path / "c.sock"))
+    cap = capture.read(CAPTURE_DIR / "exact_counts.cupti")
+    resource = cuptistream.events.Resource(host="h", pid=os.getpid(), process_name="p", command_line=[])
+    link = ProbeLink(str(tmp_path / "c.sock"), "withheld-test", resource)
+    emitter = ProbeEmitter(link, 1 << 20, "drop_newest", 1 << 20, 2, lambda: None)
+    link.connect()
+    stream = messages.OpenStream(
+        stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings),
+        records="on_demand",
+    )  # fmt: skip
+    outlet = emitter.open_activity_stream(stream, 1 << 20, len(cap.buffers) + 1)
+    for buf in cap.buffers:
+        assert outlet.write(buf.data, buf.dropped, timeout=10)
+    assert outlet.wait_consumed(10)
+    link.close()
+    collector.wait_idle(10)
+    report = collector.finish()
+    assert report is not None
+    events = list(cuptistream.read(tmp_path / "out"))
+    decoded = len(_decoded(cap))
+    assert not any(isinstance(e, (Kernel, Memcpy)) for e in events)
+    assert any(isinstance(e, ActivityStats) for e in events)
+    assert report.activity_records_withheld == report.activity_records >= decoded > 0

@@ -75,6 +75,7 @@ class Collector:
         self.served = 0
         self.buffers = 0
         self.records = 0
+        self.records_withheld = 0
         self.report: ShutdownReport | None = None
         self.memory = MemoryWatch()  # own heap apart from the probes' pools (report, status line)
 
@@ -136,6 +137,7 @@ class Collector:
             for stream in connection.streams.values():
                 self.buffers += stream.buffers
                 self.records += stream.records
+                self.records_withheld += stream.records_withheld
             self._changed.notify_all()
 
     def probe_connections(self) -> list[ProbeConnection]:
@@ -205,6 +207,7 @@ class Collector:
             self.report.probes = self.served
             self.report.activity_buffers = self.buffers
             self.report.activity_records = self.records
+            self.report.activity_records_withheld = self.records_withheld
             self.report.collector_cpu_s = round(usage.ru_utime + usage.ru_stime, 3)
             self.report.collector_max_rss_kib = usage.ru_maxrss
             end = self.memory.stop()

@@ -62,6 +62,9 @@ class ShutdownReport:
     probes: int = 0  # probe connections served
     activity_buffers: int = 0  # raw CUPTI buffers decoded
     activity_records: int = 0  # records in them
+    # ... of which decoded for the statistics only, by design (``activity.records: on_demand``):
+    # not stored, not lost
+    activity_records_withheld: int = 0
     collector_cpu_s: float = 0.0  # the collector process's CPU time (user + system)
     collector_max_rss_kib: int = 0  # ru_maxrss: its heap and the probes' pools it maps, together
     # The same split (``cuptistream.collector.memory``): its own heap, which ``memory_budget`` is
