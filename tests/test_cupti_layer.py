@@ -17,11 +17,10 @@ TREES = ("cuptistream", "sources", "sinks")
 
 # Where a native library may be opened (ctypes.CDLL), and which: one place each.
 LOADERS = {
-    "cuptistream/cupti/library.py": 2,  # libcupti, and libc for free()
+    "cuptistream/cupti/library.py": 1,  # libcupti
     "cuptistream/cupti/gpus.py": 1,  # libcuda
     "cuptistream/cupti/names.py": 1,  # libstdc++ for __cxa_demangle
-    "cuptistream/probe/link.py": 1,  # libc for prctl(PR_SET_PTRACER), before anything CUDA
-    "cuptistream/collector/memory.py": 1,  # libc for mallopt(M_ARENA_MAX), in the collector process
+    "cuptistream/libc.py": 1,  # libc: prctl (probe), mallopt (collector), free (CUPTI buffers)
 }
 
 

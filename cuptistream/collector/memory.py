@@ -9,10 +9,11 @@ has ``RssAnon`` and ``RssShmem``; the kernel keeps no peak of either, so ``Memor
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from dataclasses import dataclass
+
+from cuptistream.libc import libc
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
     try:
-        mallopt = ctypes.CDLL(None).mallopt
+        mallopt = libc().mallopt
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_ARENA_MAX, arenas))

@@ -26,6 +26,7 @@ from typing import Any
 from cuptistream.errors import CuptiError as CuptiError
 from cuptistream.errors import LibraryNotFoundError as LibraryNotFoundError
 from cuptistream.errors import NoGpuError
+from cuptistream.libc import libc
 
 # --- CUptiResult values we branch on (cupti_result.h; stable across CUPTI 12 and 13) -------------
 
@@ -174,7 +175,7 @@ def params_size(struct: type[Structure], last_field: str) -> int:
 
 @cache
 def _libc_free() -> Any:
-    free = ctypes.CDLL(None).free
+    free = libc().free
     free.argtypes = [c_void_p]
     free.restype = None
     return free

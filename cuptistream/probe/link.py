@@ -18,6 +18,7 @@ from collections import Counter
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ChannelError, SlotPool
 from cuptistream.events import ClockSync, DeviceInfo, Resource
+from cuptistream.libc import libc
 
 _PR_SET_PTRACER = 0x59616D61
 _CONTROL_WAIT_S = 2.0  # pool and stream announcements: rare, and the collector needs them
@@ -27,7 +28,7 @@ def allow_reading_by(pid: int) -> None:
     """Let ``pid`` read this process's memory (Yama ptrace scope 1): the collector reads the kernel
     names that activity records point to. A no-op where Yama is absent."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0)
+        libc().prctl(_PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0)
 
 
 class ProbeLink:
