@@ -25,7 +25,7 @@ from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed,
 
 SLOW_RANK = 5
 RANK_FIELDS = {"rank", "rank_id", "hosts", "pids", "busy_fraction", "busy_ns", "compute_ns", "nccl_ns", "copy_ns",
-               "copy_bytes", "kernels", "top_kernels"}  # fmt: skip
+               "copy_bytes", "kernels", "top_kernels", "basis"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

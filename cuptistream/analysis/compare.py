@@ -20,11 +20,15 @@ kernels, copies and memsets over all its devices (overlap counts once), as a fra
 of every rank's GPU work in the interval (one denominator for all ranks). A kernel's time counts in
 the interval it starts in; busy time is split at interval edges.
 
-Input types: raw records enter through ``Comparer.add_work``. The always-on mode's statistics
-events (per-interval kernel statistics, issue 26; not in the schema yet) are meant to enter through
-a second method that adds their per-kernel totals and counts, busy time and copy totals to the same
-``Tally`` of (interval, rank), with the fraction of the time they cover; nothing after ``Tally``
-depends on raw records. Where statistics are estimates, ``Tally.estimated`` would say so.
+Input types: a batch (``GpuWork``) brings raw records, the collector's statistics events
+(``compare_stats.StatsWork``: the always-on mode's recordings have only these), or both. Each goes
+to its own ``Tally`` of (interval, rank), and the basis is decided per rank when an interval or the
+span is compared: its raw records where it has any, else its statistics (a ``full`` recording with
+statistics on holds both, and they must not count twice). Nothing after ``Tally`` depends on which.
+Statistics count their ``estimated_*`` values; each row's ``basis`` says where the numbers came from
+and, for estimates, how much of the time was traced. A statistics interval counts whole in the
+compare interval its start falls in, so the compare interval must be a multiple of it
+(``StatisticsIntervalError`` otherwise: the numbers cannot be split).
 
 Failure modes: a batch whose work starts before an interval that was already closed is "late": it
 counts in the whole-span totals and in ``late_events``, not in its interval's row.
@@ -42,6 +46,7 @@ import numpy as np
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import IntervalUnion, KeyIndex
 from cuptistream.analysis.compare_read import GpuWork, gpu_work
+from cuptistream.analysis.compare_stats import StatsWork
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import (
     SHARED_RULE,
@@ -54,6 +59,7 @@ from cuptistream.analysis.outliers import (
 )
 from cuptistream.analysis.records import Part
 from cuptistream.analysis.select import Selection
+from cuptistream.errors import UserError
 
 RankKey = tuple[Any, ...]  # (rank,) or ("pid", host, pid)
 # One operation's time is cut to [0, this]: a record with a corrupt end must not open an interval per
@@ -80,7 +86,7 @@ def _grow(array: np.ndarray, n: int) -> np.ndarray:
 class Tally:
     """One rank's GPU work in one interval (or over the whole span)."""
 
-    def __init__(self, busy: bool) -> None:
+    def __init__(self, busy: bool, statistics: bool = False) -> None:
         self.compute_ns = 0
         self.nccl_ns = 0
         self.copy_ns = 0
@@ -92,10 +98,26 @@ class Tally:
         self.busy_ns = 0  # whole span: the sum of the closed intervals' busy time
         self.lo: int | None = None  # the span of the rank's GPU work (the interval's, or the whole)
         self.hi: int | None = None
-        self.estimated = False  # a statistics input may set it (see the module docstring)
+        self.statistics = statistics  # from statistics events, not raw records
+        self.estimated = False  # any statistics row in it was scaled from part of its interval
+        self.traced_ns = 0  # statistics: the traced time of its GpuStats rows ...
+        self.stats_ns = 0  # ... and their intervals' length (the traced share is their ratio)
 
-    def add_kernels(self, codes: np.ndarray, durations: np.ndarray, nccl: np.ndarray, n_names: int) -> None:
-        self.kernels += len(codes)
+    def basis(self) -> str:
+        """Where the numbers come from: ``records``, or statistics (measured, or estimated)."""
+        if not self.statistics:
+            return "records"
+        if not self.estimated:
+            return "statistics (measured)"
+        share = 100 * self.traced_ns / self.stats_ns if self.stats_ns else 0.0
+        return f"statistics (estimated, traced {share:.1f}%)"
+
+    def add_kernels(
+        self, codes: np.ndarray, durations: np.ndarray, nccl: np.ndarray, n_names: int,
+        counts: np.ndarray | None = None,
+    ) -> None:  # fmt: skip
+        """Kernels by name code; ``counts``: launches per entry (statistics rows), else one each."""
+        self.kernels += len(codes) if counts is None else int(counts.sum())
         total = int(durations.sum())
         in_nccl = int(durations[nccl[codes]].sum())
         self.nccl_ns += in_nccl
@@ -104,7 +126,7 @@ class Tally:
         self.kernel_count = _grow(self.kernel_count, n_names)
         width = len(self.kernel_ns)
         self.kernel_ns += np.bincount(codes, weights=durations, minlength=width).astype(np.int64)
-        self.kernel_count += np.bincount(codes, minlength=width)
+        self.kernel_count += np.bincount(codes, weights=counts, minlength=width).astype(np.int64)
 
     def add_copies(self, durations: np.ndarray, nbytes: np.ndarray) -> None:
         self.copy_ns += int(durations.sum())
@@ -120,13 +142,15 @@ class _Interval:
     start: int
     end: int
     tallies: dict[RankKey, Tally] = field(default_factory=dict)
+    stats: dict[RankKey, Tally] = field(default_factory=dict)  # from statistics events
 
 
 @dataclass
 class _RankInfo:
     hosts: set[str] = field(default_factory=set)
     pids: set[int] = field(default_factory=set)
-    worked: bool = False  # any kernel, copy or memset
+    worked: bool = False  # any kernel, copy or memset (raw, or in statistics)
+    raw: bool = False  # any raw kernel, copy or memset: compared on its records, not its statistics
     devices: dict[str, str] = field(default_factory=dict)  # uuid -> GPU name, of batches with GPU work
 
 
@@ -156,6 +180,7 @@ class CompareResult:
     interval_ns: int
     ignored: list[dict[str, Any]] = field(default_factory=list)
     shared_devices: list[dict[str, Any]] = field(default_factory=list)
+    statistics_interval_ns: int | None = None  # the statistics' interval, where a rank used them
 
 
 class Comparer:
@@ -184,6 +209,8 @@ class Comparer:
         self._open: dict[int, _Interval] = {}  # by interval index
         self._closed_below = -(2**62)  # indexes below this are closed
         self.whole: dict[RankKey, Tally] = {}
+        self.stats_whole: dict[RankKey, Tally] = {}  # from statistics events
+        self.stats_interval_ns: int | None = None
         self.ranks: dict[RankKey, _RankInfo] = {}
         self.flagged_intervals: dict[RankKey, int] = {}
         self.intervals = 0
@@ -200,14 +227,20 @@ class Comparer:
         if info is None:
             info = self.ranks[key] = _RankInfo()
             self.whole[key] = Tally(busy=False)
+            self.stats_whole[key] = Tally(busy=False, statistics=True)
         info.hosts.add(work.resource.host)
         info.pids.add(work.resource.pid)
-        if work.empty:
+        if work.empty and not work.stats:
             return
         info.worked = True
         for device in work.resource.devices:
             if device.uuid and (self.devices is None or device.device_id in self.devices):
                 info.devices[device.uuid] = device.name
+        if work.stats:
+            self._add_stats(key, work.stats)
+        if work.empty:
+            return
+        info.raw = True
         self.display.learn(work.carried)
         whole = self.whole[key]
         size = self.interval_ns
@@ -235,6 +268,70 @@ class Comparer:
             if mask.any():
                 tally.add_copies(cdur[mask], work.copy_bytes[mask])
         self._busy(key, starts, ends)
+
+    def _add_stats(self, key: RankKey, stats: StatsWork) -> None:
+        """Fold one batch's statistics rows into the rank's statistics tallies (module docstring)."""
+        whole = self.stats_whole[key]
+        spans = stats.spans()
+        for start, end in spans:
+            self._check_nesting(end - start)
+        n_names = len(self.codes.keys_)
+        if stats.kernels:
+            codes = self._codes([row[2] for row in stats.kernels])
+            n_names = len(self.codes.keys_)
+            counts = np.array([row[3] for row in stats.kernels], np.int64)
+            ns = np.array([row[4] for row in stats.kernels], np.int64)
+            starts = np.array([row[0] for row in stats.kernels], np.int64)
+            whole.add_kernels(codes, ns, self._nccl, n_names, counts)
+            for index in np.unique(starts // self.interval_ns).tolist():
+                mask = starts // self.interval_ns == index
+                tally = self._stats_tally(index, key)
+                if tally is None:
+                    # a rank with raw records is not compared on its statistics: not late for it
+                    self.late_events += 0 if self.ranks[key].raw else int(mask.sum())
+                else:
+                    tally.add_kernels(codes[mask], ns[mask], self._nccl, n_names, counts[mask])
+        for start, _, ns_, nbytes in stats.copies:
+            for tally in (whole, self._stats_tally(start // self.interval_ns, key)):
+                if tally is not None:
+                    tally.copy_ns += ns_
+                    tally.copy_bytes += nbytes
+        for start, end, busy, traced, estimated in stats.gpu:
+            for tally in (whole, self._stats_tally(start // self.interval_ns, key)):
+                if tally is not None:
+                    tally.busy_ns += busy
+                    tally.traced_ns += traced
+                    tally.stats_ns += end - start
+                    tally.estimated |= estimated
+        for start, end in spans:
+            whole.reach(start, end)
+            tally = self._stats_tally(start // self.interval_ns, key)
+            if tally is not None:
+                tally.reach(start, end)
+
+    def _check_nesting(self, length: int) -> None:
+        """Statistics intervals are summed whole into compare intervals: they must nest."""
+        if self.stats_interval_ns == length:
+            return
+        if self.stats_interval_ns is None and length > 0 and self.interval_ns % length == 0:
+            self.stats_interval_ns = length
+            return
+        longest = max(length, self.stats_interval_ns or 0) / 1e9
+        raise StatisticsIntervalError(
+            f"--interval {self.interval_ns / 1e9:g}s does not hold whole statistics intervals of "
+            f"{length / 1e9:g}s (seen: {(self.stats_interval_ns or length) / 1e9:g}s); give a multiple "
+            f"of the statistics' interval, e.g. --interval {longest:g}s"
+        )
+
+    def _stats_tally(self, index: int, key: RankKey) -> Tally | None:
+        """The rank's statistics tally of interval ``index``; None when it is closed (late)."""
+        interval = self._interval(index)
+        if interval is None:
+            return None
+        tally = interval.stats.get(key)
+        if tally is None:
+            tally = interval.stats[key] = Tally(busy=False, statistics=True)
+        return tally
 
     def _codes(self, names: list[str]) -> np.ndarray:
         codes = self.codes.codes(names, len(names))
@@ -301,13 +398,22 @@ class Comparer:
             assert tally.busy is not None
             tally.busy_ns = tally.busy.total_ns
             self.whole[key].busy_ns += tally.busy_ns
-        tallies = {key: interval.tallies.get(key) or Tally(busy=True) for key in self.compared()}
+        tallies = {key: self._pick(interval, key) for key in self.compared()}
         lo, hi = _reach(tallies.values())
         result = self._result(interval.start, interval.end, hi - lo, tallies)
         for flagged in {f.rank for f in result.flags}:
             key = next(k for k in self.ranks if rank_label(k) == flagged)
             self.flagged_intervals[key] = self.flagged_intervals.get(key, 0) + 1
         self.on_interval(result)
+
+    def _pick(self, interval: _Interval, key: RankKey) -> Tally:
+        """The rank's raw tally where it has raw records (so far), else its statistics tally."""
+        if self.ranks[key].raw:
+            return interval.tallies.get(key) or Tally(busy=True)
+        return interval.stats.get(key) or Tally(busy=False, statistics=True)
+
+    def _whole(self, key: RankKey) -> Tally:
+        return self.whole[key] if self.ranks[key].raw else self.stats_whole[key]
 
     def compared(self) -> list[RankKey]:
         """The processes compared so far: those that did GPU work, and only ranks when some have one."""
@@ -325,7 +431,7 @@ class Comparer:
             if not info.worked:
                 why.append("no GPU work over the span (no kernel, copy or memset)")
             if why:
-                tally = self.whole[key]
+                tally = self._whole(key)
                 out.append(
                     {"rank": rank_label(key), "hosts": sorted(info.hosts), "pids": sorted(info.pids),
                      "kernels": tally.kernels, "copy_bytes": tally.copy_bytes, "reason": "; ".join(why)}
@@ -388,6 +494,7 @@ class Comparer:
                     "copy_bytes": tally.copy_bytes,
                     "kernels": tally.kernels,
                     "top_kernels": {name: int(mine[i]) for name, i in zip(names, top.tolist(), strict=True)},
+                    "basis": tally.basis(),
                 }
             )
         return IntervalResult(start, end, span, rows, flag_all(rows, self.rule, work), names)
@@ -397,7 +504,7 @@ class Comparer:
         for index in sorted(self._open):
             self._close(index)
         keys = self.compared()
-        whole = {key: self.whole[key] for key in keys}
+        whole = {key: self._whole(key) for key in keys}
         lo, hi = _reach(whole.values())
         total = self._result(lo, hi, hi - lo, whole)
         return CompareResult(
@@ -410,6 +517,7 @@ class Comparer:
             interval_ns=self.interval_ns,
             ignored=self.ignored(),
             shared_devices=self.shared_devices(keys),
+            statistics_interval_ns=None if all(self.ranks[k].raw for k in keys) else self.stats_interval_ns,
         )
 
     def _outliers(self, flags: Sequence[Flag], keys: list[RankKey]) -> list[dict[str, Any]]:
@@ -419,7 +527,7 @@ class Comparer:
         ns = np.zeros((len(keys), n), np.int64)
         counts = np.zeros((len(keys), n), np.int64)
         for row, key in enumerate(keys):
-            tally = self.whole[key]
+            tally = self._whole(key)
             ns[row, : len(tally.kernel_ns)] = tally.kernel_ns[:n]
             counts[row, : len(tally.kernel_count)] = tally.kernel_count[:n]
         median_ns = np.median(ns, axis=0)
@@ -446,6 +554,10 @@ class Comparer:
                 }
             )
         return out
+
+
+class StatisticsIntervalError(UserError):
+    """The compare interval does not hold whole statistics intervals (shorter, or not a multiple)."""
 
 
 def _reach(tallies: Iterable[Tally]) -> tuple[int, int]:

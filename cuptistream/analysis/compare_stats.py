@@ -1,0 +1,109 @@
+"""What ``cuptistream compare`` reads of a batch's statistics events (``ActivityStats``, ``GpuStats``).
+
+Recordings of the always-on mode (``activity.records: on_demand``) hold no raw kernel, copy or memset
+records, only the collector's statistics: per interval, device and name, a count and a total, and,
+where only part of the interval was traced, ``estimated_*`` values scaled to the whole of it. compare
+takes the ``estimated_*`` values (they equal the measured ones where everything was traced), so a
+rank traced 3 % of the time is compared on the same scale as a rank traced throughout.
+
+``CActivityStats`` and ``CGpuStats`` are the light Structs of ``compare_read.DECODER`` (the fields
+compare needs; msgspec skips the rest, the histogram included). ``stats_work`` turns a batch's
+statistics into ``StatsWork`` rows in Unix ns; it takes light and full Structs alike (files, Kafka).
+
+GPU busy: ``GpuStats.busy_ns`` is the busy union within the traced time only; where the interval was
+partly traced (``estimated``) the busy time is ``busy_fraction`` x the interval, the same scaling the
+``estimated_*`` fields use for a process observed for the whole interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import msgspec
+
+from cuptistream.analysis.records import tag_of
+from cuptistream.analysis.select import Selection
+
+STATS_TAGS = ("activity_stats", "gpu_stats")
+STATS = 5  # the kind ``compare_read.gpu_work`` gives statistics events (after its raw GPU kinds)
+
+
+class _S(msgspec.Struct, tag_field="type", kw_only=True, gc=False):
+    gpu: ClassVar[int] = STATS
+
+
+class CActivityStats(_S, tag="activity_stats"):
+    interval_start: int
+    interval_end: int
+    device_id: int
+    category: str
+    name: str
+    count: int
+    total_ns: int
+    traced_ns: int
+    estimated: bool = False
+    estimated_count: int = 0
+    estimated_total_ns: int = 0
+    bytes: int = 0
+    estimated_bytes: int = 0
+
+
+class CGpuStats(_S, tag="gpu_stats"):
+    interval_start: int
+    interval_end: int
+    device_id: int
+    traced_ns: int
+    busy_ns: int
+    busy_fraction: float
+    estimated: bool = False
+
+
+@dataclass
+class StatsWork:
+    """One batch's statistics rows, times in Unix ns (each list: one row per statistics row)."""
+
+    # (interval start, interval end, kernel name as recorded, estimated count, estimated ns)
+    kernels: list[tuple[int, int, str, int, int]] = field(default_factory=list)
+    # (interval start, interval end, estimated ns, estimated bytes) of memcpys
+    copies: list[tuple[int, int, int, int]] = field(default_factory=list)
+    # (interval start, interval end, busy ns scaled to the interval, traced ns, estimated)
+    gpu: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.kernels or self.copies or self.gpu)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """The (start, end) of every row's statistics interval."""
+        return [(row[0], row[1]) for rows in (self.kernels, self.copies, self.gpu) for row in rows]
+
+    @property
+    def first(self) -> int:
+        return min(start for start, _ in self.spans())
+
+
+def stats_work(events: Sequence[Any], offset_ns: int, selection: Selection) -> StatsWork | None:
+    """The rows of the statistics events ``events`` (light or full) that ``selection`` keeps (its
+    devices and time window, by interval start); None when there are none."""
+    if not events:
+        return None
+    out = StatsWork()
+    low, high = -(2**63), 2**63
+    if selection.timed:
+        low, high = selection.window(offset_ns, events)
+    for event in events:
+        if selection.devices is not None and event.device_id not in selection.devices:
+            continue
+        start, end = event.interval_start + offset_ns, event.interval_end + offset_ns
+        if not low <= start < high:
+            continue
+        if tag_of(event) == "gpu_stats":
+            busy = round(event.busy_fraction * (end - start)) if event.estimated else event.busy_ns
+            out.gpu.append((start, end, busy, event.traced_ns, bool(event.estimated)))
+        elif event.category == "kernel":
+            out.kernels.append((start, end, event.name, event.estimated_count, event.estimated_total_ns))
+        elif event.category == "memcpy":
+            out.copies.append((start, end, event.estimated_total_ns, event.estimated_bytes))
+        # memsets count in busy (GpuStats) only, as raw memsets do
+    return out if out else None
