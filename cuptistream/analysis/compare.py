@@ -100,8 +100,10 @@ class Tally:
         self.hi: int | None = None
         self.statistics = statistics  # from statistics events, not raw records
         self.estimated = False  # any statistics row in it was scaled from part of its interval
-        self.traced_ns = 0  # statistics: the traced time of its GpuStats rows ...
-        self.stats_ns = 0  # ... and their intervals' length (the traced share is their ratio)
+        # statistics: kernel time measured, and estimated for the whole time; their ratio is the share
+        # of the time traced (weighted by kernel time), exact for a process there the whole interval
+        self.measured_ns = 0
+        self.estimated_ns = 0
 
     def basis(self) -> str:
         """Where the numbers come from: ``records``, or statistics (measured, or estimated)."""
@@ -109,7 +111,7 @@ class Tally:
             return "records"
         if not self.estimated:
             return "statistics (measured)"
-        share = 100 * self.traced_ns / self.stats_ns if self.stats_ns else 0.0
+        share = 100 * self.measured_ns / self.estimated_ns if self.estimated_ns else 0.0
         return f"statistics (estimated, traced {share:.1f}%)"
 
     def add_kernels(
@@ -281,8 +283,10 @@ class Comparer:
             n_names = len(self.codes.keys_)
             counts = np.array([row[3] for row in stats.kernels], np.int64)
             ns = np.array([row[4] for row in stats.kernels], np.int64)
+            measured = np.array([row[5] for row in stats.kernels], np.int64)
+            estimated = np.array([row[6] for row in stats.kernels], bool)
             starts = np.array([row[0] for row in stats.kernels], np.int64)
-            whole.add_kernels(codes, ns, self._nccl, n_names, counts)
+            _add_stat_kernels(whole, codes, ns, measured, estimated, counts, self._nccl, n_names)
             for index in np.unique(starts // self.interval_ns).tolist():
                 mask = starts // self.interval_ns == index
                 tally = self._stats_tally(index, key)
@@ -290,19 +294,18 @@ class Comparer:
                     # a rank with raw records is not compared on its statistics: not late for it
                     self.late_events += 0 if self.ranks[key].raw else int(mask.sum())
                 else:
-                    tally.add_kernels(codes[mask], ns[mask], self._nccl, n_names, counts[mask])
+                    picked = (codes[mask], ns[mask], measured[mask], estimated[mask], counts[mask])
+                    _add_stat_kernels(tally, *picked, self._nccl, n_names)
         for start, _, ns_, nbytes in stats.copies:
             for tally in (whole, self._stats_tally(start // self.interval_ns, key)):
                 if tally is not None:
                     tally.copy_ns += ns_
                     tally.copy_bytes += nbytes
-        for start, end, busy, traced, estimated in stats.gpu:
+        for start, _, busy, scaled in stats.gpu:
             for tally in (whole, self._stats_tally(start // self.interval_ns, key)):
                 if tally is not None:
                     tally.busy_ns += busy
-                    tally.traced_ns += traced
-                    tally.stats_ns += end - start
-                    tally.estimated |= estimated
+                    tally.estimated |= scaled
         for start, end in spans:
             whole.reach(start, end)
             tally = self._stats_tally(start // self.interval_ns, key)
@@ -554,6 +557,16 @@ class Comparer:
                 }
             )
         return out
+
+
+def _add_stat_kernels(
+    tally: Tally, codes: np.ndarray, ns: np.ndarray, measured: np.ndarray, estimated: np.ndarray,
+    counts: np.ndarray, nccl: np.ndarray, n_names: int,
+) -> None:  # fmt: skip
+    tally.add_kernels(codes, ns, nccl, n_names, counts)
+    tally.measured_ns += int(measured.sum())
+    tally.estimated_ns += int(ns.sum())
+    tally.estimated |= bool(estimated.any())
 
 
 class StatisticsIntervalError(UserError):

@@ -10,9 +10,11 @@ rank traced 3 % of the time is compared on the same scale as a rank traced throu
 compare needs; msgspec skips the rest, the histogram included). ``stats_work`` turns a batch's
 statistics into ``StatsWork`` rows in Unix ns; it takes light and full Structs alike (files, Kafka).
 
-GPU busy: ``GpuStats.busy_ns`` is the busy union within the traced time only; where the interval was
-partly traced (``estimated``) the busy time is ``busy_fraction`` x the interval, the same scaling the
-``estimated_*`` fields use for a process observed for the whole interval.
+GPU busy: ``GpuStats.busy_ns`` is the busy union within the traced time only. Where the interval
+was partly traced (``estimated``) it is scaled by the factor the same interval and device's kernel
+rows were scaled by (``estimated_total_ns / total_ns``: observed time over traced time), so busy and
+kernel time are estimates on one scale; without kernel rows in the batch, by the interval over the
+traced time.
 """
 
 from __future__ import annotations
@@ -64,12 +66,13 @@ class CGpuStats(_S, tag="gpu_stats"):
 class StatsWork:
     """One batch's statistics rows, times in Unix ns (each list: one row per statistics row)."""
 
-    # (interval start, interval end, kernel name as recorded, estimated count, estimated ns)
-    kernels: list[tuple[int, int, str, int, int]] = field(default_factory=list)
+    # (interval start, interval end, kernel name as recorded, estimated count, estimated ns,
+    #  measured ns, estimated?)
+    kernels: list[tuple[int, int, str, int, int, int, bool]] = field(default_factory=list)
     # (interval start, interval end, estimated ns, estimated bytes) of memcpys
     copies: list[tuple[int, int, int, int]] = field(default_factory=list)
-    # (interval start, interval end, busy ns scaled to the interval, traced ns, estimated)
-    gpu: list[tuple[int, int, int, int, bool]] = field(default_factory=list)
+    # (interval start, interval end, busy ns scaled like the kernel rows, estimated?)
+    gpu: list[tuple[int, int, int, bool]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.kernels or self.copies or self.gpu)
@@ -92,6 +95,8 @@ def stats_work(events: Sequence[Any], offset_ns: int, selection: Selection) -> S
     low, high = -(2**63), 2**63
     if selection.timed:
         low, high = selection.window(offset_ns, events)
+    scale: dict[tuple[int, int], list[int]] = {}  # (interval start, device) -> [measured, estimated]
+    busy: list[tuple[int, int, int, Any]] = []
     for event in events:
         if selection.devices is not None and event.device_id not in selection.devices:
             continue
@@ -99,11 +104,20 @@ def stats_work(events: Sequence[Any], offset_ns: int, selection: Selection) -> S
         if not low <= start < high:
             continue
         if tag_of(event) == "gpu_stats":
-            busy = round(event.busy_fraction * (end - start)) if event.estimated else event.busy_ns
-            out.gpu.append((start, end, busy, event.traced_ns, bool(event.estimated)))
+            busy.append((start, end, event.device_id, event))
         elif event.category == "kernel":
-            out.kernels.append((start, end, event.name, event.estimated_count, event.estimated_total_ns))
+            out.kernels.append((start, end, event.name, event.estimated_count, event.estimated_total_ns,
+                                event.total_ns, bool(event.estimated)))  # fmt: skip
+            pair = scale.setdefault((start, event.device_id), [0, 0])
+            pair[0] += event.total_ns
+            pair[1] += event.estimated_total_ns
         elif event.category == "memcpy":
             out.copies.append((start, end, event.estimated_total_ns, event.estimated_bytes))
         # memsets count in busy (GpuStats) only, as raw memsets do
+    for start, end, device, st in busy:
+        ns = st.busy_ns
+        if st.estimated:
+            measured, estimated = scale.get((start, device), (0, 0))
+            ns = round(ns * estimated / measured) if measured else round(st.busy_fraction * (end - start))
+        out.gpu.append((start, end, ns, bool(st.estimated)))
     return out if out else None

@@ -1,0 +1,148 @@
+"""``cuptistream compare`` on recordings of the always-on mode: 8 ranks with the collector's statistics
+only (``tests/helpers/rank_stats.py``: the replayed real-GPU capture folded by the collector's own
+``Accumulator``), one rank's kernel slowed or none; estimates marked; the same answer as raw records;
+raw and statistics ranks mixed; statistics intervals summed into compare intervals, or refused."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cuptistream.cli import main
+from cuptistream.cupti.names import demangle
+from tests.helpers.rank_stats import statistics_only
+from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
+
+SLOW_RANK = 5
+SECOND = 1_000_000_000
+
+
+@pytest.fixture(scope="module")
+def slow_kernel() -> str:
+    return biggest_kernel(replayed()[0])
+
+
+def _write(
+    root: Path, scale: Scale | None, interval_ns: int, traced: float | None, raw: frozenset[int] = frozenset()
+) -> Path:
+    processes = rank_processes(8, scale=scale)
+    write_ranks(
+        root, [p if p.resource.rank in raw else statistics_only(p, interval_ns, traced) for p in processes]
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def budget_slowed(tmp_path_factory: pytest.TempPathFactory, slow_kernel: str) -> Path:
+    """Budget mode: 1 s statistics, a trace window over the first 60 % of the capture."""
+    return _write(tmp_path_factory.mktemp("budget_slowed"), Scale(SLOW_RANK, slow_kernel, 1.3), SECOND, 0.6)
+
+
+@pytest.fixture(scope="module")
+def budget_even(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("budget_even"), None, SECOND, 0.6)
+
+
+def _json(args: list[str], tmp_path: Path) -> dict:
+    out = tmp_path / "compare.json"
+    assert main(["compare", *args, "--format", "json", "-o", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_statistics_only_flags_the_slowed_rank_and_says_they_are_estimates(
+    budget_slowed: Path, slow_kernel: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _json([str(budget_slowed / "node*" / "out")], tmp_path)
+    total = result["total"]
+    assert [r["rank"] for r in total["ranks"]] == [f"rank {i}" for i in range(8)]
+    for row in total["ranks"]:
+        match = re.fullmatch(r"statistics \(estimated, traced (\d+\.\d)%\)", row["basis"])
+        assert match and 0 < float(match.group(1)) < 100, row["basis"]
+        assert 0 < row["busy_fraction"] <= 1 and row["kernels"] > 0 and row["compute_ns"] > 0
+        assert row["nccl_ns"] == 0 and row["hosts"] == [f"node{row['rank_id'] // 4}"]
+    assert result["meta"]["statistics_interval_ns"] == SECOND
+    rows = {r["rank_id"]: r for r in total["ranks"]}
+    shown = demangle(slow_kernel)
+    assert rows[SLOW_RANK]["top_kernels"][shown] == pytest.approx(
+        1.3 * rows[0]["top_kernels"][shown], rel=0.01
+    )
+    assert all(rows[r]["compute_ns"] == rows[0]["compute_ns"] for r in rows if r != SLOW_RANK)
+
+    assert [o["rank"] for o in result["outliers"]] == [f"rank {SLOW_RANK}"]
+    outlier = result["outliers"][0]
+    compute = next(m for m in outlier["metrics"] if m["metric"] == "compute_ns")
+    assert compute["direction"] == "high" and compute["mad"] == 0
+    assert {m["metric"] for m in outlier["metrics"]} <= {"compute_ns", "busy_fraction"}
+    assert outlier["cause"].startswith("straggler: more compute-kernel time")
+    assert outlier["kernels_longer"][0]["name"] == shown and len(outlier["kernels_longer"]) == 1
+    assert outlier["kernels_shorter"] == []
+
+    assert main(["compare", str(budget_slowed / "node*" / "out")]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("from the collector's statistics"))
+    assert (
+        "rank 0, rank 1" in line
+        and "estimated, traced" in line
+        and "1.000 s intervals summed into 10.000 s" in line
+    )
+    assert f"rank {SLOW_RANK}: straggler" in text
+
+
+def test_statistics_only_flags_none_when_no_rank_is_slowed(budget_even: Path, tmp_path: Path) -> None:
+    result = _json([str(budget_even / "node0" / "out"), str(budget_even / "node1" / "out")], tmp_path)
+    assert len(result["total"]["ranks"]) == 8
+    assert all(r["basis"].startswith("statistics (estimated") for r in result["total"]["ranks"])
+    assert result["outliers"] == [] and result["total"]["flags"] == []
+    assert all(interval["flags"] == [] for interval in result["intervals"])
+
+
+def test_raw_records_and_statistics_give_the_same_answer(
+    tmp_path_factory: pytest.TempPathFactory, slow_kernel: str, tmp_path: Path
+) -> None:
+    """Traced throughout (``full`` with statistics): the statistics measure, and agree with the
+    records on every metric but busy's denominator; mixed, the raw ranks keep their records."""
+    scale = Scale(SLOW_RANK, slow_kernel, 1.3)
+    raw = _write(tmp_path_factory.mktemp("raw"), scale, SECOND, None, raw=set(range(8)))
+    stats = _write(tmp_path_factory.mktemp("stats"), scale, SECOND, None)
+    mixed = _write(tmp_path_factory.mktemp("mixed"), scale, SECOND, None, raw={0, 1, 2, 3})
+    by = {name: _json([str(root / "node*" / "out")], tmp_path) for name, root in
+          (("raw", raw), ("stats", stats), ("mixed", mixed))}  # fmt: skip
+    assert {r["basis"] for r in by["raw"]["total"]["ranks"]} == {"records"}
+    assert {r["basis"] for r in by["stats"]["total"]["ranks"]} == {"statistics (measured)"}
+    assert [r["basis"] for r in by["mixed"]["total"]["ranks"]] == ["records"] * 4 + [
+        "statistics (measured)"
+    ] * 4
+    assert by["raw"]["meta"]["statistics_interval_ns"] is None
+    keys = ("compute_ns", "nccl_ns", "copy_ns", "copy_bytes", "kernels", "busy_ns", "top_kernels")
+    for name in ("stats", "mixed"):
+        for want, got in zip(by["raw"]["total"]["ranks"], by[name]["total"]["ranks"], strict=True):
+            assert {k: got[k] for k in keys} == {k: want[k] for k in keys}
+        outliers = by[name]["outliers"]
+        assert (
+            [o["rank"] for o in outliers]
+            == [o["rank"] for o in by["raw"]["outliers"]]
+            == [f"rank {SLOW_RANK}"]
+        )
+        assert outliers[0]["kernels_longer"] == by["raw"]["outliers"][0]["kernels_longer"]
+        assert outliers[0]["kernels_longer"][0]["name"] == demangle(slow_kernel)
+
+
+def test_statistics_intervals_sum_into_compare_intervals_or_are_refused(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _write(tmp_path_factory.mktemp("ms"), None, 2_000_000, None)  # 2 ms statistics intervals
+    source = str(root / "node*" / "out")
+    result = _json([source, "--interval", "4ms"], tmp_path)
+    assert result["meta"]["statistics_interval_ns"] == 2_000_000 and len(result["intervals"]) >= 2
+    for rank in range(8):
+        per_interval = [r for iv in result["intervals"] for r in iv["ranks"] if r["rank_id"] == rank]
+        whole = result["total"]["ranks"][rank]
+        for key in ("compute_ns", "kernels", "copy_bytes", "busy_ns"):
+            assert sum(r[key] for r in per_interval) == whole[key] > 0
+    for interval, why in (("1ms", "does not hold whole statistics intervals of 0.002s"), ("3ms", "multiple")):
+        assert main(["compare", source, "--interval", interval, "-o", str(tmp_path / "x")]) == 2
+        err = capsys.readouterr().err
+        assert why in err and err.count("\n") == 1 and "Traceback" not in err
