@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the fixture
 
 from cuptistream.cli import main
 from cuptistream.cupti.names import demangle
@@ -105,9 +106,9 @@ def test_raw_records_and_statistics_give_the_same_answer(
     """Traced throughout (``full`` with statistics): the statistics measure, and agree with the
     records on every metric but busy's denominator; mixed, the raw ranks keep their records."""
     scale = Scale(SLOW_RANK, slow_kernel, 1.3)
-    raw = _write(tmp_path_factory.mktemp("raw"), scale, SECOND, None, raw=set(range(8)))
+    raw = _write(tmp_path_factory.mktemp("raw"), scale, SECOND, None, raw=frozenset(range(8)))
     stats = _write(tmp_path_factory.mktemp("stats"), scale, SECOND, None)
-    mixed = _write(tmp_path_factory.mktemp("mixed"), scale, SECOND, None, raw={0, 1, 2, 3})
+    mixed = _write(tmp_path_factory.mktemp("mixed"), scale, SECOND, None, raw=frozenset({0, 1, 2, 3}))
     by = {name: _json([str(root / "node*" / "out")], tmp_path) for name, root in
           (("raw", raw), ("stats", stats), ("mixed", mixed))}  # fmt: skip
     assert {r["basis"] for r in by["raw"]["total"]["ranks"]} == {"records"}
@@ -146,3 +147,62 @@ def test_statistics_intervals_sum_into_compare_intervals_or_are_refused(
         assert main(["compare", source, "--interval", interval, "-o", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err
         assert why in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def _send_rows(bootstrap: str, topic: str, slow_kernel: str) -> None:
+    """The 8 statistics-only ranks as the Kafka sink's ``jsonl`` rows (epoch times, full Structs)."""
+    from kafka import KafkaProducer
+
+    from cuptistream.recording.rows import encode_rows
+    from tests.helpers.fixture_recording import batches
+
+    processes = [
+        statistics_only(p, SECOND, 0.6) for p in rank_processes(8, scale=Scale(SLOW_RANK, slow_kernel, 1.3))
+    ]
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for batch in batches(processes, 200):
+        producer.send(topic, encode_rows(batch), headers=[("content-type", b"application/x-ndjson")])
+    producer.flush()
+    producer.close()
+
+
+def test_statistics_rows_on_a_kafka_topic_read_and_followed(
+    kafka_broker: TansuBroker, slow_kernel: str, tmp_path: Path
+) -> None:
+    """The same verdict from the statistics' Kafka rows, read to the end and with ``--follow``."""
+    import os
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    _send_rows(kafka_broker.bootstrap, "stats", slow_kernel)
+    url = f"kafka://{kafka_broker.bootstrap}/stats"
+    result = _json([url], tmp_path)
+    assert [o["rank"] for o in result["outliers"]] == [f"rank {SLOW_RANK}"]
+    assert result["outliers"][0]["kernels_longer"][0]["name"] == demangle(slow_kernel)
+    assert all(r["basis"].startswith("statistics (estimated") for r in result["total"]["ranks"])
+
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "-m", "cuptistream.cli", "compare", url, "--follow", "--interval", "1s"],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    seen: list[str] = []
+    try:  # the interval closes once the topic is idle and the Unix clock is past it (a 2026 capture)
+        while not any("became an outlier" in line for line in seen):
+            seen.append(lines.get(timeout=30))
+    finally:
+        child.send_signal(signal.SIGINT)
+        code = child.wait(timeout=30)
+    reader.join(timeout=10)
+    while not lines.empty():
+        seen.append(lines.get())
+    assert code == 0, child.stderr.read() if child.stderr else ""
+    assert any(f"rank {SLOW_RANK} became an outlier: straggler" in line for line in seen), seen
+    assert any(line.startswith("from the collector's statistics, not raw records") for line in seen), seen
