@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the fixture
 
@@ -206,3 +207,42 @@ def test_statistics_rows_on_a_kafka_topic_read_and_followed(
     assert code == 0, child.stderr.read() if child.stderr else ""
     assert any(f"rank {SLOW_RANK} became an outlier: straggler" in line for line in seen), seen
     assert any(line.startswith("from the collector's statistics, not raw records") for line in seen), seen
+
+
+def test_a_budget_gap_is_left_out_of_its_interval_and_scaled_over_in_the_whole_span() -> None:
+    """The collector emits no statistics for an interval it traced none of: that rank is left out of
+    that interval's comparison (not counted as idle), and its whole span is scaled over the gap."""
+    from cuptistream import events as ev
+    from cuptistream.analysis.compare import Comparer, IntervalResult
+    from cuptistream.analysis.compare_read import GpuWork
+    from cuptistream.analysis.compare_stats import StatsWork
+
+    results: list[IntervalResult] = []
+    comparer = Comparer(results.append, interval_ns=SECOND)
+    empty = np.empty(0, np.int64)
+    for step in range(20):
+        start, end = step * SECOND, (step + 1) * SECOND
+        for rank in range(4):
+            if rank == 1 and step == 7:
+                continue  # no trace window fell in this interval on rank 1
+            stats = StatsWork(
+                kernels=[(start, end, "gemm", 1000, 100_000_000, 5_000_000, True)],
+                copies=[(start, end, 10_000_000, 1 << 20)],
+                gpu=[(start, end, 120_000_000, True)],
+            )
+            resource = ev.Resource(host="h", pid=100 + rank, process_name="p", command_line=[], rank=rank)
+            work = GpuWork(resource, start, empty, empty, [], empty, empty, empty, empty, empty, [], stats)
+            comparer.advance(start)
+            comparer.add_work(work)
+    result = comparer.finish()
+    assert result.outliers == [] and all(r.flags == [] for r in results)
+    assert [len(r.rows) for r in results] == [4] * 7 + [3] + [4] * 12
+    rows = {r["rank_id"]: r for r in result.total.rows}
+    assert (
+        rows[1]["basis"]
+        == "statistics (estimated, traced 5.0%; statistics in 19 of 20 intervals, gaps scaled)"
+    )
+    assert rows[0]["basis"] == "statistics (estimated, traced 5.0%)"
+    for key in ("compute_ns", "copy_ns", "copy_bytes", "kernels", "busy_ns"):
+        assert rows[1][key] == rows[0][key], key
+    assert rows[0]["compute_ns"] == 20 * 100_000_000 and result.statistics_interval_ns == SECOND

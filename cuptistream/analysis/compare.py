@@ -37,6 +37,7 @@ counts in the whole-span totals and in ``late_events``, not in its interval's ro
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,7 @@ import numpy as np
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import IntervalUnion, KeyIndex
 from cuptistream.analysis.compare_read import GpuWork, gpu_work
-from cuptistream.analysis.compare_stats import StatsWork
+from cuptistream.analysis.compare_stats import Seen, StatsWork
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import (
     SHARED_RULE,
@@ -104,6 +105,8 @@ class Tally:
         # of the time traced (weighted by kernel time), exact for a process there the whole interval
         self.measured_ns = 0
         self.estimated_ns = 0
+        self.seen = Seen() if statistics else None  # whole span: the intervals with statistics
+        self.gaps: tuple[int, int] | None = None  # whole span: (intervals with statistics, of the span)
 
     def basis(self) -> str:
         """Where the numbers come from: ``records``, or statistics (measured, or estimated)."""
@@ -112,7 +115,19 @@ class Tally:
         if not self.estimated:
             return "statistics (measured)"
         share = 100 * self.measured_ns / self.estimated_ns if self.estimated_ns else 0.0
-        return f"statistics (estimated, traced {share:.1f}%)"
+        gaps = f"; statistics in {self.gaps[0]} of {self.gaps[1]} intervals, gaps scaled" if self.gaps else ""
+        return f"statistics (estimated, traced {share:.1f}%{gaps})"
+
+    def scaled(self, factor: float) -> Tally:
+        """A copy with every total scaled by ``factor`` (counts rounded)."""
+        out = Tally(busy=False, statistics=self.statistics)
+        out.__dict__.update(self.__dict__)
+        for name in ("compute_ns", "nccl_ns", "copy_ns", "copy_bytes", "kernels", "busy_ns"):
+            setattr(out, name, round(getattr(self, name) * factor))
+        out.kernel_ns = np.rint(self.kernel_ns * factor).astype(np.int64)
+        out.kernel_count = np.rint(self.kernel_count * factor).astype(np.int64)
+        out.estimated = True
+        return out
 
     def add_kernels(
         self, codes: np.ndarray, durations: np.ndarray, nccl: np.ndarray, n_names: int,
@@ -308,23 +323,25 @@ class Comparer:
                     tally.estimated |= scaled
         for start, end in spans:
             whole.reach(start, end)
+            assert whole.seen is not None
+            whole.seen.add(start, end - start)
             tally = self._stats_tally(start // self.interval_ns, key)
             if tally is not None:
                 tally.reach(start, end)
 
     def _check_nesting(self, length: int) -> None:
-        """Statistics intervals are summed whole into compare intervals: they must nest."""
-        if self.stats_interval_ns == length:
+        """Statistics intervals are summed whole into compare intervals: they must nest. Ranks whose
+        collectors use different intervals are fine while ``--interval`` is a multiple of each."""
+        if length == self.stats_interval_ns:
             return
-        if self.stats_interval_ns is None and length > 0 and self.interval_ns % length == 0:
-            self.stats_interval_ns = length
-            return
-        longest = max(length, self.stats_interval_ns or 0) / 1e9
-        raise StatisticsIntervalError(
-            f"--interval {self.interval_ns / 1e9:g}s does not hold whole statistics intervals of "
-            f"{length / 1e9:g}s (seen: {(self.stats_interval_ns or length) / 1e9:g}s); give a multiple "
-            f"of the statistics' interval, e.g. --interval {longest:g}s"
-        )
+        if length <= 0 or self.interval_ns % length:
+            seconds = length / 1e9
+            raise StatisticsIntervalError(
+                f"--interval {self.interval_ns / 1e9:g}s does not hold whole statistics intervals of "
+                f"{seconds:g}s (they cannot be split): give {seconds:g}s or a multiple of it, "
+                f"e.g. --interval {math.lcm(length, self.interval_ns) / 1e9:g}s"
+            )
+        self.stats_interval_ns = max(length, self.stats_interval_ns or 0)
 
     def _stats_tally(self, index: int, key: RankKey) -> Tally | None:
         """The rank's statistics tally of interval ``index``; None when it is closed (late)."""
@@ -401,7 +418,8 @@ class Comparer:
             assert tally.busy is not None
             tally.busy_ns = tally.busy.total_ns
             self.whole[key].busy_ns += tally.busy_ns
-        tallies = {key: self._pick(interval, key) for key in self.compared()}
+        picked = {key: self._pick(interval, key) for key in self.compared()}
+        tallies = {key: tally for key, tally in picked.items() if tally is not None}
         lo, hi = _reach(tallies.values())
         result = self._result(interval.start, interval.end, hi - lo, tallies)
         for flagged in {f.rank for f in result.flags}:
@@ -409,14 +427,29 @@ class Comparer:
             self.flagged_intervals[key] = self.flagged_intervals.get(key, 0) + 1
         self.on_interval(result)
 
-    def _pick(self, interval: _Interval, key: RankKey) -> Tally:
-        """The rank's raw tally where it has raw records (so far), else its statistics tally."""
+    def _pick(self, interval: _Interval, key: RankKey) -> Tally | None:
+        """The rank's raw tally where it has raw records (so far), else its statistics tally; None
+        for a statistics rank without statistics in the interval: the collector traced none of it
+        (a budget-mode gap), which says nothing of its work, so it is left out, not counted 0."""
         if self.ranks[key].raw:
             return interval.tallies.get(key) or Tally(busy=True)
-        return interval.stats.get(key) or Tally(busy=False, statistics=True)
+        return interval.stats.get(key)
 
     def _whole(self, key: RankKey) -> Tally:
-        return self.whole[key] if self.ranks[key].raw else self.stats_whole[key]
+        """The rank's whole-span tally. From statistics with gaps (intervals inside its span without
+        statistics), scaled to the whole span, so a gap is not read as a rank doing less."""
+        if self.ranks[key].raw:
+            return self.whole[key]
+        tally = self.stats_whole[key]
+        seen = tally.seen
+        if seen is None or not seen.count or tally.lo is None or tally.hi is None:
+            return tally
+        span = round((tally.hi - tally.lo) / seen.length)
+        if span <= seen.count:
+            return tally
+        scaled = tally.scaled(span / seen.count)
+        scaled.gaps = (seen.count, span)
+        return scaled
 
     def compared(self) -> list[RankKey]:
         """The processes compared so far: those that did GPU work, and only ranks when some have one."""

@@ -121,3 +121,27 @@ def stats_work(events: Sequence[Any], offset_ns: int, selection: Selection) -> S
             ns = round(ns * estimated / measured) if measured else round(st.busy_fraction * (end - start))
         out.gpu.append((start, end, ns, bool(st.estimated)))
     return out if out else None
+
+
+class Seen:
+    """The distinct statistics intervals a rank has rows for, counted in bounded memory: the
+    collector emits no statistics for an interval it traced none of (a budget-mode gap), and the
+    whole span scales over such gaps (``Comparer._whole``). Rows come nearly in time order, so only
+    the recent interval starts are kept to tell a new interval from another device's or batch's."""
+
+    _KEEP = 256
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.length = 0  # the statistics' interval, ns
+        self._recent: set[int] = set()
+
+    def add(self, start: int, length: int) -> None:
+        if start in self._recent:
+            return
+        self.count += 1
+        self.length = length
+        self._recent.add(start)
+        if len(self._recent) > self._KEEP:
+            floor = max(self._recent) - self._KEEP // 2 * length
+            self._recent = {s for s in self._recent if s >= floor}
