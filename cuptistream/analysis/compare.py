@@ -20,15 +20,16 @@ kernels, copies and memsets over all its devices (overlap counts once), as a fra
 of every rank's GPU work in the interval (one denominator for all ranks). A kernel's time counts in
 the interval it starts in; busy time is split at interval edges.
 
-Input types: a batch (``GpuWork``) brings raw records, the collector's statistics events
-(``compare_stats.StatsWork``: the always-on mode's recordings have only these), or both. Each goes
-to its own ``Tally`` of (interval, rank), and the basis is decided per rank when an interval or the
-span is compared: its raw records where it has any, else its statistics (a ``full`` recording with
-statistics on holds both, and they must not count twice). Nothing after ``Tally`` depends on which.
-Statistics count their ``estimated_*`` values; each row's ``basis`` says where the numbers came from
-and, for estimates, how much of the time was traced. A statistics interval counts whole in the
-compare interval its start falls in, so the compare interval must be a multiple of it
-(``StatisticsIntervalError`` otherwise: the numbers cannot be split).
+``Tally`` (``compare_tally``) holds one rank's totals. Input types: a batch (``GpuWork``) brings raw
+records, the collector's statistics events (``compare_stats.StatsWork``: the always-on mode's
+recordings have only these), or both. Each goes to its own ``Tally`` of (interval, rank), and the
+basis is decided per rank when an interval or the span is compared: its raw records where it has
+any, else its statistics (a ``full`` recording with statistics on holds both, and they must not
+count twice). Nothing after ``Tally`` depends on which. Statistics count their ``estimated_*``
+values; each row's ``basis`` says where the numbers came from and, for estimates, how much of the
+time was traced. A statistics interval counts whole in the compare interval its start falls in, so
+the compare interval must be a multiple of it (``compare_stats.StatisticsIntervalError`` otherwise:
+the numbers cannot be split).
 
 Failure modes: a batch whose work starts before an interval that was already closed is "late": it
 counts in the whole-span totals and in ``late_events``, not in its interval's row.
@@ -37,7 +38,6 @@ counts in the whole-span totals and in ``late_events``, not in its interval's ro
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,9 +45,10 @@ from typing import Any
 import numpy as np
 
 from cuptistream import events as ev
-from cuptistream.analysis.aggregate import IntervalUnion, KeyIndex
+from cuptistream.analysis.aggregate import KeyIndex
 from cuptistream.analysis.compare_read import GpuWork, gpu_work
-from cuptistream.analysis.compare_stats import Seen, StatsWork
+from cuptistream.analysis.compare_stats import StatsWork, nest
+from cuptistream.analysis.compare_tally import Tally
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import (
     SHARED_RULE,
@@ -60,7 +61,6 @@ from cuptistream.analysis.outliers import (
 )
 from cuptistream.analysis.records import Part
 from cuptistream.analysis.select import Selection
-from cuptistream.errors import UserError
 
 RankKey = tuple[Any, ...]  # (rank,) or ("pid", host, pid)
 # One operation's time is cut to [0, this]: a record with a corrupt end must not open an interval per
@@ -74,84 +74,6 @@ def rank_key(resource: ev.Resource) -> RankKey:
 
 def rank_label(key: RankKey) -> str:
     return f"rank {key[0]}" if len(key) == 1 else f"pid {key[2]}@{key[1]}"
-
-
-def _grow(array: np.ndarray, n: int) -> np.ndarray:
-    if len(array) >= n:
-        return array
-    grown = np.zeros(max(n, 2 * len(array), 64), array.dtype)
-    grown[: len(array)] = array
-    return grown
-
-
-class Tally:
-    """One rank's GPU work in one interval (or over the whole span)."""
-
-    def __init__(self, busy: bool, statistics: bool = False) -> None:
-        self.compute_ns = 0
-        self.nccl_ns = 0
-        self.copy_ns = 0
-        self.copy_bytes = 0
-        self.kernels = 0
-        self.kernel_ns = np.zeros(0, np.int64)  # by kernel code (``Comparer.names``)
-        self.kernel_count = np.zeros(0, np.int64)
-        self.busy = IntervalUnion() if busy else None
-        self.busy_ns = 0  # whole span: the sum of the closed intervals' busy time
-        self.lo: int | None = None  # the span of the rank's GPU work (the interval's, or the whole)
-        self.hi: int | None = None
-        self.statistics = statistics  # from statistics events, not raw records
-        self.estimated = False  # any statistics row in it was scaled from part of its interval
-        # statistics: kernel time measured, and estimated for the whole time; their ratio is the share
-        # of the time traced (weighted by kernel time), exact for a process there the whole interval
-        self.measured_ns = 0
-        self.estimated_ns = 0
-        self.seen = Seen() if statistics else None  # whole span: the intervals with statistics
-        self.gaps: tuple[int, int] | None = None  # whole span: (intervals with statistics, of the span)
-
-    def basis(self) -> str:
-        """Where the numbers come from: ``records``, or statistics (measured, or estimated)."""
-        if not self.statistics:
-            return "records"
-        if not self.estimated:
-            return "statistics (measured)"
-        share = 100 * self.measured_ns / self.estimated_ns if self.estimated_ns else 0.0
-        gaps = f"; statistics in {self.gaps[0]} of {self.gaps[1]} intervals, gaps scaled" if self.gaps else ""
-        return f"statistics (estimated, traced {share:.1f}%{gaps})"
-
-    def scaled(self, factor: float) -> Tally:
-        """A copy with every total scaled by ``factor`` (counts rounded)."""
-        out = Tally(busy=False, statistics=self.statistics)
-        out.__dict__.update(self.__dict__)
-        for name in ("compute_ns", "nccl_ns", "copy_ns", "copy_bytes", "kernels", "busy_ns"):
-            setattr(out, name, round(getattr(self, name) * factor))
-        out.kernel_ns = np.rint(self.kernel_ns * factor).astype(np.int64)
-        out.kernel_count = np.rint(self.kernel_count * factor).astype(np.int64)
-        out.estimated = True
-        return out
-
-    def add_kernels(
-        self, codes: np.ndarray, durations: np.ndarray, nccl: np.ndarray, n_names: int,
-        counts: np.ndarray | None = None,
-    ) -> None:  # fmt: skip
-        """Kernels by name code; ``counts``: launches per entry (statistics rows), else one each."""
-        self.kernels += len(codes) if counts is None else int(counts.sum())
-        total = int(durations.sum())
-        in_nccl = int(durations[nccl[codes]].sum())
-        self.nccl_ns += in_nccl
-        self.compute_ns += total - in_nccl
-        self.kernel_ns = _grow(self.kernel_ns, n_names)
-        self.kernel_count = _grow(self.kernel_count, n_names)
-        width = len(self.kernel_ns)
-        self.kernel_ns += np.bincount(codes, weights=durations, minlength=width).astype(np.int64)
-        self.kernel_count += np.bincount(codes, weights=counts, minlength=width).astype(np.int64)
-
-    def add_copies(self, durations: np.ndarray, nbytes: np.ndarray) -> None:
-        self.copy_ns += int(durations.sum())
-        self.copy_bytes += int(nbytes.sum())
-
-    def reach(self, lo: int, hi: int) -> None:
-        self.lo = lo if self.lo is None else min(self.lo, lo)
-        self.hi = hi if self.hi is None else max(self.hi, hi)
 
 
 @dataclass
@@ -291,7 +213,7 @@ class Comparer:
         whole = self.stats_whole[key]
         spans = stats.spans()
         for start, end in spans:
-            self._check_nesting(end - start)
+            self.stats_interval_ns = nest(self.interval_ns, self.stats_interval_ns, end - start)
         n_names = len(self.codes.keys_)
         if stats.kernels:
             codes = self._codes([row[2] for row in stats.kernels])
@@ -301,7 +223,7 @@ class Comparer:
             measured = np.array([row[5] for row in stats.kernels], np.int64)
             estimated = np.array([row[6] for row in stats.kernels], bool)
             starts = np.array([row[0] for row in stats.kernels], np.int64)
-            _add_stat_kernels(whole, codes, ns, measured, estimated, counts, self._nccl, n_names)
+            whole.add_stat_kernels(codes, ns, measured, estimated, counts, self._nccl, n_names)
             for index in np.unique(starts // self.interval_ns).tolist():
                 mask = starts // self.interval_ns == index
                 tally = self._stats_tally(index, key)
@@ -310,7 +232,7 @@ class Comparer:
                     self.late_events += 0 if self.ranks[key].raw else int(mask.sum())
                 else:
                     picked = (codes[mask], ns[mask], measured[mask], estimated[mask], counts[mask])
-                    _add_stat_kernels(tally, *picked, self._nccl, n_names)
+                    tally.add_stat_kernels(*picked, self._nccl, n_names)
         for start, _, ns_, nbytes in stats.copies:
             for tally in (whole, self._stats_tally(start // self.interval_ns, key)):
                 if tally is not None:
@@ -328,20 +250,6 @@ class Comparer:
             tally = self._stats_tally(start // self.interval_ns, key)
             if tally is not None:
                 tally.reach(start, end)
-
-    def _check_nesting(self, length: int) -> None:
-        """Statistics intervals are summed whole into compare intervals: they must nest. Ranks whose
-        collectors use different intervals are fine while ``--interval`` is a multiple of each."""
-        if length == self.stats_interval_ns:
-            return
-        if length <= 0 or self.interval_ns % length:
-            seconds = length / 1e9
-            raise StatisticsIntervalError(
-                f"--interval {self.interval_ns / 1e9:g}s does not hold whole statistics intervals of "
-                f"{seconds:g}s (they cannot be split): give {seconds:g}s or a multiple of it, "
-                f"e.g. --interval {math.lcm(length, self.interval_ns) / 1e9:g}s"
-            )
-        self.stats_interval_ns = max(length, self.stats_interval_ns or 0)
 
     def _stats_tally(self, index: int, key: RankKey) -> Tally | None:
         """The rank's statistics tally of interval ``index``; None when it is closed (late)."""
@@ -590,20 +498,6 @@ class Comparer:
                 }
             )
         return out
-
-
-def _add_stat_kernels(
-    tally: Tally, codes: np.ndarray, ns: np.ndarray, measured: np.ndarray, estimated: np.ndarray,
-    counts: np.ndarray, nccl: np.ndarray, n_names: int,
-) -> None:  # fmt: skip
-    tally.add_kernels(codes, ns, nccl, n_names, counts)
-    tally.measured_ns += int(measured.sum())
-    tally.estimated_ns += int(ns.sum())
-    tally.estimated |= bool(estimated.any())
-
-
-class StatisticsIntervalError(UserError):
-    """The compare interval does not hold whole statistics intervals (shorter, or not a multiple)."""
 
 
 def _reach(tallies: Iterable[Tally]) -> tuple[int, int]:

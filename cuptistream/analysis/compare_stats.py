@@ -19,6 +19,7 @@ traced time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ import msgspec
 
 from cuptistream.analysis.records import tag_of
 from cuptistream.analysis.select import Selection
+from cuptistream.errors import UserError
 
 STATS_TAGS = ("activity_stats", "gpu_stats")
 STATS = 5  # the kind ``compare_read.gpu_work`` gives statistics events (after its raw GPU kinds)
@@ -145,3 +147,23 @@ class Seen:
         if len(self._recent) > self._KEEP:
             floor = max(self._recent) - self._KEEP // 2 * length
             self._recent = {s for s in self._recent if s >= floor}
+
+
+class StatisticsIntervalError(UserError):
+    """The compare interval does not hold whole statistics intervals (shorter, or not a multiple)."""
+
+
+def nest(interval_ns: int, known: int | None, length: int) -> int:
+    """The statistics' interval to report, after checking that ``length`` nests in ``interval_ns``:
+    a statistics interval is summed whole into one compare interval, it cannot be split. Ranks whose
+    collectors use different intervals are fine while ``--interval`` is a multiple of each."""
+    if length == known:
+        return known
+    if length <= 0 or interval_ns % length:
+        seconds = length / 1e9
+        raise StatisticsIntervalError(
+            f"--interval {interval_ns / 1e9:g}s does not hold whole statistics intervals of "
+            f"{seconds:g}s (they cannot be split): give {seconds:g}s or a multiple of it, "
+            f"e.g. --interval {math.lcm(max(length, 1), interval_ns) / 1e9:g}s"
+        )
+    return max(length, known or 0)
