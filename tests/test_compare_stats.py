@@ -246,3 +246,39 @@ def test_a_budget_gap_is_left_out_of_its_interval_and_scaled_over_in_the_whole_s
     for key in ("compute_ns", "copy_ns", "copy_bytes", "kernels", "busy_ns"):
         assert rows[1][key] == rows[0][key], key
     assert rows[0]["compute_ns"] == 20 * 100_000_000 and result.statistics_interval_ns == SECOND
+
+
+def test_statistics_from_the_collectors_decode_path(tmp_path: Path) -> None:
+    """The statistics as the collector's decode stream writes them under ``records: on_demand`` (no
+    raw record kept) for 8 identical ranks: read, marked measured, no flags, and the same totals as
+    the raw records of the same capture."""
+    from cuptistream import events as ev
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.collector.decoding import DecodeStream
+    from cuptistream.config.model import StatisticsConfig
+    from cuptistream.cupti import capture
+    from tests.gpu.workloads.collect import Collect
+    from tests.helpers.fixture_recording import Process
+    from tests.helpers.ranks import CAPTURE
+
+    cap = capture.read(CAPTURE)
+    info = OpenStream(stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings),
+                      records="on_demand")  # fmt: skip
+    sink = Collect()
+    stream = DecodeStream(info, 0, sink, statistics=StatisticsConfig(interval=1.0))
+    for buf in cap.buffers:
+        data = bytearray(buf.data)
+        stream.decode(memoryview(data), len(data), 0)
+    stream.close()
+    stats = [e for e in sink.events if isinstance(e, (ev.ActivityStats, ev.GpuStats))]
+    assert stats and not any(isinstance(e, (ev.Kernel, ev.Memcpy, ev.Memset)) for e in sink.events)
+    raw = rank_processes(8)
+    write_ranks(tmp_path / "stats", [Process(p.resource, p.clock, stats) for p in raw])
+    write_ranks(tmp_path / "raw", raw)
+    got = _json([str(tmp_path / "stats" / "node*" / "out")], tmp_path)
+    want = _json([str(tmp_path / "raw" / "node*" / "out")], tmp_path)
+    assert got["outliers"] == [] and got["total"]["flags"] == []
+    assert {r["basis"] for r in got["total"]["ranks"]} == {"statistics (measured)"}
+    keys = ("compute_ns", "nccl_ns", "copy_ns", "copy_bytes", "kernels", "busy_ns", "top_kernels")
+    for g, w in zip(got["total"]["ranks"], want["total"]["ranks"], strict=True):
+        assert {k: g[k] for k in keys} == {k: w[k] for k in keys}
