@@ -1,7 +1,8 @@
 """``cuptistream compare`` on recordings of the always-on mode: 8 ranks with the collector's statistics
 only (``tests/helpers/rank_stats.py``: the replayed real-GPU capture folded by the collector's own
 ``Accumulator``), one rank's kernel slowed or none; estimates marked; the same answer as raw records;
-raw and statistics ranks mixed; statistics intervals summed into compare intervals, or refused."""
+raw and statistics ranks mixed; statistics intervals summed into compare intervals, or refused; the
+statistics' Kafka rows, read and followed; a budget gap; the collector's decode path end to end."""
 
 from __future__ import annotations
 
