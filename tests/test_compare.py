@@ -25,7 +25,7 @@ from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed,
 
 SLOW_RANK = 5
 RANK_FIELDS = {"rank", "rank_id", "hosts", "pids", "busy_fraction", "busy_ns", "compute_ns", "nccl_ns", "copy_ns",
-               "copy_bytes", "kernels", "top_kernels"}  # fmt: skip
+               "copy_bytes", "kernels", "top_kernels", "basis"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,7 @@ def test_flags_the_slowed_rank_and_names_its_kernel(slowed: Path, slow_kernel: s
         assert row["hosts"] == [f"node{row['rank_id'] // 4}"] and row["pids"] == [7000 + row["rank_id"]]
         assert 0 < row["busy_fraction"] <= 1 and row["kernels"] > 0 and row["copy_bytes"] > 0
         assert row["nccl_ns"] == 0  # no NCCL in a single-process MLP
+        assert row["basis"] == "records"  # raw records, not the collector's statistics
     rows = {r["rank_id"]: r for r in total["ranks"]}
     shown = demangle(slow_kernel)
     assert shown != slow_kernel and not shown.startswith("_Z")

@@ -20,11 +20,16 @@ kernels, copies and memsets over all its devices (overlap counts once), as a fra
 of every rank's GPU work in the interval (one denominator for all ranks). A kernel's time counts in
 the interval it starts in; busy time is split at interval edges.
 
-Input types: raw records enter through ``Comparer.add_work``. The always-on mode's statistics
-events (per-interval kernel statistics, issue 26; not in the schema yet) are meant to enter through
-a second method that adds their per-kernel totals and counts, busy time and copy totals to the same
-``Tally`` of (interval, rank), with the fraction of the time they cover; nothing after ``Tally``
-depends on raw records. Where statistics are estimates, ``Tally.estimated`` would say so.
+``Tally`` (``compare_tally``) holds one rank's totals. Input types: a batch (``GpuWork``) brings raw
+records, the collector's statistics events (``compare_stats.StatsWork``: the always-on mode's
+recordings have only these), or both. Each goes to its own ``Tally`` of (interval, rank), and the
+basis is decided per rank when an interval or the span is compared: its raw records where it has
+any, else its statistics (a ``full`` recording with statistics on holds both, and they must not
+count twice). Nothing after ``Tally`` depends on which. Statistics count their ``estimated_*``
+values; each row's ``basis`` says where the numbers came from and, for estimates, how much of the
+time was traced. A statistics interval counts whole in the compare interval its start falls in, so
+the compare interval must be a multiple of it (``compare_stats.StatisticsIntervalError`` otherwise:
+the numbers cannot be split).
 
 Failure modes: a batch whose work starts before an interval that was already closed is "late": it
 counts in the whole-span totals and in ``late_events``, not in its interval's row.
@@ -40,8 +45,10 @@ from typing import Any
 import numpy as np
 
 from cuptistream import events as ev
-from cuptistream.analysis.aggregate import IntervalUnion, KeyIndex
+from cuptistream.analysis.aggregate import KeyIndex
 from cuptistream.analysis.compare_read import GpuWork, gpu_work
+from cuptistream.analysis.compare_stats import StatsWork, nest
+from cuptistream.analysis.compare_tally import Tally
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import (
     SHARED_RULE,
@@ -69,64 +76,20 @@ def rank_label(key: RankKey) -> str:
     return f"rank {key[0]}" if len(key) == 1 else f"pid {key[2]}@{key[1]}"
 
 
-def _grow(array: np.ndarray, n: int) -> np.ndarray:
-    if len(array) >= n:
-        return array
-    grown = np.zeros(max(n, 2 * len(array), 64), array.dtype)
-    grown[: len(array)] = array
-    return grown
-
-
-class Tally:
-    """One rank's GPU work in one interval (or over the whole span)."""
-
-    def __init__(self, busy: bool) -> None:
-        self.compute_ns = 0
-        self.nccl_ns = 0
-        self.copy_ns = 0
-        self.copy_bytes = 0
-        self.kernels = 0
-        self.kernel_ns = np.zeros(0, np.int64)  # by kernel code (``Comparer.names``)
-        self.kernel_count = np.zeros(0, np.int64)
-        self.busy = IntervalUnion() if busy else None
-        self.busy_ns = 0  # whole span: the sum of the closed intervals' busy time
-        self.lo: int | None = None  # the span of the rank's GPU work (the interval's, or the whole)
-        self.hi: int | None = None
-        self.estimated = False  # a statistics input may set it (see the module docstring)
-
-    def add_kernels(self, codes: np.ndarray, durations: np.ndarray, nccl: np.ndarray, n_names: int) -> None:
-        self.kernels += len(codes)
-        total = int(durations.sum())
-        in_nccl = int(durations[nccl[codes]].sum())
-        self.nccl_ns += in_nccl
-        self.compute_ns += total - in_nccl
-        self.kernel_ns = _grow(self.kernel_ns, n_names)
-        self.kernel_count = _grow(self.kernel_count, n_names)
-        width = len(self.kernel_ns)
-        self.kernel_ns += np.bincount(codes, weights=durations, minlength=width).astype(np.int64)
-        self.kernel_count += np.bincount(codes, minlength=width)
-
-    def add_copies(self, durations: np.ndarray, nbytes: np.ndarray) -> None:
-        self.copy_ns += int(durations.sum())
-        self.copy_bytes += int(nbytes.sum())
-
-    def reach(self, lo: int, hi: int) -> None:
-        self.lo = lo if self.lo is None else min(self.lo, lo)
-        self.hi = hi if self.hi is None else max(self.hi, hi)
-
-
 @dataclass
 class _Interval:
     start: int
     end: int
     tallies: dict[RankKey, Tally] = field(default_factory=dict)
+    stats: dict[RankKey, Tally] = field(default_factory=dict)  # from statistics events
 
 
 @dataclass
 class _RankInfo:
     hosts: set[str] = field(default_factory=set)
     pids: set[int] = field(default_factory=set)
-    worked: bool = False  # any kernel, copy or memset
+    worked: bool = False  # any kernel, copy or memset (raw, or in statistics)
+    raw: bool = False  # any raw kernel, copy or memset: compared on its records, not its statistics
     devices: dict[str, str] = field(default_factory=dict)  # uuid -> GPU name, of batches with GPU work
 
 
@@ -156,6 +119,7 @@ class CompareResult:
     interval_ns: int
     ignored: list[dict[str, Any]] = field(default_factory=list)
     shared_devices: list[dict[str, Any]] = field(default_factory=list)
+    statistics_interval_ns: int | None = None  # the statistics' interval, where a rank used them
 
 
 class Comparer:
@@ -184,6 +148,8 @@ class Comparer:
         self._open: dict[int, _Interval] = {}  # by interval index
         self._closed_below = -(2**62)  # indexes below this are closed
         self.whole: dict[RankKey, Tally] = {}
+        self.stats_whole: dict[RankKey, Tally] = {}  # from statistics events
+        self.stats_interval_ns: int | None = None
         self.ranks: dict[RankKey, _RankInfo] = {}
         self.flagged_intervals: dict[RankKey, int] = {}
         self.intervals = 0
@@ -200,14 +166,20 @@ class Comparer:
         if info is None:
             info = self.ranks[key] = _RankInfo()
             self.whole[key] = Tally(busy=False)
+            self.stats_whole[key] = Tally(busy=False, statistics=True)
         info.hosts.add(work.resource.host)
         info.pids.add(work.resource.pid)
-        if work.empty:
+        if work.empty and not work.stats:
             return
         info.worked = True
         for device in work.resource.devices:
             if device.uuid and (self.devices is None or device.device_id in self.devices):
                 info.devices[device.uuid] = device.name
+        if work.stats:
+            self._add_stats(key, work.stats)
+        if work.empty:
+            return
+        info.raw = True
         self.display.learn(work.carried)
         whole = self.whole[key]
         size = self.interval_ns
@@ -235,6 +207,59 @@ class Comparer:
             if mask.any():
                 tally.add_copies(cdur[mask], work.copy_bytes[mask])
         self._busy(key, starts, ends)
+
+    def _add_stats(self, key: RankKey, stats: StatsWork) -> None:
+        """Fold one batch's statistics rows into the rank's statistics tallies (module docstring)."""
+        whole = self.stats_whole[key]
+        spans = stats.spans()
+        for start, end in spans:
+            self.stats_interval_ns = nest(self.interval_ns, self.stats_interval_ns, end - start)
+        n_names = len(self.codes.keys_)
+        if stats.kernels:
+            codes = self._codes([row[2] for row in stats.kernels])
+            n_names = len(self.codes.keys_)
+            counts = np.array([row[3] for row in stats.kernels], np.int64)
+            ns = np.array([row[4] for row in stats.kernels], np.int64)
+            measured = np.array([row[5] for row in stats.kernels], np.int64)
+            estimated = np.array([row[6] for row in stats.kernels], bool)
+            starts = np.array([row[0] for row in stats.kernels], np.int64)
+            whole.add_stat_kernels(codes, ns, measured, estimated, counts, self._nccl, n_names)
+            for index in np.unique(starts // self.interval_ns).tolist():
+                mask = starts // self.interval_ns == index
+                tally = self._stats_tally(index, key)
+                if tally is None:
+                    # a rank with raw records is not compared on its statistics: not late for it
+                    self.late_events += 0 if self.ranks[key].raw else int(mask.sum())
+                else:
+                    picked = (codes[mask], ns[mask], measured[mask], estimated[mask], counts[mask])
+                    tally.add_stat_kernels(*picked, self._nccl, n_names)
+        for start, _, ns_, nbytes in stats.copies:
+            for tally in (whole, self._stats_tally(start // self.interval_ns, key)):
+                if tally is not None:
+                    tally.copy_ns += ns_
+                    tally.copy_bytes += nbytes
+        for start, _, busy, scaled in stats.gpu:
+            for tally in (whole, self._stats_tally(start // self.interval_ns, key)):
+                if tally is not None:
+                    tally.busy_ns += busy
+                    tally.estimated |= scaled
+        for start, end in spans:
+            whole.reach(start, end)
+            assert whole.seen is not None
+            whole.seen.add(start, end - start)
+            tally = self._stats_tally(start // self.interval_ns, key)
+            if tally is not None:
+                tally.reach(start, end)
+
+    def _stats_tally(self, index: int, key: RankKey) -> Tally | None:
+        """The rank's statistics tally of interval ``index``; None when it is closed (late)."""
+        interval = self._interval(index)
+        if interval is None:
+            return None
+        tally = interval.stats.get(key)
+        if tally is None:
+            tally = interval.stats[key] = Tally(busy=False, statistics=True)
+        return tally
 
     def _codes(self, names: list[str]) -> np.ndarray:
         codes = self.codes.codes(names, len(names))
@@ -301,13 +326,38 @@ class Comparer:
             assert tally.busy is not None
             tally.busy_ns = tally.busy.total_ns
             self.whole[key].busy_ns += tally.busy_ns
-        tallies = {key: interval.tallies.get(key) or Tally(busy=True) for key in self.compared()}
+        picked = {key: self._pick(interval, key) for key in self.compared()}
+        tallies = {key: tally for key, tally in picked.items() if tally is not None}
         lo, hi = _reach(tallies.values())
         result = self._result(interval.start, interval.end, hi - lo, tallies)
         for flagged in {f.rank for f in result.flags}:
             key = next(k for k in self.ranks if rank_label(k) == flagged)
             self.flagged_intervals[key] = self.flagged_intervals.get(key, 0) + 1
         self.on_interval(result)
+
+    def _pick(self, interval: _Interval, key: RankKey) -> Tally | None:
+        """The rank's raw tally where it has raw records (so far), else its statistics tally; None
+        for a statistics rank without statistics in the interval: the collector traced none of it
+        (a budget-mode gap), which says nothing of its work, so it is left out, not counted 0."""
+        if self.ranks[key].raw:
+            return interval.tallies.get(key) or Tally(busy=True)
+        return interval.stats.get(key)
+
+    def _whole(self, key: RankKey) -> Tally:
+        """The rank's whole-span tally. From statistics with gaps (intervals inside its span without
+        statistics), scaled to the whole span, so a gap is not read as a rank doing less."""
+        if self.ranks[key].raw:
+            return self.whole[key]
+        tally = self.stats_whole[key]
+        seen = tally.seen
+        if seen is None or not seen.count or tally.lo is None or tally.hi is None:
+            return tally
+        span = round((tally.hi - tally.lo) / seen.length)
+        if span <= seen.count:
+            return tally
+        scaled = tally.scaled(span / seen.count)
+        scaled.gaps = (seen.count, span)
+        return scaled
 
     def compared(self) -> list[RankKey]:
         """The processes compared so far: those that did GPU work, and only ranks when some have one."""
@@ -325,7 +375,7 @@ class Comparer:
             if not info.worked:
                 why.append("no GPU work over the span (no kernel, copy or memset)")
             if why:
-                tally = self.whole[key]
+                tally = self._whole(key)
                 out.append(
                     {"rank": rank_label(key), "hosts": sorted(info.hosts), "pids": sorted(info.pids),
                      "kernels": tally.kernels, "copy_bytes": tally.copy_bytes, "reason": "; ".join(why)}
@@ -388,6 +438,7 @@ class Comparer:
                     "copy_bytes": tally.copy_bytes,
                     "kernels": tally.kernels,
                     "top_kernels": {name: int(mine[i]) for name, i in zip(names, top.tolist(), strict=True)},
+                    "basis": tally.basis(),
                 }
             )
         return IntervalResult(start, end, span, rows, flag_all(rows, self.rule, work), names)
@@ -397,7 +448,7 @@ class Comparer:
         for index in sorted(self._open):
             self._close(index)
         keys = self.compared()
-        whole = {key: self.whole[key] for key in keys}
+        whole = {key: self._whole(key) for key in keys}
         lo, hi = _reach(whole.values())
         total = self._result(lo, hi, hi - lo, whole)
         return CompareResult(
@@ -410,6 +461,7 @@ class Comparer:
             interval_ns=self.interval_ns,
             ignored=self.ignored(),
             shared_devices=self.shared_devices(keys),
+            statistics_interval_ns=None if all(self.ranks[k].raw for k in keys) else self.stats_interval_ns,
         )
 
     def _outliers(self, flags: Sequence[Flag], keys: list[RankKey]) -> list[dict[str, Any]]:
@@ -419,7 +471,7 @@ class Comparer:
         ns = np.zeros((len(keys), n), np.int64)
         counts = np.zeros((len(keys), n), np.int64)
         for row, key in enumerate(keys):
-            tally = self.whole[key]
+            tally = self._whole(key)
             ns[row, : len(tally.kernel_ns)] = tally.kernel_ns[:n]
             counts[row, : len(tally.kernel_count)] = tally.kernel_count[:n]
         median_ns = np.median(ns, axis=0)

@@ -1,8 +1,9 @@
 """``cuptistream compare``'s command: options checked, recordings opened, writer and plots chosen.
 
 Every mistake is a ``UserError`` (one line, exit 2): a bad ``--interval``, ``--lateness``,
-``--threshold`` or ``--min-diff``, a path or pattern that holds no recording, ``--plot`` without
-matplotlib, an unwritable ``-o``.
+``--threshold`` or ``--min-diff``, an ``--interval`` that does not hold whole statistics intervals
+(``compare_stats.StatisticsIntervalError``, raised when the first statistics are read), a path or
+pattern that holds no recording, ``--plot`` without matplotlib, an unwritable ``-o``.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
             "intervals": result.intervals,
             "batches": result.batches,
             "late_events": result.late_events,
+            "statistics_interval_ns": result.statistics_interval_ns,
             "ranks": len(result.total.rows),
             "names": "mangled" if args.mangled else "demangled",
             "torn_tails": [t.describe() for t in recordings.torn_tails],

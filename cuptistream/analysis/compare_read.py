@@ -1,9 +1,10 @@
 """What ``cuptistream compare`` reads of a batch: its GPU work, as columns (``GpuWork``).
 
 ``DECODER`` decodes a file-sink batch into Structs with only the fields compare needs (kernels,
-copies and memsets; every other family decodes to an empty Struct whose fields msgspec skips), so a
-recording is read faster than the summary reads it. Batches from Kafka or JSON Lines arrive as the
-full Structs of ``cuptistream.events`` and take a slower path with the same result.
+copies, memsets and the statistics events of ``compare_stats``; every other family decodes to an
+empty Struct whose fields msgspec skips), so a recording is read faster than the summary reads it.
+Batches from Kafka or JSON Lines arrive as the full Structs of ``cuptistream.events`` and take a
+slower path with the same result.
 """
 
 from __future__ import annotations
@@ -19,11 +20,20 @@ import numpy as np
 
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import take, within
+from cuptistream.analysis.compare_stats import (
+    STATS,
+    STATS_TAGS,
+    CActivityStats,
+    CGpuStats,
+    StatsWork,
+    stats_work,
+)
 from cuptistream.analysis.records import Part, tag_of
 from cuptistream.analysis.select import Selection
 
 NONE, KERNEL, MEMCPY, MEMSET, GRAPH = range(5)
 _GPU_OF_TAG = {"kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "graph_launch": GRAPH}
+_GPU_OF_TAG.update(dict.fromkeys(STATS_TAGS, STATS))
 
 
 class _C(msgspec.Struct, tag_field="type", kw_only=True, gc=False):
@@ -71,7 +81,7 @@ _OTHERS = tuple(
     if tag not in _GPU_OF_TAG
 )
 DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
-    list[Union[(CKernel, CMemcpy, CMemset, CGraphLaunch, *_OTHERS)]]  # type: ignore[valid-type]
+    list[Union[(CKernel, CMemcpy, CMemset, CGraphLaunch, CActivityStats, CGpuStats, *_OTHERS)]]  # type: ignore[valid-type]
 )
 
 _gpu = operator.attrgetter("gpu")
@@ -98,9 +108,11 @@ class GpuWork:
     memset_start: np.ndarray
     memset_end: np.ndarray
     carried: list[Any]  # kernels that carry ``demangled_name`` (recorded with ``demangle: true``)
+    stats: StatsWork | None = None  # the batch's statistics events (``compare_stats``)
 
     @property
     def empty(self) -> bool:
+        """No raw GPU record (the batch may still hold statistics)."""
         return not (len(self.kernel_start) or len(self.copy_start) or len(self.memset_start))
 
 
@@ -152,6 +164,9 @@ def gpu_work(part: Part, selection: Selection, first: int) -> GpuWork | None:
         ks, ke = np.concatenate([ks, gs]), np.concatenate([ke, ge])
         names += [f"CUDA graph {g.graph_id}" for g in graphs]
     starts_all = [a.min() for a in (ks, cs, ms) if len(a)]
+    stats = stats_work(take(events, np.flatnonzero(kinds == STATS)), off, selection)
+    if stats is not None:  # ordered by its earliest interval start, as raw work by its earliest start
+        starts_all.append(stats.first)
     return GpuWork(
         resource=part.resource,
         first=int(min(starts_all)) if starts_all else first,
@@ -164,6 +179,7 @@ def gpu_work(part: Part, selection: Selection, first: int) -> GpuWork | None:
         memset_start=ms,
         memset_end=me,
         carried=[k for k in kernels if getattr(k, "demangled_name", None)] if _any_carried(kernels) else [],
+        stats=stats,
     )
 
 

@@ -32,6 +32,7 @@ COLUMNS = [
     "copy_ns",
     "copy_bytes",
     "kernels",
+    "basis",
 ]
 
 
@@ -101,6 +102,7 @@ class TextWriter:
                 + "; ".join(f"{i['rank']} ({i['reason']})" for i in result.ignored)
                 + "\n"
             )
+        _statistics_line(out, result)
         for d in result.shared_devices:
             out.write(
                 f"shared GPU {d['uuid']}{' (' + d['name'] + ')' if d['name'] else ''} by "
@@ -138,6 +140,18 @@ class TextWriter:
             out.write(
                 f"\n{meta['late_events']} events came after their interval closed (in the whole span only)\n"
             )
+
+
+def _statistics_line(out: TextIO, result: CompareResult) -> None:
+    """One line per basis other than raw records: which ranks, and how their intervals were summed."""
+    by_basis: dict[str, list[str]] = {}
+    for r in result.total.rows:
+        if r["basis"] != "records":
+            by_basis.setdefault(r["basis"], []).append(r["rank"])
+    size = result.statistics_interval_ns
+    for basis, ranks in by_basis.items():
+        summed = f", {_duration(size)} intervals summed into {_duration(result.interval_ns)}" if size else ""
+        out.write(f"from the collector's statistics, not raw records: {', '.join(ranks)}: {basis}{summed}\n")
 
 
 def _short(name: str, width: int = 100) -> str:

@@ -7,6 +7,11 @@ intervals that ended ``lateness`` before the Unix clock now (events carry Unix t
 batch's clock reading), so a quiet topic still gets its intervals compared. It runs until SIGINT
 (Ctrl-C), then compares the whole span.
 
+The topic may carry raw records or the collector's statistics (msgpack batches or ``jsonl`` rows,
+both decoded to full Structs): ``compare_read.gpu_work`` takes both, so following needs nothing of
+its own for statistics. They reach the topic only once the collector closes their interval (about
+3 s after its end, plus the sink's flush): ``lateness`` must stay above that delay.
+
 ``FollowWriter`` prints one line when a rank becomes an outlier in an interval, with the likely
 cause, and one when it no longer is; the whole span's tables at the end.
 

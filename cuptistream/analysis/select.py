@@ -104,7 +104,12 @@ def _times(events: Iterable[Any]) -> Iterable[int]:
     for event in events:
         if type(event).__name__ == "SelfStats":  # Unix-epoch ns, not the event clock
             continue
-        # No family has both; the summary's Structs answer 0 for a start they lack.
-        start = getattr(event, "start", None) or getattr(event, "timestamp", None)
+        # No family has two; the summary's Structs answer 0 for a start they lack. Statistics events
+        # have an interval: a recording of statistics alone must still anchor --since/--until.
+        start = (
+            getattr(event, "start", None)
+            or getattr(event, "timestamp", None)
+            or getattr(event, "interval_start", None)
+        )
         if start:  # 0 means "not recorded" in a few families
             yield start
