@@ -24,9 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import msgspec
-
-from cuptistream.analysis.records import tag_of
+from cuptistream.analysis.records import LActivityStats, LGpuStats, tag_of
 from cuptistream.analysis.select import Selection
 from cuptistream.errors import UserError
 
@@ -34,34 +32,13 @@ STATS_TAGS = ("activity_stats", "gpu_stats")
 STATS = 5  # the kind ``compare_read.gpu_work`` gives statistics events (after its raw GPU kinds)
 
 
-class _S(msgspec.Struct, tag_field="type", kw_only=True, gc=False):
+# The summary's light Structs (``analysis.records``), tagged into ``compare_read``'s union by ``gpu``.
+class CActivityStats(LActivityStats, tag="activity_stats"):
     gpu: ClassVar[int] = STATS
 
 
-class CActivityStats(_S, tag="activity_stats"):
-    interval_start: int
-    interval_end: int
-    device_id: int
-    category: str
-    name: str
-    count: int
-    total_ns: int
-    traced_ns: int
-    estimated: bool = False
-    estimated_count: int = 0
-    estimated_total_ns: int = 0
-    bytes: int = 0
-    estimated_bytes: int = 0
-
-
-class CGpuStats(_S, tag="gpu_stats"):
-    interval_start: int
-    interval_end: int
-    device_id: int
-    traced_ns: int
-    busy_ns: int
-    busy_fraction: float
-    estimated: bool = False
+class CGpuStats(LGpuStats, tag="gpu_stats"):
+    gpu: ClassVar[int] = STATS
 
 
 @dataclass

@@ -170,6 +170,7 @@ class LGpuStats(Light, tag="gpu_stats"):
     device_id: int
     traced_ns: int
     busy_ns: int
+    busy_fraction: float
     kernel_ns: int
     nccl_ns: int
     estimated: bool = False
