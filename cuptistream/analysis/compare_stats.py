@@ -6,8 +6,9 @@ where only part of the interval was traced, ``estimated_*`` values scaled to the
 takes the ``estimated_*`` values (they equal the measured ones where everything was traced), so a
 rank traced 3 % of the time is compared on the same scale as a rank traced throughout.
 
-``CActivityStats`` and ``CGpuStats`` are the light Structs of ``compare_read.DECODER`` (the fields
-compare needs; msgspec skips the rest, the histogram included). ``stats_work`` turns a batch's
+``CActivityStats`` and ``CGpuStats`` are the summary's light Structs (``analysis.records``: the
+fields the views read; msgspec skips the rest, the histogram's buckets included), tagged for
+``compare_read.DECODER``. ``stats_work`` turns a batch's
 statistics into ``StatsWork`` rows in Unix ns; it takes light and full Structs alike (files, Kafka).
 
 GPU busy: ``GpuStats.busy_ns`` is the busy union within the traced time only. Where the interval
