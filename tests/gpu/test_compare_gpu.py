@@ -7,7 +7,9 @@ rank launches) first among the kernels that take longer on it; a run without inj
 nobody. The stated cause may be compute time (on the work basis: the four ranks share one GPU, which
 time-slices them, so ``compare`` says so in ``shared_devices``) or a different kernel count: the
 injected work shows as extra kernels either way. torchrun's launcher process (no rank, no GPU work)
-is listed in ``ignored``, not compared. About 4 minutes in all.
+is listed in ``ignored``, not compared. Each check runs in ``full`` mode (raw records) and in always-on
+mode (``configs/production.yaml``: statistics from budget windows, every rank's numbers estimates).
+About 8 minutes in all.
 
 ``check_clean`` and ``check_slow`` are the assertions; ``tests/test_compare.py`` runs them on the
 recorded results of the first H100 run (``bench/results/2026-11-25-h100/final``).
@@ -30,11 +32,15 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "configs" / "default.yaml"
+# ``full`` records every kernel; ``always-on`` is configs/production.yaml: budget windows of about 1 %
+# of the time, statistics only, so ``compare`` works from estimates and needs a longer run.
+MODES = {
+    "full": (ROOT / "configs" / "default.yaml", 20, "5s"),
+    "always-on": (ROOT / "configs" / "production.yaml", 40, "10s"),
+}
 WORKLOAD = ROOT / "tests" / "gpu" / "workloads" / "slow_rank.py"
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 SLOW_RANK = 2
-SECONDS = 20
 
 
 def _env() -> dict[str, str]:
@@ -48,19 +54,20 @@ def _torchrun() -> list[str]:
     return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def _run(tmp_path: Path, slowdown: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _run(tmp_path: Path, slowdown: float, mode: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     pytest.importorskip("torch")
+    config, seconds, interval = MODES[mode]
     out, info = tmp_path / "rec", tmp_path / "workload"
     run = subprocess.run(
-        [*CLI, "run", "-c", str(CONFIG), "-o", str(out), "--quiet", "--", *_torchrun(), "--standalone",
+        [*CLI, "run", "-c", str(config), "-o", str(out), "--quiet", "--", *_torchrun(), "--standalone",
          "--nproc_per_node=4", str(WORKLOAD), "--slow-rank", str(SLOW_RANK), "--slowdown", str(slowdown),
-         "--seconds", str(SECONDS), "--out", str(info)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=180,
+         "--seconds", str(seconds), "--out", str(info)],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     result_path = tmp_path / "compare.json"
     compare = subprocess.run(
-        [*CLI, "compare", str(out), "--interval", "5s", "--format", "json", "-o", str(result_path)],
+        [*CLI, "compare", str(out), "--interval", interval, "--format", "json", "-o", str(result_path)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert compare.returncode == 0, compare.stderr[-3000:]
@@ -68,7 +75,7 @@ def _run(tmp_path: Path, slowdown: float) -> tuple[dict[str, Any], list[dict[str
     ranks = [json.loads((info / f"rank{r}.json").read_text()) for r in range(4)]
     if results := os.environ.get("CUPTISTREAM_GPU_RESULTS"):
         Path(results).mkdir(parents=True, exist_ok=True)
-        name = f"compare_slow_rank_{round(100 * slowdown)}.json"
+        name = f"compare_{mode}_slow_rank_{round(100 * slowdown)}.json"
         (Path(results) / name).write_text(json.dumps({"workload": ranks, "compare": result}, indent=1))
     return result, ranks
 
@@ -88,7 +95,7 @@ def check_clean(result: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
     assert result["total"]["flags"] == [], result["total"]["flags"]
 
 
-def check_slow(result: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
+def check_slow(result: dict[str, Any], ranks: list[dict[str, Any]], estimated: bool = False) -> None:
     _job(result)
     slow = ranks[SLOW_RANK]
     assert slow["n_extra"] >= 1 and slow["injected_matmuls"] == slow["n_extra"] * slow["steps"] + 21
@@ -100,15 +107,31 @@ def check_slow(result: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
     assert high & {"compute_ns", "kernels"}, outlier["metrics"]
     assert outlier["cause"].startswith("straggler") or "different number of kernels" in outlier["cause"]
     top = outlier["kernels_longer"][0]
-    # The injected kernel: only the slow rank launches it, once or more per injected matmul.
-    assert top["median_count"] == 0 and top["rank_count"] >= slow["injected_matmuls"], top
+    # The injected kernel: only the slow rank launches it, once or more per injected matmul. From
+    # statistics the count is an estimate scaled from about 1 % of the time: within 30 %.
+    least = 0.7 * slow["injected_matmuls"] if estimated else slow["injected_matmuls"]
+    assert top["median_count"] == 0 and top["rank_count"] >= least, top
     assert top["median_ns"] == 0 and top["diff_ns"] == top["rank_ns"] > 0, top
 
 
-def test_no_injection_flags_nobody(tmp_path: Path) -> None:
-    check_clean(*_run(tmp_path, 0.0))
+def _statistics_only(result: dict[str, Any]) -> None:
+    """Always-on mode: every rank was compared from the collector's statistics, as estimates."""
+    for row in result["total"]["ranks"]:
+        assert row["basis"].startswith("statistics (estimated"), row
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_no_injection_flags_nobody(tmp_path: Path, mode: str) -> None:
+    result, ranks = _run(tmp_path, 0.0, mode)
+    check_clean(result, ranks)
+    if mode == "always-on":
+        _statistics_only(result)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("slowdown", [0.05, 0.10, 0.20])
-def test_names_the_slow_rank_and_the_injected_kernel(tmp_path: Path, slowdown: float) -> None:
-    check_slow(*_run(tmp_path, slowdown))
+def test_names_the_slow_rank_and_the_injected_kernel(tmp_path: Path, slowdown: float, mode: str) -> None:
+    result, ranks = _run(tmp_path, slowdown, mode)
+    check_slow(result, ranks, estimated=mode == "always-on")
+    if mode == "always-on":
+        _statistics_only(result)

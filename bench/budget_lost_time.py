@@ -1,0 +1,232 @@
+"""What always-on mode (``configs/production.yaml``) costs W1-W4, read from the program's own block
+times around each activity window, with the method's null measured in the same process (issue 26).
+
+Run on the GPU machine (torch, cupti-python and cuptistream importable)::
+
+    python bench/budget_lost_time.py --workloads W1,W2,W3,W4 --sessions 5 --seconds 25 --out lost.json
+
+Each session is its own process (a session started and stopped inside a process leaves CUPTI
+detached mid-run, which costs the blocks after it; see bench/budget_overhead.py). In it:
+
+1. the workload (bench/workloads.py) is built and warmed up;
+2. ``--base`` seconds of blocks run with no session: the **null**. Pretend windows are laid on them
+   at the spacing the session's real windows had, and valued exactly like real ones;
+3. ``cuptistream.session(config)`` starts (probe in this process, collector in its own, as
+   ``cuptistream run`` has it), ``--settle`` seconds pass, then ``--seconds`` of blocks run;
+4. the activity source's budget windows, as its throttle recorded them, are valued by
+   ``lost_time.window_cost``: each block that overlaps a window's span (0.2 s before it opens to 2 s
+   after its cost was measured) counts its time above the median of the untouched blocks within 5 s.
+   The sum over the session's time is the cost.
+
+A second null comes from the session itself: pretend windows in the middle of the gaps between real
+windows' spans (the untouched time), valued with the real windows marked as touched.
+
+The method sees what happens near windows. Between windows the probe holds CUPTI with no activity
+kind enabled and the collector runs on other cores; a cost spread evenly over the session would not
+show here, so the JSON also keeps the block time between windows over the base part's (same
+process, a minute apart: a drift check, not a resolved cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lost_time import window_cost
+
+ROOT = Path(__file__).resolve().parent.parent
+BEFORE_S, AFTER_S = 0.2, 2.0  # window_cost's span around each window
+
+
+def timed_blocks(block: Any, n: int, seconds: float) -> list[tuple[float, float]]:
+    """(end, duration) in time.monotonic seconds of each block of ``n`` iterations, for ``seconds``."""
+    import torch
+
+    out: list[tuple[float, float]] = []
+    end = time.monotonic() + seconds
+    while (t0 := time.monotonic()) < end:
+        block(n)
+        torch.cuda.synchronize()
+        t1 = time.monotonic()
+        out.append((t1, t1 - t0))
+    return out
+
+
+def spans(windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    return [(closed - length - BEFORE_S, closed + AFTER_S) for closed, length in windows]
+
+
+def gap_windows(windows: list[tuple[float, float]], start: float, stop: float) -> list[tuple[float, float]]:
+    """Pretend windows in the middle of the untouched time between real windows' spans, each as long
+    as the real window before it; only where the gap holds the pretend span and 0.2 s either side."""
+    out = []
+    edges = [(start, start), *spans(windows), (stop, stop)]
+    lengths = [windows[0][1] if windows else 0.1] + [w for _, w in windows]
+    for (_, gap_lo), (gap_hi, _), length in zip(edges, edges[1:], lengths, strict=False):
+        width = length + BEFORE_S + AFTER_S
+        if gap_hi - gap_lo >= width + 0.4:
+            middle_lo = (gap_lo + gap_hi - width) / 2
+            out.append((middle_lo + BEFORE_S + length, length))
+    return out
+
+
+def null_in_gaps(blocks: list[tuple[float, float]], windows: list[tuple[float, float]]) -> tuple[float, int]:
+    """The pretend gap windows' lost time over the session's time, scaled to as many windows as were
+    real (the real windows count as touched, so their blocks are nobody's baseline)."""
+    if not blocks or not windows:
+        return 0.0, 0
+    pretend = gap_windows(windows, blocks[0][0] - blocks[0][1], blocks[-1][0])
+    if not pretend:
+        return 0.0, 0
+    _, lost = window_cost(blocks, pretend + windows, BEFORE_S, AFTER_S)
+    total = sum(d for _, d in blocks)
+    return sum(lost[: len(pretend)]) / total * len(windows) / len(pretend), len(pretend)
+
+
+def null_in_base(
+    blocks: list[tuple[float, float]], windows: list[tuple[float, float]], session_s: float
+) -> float:
+    """Pretend windows on the base part at the density of the real ones (random phase)."""
+    if not blocks or not windows:
+        return 0.0
+    t0, t1 = blocks[0][0], blocks[-1][0]
+    count = max(1, round(len(windows) * (t1 - t0) / session_s))
+    lengths = [w for _, w in windows]
+    pretend = sorted(
+        (random.uniform(t0 + 1.0, max(t0 + 1.0, t1 - AFTER_S)), random.choice(lengths)) for _ in range(count)
+    )
+    cost, _ = window_cost(blocks, pretend, BEFORE_S, AFTER_S)
+    return cost
+
+
+def between(blocks: list[tuple[float, float]], windows: list[tuple[float, float]]) -> list[float]:
+    """Durations of the blocks that overlap no window's span."""
+    sp = spans(windows)
+    return [d for end, d in blocks if not any(end - d < hi and end > lo for lo, hi in sp)]
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from workloads import DEFAULT_BLOCK, WORKLOADS
+
+    import cuptistream
+    from cuptistream.config import load
+
+    block, n = WORKLOADS[args.workload](), DEFAULT_BLOCK[args.workload]
+    timed_blocks(block, n, args.warmup)
+    base = timed_blocks(block, n, args.base)
+    session = cuptistream.session(load(args.config), quiet=True).start()
+    timed_blocks(block, n, args.settle)
+    blocks = timed_blocks(block, n, args.seconds)
+    torch.cuda.synchronize()
+    governor = session.governor
+    throttles = [t for t in (governor.throttles if governor else ()) if t.source.startswith("activity")]
+    history = [(closed, cost) for t in throttles for closed, cost in t.history]
+    plan = throttles[0].plan if throttles else None
+    report = session.stop()
+    first = blocks[0][0] - blocks[0][1]
+    # Windows measured inside the timed part (their spans may reach past its ends: those still count).
+    windows = [(closed, max(c.open_s, c.elapsed_s)) for closed, c in history if closed + AFTER_S > first]
+    cost, lost = window_cost(blocks, windows, BEFORE_S, AFTER_S)
+    gaps, gap_count = null_in_gaps(blocks, windows)
+    quiet = between(blocks, windows)
+    base_median = statistics.median(d for _, d in base)
+    return {
+        "workload": args.workload,
+        "seconds": args.seconds,
+        "windows": len(windows),
+        "window_cost": cost,
+        "null_base": null_in_base(base, windows, args.seconds),
+        "null_gaps": gaps,
+        "null_gap_windows": gap_count,
+        "lost_s_per_window": lost,
+        "window_open_s": [round(c.open_s, 4) for closed, c in history if closed + AFTER_S > first],
+        "charged_s": sum(c.total_s for closed, c in history if closed + AFTER_S > first),
+        "expected_cost": throttles[0].expected_cost(plan) if throttles and plan else None,
+        "plan": {"window_s": plan.window_s, "pause_s": plan.pause_s} if plan else None,
+        "block_median_s": {
+            "base": base_median,
+            "between_windows": statistics.median(quiet) if quiet else None,
+        },
+        "between_over_base": (statistics.median(quiet) / base_median - 1) if quiet else None,
+        "blocks": len(blocks),
+        "report": report.summary() if report else None,
+    }
+
+
+def run_sessions(workload: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    out = []
+    for i in range(args.sessions):
+        with tempfile.TemporaryDirectory() as tmp:
+            result_path = Path(tmp) / "result.json"
+            cmd = [sys.executable, __file__, "--child", "--workloads", workload, "--seconds", str(args.seconds),
+                   "--base", str(args.base), "--settle", str(args.settle), "--warmup", str(args.warmup),
+                   "--config", str(args.config), "--out", str(result_path)]  # fmt: skip
+            done = subprocess.run(
+                cmd, cwd=tmp, capture_output=True, text=True, timeout=args.seconds + args.base + 180
+            )
+            if done.returncode != 0 or not result_path.exists():
+                print(f"{workload} session {i}: exit {done.returncode}: {done.stderr[-1500:]}", flush=True)
+                continue
+            result = json.loads(result_path.read_text())
+        out.append(result)
+        print(f"{workload} session {i}: cost {100 * result['window_cost']:+.3f}% in {result['windows']} windows, "
+              f"null base {100 * result['null_base']:+.3f}% gaps {100 * result['null_gaps']:+.3f}%, "
+              f"governor expected {100 * (result['expected_cost'] or 0):.2f}%", flush=True)  # fmt: skip
+    return out
+
+
+def summarize(sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    def mmm(key: str) -> dict[str, float]:
+        values = [s[key] for s in sessions if s[key] is not None]
+        if not values:
+            return {}
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+    return {"sessions": len(sessions), **{k: mmm(k) for k in
+            ("window_cost", "null_base", "null_gaps", "expected_cost", "between_over_base")}}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="W1,W2,W3,W4")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "production.yaml")
+    parser.add_argument("--sessions", type=int, default=5, help="processes per workload (default 5)")
+    parser.add_argument("--seconds", type=float, default=25.0, help="timed seconds under the session")
+    parser.add_argument("--base", type=float, default=12.0, help="seconds of the null before the session")
+    parser.add_argument("--settle", type=float, default=1.0)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--out", type=Path, default=Path("budget_lost_time.json"))
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.config = args.config.resolve()
+    if args.child:
+        sys.path.insert(0, str(ROOT / "bench"))
+        args.out.write_text(json.dumps(child(args), default=str))
+        return 0
+    results = {}
+    for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
+        sessions = run_sessions(workload, args)
+        results[workload] = {"summary": summarize(sessions), "sessions": sessions}
+        s = results[workload]["summary"]
+        if sessions:
+            print(f"{workload}: cost median {100 * s['window_cost']['median']:+.3f}% "
+                  f"[{100 * s['window_cost']['min']:+.3f} .. {100 * s['window_cost']['max']:+.3f}], null base "
+                  f"{100 * s['null_base']['median']:+.3f}% gaps {100 * s['null_gaps']['median']:+.3f}%", flush=True)  # fmt: skip
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
+                                       indent=1, default=str))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
