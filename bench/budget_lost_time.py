@@ -121,7 +121,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import cuptistream
     from cuptistream.config import load
 
-    block, n = WORKLOADS[args.workload](), DEFAULT_BLOCK[args.workload]
+    block, n = WORKLOADS[args.workloads](), DEFAULT_BLOCK[args.workloads]
     timed_blocks(block, n, args.warmup)
     base = timed_blocks(block, n, args.base)
     session = cuptistream.session(load(args.config), quiet=True).start()
@@ -141,7 +141,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     quiet = between(blocks, windows)
     base_median = statistics.median(d for _, d in base)
     return {
-        "workload": args.workload,
+        "workload": args.workloads,
         "seconds": args.seconds,
         "windows": len(windows),
         "window_cost": cost,

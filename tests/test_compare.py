@@ -17,7 +17,7 @@ from cuptistream import events as ev
 from cuptistream.analysis.compare import Comparer, IntervalResult
 from cuptistream.analysis.compare_read import GpuWork
 from cuptistream.analysis.compare_report import JsonWriter, TextWriter
-from cuptistream.analysis.outliers import METRICS, Rule, flag
+from cuptistream.analysis.outliers import METRICS, Rule, flag, work_basis
 from cuptistream.cli import main
 from cuptistream.cupti.names import demangle
 from tests.helpers.fixture_recording import batches
@@ -457,3 +457,22 @@ def test_gpu_acceptance_checks_on_the_recorded_h100_runs(percent: int) -> None:
         check_clean(result, workload)
     else:
         check_slow(result, workload)
+
+
+def test_work_basis_allows_for_the_spread_of_estimated_counts() -> None:
+    """Four ranks doing the same work on one GPU, compared from budget-window estimates (as on the
+    H100: rank 0's estimated count of the main kernel came out 7 % above the median rank's, its time
+    10 % above from time-slicing). Estimated, that is still the same work: the median rank's time
+    counts; measured exactly, a 7 % difference in launches is different work: its own time counts."""
+    counts = np.array([[24_435], [22_840], [22_700], [22_980]])
+    ns = np.array([[22_000], [20_000], [19_900], [20_100]])
+    nccl = np.array([False])
+    rule = Rule()
+    estimated = work_basis(ns, counts, nccl, [0, 1, 2, 3], rule, [True] * 4)
+    measured = work_basis(ns, counts, nccl, [0, 1, 2, 3], rule)
+    median_ns = float(np.median(ns))
+    assert estimated[0]["compute_ns"] == median_ns
+    assert measured[0]["compute_ns"] == 22_000
+    # Past the tolerance an estimate is different work too.
+    counts[0, 0] = round(22_840 * (1 + rule.estimate_tolerance) + 100)
+    assert work_basis(ns, counts, nccl, [0], rule, [True])[0]["compute_ns"] == 22_000

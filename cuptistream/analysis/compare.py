@@ -414,7 +414,9 @@ class Comparer:
         keys = list(tallies)
         work = {
             rank_label(keys[row]): values
-            for row, values in work_basis(matrix, counts, self._nccl[:n], shared, self.rule).items()
+            for row, values in work_basis(
+                matrix, counts, self._nccl[:n], shared, self.rule, [t.estimated for t in tallies.values()]
+            ).items()
         }
         top = np.argsort(-matrix.sum(axis=0), kind="stable")[: self.top]
         top = top[matrix.sum(axis=0)[top] > 0]
