@@ -14,8 +14,8 @@ detached mid-run, which costs the blocks after it; see bench/budget_overhead.py)
 3. ``cuptistream.session(config)`` starts (probe in this process, collector in its own, as
    ``cuptistream run`` has it), ``--settle`` seconds pass, then ``--seconds`` of blocks run;
 4. the activity source's budget windows, as its throttle recorded them, are valued by
-   ``lost_time.window_cost``: each block that overlaps a window's span (0.2 s before it opens to 2 s
-   after its cost was measured) counts its time above the median of the untouched blocks within 5 s.
+   ``lost_time.window_cost``: each block that overlaps a window's span (0.2 s before it opens to 0.5 s
+   after its cost was measured) counts its time above the mean of the untouched blocks within 5 s.
    The sum over the session's time is the cost.
 
 A second null comes from the session itself: pretend windows in the middle of the gaps between real
@@ -44,7 +44,11 @@ from typing import Any
 from lost_time import window_cost
 
 ROOT = Path(__file__).resolve().parent.parent
-BEFORE_S, AFTER_S = 0.2, 2.0  # window_cost's span around each window
+# window_cost's span around each window: its records are flushed and priced before its cost is
+# measured (the span's end), so 0.5 s after that covers what is left; the baseline is the untouched
+# blocks' mean (their median reads block-time skew as lost time).
+BEFORE_S, AFTER_S = 0.2, 0.5
+BASELINE = "mean"
 
 
 def timed_blocks(block: Any, n: int, seconds: float) -> list[tuple[float, float]]:
@@ -87,7 +91,7 @@ def null_in_gaps(blocks: list[tuple[float, float]], windows: list[tuple[float, f
     pretend = gap_windows(windows, blocks[0][0] - blocks[0][1], blocks[-1][0])
     if not pretend:
         return 0.0, 0
-    _, lost = window_cost(blocks, pretend + windows, BEFORE_S, AFTER_S)
+    _, lost = window_cost(blocks, pretend + windows, BEFORE_S, AFTER_S, baseline=BASELINE)
     total = sum(d for _, d in blocks)
     return sum(lost[: len(pretend)]) / total * len(windows) / len(pretend), len(pretend)
 
@@ -95,17 +99,16 @@ def null_in_gaps(blocks: list[tuple[float, float]], windows: list[tuple[float, f
 def null_in_base(
     blocks: list[tuple[float, float]], windows: list[tuple[float, float]], session_s: float
 ) -> float:
-    """Pretend windows on the base part at the density of the real ones (random phase)."""
+    """As many pretend windows as were real, laid on the base part (evenly, at a random phase),
+    their lost time over the session's time: what the estimator reads where nothing happened."""
     if not blocks or not windows:
         return 0.0
     t0, t1 = blocks[0][0], blocks[-1][0]
-    count = max(1, round(len(windows) * (t1 - t0) / session_s))
-    lengths = [w for _, w in windows]
-    pretend = sorted(
-        (random.uniform(t0 + 1.0, max(t0 + 1.0, t1 - AFTER_S)), random.choice(lengths)) for _ in range(count)
-    )
-    cost, _ = window_cost(blocks, pretend, BEFORE_S, AFTER_S)
-    return cost
+    step = (t1 - t0) / len(windows)
+    phase = random.uniform(0.0, step)
+    pretend = [(t0 + phase + k * step, length) for k, (_, length) in enumerate(windows)]
+    _, lost = window_cost(blocks, pretend, BEFORE_S, AFTER_S, baseline=BASELINE)
+    return sum(lost) / session_s
 
 
 def between(blocks: list[tuple[float, float]], windows: list[tuple[float, float]]) -> list[float]:
@@ -136,7 +139,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     first = blocks[0][0] - blocks[0][1]
     # Windows measured inside the timed part (their spans may reach past its ends: those still count).
     windows = [(closed, max(c.open_s, c.elapsed_s)) for closed, c in history if closed + AFTER_S > first]
-    cost, lost = window_cost(blocks, windows, BEFORE_S, AFTER_S)
+    cost, lost = window_cost(blocks, windows, BEFORE_S, AFTER_S, baseline=BASELINE)
     gaps, gap_count = null_in_gaps(blocks, windows)
     quiet = between(blocks, windows)
     base_median = statistics.median(d for _, d in base)
@@ -145,7 +148,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": args.seconds,
         "windows": len(windows),
         "window_cost": cost,
-        "null_base": null_in_base(base, windows, args.seconds),
+        "null_base": null_in_base(base, windows, sum(d for _, d in blocks)),
         "null_gaps": gaps,
         "null_gap_windows": gap_count,
         "lost_s_per_window": lost,

@@ -24,12 +24,15 @@ def window_cost(
     before: float = 0.2,
     after: float = 2.0,
     radius: float = 5.0,
+    baseline: str = "median",
 ) -> tuple[float, list[float]]:
     """The program's time lost around each sampling window, from the 10-step blocks: for every block
     that overlaps [open - ``before``, close + ``after``], its duration above the median of the
     untouched blocks within ``radius`` seconds of that span. ``windows`` are (close time, seconds open), as the
     governor's throttles keep them. Returns the lost time over the session's time, and the seconds
-    lost per window. Drift slower than ``radius`` cancels; so does the step time's own skew, which
+    lost per window. ``baseline="mean"`` takes the untouched blocks' mean instead: unbiased where
+    block times are skewed (a median baseline reads the skew as lost time; W1's blocks on the H100
+    read +2 % with no window at all). Drift slower than ``radius`` cancels; so does the step time's own skew, which
     the untouched blocks share."""
     if not blocks:
         return 0.0, []
@@ -53,7 +56,9 @@ def window_cost(
         ]
         if not near:
             continue
-        lost_per_window[which] += d - statistics.median(near)
+        lost_per_window[which] += d - (
+            statistics.fmean(near) if baseline == "mean" else statistics.median(near)
+        )
     return sum(lost_per_window) / sum(d for _, d in blocks), lost_per_window
 
 
@@ -121,11 +126,18 @@ def main() -> None:
             continue
         if not isinstance(steady, dict) or any("windows_by_source" not in x for x in steady["sessions"]):
             # Runs before 2026-11-23c kept no windows per source.
-            print(f"{path}: a --steady result without windows per source (an older run); skipped", file=sys.stderr)
+            print(
+                f"{path}: a --steady result without windows per source (an older run); skipped",
+                file=sys.stderr,
+            )
             continue
         for session in steady["sessions"]:
             total = long_run_total(session)
-            print(json.dumps({"file": path, "condition": session["condition"], "total": total, **long_run(session)}))
+            print(
+                json.dumps(
+                    {"file": path, "condition": session["condition"], "total": total, **long_run(session)}
+                )
+            )
 
 
 if __name__ == "__main__":
