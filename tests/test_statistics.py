@@ -22,6 +22,7 @@ from cuptistream.events import ActivityStats, Event, GpuStats, Histogram, Kernel
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
 from cuptistream.statistics import LATENESS_NS, Accumulator
 from cuptistream.statistics.histogram import DENSE, LOWEST, MAX_BUCKETS, SCALE, to_histogram
+from cuptistream.statistics.launch_rate import LaunchRate
 from tests.gpu.workloads.collect import Collect
 
 CAPTURES = ["exact_counts", "torch_train"]  # graph_trace holds no kernel, copy or memset records
@@ -352,3 +353,49 @@ def test_a_failure_in_the_statistics_turns_them_off_and_keeps_the_raw_events() -
     stream.close()
     assert sum(1 for e in sink.events if isinstance(e, Kernel)) == 560
     assert not any(isinstance(e, (ActivityStats, GpuStats)) for e in sink.events) and len(sink.errors) == 1
+
+
+def test_launch_rate_compares_calls_between_windows_with_calls_inside() -> None:
+    """Two 100 ms windows 5 s apart: 2,900 calls in each (29k/s), 155,000 ids in the 4.9 s gap
+    between them (31.6k/s), as W2 on the H100 (a launch-bound program launches more slowly while it
+    is traced)."""
+    rate = LaunchRate()
+    t0 = 1000 * SECOND
+    starts = t0 + np.arange(2900, dtype=np.int64) * (100_000_000 // 2900)
+    rate.add(starts, np.arange(1, 2901, dtype=np.int64))
+    second = 2900 + 155_000
+    rate.add(starts + 5 * SECOND, np.arange(second, second + 2900, dtype=np.int64))
+    inside = 2899 / int(starts[-1] - starts[0])
+    between = 155_000 / int(starts[0] + 5 * SECOND - starts[-1])
+    assert rate.correction(t0, t0 + 10 * SECOND) == pytest.approx(between / inside)
+    assert rate.correction(t0 + 10 * SECOND, t0 + 20 * SECOND) == 1.0  # no window began there
+    assert LaunchRate().correction(0, t0) == 1.0
+    one = LaunchRate()
+    one.add(starts, np.arange(1, 2901, dtype=np.int64))
+    assert one.correction(t0, t0 + 10 * SECOND) == 1.0  # one window: no gap to measure
+
+
+def test_estimated_counts_scale_the_untraced_time_at_the_rate_between_windows() -> None:
+    arrays, names = _arrays("exact_counts")
+    kernels = next(r for e, r in arrays if e == "kernel")
+    t0 = 1000 * 10 * SECOND
+    first, second = _shifted(kernels, t0 + SECOND), _shifted(kernels, t0 + 6 * SECOND)
+    ids = np.arange(1, len(kernels) + 1, dtype=np.int64)
+    first["correlation_id"] = ids
+    gap_ids = 40 * len(kernels)  # far more calls between the windows than their time alone implies
+    second["correlation_id"] = ids + len(kernels) + gap_ids
+    span = int(first["end"].max()) - (t0 + SECOND)
+    acc = Accumulator(10 * SECOND, 500, names)
+    for window, records, at in ((1, first, t0 + SECOND), (2, second, t0 + 6 * SECOND)):
+        acc.span(window, at, 0, ["concurrent_kernel"])
+        acc.add("kernel", records)
+        acc.buffer_done()
+        acc.span(window, at, at + span, ["concurrent_kernel"])
+    correction = acc.launches.correction(t0, t0 + 10 * SECOND)
+    assert correction > 1.5
+    out = acc.close()
+    rows = [s for s in out if isinstance(s, ActivityStats) and s.category == "kernel"]
+    traced, observed = 2 * span, 5 * SECOND + span
+    for s in rows:
+        assert s.estimated_count == round(s.count * (traced + correction * (observed - traced)) / traced)
+        assert s.estimated_total_ns == round(s.total_ns * observed / traced)  # time scales by time

@@ -21,6 +21,7 @@ from cuptistream.events import ActivityStats, Event, GpuStats
 from cuptistream.statistics.busy import DeviceBusy
 from cuptistream.statistics.coverage import CATEGORIES, Coverage
 from cuptistream.statistics.histogram import DENSE, slots, to_histogram
+from cuptistream.statistics.launch_rate import LaunchRate
 
 # The probe hands buffers over every ``activity.flush_interval`` (1 s by default), and a buffer can
 # hold records that ended up to about that long before it; 3 s of lateness lets a later buffer's
@@ -80,6 +81,7 @@ class Accumulator:
         self.max_names = max_names
         self.lateness_ns = lateness_ns
         self.coverage = Coverage()
+        self.launches = LaunchRate()
         self.late_records = 0  # ended in an interval already emitted
         self.invalid_records = 0  # no timestamps, or ending before they started
         self.untraced_records = 0  # in an interval whose category was not traced at all
@@ -115,6 +117,8 @@ class Accumulator:
         duration = end - start
         device = records["device_id"].astype(np.int64)
         self.coverage.saw(int(start.min()), int(end.max()))
+        if "correlation_id" in (records.dtype.names or ()):
+            self.launches.add(start, records["correlation_id"].astype(np.int64))
         self._pending.append((start, end, device))
         nbytes = None
         if category == "kernel":
@@ -318,6 +322,9 @@ class Accumulator:
             out.append((OTHER, np.array([table.rows[n] for n in folded])))
         scale = observed / traced
         estimated = traced < observed
+        # Counts (and bytes, per operation) scale by calls made, not time: the untraced time ran at
+        # the rate between windows (``LaunchRate``), which a launch-bound program makes higher.
+        count_scale = (traced + self.launches.correction(low, high) * (observed - traced)) / traced
         events = []
         for name, at in out:
             count, total, nbytes = (int(a[at].sum()) for a in (table.count, table.total, table.nbytes))
@@ -326,8 +333,8 @@ class Accumulator:
             events.append(ActivityStats(
                 interval_start=low, interval_end=high, device_id=device, category=category, name=name,
                 count=count, total_ns=total, durations=histogram, traced_ns=traced, estimated=estimated,
-                estimated_count=round(count * scale), estimated_total_ns=round(total * scale),
-                bytes=nbytes, estimated_bytes=round(nbytes * scale),
+                estimated_count=round(count * count_scale), estimated_total_ns=round(total * scale),
+                bytes=nbytes, estimated_bytes=round(nbytes * count_scale),
                 nccl=category == "kernel" and name != OTHER and _is_nccl(name),
             ))  # fmt: skip
         return events
