@@ -399,3 +399,28 @@ def test_estimated_counts_scale_the_untraced_time_at_the_rate_between_windows() 
     for s in rows:
         assert s.estimated_count == round(s.count * (traced + correction * (observed - traced)) / traced)
         assert s.estimated_total_ns == round(s.total_ns * observed / traced)  # time scales by time
+
+
+def test_nccl_names_are_never_folded_into_other() -> None:
+    """1,170 kernel names at a cap of 10 (1,024 rows kept while accumulating), four NCCL ones coming
+    last: each NCCL name keeps its own row, flagged, and GpuStats' NCCL time is theirs."""
+    arrays, _ = _arrays("torch_train")
+    kernels = np.tile(next(r for e, r in arrays if e == "kernel"), 30)
+    n = len(kernels)
+    assert n > 1100
+    kernels["name"] = np.arange(n) + 1  # one name per kernel, in launch order
+    names = {i + 1: f"k{i}" for i in range(n - 4)} | {n - 3 + i: f"ncclDevKernel_{i}" for i in range(4)}
+    acc = Accumulator(10 * SECOND, 10, TableNames(names))
+    half = len(kernels) // 2
+    for part in (kernels[:half], kernels[half:]):
+        acc.add("kernel", part)
+        acc.buffer_done()
+    out = acc.close()
+    rows = [s for s in out if isinstance(s, ActivityStats)]
+    nccl = {s.name: s for s in rows if s.nccl}
+    assert sorted(nccl) == [f"ncclDevKernel_{i}" for i in range(4)]
+    durations = (kernels["end"] - kernels["start"]).astype(np.int64)
+    is_nccl = kernels["name"] > n - 4
+    assert sum(s.total_ns for s in nccl.values()) == int(durations[is_nccl].sum()) > 0
+    assert sum(g.nccl_ns for g in out if isinstance(g, GpuStats)) == int(durations[is_nccl].sum())
+    assert sum(s.count for s in rows) == len(kernels)

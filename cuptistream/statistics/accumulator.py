@@ -52,7 +52,8 @@ class _Table:
     def row(self, name: str) -> int:
         row = self.rows.get(name)
         if row is None:
-            if len(self.rows) >= self.limit and name != OTHER:
+            # NCCL names keep rows of their own (a few dozen exist): NCCL time stays NCCL time.
+            if len(self.rows) >= self.limit and name != OTHER and not _is_nccl(name):
                 return self.row(OTHER)
             row = self.rows[name] = len(self.rows)
             if row >= len(self.count):
@@ -316,6 +317,7 @@ class Accumulator:
         rows = np.array([table.rows[n] for n in names], np.int64)
         order = np.argsort(-table.total[rows], kind="stable")
         kept = [names[i] for i in order.tolist() if names[i] != OTHER][: self.max_names]
+        kept += [n for n in names if _is_nccl(n) and n not in set(kept)]  # never folded into ``other``
         folded = [n for n in names if n not in set(kept)]
         out: list[tuple[str, np.ndarray]] = [(n, np.array([table.rows[n]])) for n in kept]
         if folded:
