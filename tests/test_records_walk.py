@@ -1,0 +1,92 @@
+"""What ``records.walk`` does with a real capture that has an unknown or torn record in the middle.
+
+``test_activity_decode`` checks the walk on clean captures and on a three-record buffer; these pin
+the rest of its contract on real buffers, the contract any faster walk must keep (issue 30): which
+sizes it asks the learner for, and where; what it leaves in the layouts; which error it raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cuptistream.cupti import capture
+from cuptistream.cupti.records import LayoutError, RecordLayouts, walk
+from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
+
+UNKNOWN = 3  # a kind none of the captures holds
+
+
+def _outcome(
+    data: bytes, valid: int, sizes: dict[int, int], learned: dict[int, int] | None = None
+) -> tuple[Any, dict[int, int], list[tuple[int, int]]]:
+    """What the walk returns (or raises), the sizes it leaves, and what it asked the learner."""
+    layouts = RecordLayouts(dict(sizes))
+    asked: list[tuple[int, int]] = []
+
+    def learn(kind: int, offset: int) -> int | None:
+        asked.append((kind, offset))
+        return learned.get(kind) if learned is not None else None
+
+    try:
+        result: Any = walk(memoryview(data), valid, layouts, learn if learned is not None else None)
+    except LayoutError as error:
+        result = str(error)
+    return result, layouts.sizes, asked
+
+
+@pytest.fixture(scope="module")
+def buffer() -> tuple[bytes, dict[int, int], list[tuple[int, int]]]:
+    """exact_counts' buffer (167 KB, 1695 records), its sizes, and its records as (offset, kind)."""
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    data, sizes = bytes(cap.buffers[0].data), dict(cap.struct_sizes)
+    assert UNKNOWN not in sizes
+    found = walk(memoryview(data), len(data), RecordLayouts(dict(sizes)), None)
+    return data, sizes, sorted((offset, kind) for kind, at in found.items() for offset in at)
+
+
+def _with_kind(data: bytes, offset: int, kind: int) -> bytes:
+    patched = bytearray(data)
+    patched[offset : offset + 4] = np.int32(kind).tobytes()
+    return bytes(patched)
+
+
+def test_unknown_kind_in_the_middle_is_learned_there_or_reported(
+    buffer: tuple[bytes, dict[int, int], list[tuple[int, int]]],
+) -> None:
+    data, sizes, records = buffer
+    offset, kind = records[len(records) // 2]
+    patched = _with_kind(data, offset, UNKNOWN)
+
+    message, left, asked = _outcome(patched, len(patched), sizes)
+    assert message == f"no record size known for activity kind {UNKNOWN} at offset {offset}"
+    assert left == sizes and asked == []  # no learner: nothing asked, nothing learned
+
+    found, left, asked = _outcome(patched, len(patched), sizes, {UNKNOWN: sizes[kind]})
+    assert asked == [(UNKNOWN, offset)] and left == {**sizes, UNKNOWN: sizes[kind]}
+    expected: dict[int, list[int]] = {}
+    for at, was in records:  # the same records, that one now of the unknown kind
+        expected.setdefault(UNKNOWN if at == offset else was, []).append(at)
+    assert list(found.items()) == list(expected.items())  # kinds in order of first appearance
+
+    message, left, asked = _outcome(patched, len(patched), sizes, {})  # a learner that cannot tell
+    assert message.startswith(f"no record size known for activity kind {UNKNOWN} at offset {offset}")
+    assert asked == [(UNKNOWN, offset)] and left == sizes
+
+
+def test_a_header_of_another_size_or_a_torn_end_is_reported(
+    buffer: tuple[bytes, dict[int, int], list[tuple[int, int]]],
+) -> None:
+    data, sizes, records = buffer
+    offset, kind = records[len(records) // 2]
+    longer = max(sizes, key=sizes.__getitem__)  # steps past the next record's header, into its fields
+    assert sizes[longer] > sizes[kind]
+    message, left, _ = _outcome(_with_kind(data, offset, longer), len(data), sizes)
+    assert isinstance(message, str) and message.startswith("no record size known for activity kind ")
+    assert left == sizes
+
+    last = records[-1][0]
+    message, _, _ = _outcome(data, last + 8, sizes)  # the last record torn after 8 bytes
+    assert message == f"records overrun the buffer: walked to {len(data)}, valid bytes {last + 8}"
