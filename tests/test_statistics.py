@@ -424,3 +424,11 @@ def test_nccl_names_are_never_folded_into_other() -> None:
     assert sum(s.total_ns for s in nccl.values()) == int(durations[is_nccl].sum()) > 0
     assert sum(g.nccl_ns for g in out if isinstance(g, GpuStats)) == int(durations[is_nccl].sum())
     assert sum(s.count for s in rows) == len(kernels)
+
+
+def test_a_window_with_few_calls_gives_no_launch_rate() -> None:
+    rate = LaunchRate()
+    t0 = 1000 * SECOND
+    rate.add(np.array([t0, t0 + 1000]), np.array([1, 3]))  # 2 records: no rate worth dividing by
+    rate.add(np.array([t0 + 5 * SECOND, t0 + 5 * SECOND + 1000]), np.array([90_000, 90_002]))
+    assert rate.correction(t0, t0 + 10 * SECOND) == 1.0

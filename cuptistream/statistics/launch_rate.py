@@ -24,6 +24,7 @@ import numpy as np
 # their pauses seconds; within a window the records of one buffer are microseconds apart).
 _SAME_WINDOW_NS = 500_000_000
 _KEPT = 64  # windows remembered: intervals close a few seconds late, windows come every few seconds
+_LEAST_IDS = 32  # a window with fewer calls in it gives no rate worth dividing by
 
 
 @dataclass
@@ -68,7 +69,7 @@ class LaunchRate:
                 continue
             gap_ids, gap_ns = window.id_first - before.id_last, window.t_first - before.t_last
             ids, ns = window.id_last - window.id_first, window.t_last - window.t_first
-            if gap_ids <= 0 or gap_ns <= 0 or ids <= 0 or ns <= 0:
+            if gap_ids <= 0 or gap_ns <= 0 or ids < _LEAST_IDS or ns <= 0:
                 continue
             inside_ids, inside_ns = inside_ids + ids, inside_ns + ns
             between_ids, between_ns = between_ids + gap_ids, between_ns + gap_ns
