@@ -106,7 +106,12 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {
             (intake, lane): pool.submit(
-                run_cell, base / f"{intake}-{lane}", intake, lane, lane != "block", "30s" if lane == "block" else "2s"
+                run_cell,
+                base / f"{intake}-{lane}",
+                intake,
+                lane,
+                lane != "block",
+                "30s" if lane == "block" else "2s",
             )
             for intake, lane in combos
         }
@@ -141,7 +146,18 @@ def test_overload_accounting_is_exact(cells: dict[tuple[str, str], Any], intake:
     ref = report["sinks"]["ref"]
     assert ref["events_dropped"] == 0, ref  # room to spare: it holds every control event
     assert kernels == passed  # ... and every event the intake passed
-    assert recorded == losses, "the recording's Loss events and the report disagree"
+    # docs/reliability.md, "Not guaranteed (yet)": a lane still delivering at the deadline that cannot
+    # deliver the final accounting chunk itself drops it after it was counted, so the report has that
+    # chunk (its Loss events and the self-stats event) on the lane's shutdown_deadline and the
+    # recording does not. Exactly that gap, and nothing else, is allowed.
+    final_chunk = sum(1 for key in recorded if key.split("/")[0] != "") + 1
+    gap = {k: losses.get(k, 0) - recorded.get(k, 0) for k in set(losses) | set(recorded)}
+    late = {k: n for k, n in gap.items() if n}
+    assert not late or (
+        len(late) == 1
+        and next(iter(late)).endswith("/shutdown_deadline")
+        and 0 < next(iter(late.values())) <= final_chunk
+    ), ("the recording's Loss events and the report disagree", recorded, losses)
 
 
 def test_the_last_intervals_losses_reach_the_recording(cells: dict[tuple[str, str], Any]) -> None:
@@ -155,7 +171,9 @@ def test_the_last_intervals_losses_reach_the_recording(cells: dict[tuple[str, st
     assert report["deadline_hit"]
     # What the deadline left in the intake, in the distributor's hands and in the OTLP lane: counted
     # after draining ran out, before the final accounting, so the recording has it too.
-    assert losses.get("intake/shutdown_deadline", 0) + losses.get("sink:otlp/shutdown_deadline", 0) > 0, losses
+    assert losses.get("intake/shutdown_deadline", 0) + losses.get("sink:otlp/shutdown_deadline", 0) > 0, (
+        losses
+    )
     assert recorded == losses, "the recording's Loss events and the report disagree"
     for name, stats in report["sinks"].items():
         assert stats["events_in"] == stats["events_out"] + stats["events_dropped"], (name, stats)
