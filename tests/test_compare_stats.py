@@ -29,11 +29,20 @@ def slow_kernel() -> str:
 
 
 def _write(
-    root: Path, scale: Scale | None, interval_ns: int, traced: float | None, raw: frozenset[int] = frozenset()
+    root: Path,
+    scale: Scale | None,
+    interval_ns: int,
+    traced: float | None,
+    raw: frozenset[int] = frozenset(),
+    keep_raw: bool = False,
 ) -> Path:
     processes = rank_processes(8, scale=scale)
     write_ranks(
-        root, [p if p.resource.rank in raw else statistics_only(p, interval_ns, traced) for p in processes]
+        root,
+        [
+            p if p.resource.rank in raw else statistics_only(p, interval_ns, traced, keep_raw)
+            for p in processes
+        ],
     )
     return root
 
@@ -149,6 +158,22 @@ def test_statistics_intervals_sum_into_compare_intervals_or_are_refused(
         assert main(["compare", source, "--interval", interval, "-o", str(tmp_path / "x")]) == 2
         err = capsys.readouterr().err
         assert why in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_full_recordings_with_statistics_compare_on_records_at_any_interval(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """A ``full`` recording holds raw records and statistics; it is compared on the records, so
+    statistics intervals that do not nest in ``--interval`` are no error (H100 run, 10 s statistics,
+    ``--interval 5s``). Refused as soon as one rank has only statistics."""
+    both = _write(tmp_path_factory.mktemp("both"), None, 2_000_000, None, keep_raw=True)
+    result = _json([str(both / "node*" / "out"), "--interval", "3ms"], tmp_path)
+    assert {r["basis"] for r in result["total"]["ranks"]} == {"records"}
+    assert result["meta"]["statistics_interval_ns"] is None and len(result["intervals"]) >= 2
+    mixed = _write(tmp_path_factory.mktemp("mixed_ms"), None, 2_000_000, None, keep_raw=True)
+    only = _write(tmp_path_factory.mktemp("only_ms"), None, 2_000_000, None)
+    args = [str(mixed / "node0" / "out"), str(only / "node1" / "out"), "--interval", "3ms"]
+    assert main(["compare", *args, "-o", str(tmp_path / "x")]) == 2
 
 
 def _send_rows(bootstrap: str, topic: str, slow_kernel: str) -> None:

@@ -29,7 +29,8 @@ count twice). Nothing after ``Tally`` depends on which. Statistics count their `
 values; each row's ``basis`` says where the numbers came from and, for estimates, how much of the
 time was traced. A statistics interval counts whole in the compare interval its start falls in, so
 the compare interval must be a multiple of it (``compare_stats.StatisticsIntervalError`` otherwise:
-the numbers cannot be split).
+the numbers cannot be split), for the ranks compared on their statistics: it is raised when the
+first interval closes or at ``finish``, and not for a rank that has raw records.
 
 Failure modes: a batch whose work starts before an interval that was already closed is "late": it
 counts in the whole-span totals and in ``late_events``, not in its interval's row.
@@ -47,7 +48,7 @@ import numpy as np
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import KeyIndex
 from cuptistream.analysis.compare_read import GpuWork, gpu_work
-from cuptistream.analysis.compare_stats import StatsWork, nest
+from cuptistream.analysis.compare_stats import StatisticsIntervalError, StatsWork, nest
 from cuptistream.analysis.compare_tally import Tally
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import (
@@ -90,6 +91,7 @@ class _RankInfo:
     pids: set[int] = field(default_factory=set)
     worked: bool = False  # any kernel, copy or memset (raw, or in statistics)
     raw: bool = False  # any raw kernel, copy or memset: compared on its records, not its statistics
+    unnested: StatisticsIntervalError | None = None  # its statistics do not fit --interval (unused)
     devices: dict[str, str] = field(default_factory=dict)  # uuid -> GPU name, of batches with GPU work
 
 
@@ -212,8 +214,15 @@ class Comparer:
         """Fold one batch's statistics rows into the rank's statistics tallies (module docstring)."""
         whole = self.stats_whole[key]
         spans = stats.spans()
-        for start, end in spans:
-            self.stats_interval_ns = nest(self.interval_ns, self.stats_interval_ns, end - start)
+        info = self.ranks[key]
+        try:
+            for start, end in spans:
+                self.stats_interval_ns = nest(self.interval_ns, self.stats_interval_ns, end - start)
+        except StatisticsIntervalError as error:
+            # an error only for a rank compared on its statistics: a full recording with
+            # statistics on is compared on its raw records, at any --interval (_check_nesting)
+            info.unnested = info.unnested or error
+            return
         n_names = len(self.codes.keys_)
         if stats.kernels:
             codes = self._codes([row[2] for row in stats.kernels])
@@ -319,7 +328,15 @@ class Comparer:
             self._close(index)
         self._closed_below = max(self._closed_below, limit)
 
+    def _check_nesting(self) -> None:
+        """Raise the ``StatisticsIntervalError`` of a rank that has only statistics to compare."""
+        for key in self.compared():
+            info = self.ranks[key]
+            if info.unnested is not None and not info.raw:
+                raise info.unnested
+
     def _close(self, index: int) -> None:
+        self._check_nesting()
         interval = self._open.pop(index)
         self.intervals += 1
         for key, tally in interval.tallies.items():
@@ -449,6 +466,7 @@ class Comparer:
         """Close every open interval; the whole span's rows, flags and flagged ranks' kernels."""
         for index in sorted(self._open):
             self._close(index)
+        self._check_nesting()
         keys = self.compared()
         whole = {key: self._whole(key) for key in keys}
         lo, hi = _reach(whole.values())

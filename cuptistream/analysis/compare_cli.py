@@ -2,7 +2,7 @@
 
 Every mistake is a ``UserError`` (one line, exit 2): a bad ``--interval``, ``--lateness``,
 ``--threshold`` or ``--min-diff``, an ``--interval`` that does not hold whole statistics intervals
-(``compare_stats.StatisticsIntervalError``, raised when the first statistics are read), a path or
+(``compare_stats.StatisticsIntervalError``, for a rank compared on its statistics), a path or
 pattern that holds no recording, ``--plot`` without matplotlib, an unwritable ``-o``.
 """
 

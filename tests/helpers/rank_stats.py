@@ -42,8 +42,11 @@ def _records(items: list[ev.Event], names: list[str]) -> np.ndarray:
     return out
 
 
-def statistics_only(process: Process, interval_ns: int, traced: float | None = None) -> Process:
-    """``process`` as the always-on mode records it: statistics of its GPU records, no raw ones."""
+def statistics_only(
+    process: Process, interval_ns: int, traced: float | None = None, keep_raw: bool = False
+) -> Process:
+    """``process`` as the always-on mode records it: statistics of its GPU records, no raw ones
+    (with ``keep_raw``, as ``full`` mode with statistics on records it: both)."""
     gpu = [e for e in process.events if isinstance(e, (ev.Kernel, ev.Memcpy, ev.Memset))]
     lo, hi = min(e.start for e in gpu), max(e.end for e in gpu)
     names: list[str] = []
@@ -59,5 +62,6 @@ def statistics_only(process: Process, interval_ns: int, traced: float | None = N
         acc.add(category, _records([e for e in gpu if isinstance(e, kind)], names))
     out += acc.buffer_done()
     out += acc.close()
-    kept = [e for e in process.events if not isinstance(e, (ev.Kernel, ev.Memcpy, ev.Memset, ev.GraphLaunch))]
+    raw = (ev.Kernel, ev.Memcpy, ev.Memset, ev.GraphLaunch)
+    kept = [e for e in process.events if keep_raw or not isinstance(e, raw)]
     return Process(process.resource, process.clock, kept + out)
