@@ -10,8 +10,12 @@ Per workload and mode it runs ``cuptistream run -c CONFIG -o DIR -- python bench
 - the top-10 kernel names' shares of GPU time (``estimated_total_ns`` per name over the sum), in
   percentage points: the full run's top 10 against the budget run's shares of the same names;
 - kernels per iteration (``estimated_count`` summed, over the workload's iterations, warm-up included);
-- GPU busy: the time-weighted mean of ``busy_fraction`` (each interval weighted by its traced time);
-- for the budget run, the traced fraction, and the windows (``trace_window`` events).
+- GPU busy: the mean of ``busy_fraction`` over the run's time (each interval weighted by its length,
+  as ``compare`` scales it: weighting by traced time over-weights the phases where the governor's
+  windows run longer, W5's cheap W4 phase);
+- for the budget run, the traced fraction, the windows (``trace_window`` events), and the
+  recording's bytes on disk per hour of the run (issue 26's statistics volume: a budget recording
+  with no deep window holds the statistics and the few state and accounting events).
 
 ``compare`` is pure (CI tests it on recorded events); ``main`` needs the GPU machine.
 """
@@ -43,7 +47,7 @@ def statistics_of(events: list[Any]) -> dict[str, Any]:
             kernel_ns[e.name] += e.estimated_total_ns or e.total_ns
             kernels += e.estimated_count or e.count
         elif kind == "GpuStats":
-            busy_weighted += e.busy_fraction * e.traced_ns
+            busy_weighted += e.busy_fraction * (e.interval_end - e.interval_start)
             traced += e.traced_ns
             interval_ns += e.interval_end - e.interval_start
         elif kind == "TraceWindow" and not e.on_demand:
@@ -52,7 +56,7 @@ def statistics_of(events: list[Any]) -> dict[str, Any]:
     return {
         "shares": {name: 100.0 * ns / total for name, ns in kernel_ns.items()},
         "kernels": kernels,
-        "busy": 100.0 * busy_weighted / traced if traced else 0.0,
+        "busy": 100.0 * busy_weighted / interval_ns if interval_ns else 0.0,
         "traced_fraction": traced / interval_ns if interval_ns else 0.0,
         "windows": windows,
     }
@@ -80,6 +84,7 @@ def compare(full: dict[str, Any], budget: dict[str, Any], iterations: dict[str, 
         },
         "budget_traced_fraction": budget["traced_fraction"],
         "budget_windows": budget["windows"],
+        "budget_recording_mb_per_hour": budget.get("recording_mb_per_hour"),
         "pass": worst <= 2.0 and abs(count_error) <= 0.05 and abs(budget["busy"] - full["busy"]) <= 3.0,
     }
 
@@ -96,7 +101,11 @@ def run(workload: str, mode: str, seconds: float, work: Path) -> tuple[dict[str,
         raise SystemExit(f"{workload} {mode}: exit {done.returncode}: {done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     iterations = int(result["iterations"]) + int(result["warmup_iterations"])
-    return statistics_of(list(read(out))), iterations
+    stats = statistics_of(list(read(out)))
+    stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    stats["recording_bytes"] = stored
+    stats["recording_mb_per_hour"] = stored / seconds * 3600 / 1e6
+    return stats, iterations
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{workload}: top-10 worst {verdict['top10_worst_points']:.2f} pts, kernels/iteration "
                   f"{100 * verdict['kernel_count_error']:+.2f}%, busy {verdict['busy_points']['full']:.1f} vs "
                   f"{verdict['busy_points']['budget']:.1f}%, traced {100 * verdict['budget_traced_fraction']:.2f}% "
-                  f"in {verdict['budget_windows']} windows -> {'pass' if verdict['pass'] else 'MISS'}",
+                  f"in {verdict['budget_windows']} windows, budget recording "
+                  f"{stats['budget']['recording_mb_per_hour']:.2f} MB/h -> {'pass' if verdict['pass'] else 'MISS'}",
                   flush=True)  # fmt: skip
             args.out.write_text(json.dumps(results, indent=1))
     return 0

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from budget_accuracy import compare, statistics_of  # noqa: E402
 
 import cuptistream  # noqa: E402
-from cuptistream.events import ActivityStats  # noqa: E402
+from cuptistream.events import ActivityStats, GpuStats  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +53,22 @@ def test_a_moved_share_and_a_lower_count_are_misses(replayed: list[object]) -> N
     assert verdict["top10_worst_points"] > 2 and not verdict["pass"]
     fewer = compare(full, full, {"full": 100, "budget": 110})  # 10 % more iterations, same kernels
     assert fewer["kernel_count_error"] == pytest.approx(-1 / 11) and not fewer["pass"]
+
+
+def test_busy_is_the_mean_over_the_run_not_over_the_traced_time() -> None:
+    """Two 10 s intervals, one traced 1 s at 80 % busy, one traced 0.1 s at 20 %: the run was about
+    50 % busy. Weighting by traced time (74.5 %) reads the phase with the longer windows as the run."""
+    second = 1_000_000_000
+
+    def interval(index: int, traced_s: float, busy: float) -> GpuStats:
+        traced = round(traced_s * second)
+        return GpuStats(
+            interval_start=index * 10 * second, interval_end=(index + 1) * 10 * second, device_id=0,
+            traced_ns=traced, traced_fraction=traced / (10 * second), busy_ns=round(busy * traced),
+            busy_fraction=busy, kernel_ns=0, nccl_ns=0, copy_ns=0, memset_ns=0, kernels=0, copies=0,
+            memsets=0, estimated=True,
+        )  # fmt: skip
+
+    stats = statistics_of([interval(0, 1.0, 0.8), interval(1, 0.1, 0.2)])
+    assert stats["busy"] == pytest.approx(50.0)
+    assert stats["traced_fraction"] == pytest.approx(0.055)
