@@ -41,6 +41,8 @@ def statistics_of(events: list[Any]) -> dict[str, Any]:
     kernels = 0.0
     busy_weighted = traced = interval_ns = 0.0
     windows = 0
+    lost: Counter[str] = Counter()  # a full run that drops records reads less busy
+    series: list[tuple[int, float, float]] = []  # (interval start, busy, traced fraction)
     for e in events:
         kind = type(e).__name__
         if kind == "ActivityStats" and e.category == "kernel":
@@ -48,8 +50,11 @@ def statistics_of(events: list[Any]) -> dict[str, Any]:
             kernels += e.estimated_count or e.count
         elif kind == "GpuStats":
             busy_weighted += e.busy_fraction * (e.interval_end - e.interval_start)
+            series.append((e.interval_start, round(e.busy_fraction, 4), round(e.traced_fraction, 4)))
             traced += e.traced_ns
             interval_ns += e.interval_end - e.interval_start
+        elif kind == "Loss":
+            lost[f"{e.stage}/{e.reason}"] += e.count
         elif kind == "TraceWindow" and not e.on_demand:
             windows += 1
     total = sum(kernel_ns.values()) or 1
@@ -59,6 +64,8 @@ def statistics_of(events: list[Any]) -> dict[str, Any]:
         "busy": 100.0 * busy_weighted / interval_ns if interval_ns else 0.0,
         "traced_fraction": traced / interval_ns if interval_ns else 0.0,
         "windows": windows,
+        "busy_series": sorted(series),
+        "lost": dict(lost),
     }
 
 
@@ -85,6 +92,8 @@ def compare(full: dict[str, Any], budget: dict[str, Any], iterations: dict[str, 
         "budget_traced_fraction": budget["traced_fraction"],
         "budget_windows": budget["windows"],
         "budget_recording_mb_per_hour": budget.get("recording_mb_per_hour"),
+        "lost": {"full": full.get("lost"), "budget": budget.get("lost")},
+        "busy_series": {"full": full.get("busy_series"), "budget": budget.get("busy_series")},
         "pass": worst <= 2.0 and abs(count_error) <= 0.05 and abs(budget["busy"] - full["busy"]) <= 3.0,
     }
 
