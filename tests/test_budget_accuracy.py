@@ -72,3 +72,14 @@ def test_busy_is_the_mean_over_the_run_not_over_the_traced_time() -> None:
     stats = statistics_of([interval(0, 1.0, 0.8), interval(1, 0.1, 0.2)])
     assert stats["busy"] == pytest.approx(50.0)
     assert stats["traced_fraction"] == pytest.approx(0.055)
+
+
+def test_busy_at_equal_rate_discounts_the_full_traces_slowdown(replayed: list[object]) -> None:
+    """The same GPU work per iteration, the full run 1.25x slower: its busy reads 80 % of the
+    budget run's, and at equal rate they agree."""
+    stats = statistics_of(replayed)
+    slower = {**stats, "busy": 0.8 * stats["busy"]}
+    verdict = compare(slower, stats, {"full": 800, "budget": 1000})
+    assert verdict["busy_points"]["full_at_budget_rate"] == pytest.approx(stats["busy"])
+    assert verdict["busy_points"]["diff_at_equal_rate"] == pytest.approx(0.0, abs=1e-9)
+    assert verdict["iterations_per_s_budget_over_full"] == pytest.approx(1.25)
