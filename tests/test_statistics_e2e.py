@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 import jsonschema
 import pytest
@@ -17,6 +18,13 @@ import cuptistream
 from cuptistream.events import ActivityStats, GpuStats, Kernel, Memcpy
 from cuptistream.recording.rows import decode_rows, encode_rows
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
+
+if TYPE_CHECKING:
+    from cuptistream.collector.collector import Collector
+    from cuptistream.config import Config
+    from cuptistream.cupti.capture import Capture
+    from cuptistream.probe.emitter import ProbeEmitter
+    from cuptistream.probe.link import ProbeLink
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -148,6 +156,31 @@ def test_summary_of_a_recording_without_raw_records_reads_the_statistics(tmp_pat
     assert sum(r["bytes"] for k, r in memory.items() if k[0].startswith("memcpy")) == copied > 0
 
 
+class ProbeOnCapture(NamedTuple):
+    collector: Collector
+    link: ProbeLink
+    emitter: ProbeEmitter
+    capture: Capture
+
+
+def _probe_on_exact_counts(config: Config, tmp_path: Path, name: str) -> ProbeOnCapture:
+    """A started collector listening on ``tmp_path/c.sock`` and a probe (its real link, connected, and
+    emitter) ready to publish the ``exact_counts`` capture's buffers: the tests differ only after this."""
+    from cuptistream.collector.collector import Collector
+    from cuptistream.cupti import capture
+    from cuptistream.probe.emitter import ProbeEmitter
+    from cuptistream.probe.link import ProbeLink
+
+    collector = Collector(config).start()
+    collector.listen(str(tmp_path / "c.sock"))
+    cap = capture.read(CAPTURE_DIR / "exact_counts.cupti")
+    resource = cuptistream.events.Resource(host="h", pid=os.getpid(), process_name="p", command_line=[])
+    link = ProbeLink(str(tmp_path / "c.sock"), name, resource)
+    emitter = ProbeEmitter(link, 1 << 20, "drop_newest", 1 << 20, 2, lambda: None)
+    link.connect()
+    return ProbeOnCapture(collector, link, emitter, cap)
+
+
 def test_the_collector_answers_a_closed_trace_span_with_window_records(tmp_path: Path) -> None:
     """A probe (its real link and emitter) publishes a capture's buffers inside a trace window; the
     collector drains them before the close, answers on the socket, and its statistics cover the span."""
@@ -155,22 +188,12 @@ def test_the_collector_answers_a_closed_trace_span_with_window_records(tmp_path:
     import time
 
     from cuptistream.channel import messages, sockets
-    from cuptistream.collector.collector import Collector
     from cuptistream.config import load
-    from cuptistream.cupti import capture
-    from cuptistream.probe.emitter import ProbeEmitter
-    from cuptistream.probe.link import ProbeLink
 
     config = load(
         {"statistics": {"interval": "1s"}, "sinks": [{"type": "file", "directory": str(tmp_path / "out")}]}
     )
-    collector = Collector(config).start()
-    collector.listen(str(tmp_path / "c.sock"))
-    cap = capture.read(CAPTURE_DIR / "exact_counts.cupti")
-    resource = cuptistream.events.Resource(host="h", pid=os.getpid(), process_name="p", command_line=[])
-    link = ProbeLink(str(tmp_path / "c.sock"), "span-test", resource)
-    emitter = ProbeEmitter(link, 1 << 20, "drop_newest", 1 << 20, 2, lambda: None)
-    link.connect()
+    collector, link, emitter, cap = _probe_on_exact_counts(config, tmp_path, "span-test")
     stream = messages.OpenStream(
         stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
     )
@@ -249,20 +272,10 @@ def test_records_on_demand_are_withheld_and_counted_in_the_report(tmp_path: Path
     """``records: on_demand`` outside an on-demand window: the collector decodes every record for the
     statistics, writes none as raw events, and its shutdown report says how many it withheld."""
     from cuptistream.channel import messages
-    from cuptistream.collector.collector import Collector
     from cuptistream.config import load
-    from cuptistream.cupti import capture
-    from cuptistream.probe.emitter import ProbeEmitter
-    from cuptistream.probe.link import ProbeLink
 
     config = load({"sinks": [{"type": "file", "directory": str(tmp_path / "out")}]})
-    collector = Collector(config).start()
-    collector.listen(str(tmp_path / "c.sock"))
-    cap = capture.read(CAPTURE_DIR / "exact_counts.cupti")
-    resource = cuptistream.events.Resource(host="h", pid=os.getpid(), process_name="p", command_line=[])
-    link = ProbeLink(str(tmp_path / "c.sock"), "withheld-test", resource)
-    emitter = ProbeEmitter(link, 1 << 20, "drop_newest", 1 << 20, 2, lambda: None)
-    link.connect()
+    collector, link, emitter, cap = _probe_on_exact_counts(config, tmp_path, "withheld-test")
     stream = messages.OpenStream(
         stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings),
         records="on_demand",
