@@ -20,6 +20,7 @@ from cuptistream.analysis.compare_report import JsonWriter, TextWriter
 from cuptistream.analysis.outliers import METRICS, Rule, flag, flag_all, work_basis
 from cuptistream.cli import main
 from cuptistream.cupti.names import demangle
+from tests.helpers.compare_follow import follow_until_outlier
 from tests.helpers.fixture_recording import batches
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
 
@@ -257,13 +258,6 @@ def test_follow_prints_a_line_when_a_rank_becomes_an_outlier(
 ) -> None:
     """--follow on a topic: the line comes once the interval is closed (idle poll, Unix clock past
     it); Ctrl-C prints the whole span and exits 0."""
-    import os
-    import queue
-    import signal
-    import subprocess
-    import sys
-    import threading
-
     from kafka import KafkaProducer
 
     from cuptistream.codec import encode_batch_object
@@ -273,31 +267,11 @@ def test_follow_prints_a_line_when_a_rank_becomes_an_outlier(
         producer.send("live", encode_batch_object(batch))
     producer.flush()
     producer.close()
-    root = Path(__file__).resolve().parent.parent
-    child = subprocess.Popen(
-        [sys.executable, "-m", "cuptistream.cli", "compare", f"kafka://{kafka_broker.bootstrap}/live", "--follow",
-         "--interval", "1s"],
-        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    seen = []
-    try:
-        while not any("became an outlier" in line for line in seen):
-            seen.append(lines.get(timeout=30))
-    finally:
-        child.send_signal(signal.SIGINT)
-        code = child.wait(timeout=30)
-    reader.join(timeout=10)
-    err = child.stderr.read() if child.stderr else ""
+    run = follow_until_outlier(f"kafka://{kafka_broker.bootstrap}/live")
+    seen, rest = run.until_outlier, run.after
     assert seen[0].startswith("rule: ")
     assert seen[-1].split("] ", 1)[1].startswith(f"rank {SLOW_RANK} became an outlier: straggler")
-    rest = []
-    while not lines.empty():
-        rest.append(lines.get())
-    assert code == 0, err
+    assert run.code == 0, run.stderr
     assert any(line.startswith("== Whole span") for line in rest), rest
     assert any(line.startswith(f"rank {SLOW_RANK}: straggler") for line in rest), rest
 

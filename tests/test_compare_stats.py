@@ -16,6 +16,7 @@ from kafka_broker import TansuBroker, kafka_broker_fixture  # noqa: F401 - the f
 
 from cuptistream.cli import main
 from cuptistream.cupti.names import demangle
+from tests.helpers.compare_follow import follow_until_outlier
 from tests.helpers.rank_stats import statistics_only
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
 
@@ -197,13 +198,6 @@ def test_statistics_rows_on_a_kafka_topic_read_and_followed(
     kafka_broker: TansuBroker, slow_kernel: str, tmp_path: Path
 ) -> None:
     """The same verdict from the statistics' Kafka rows, read to the end and with ``--follow``."""
-    import os
-    import queue
-    import signal
-    import subprocess
-    import sys
-    import threading
-
     _send_rows(kafka_broker.bootstrap, "stats", slow_kernel)
     url = f"kafka://{kafka_broker.bootstrap}/stats"
     result = _json([url], tmp_path)
@@ -211,26 +205,9 @@ def test_statistics_rows_on_a_kafka_topic_read_and_followed(
     assert result["outliers"][0]["kernels_longer"][0]["name"] == demangle(slow_kernel)
     assert all(r["basis"].startswith("statistics (estimated") for r in result["total"]["ranks"])
 
-    root = Path(__file__).resolve().parent.parent
-    child = subprocess.Popen(
-        [sys.executable, "-m", "cuptistream.cli", "compare", url, "--follow", "--interval", "1s"],
-        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    seen: list[str] = []
-    try:  # the interval closes once the topic is idle and the Unix clock is past it (a 2026 capture)
-        while not any("became an outlier" in line for line in seen):
-            seen.append(lines.get(timeout=30))
-    finally:
-        child.send_signal(signal.SIGINT)
-        code = child.wait(timeout=30)
-    reader.join(timeout=10)
-    while not lines.empty():
-        seen.append(lines.get())
-    assert code == 0, child.stderr.read() if child.stderr else ""
+    run = follow_until_outlier(url)  # the interval closes once the Unix clock is past it (a 2026 capture)
+    seen = run.until_outlier + run.after
+    assert run.code == 0, run.stderr
     assert any(f"rank {SLOW_RANK} became an outlier: straggler" in line for line in seen), seen
     assert any(line.startswith("from the collector's statistics, not raw records") for line in seen), seen
 
