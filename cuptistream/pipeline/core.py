@@ -55,6 +55,9 @@ class ShutdownReport:
     intake_dropped: int = 0
     sinks: dict[str, StageStats] = field(default_factory=dict)
     losses: dict[str, int] = field(default_factory=dict)  # "stage/reason" -> count, all units
+    # ... of which counted after the final accounting chunk was built, so in no recording's ``Loss``
+    # events: a lane that could not deliver that chunk, what sinks lost while closing
+    unrecorded_losses: dict[str, int] = field(default_factory=dict)
     undelivered: dict[str, int] = field(default_factory=dict)  # sink -> events left at the deadline
     health: dict[str, HealthReport] = field(default_factory=dict)  # sink -> its state at the end
     deadline_hit: bool = False
@@ -119,6 +122,8 @@ class Pipeline:
         self._lane_errors: list[tuple[str, str]] = []
         self._loss_window_start = time.time_ns()
         self._all_losses: Counter[tuple[str, str, str]] = Counter()
+        # drops the final accounting chunk counts before they happen (stopped lanes dropping it)
+        self._counted_ahead: Counter[tuple[str, str, str]] = Counter()
         self._started = time.time_ns()
         # ``time.monotonic()`` by which draining must end; None: ``shutdown_deadline`` from stop().
         self.drain_until: float | None = None
@@ -196,6 +201,7 @@ class Pipeline:
                 losses[key] = Loss(stage=key[0], reason=key[1], count=0, since=now, until=now, unit="events")
                 events.insert(-1, losses[key])
             losses[key].count += total
+            self._counted_ahead[key[0], key[1], "events"] += total  # the lane drops it when offered
         return encode_chunk(events)
 
     def _count_left_in_intake(self) -> None:
@@ -378,8 +384,9 @@ class Pipeline:
                     report.undelivered[lane.sink.name] = 0
                     if lane.stopped or (lane.idle and _takes_writes(lane)):
                         continue
-                    if _takes_writes(lane) and lane.writing_for(now) < close_s / 4:  # moving
-                        left = lane.abandon("shutdown_deadline", writing_too=False)  # its batch goes on
+                    if _takes_writes(lane) and lane.writing_for(now) < close_s / 4:  # moving: its
+                        # batch goes on, and its control chunks (accounting, errors: small) stay queued
+                        left = lane.abandon("shutdown_deadline", writing_too=False, data_only=True)
                     else:  # a stuck write, a sink failing or not up: stopped, its write cancelled
                         left = lane.stop("shutdown_deadline")
                     report.undelivered[lane.sink.name] = left
@@ -405,9 +412,13 @@ class Pipeline:
             closing_until = hard_end
             nursery.cancel_scope.cancel()
         self._count_left_in_intake()
-        self._all_losses.update(self.intake.pop_losses())
+        after_final = self.intake.pop_losses()
         for lane in self.lanes:
-            self._all_losses.update(lane.take_losses())
+            after_final.update(lane.take_losses())
+        self._all_losses.update(after_final)
+        after_final.subtract(self._counted_ahead)
+        report.unrecorded_losses = {f"{s}/{r}": n for (s, r, _), n in sorted(after_final.items()) if n > 0}
+        for lane in self.lanes:
             report.sinks[lane.sink.name] = lane.snapshot()
             report.health[lane.sink.name] = lane.health.report()
         report.events_in = self.intake.events_in

@@ -353,19 +353,22 @@ class SinkLane:
             self.counters.bytes_in += chunk.nbytes
         self._drop(chunk.count, reason)
 
-    def abandon(self, reason: str, *, writing_too: bool = True) -> int:
+    def abandon(self, reason: str, *, writing_too: bool = True, data_only: bool = False) -> int:
         """Drop whatever is still queued, and (``writing_too``) the batch being written (shutdown
-        deadline passed; the lane is cancelled next). Returns the events dropped. A write that still
-        finishes (one a sink runs in a thread cannot be cancelled) is then counted delivered, not
-        lost; the returned count is not revised."""
+        deadline passed; the lane is cancelled next). ``data_only``: control chunks (accounting and
+        errors, which no full queue drops either) stay queued. Returns the events dropped. A write
+        that still finishes (one a sink runs in a thread cannot be cancelled) is then counted
+        delivered, not lost; the returned count is not revised."""
         writing = 0 if self._written_off or not writing_too else self._writing  # else: ``stop`` did
         if writing:
             self._written_off, self._abandon_reason = writing, reason
-        dropped = self._queued_events + writing
+        kept = deque(item for item in self._queue if data_only and item[0].seq == 0)
+        dropped = self._queued_events - sum(chunk.count for chunk, _ in kept) + writing
         if dropped:
             self._drop(dropped, reason)
-        self._queue.clear()
-        self._queued_bytes = self._queued_events = 0
+        self._queue = kept
+        self._queued_bytes = sum(chunk.nbytes for chunk, _ in kept)
+        self._queued_events = sum(chunk.count for chunk, _ in kept)
         return dropped
 
     def stop(self, reason: str) -> int:
