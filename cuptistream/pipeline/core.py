@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -124,6 +124,9 @@ class Pipeline:
         self._all_losses: Counter[tuple[str, str, str]] = Counter()
         # drops the final accounting chunk counts before they happen (stopped lanes dropping it)
         self._counted_ahead: Counter[tuple[str, str, str]] = Counter()
+        # Errors said after the distributor stopped (a sink recovering while the lanes drain): sent
+        # with the final accounting instead of left in the intake.
+        self._late_control: list[tuple[Producer | None, Sequence[Event]]] = []
         self._started = time.time_ns()
         # ``time.monotonic()`` by which draining must end; None: ``shutdown_deadline`` from stop().
         self.drain_until: float | None = None
@@ -186,14 +189,17 @@ class Pipeline:
         events.append(self._self_stats())
         return encode_chunk(events)
 
-    def _final_accounting_chunk(self) -> Chunk:
-        """The last accounting, sent to every lane. A stopped lane will drop this chunk too: that
-        drop is counted in it, so the recording's ``Loss`` events add up to the report's."""
-        events = self._collect_losses()
+    def _final_accounting_chunk(self, late: Sequence[Event] = (), late_chunks: Sequence[Chunk] = ()) -> Chunk:
+        """The last accounting, sent to every lane, after ``late``: the collector's errors said
+        since the distributor stopped (``late_chunks``: the probes', offered just before it). A
+        stopped lane will drop this chunk and ``late_chunks``: those drops are counted in it, so the
+        recording's ``Loss`` events add up to the report's."""
+        events = [*late, *self._collect_losses()]
         events.append(self._self_stats())
         stopped = [lane for lane in self.lanes if lane.stopped]
         losses = {(e.stage, e.reason): e for e in events if isinstance(e, Loss) and e.unit == "events"}
         total = len(events) + len({(lane.stage, lane.stopped) for lane in stopped} - losses.keys())
+        total += sum(c.count for c in late_chunks)
         now = time.time_ns()
         for lane in stopped:
             key = (lane.stage, lane.stopped)
@@ -204,9 +210,25 @@ class Pipeline:
             self._counted_ahead[key[0], key[1], "events"] += total  # the lane drops it when offered
         return encode_chunk(events)
 
+    def _late_control_events(self) -> tuple[list[Event], list[Chunk]]:
+        """The errors said since the distributor stopped: the collector's own (a sink recovering
+        while the lanes drained), and one chunk per probe for the rest."""
+        _, control = self.intake.take(max_chunks=0)
+        late, self._late_control = self._late_control + control, []
+        own: list[Event] = []
+        chunks = []
+        for producer, events in late:
+            if producer is None:
+                own += events
+                continue
+            chunks.append(encode_chunk(list(events)))
+            chunks[-1].producer = producer
+        return own, chunks
+
     def _count_left_in_intake(self) -> None:
-        """What never reached a lane is lost for every sink."""
-        left, _ = self.intake.take(max_chunks=1 << 30)
+        """What never reached a lane is lost for every sink; its errors go out with the final accounting."""
+        left, control = self.intake.take(max_chunks=1 << 30)
+        self._late_control += control
         if left:
             self.intake.report_loss("intake", "shutdown_deadline", sum(c.count for c in left))
 
@@ -397,9 +419,12 @@ class Pipeline:
                 if not lane.stopped and not _takes_writes(lane):  # count it in it instead
                     lane.stop("sink_failing")
             reporter.cancel()
-            final = self._final_accounting_chunk()
+            own, late = self._late_control_events()
+            final = self._final_accounting_chunk(own, late)
             with trio.move_on_at(max(ends + close_s / 2, trio.current_time() + close_s / 4)) as closing:
                 for lane in self.lanes:
+                    for chunk in late:  # a stopped lane drops them, as counted in ``final``
+                        await lane.offer(chunk, bypass_bound=True)
                     await lane.offer(final, bypass_bound=True)
                     lane.close()
                 for done in lanes_done:
