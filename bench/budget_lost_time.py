@@ -163,6 +163,12 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "between_over_base": (statistics.median(quiet) / base_median - 1) if quiet else None,
         "blocks": len(blocks),
         "report": report.summary() if report else None,
+        # the raw series, so that another estimator can be tried on them without the GPU
+        "raw": {
+            "base": [(round(end, 6), round(d, 6)) for end, d in base],
+            "session": [(round(end, 6), round(d, 6)) for end, d in blocks],
+            "windows": [(round(closed, 6), round(length, 6)) for closed, length in windows],
+        },
     }
 
 
