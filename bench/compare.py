@@ -140,7 +140,9 @@ def _cpu_model() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.machine()
-    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    return next(
+        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), ""
+    )
 
 
 def _stats(values: list[float]) -> dict:

@@ -60,7 +60,10 @@ def main() -> None:
     bench.CONDITIONS["pair_often"] = [sass] if args.sass_only else [pcs, sass]
     bench.BUDGETS["pair_often"] = False
     sys.argv = [str(path), *[a for a in args.bench_args if a != "--"]]
-    print(f"pair_crash: both in one process, SASS name free {args.free}, PC {args.pc_method}, headroom {args.headroom}", flush=True)
+    print(
+        f"pair_crash: both in one process, SASS name free {args.free}, PC {args.pc_method}, headroom {args.headroom}",
+        flush=True,
+    )
     bench.main()
 
 

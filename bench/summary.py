@@ -58,10 +58,20 @@ def build(directory: Path, events: int, batch_events: int = 8192) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     written = 0
     for p, dicts, span in templates:
-        writer = SegmentWriter(directory, prefix="cuptistream", suffix=".msgpack.zst", fsync="never",
-                               origin=f"rank{p.resource.rank}-bench-{p.resource.pid}")
-        header = {"schema_version": ev.SCHEMA_VERSION, "session_id": "bench", "resource": p.resource,
-                  "attributes": {}, "clock": p.clock}
+        writer = SegmentWriter(
+            directory,
+            prefix="cuptistream",
+            suffix=".msgpack.zst",
+            fsync="never",
+            origin=f"rank{p.resource.rank}-bench-{p.resource.pid}",
+        )
+        header = {
+            "schema_version": ev.SCHEMA_VERSION,
+            "session_id": "bench",
+            "resource": p.resource,
+            "attributes": {},
+            "clock": p.clock,
+        }
         pending: list[dict] = []
         seq = 0
         share = events * len(dicts) // per_rep
@@ -89,15 +99,22 @@ def build(directory: Path, events: int, batch_events: int = 8192) -> int:
 
 
 def measure(argv: list[str], cpu: int) -> dict:
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(cpu), *argv], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(cpu), *argv],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(child.pid, 0)
     err = child.stderr.read().decode() if child.stderr else ""
     if status != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {err}")
     wall = float(next(line.split()[1] for line in err.splitlines() if line.startswith("WALL")))
-    return {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "wall_s": wall}
+    return {
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "wall_s": wall,
+    }
 
 
 def main() -> None:
@@ -105,7 +122,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--dir", default="/tmp/cuptistream-bench-summary")
     parser.add_argument("--cpu", type=int, default=min(os.sched_getaffinity(0)))
-    parser.add_argument("--rounds", type=int, default=1, help="summary runs (median, min and max events/s per CPU second reported)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="summary runs (median, min and max events/s per CPU second reported)",
+    )
     parser.add_argument("--skip-export", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the recording (reused if present)")
     args = parser.parse_args()
@@ -122,14 +144,20 @@ def main() -> None:
     n = int(marker.read_text())
     size = sum(p.stat().st_size for p in rec.iterdir())
     results: dict = {"events": n, "recording_mb": round(size / 2**20, 1), "files": len(list(rec.iterdir()))}
-    runs = [measure(["summary", str(rec), "--format", "json", "-o", str(directory / "summary.json")], args.cpu)
-            for _ in range(args.rounds)]
+    runs = [
+        measure(["summary", str(rec), "--format", "json", "-o", str(directory / "summary.json")], args.cpu)
+        for _ in range(args.rounds)
+    ]
     for r in runs:
         r["events_per_s_wall"] = round(n / r["wall_s"])
         r["events_per_cpu_s"] = round(n / r["cpu_s"])
     results["summary"] = runs
     rates = sorted(r["events_per_cpu_s"] for r in runs)
-    results["summary_events_per_cpu_s"] = {"median": rates[len(rates) // 2], "min": rates[0], "max": rates[-1]}
+    results["summary_events_per_cpu_s"] = {
+        "median": rates[len(rates) // 2],
+        "min": rates[0],
+        "max": rates[-1],
+    }
     if not args.skip_export:
         export = measure(["export", str(rec), "-o", str(directory / "trace.json.gz")], args.cpu)
         export["trace_mb"] = round((directory / "trace.json.gz").stat().st_size / 2**20, 1)

@@ -68,7 +68,9 @@ def _wait_for(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyp
 
 def test_price_uses_the_unit_costs() -> None:
     records = WindowRecords(stream=0, window=1, records={"kernel": 1000, "api": 2000, "nvtx_range": 10})
-    assert price(records) == pytest.approx(1000 * UNIT_COST_S["kernel"] + 2000 * UNIT_COST_S["api"] + 10 * 2e-6)
+    assert price(records) == pytest.approx(
+        1000 * UNIT_COST_S["kernel"] + 2000 * UNIT_COST_S["api"] + 10 * 2e-6
+    )
 
 
 def test_budget_windows_alternate_open_and_close_and_the_records_set_the_pause() -> None:

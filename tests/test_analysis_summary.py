@@ -50,7 +50,9 @@ def _union_length(intervals: list[tuple[int, int]]) -> int:
 
 
 @pytest.mark.parametrize("lean", [False, True])
-def test_kernels_match_raw_events_and_cupti_counts(processes: list[Process], recording: Path, lean: bool) -> None:
+def test_kernels_match_raw_events_and_cupti_counts(
+    processes: list[Process], recording: Path, lean: bool
+) -> None:
     report = summarize(Recording(str(recording), lean=lean), top=None, mangled=True)  # names as recorded
     rows = {r["name"]: r for r in report.table("kernels").as_dicts()}
     durations: dict[str, list[int]] = collections.defaultdict(list)
@@ -60,7 +62,12 @@ def test_kernels_match_raw_events_and_cupti_counts(processes: list[Process], rec
     grand = sum(sum(d) for d in durations.values())
     for name, ds in durations.items():
         row = rows[name]
-        assert (row["count"], row["total_ns"], row["min_ns"], row["max_ns"]) == (len(ds), sum(ds), min(ds), max(ds))
+        assert (row["count"], row["total_ns"], row["min_ns"], row["max_ns"]) == (
+            len(ds),
+            sum(ds),
+            min(ds),
+            max(ds),
+        )
         assert row["share"] == pytest.approx(sum(ds) / grand)
     expected = json.loads((FIXTURES / "expected.json").read_text())
     for name, count in expected["exact_counts"]["kernel_names"].items():
@@ -175,14 +182,20 @@ def test_filters_by_rank_pid_device_and_window(processes: list[Process], recordi
     inside = [k for k in kernels if low_c <= k.start < high_c]
     assert sum(r["count"] for r in windowed.table("kernels").as_dicts()) == len(inside) >= 49
     busy = windowed.table("gpu_busy").as_dicts()[0]["busy_ns"]
-    gpu = [e for e in torch.events if isinstance(e, ev.Kernel | ev.Memcpy | ev.Memset) and low_c <= e.start < high_c]
+    gpu = [
+        e
+        for e in torch.events
+        if isinstance(e, ev.Kernel | ev.Memcpy | ev.Memset) and low_c <= e.start < high_c
+    ]
     assert busy == _union_length([(o.start, min(o.end, high_c)) for o in gpu])
 
 
 def test_relative_window_starts_at_the_first_batch(processes: list[Process], recording: Path) -> None:
     torch = processes[2]
     first = min(e.start for e in torch.events[:100] if isinstance(e, ev.ApiCall | ev.NvtxRange | ev.Kernel))
-    sel = Selection(ranks=frozenset({2}), since=parse_time("--since", "3ms"), until=parse_time("--until", "+5ms"))
+    sel = Selection(
+        ranks=frozenset({2}), since=parse_time("--since", "3ms"), until=parse_time("--until", "+5ms")
+    )
     report = summarize(Recording(str(recording)), sel, top=None)
     calls = [a for a in torch.events if isinstance(a, ev.ApiCall) and 3e6 <= a.start - first < 5e6]
     assert sum(r["count"] for r in report.table("api").as_dicts()) == len(calls) > 0
@@ -208,7 +221,9 @@ def test_interval_union_is_exact_with_local_disorder() -> None:
     assert len(union.starts) <= 512 + 1000
 
 
-def test_cli_formats_and_one_line_errors(recording: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_cli_formats_and_one_line_errors(
+    recording: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert main(["summary", str(recording), "--top", "3"]) == 0
     text = capsys.readouterr().out
     assert "== Kernels by total GPU time (top 3 of" in text and "cs_exact_kernel" in text
@@ -284,8 +299,12 @@ def _synthetic(seed: int) -> list[Process]:
                 events.append(ev.NvtxRange(name=rng.choice(["step", "shared_name"]), start=t, end=end,
                                            thread_id=1, domain=rng.choice(["", "app"])))  # fmt: skip
             else:
-                events.append(ev.ExternalCorrelation(external_kind="custom0", external_id=i, correlation_id=i))
-        resource = ev.Resource(host="synthetic", pid=9000 + index, process_name="p", command_line=["p"], rank=index)
+                events.append(
+                    ev.ExternalCorrelation(external_kind="custom0", external_id=i, correlation_id=i)
+                )
+        resource = ev.Resource(
+            host="synthetic", pid=9000 + index, process_name="p", command_line=["p"], rank=index
+        )
         # Process 0 has no clock offset: a window without --until reaches 2**63 ns, past int64.
         clock = ev.ClockSync(cupti_ns=0, unix_ns=0 if index == 0 else 10**9)
         processes.append(Process(resource, clock, events))
@@ -311,8 +330,15 @@ def _tables(report: Report) -> list:
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"devices": "1"}, {"ranks": "1"}, {"since": "2ms"}, {"since": "1ms", "until": "+4ms", "devices": "0"},
-     {"until": "3ms"}, {"exact": "yes"}],
+    [
+        {},
+        {"devices": "1"},
+        {"ranks": "1"},
+        {"since": "2ms"},
+        {"since": "1ms", "until": "+4ms", "devices": "0"},
+        {"until": "3ms"},
+        {"exact": "yes"},
+    ],
 )
 def test_column_path_matches_per_event_path_and_plain_python(options: dict[str, str], tmp_path: Path) -> None:
     exact = "exact" in options
@@ -348,12 +374,17 @@ def test_column_path_matches_per_event_path_and_plain_python(options: dict[str, 
         for e in p.events:
             if isinstance(e, ev.ApiCall) and low <= e.start + off < high:
                 api[e.name].append(e.end - e.start)
-            elif isinstance(e, ev.Kernel) and low <= e.start + off < high and (
-                sel.devices is None or e.device_id in sel.devices
+            elif (
+                isinstance(e, ev.Kernel)
+                and low <= e.start + off < high
+                and (sel.devices is None or e.device_id in sel.devices)
             ):
                 kernels[e.name].append(e.end - e.start)
     for table, expected in (("api", api), ("kernels", kernels)):
-        got = {r["name"]: (r["count"], r["total_ns"], r["min_ns"], r["max_ns"]) for r in columns.table(table).as_dicts()}
+        got = {
+            r["name"]: (r["count"], r["total_ns"], r["min_ns"], r["max_ns"])
+            for r in columns.table(table).as_dicts()
+        }
         assert got == {n: (len(d), sum(d), min(d), max(d)) for n, d in expected.items()}, table
     assert "shared_name" in {r["name"] for r in columns.table("api").as_dicts()} or options
     assert columns.meta["events"]["external_correlation"] == sum(

@@ -320,7 +320,12 @@ def test_api_patterns_follow_the_one_rule_of_api_functions() -> None:
     runtime = {name for (domain, _), name in names.items() if domain == RUNTIME}
     assert runtime == {"cudaMemcpy", "cudaMemcpy_ptds", "cudaLaunchKernel_ptsz"}
     driver = {cbid: name for (domain, cbid), name in names.items() if domain == DRIVER}
-    assert set(driver.values()) == {"cuMemcpyHtoD", "cuMemcpyHtoD_v2_ptds", "cuGraphLaunch", "cuGraphLaunch_ptsz"}
+    assert set(driver.values()) == {
+        "cuMemcpyHtoD",
+        "cuMemcpyHtoD_v2_ptds",
+        "cuGraphLaunch",
+        "cuGraphLaunch_ptsz",
+    }
     assert sorted(driver) == api_functions.select_cbids("driver", ["cuMemcpyHtoD", "cuGraph*Launch"])
     assert all(api_functions.api_names("driver")[cbid] == name for cbid, name in driver.items())
 

@@ -121,7 +121,11 @@ def test_signal_drains_and_exits_with_the_signal_code(tmp_path: Path, signum: in
     [
         (["run", "-c", "nonexistent.yaml", "--", "python", "-c", "pass"], "config file not found", 2),
         (["run", "-c", "configs/test-synthetic.yaml"], "no program given", 2),
-        (["run", "-c", "configs/test-synthetic.yaml", "--", "no-such-command-xyz"], "command 'no-such-command-xyz' not found", 2),
+        (
+            ["run", "-c", "configs/test-synthetic.yaml", "--", "no-such-command-xyz"],
+            "command 'no-such-command-xyz' not found",
+            2,
+        ),
         (["run", "-c", "configs/test-synthetic.yaml", "--", "python", "missing.py"], "not found", 2),
         (["run"], "run: no config; pass -c cfg.yaml or set CUPTISTREAM_CONFIG", 2),
         (["validate", "nonexistent.yaml"], "pass an existing YAML file as `cuptistream validate FILE`", 2),
@@ -173,8 +177,10 @@ def test_default_config_without_gpu_disables_cupti_sources_and_keeps_the_program
     root = Path(__file__).resolve().parent.parent
     # The program tries CUDA (cuda.bindings' cuInit fails without a driver): its probe starts and
     # says why each source is off.
-    program = ("from cuda.bindings import driver\ntry:\n    driver.cuInit(0)\nexcept Exception:\n    pass\n"
-               "print('program ran'); raise SystemExit(3)")
+    program = (
+        "from cuda.bindings import driver\ntry:\n    driver.cuInit(0)\nexcept Exception:\n    pass\n"
+        "print('program ran'); raise SystemExit(3)"
+    )
     result = subprocess.run([*CLI, "run", "-c", str(root / "configs/default.yaml"), "--", "python", "-c",
                              program], capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
     assert result.returncode == 3 and "program ran" in result.stdout

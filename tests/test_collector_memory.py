@@ -70,8 +70,12 @@ def test_arena_cap_applies_in_a_fresh_process_and_yields_to_the_users_setting() 
 
     program = "from cuptistream.collector import memory; print(memory.limit_malloc_arenas())"
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
+    )
     assert done.stdout.strip() == "True"  # glibc (this test machine)
     env["MALLOC_ARENA_MAX"] = "4"
-    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
+    )
     assert done.stdout.strip() == "False"

@@ -115,18 +115,32 @@ def test_validate_cli_prints_one_line_and_exits_2(tmp_path: Path, yaml_text: str
 VALUES_THAT_DO_HARM = [
     ("pipeline: {stats_interval: .nan}", "pipeline.stats_interval: expected a finite duration, got nan"),
     ("pipeline: {stats_interval: 0}", "pipeline: stats_interval must be at least 10ms, got 0s"),
-    ("pipeline: {batch: {max_latency: .inf}}", "pipeline.batch.max_latency: expected a finite duration, got inf"),
-    ("pipeline: {shutdown_deadline: .nan}", "pipeline.shutdown_deadline: expected a finite duration, got nan"),
+    (
+        "pipeline: {batch: {max_latency: .inf}}",
+        "pipeline.batch.max_latency: expected a finite duration, got inf",
+    ),
+    (
+        "pipeline: {shutdown_deadline: .nan}",
+        "pipeline.shutdown_deadline: expected a finite duration, got nan",
+    ),
     ("pipeline: {shutdown_deadline: 0}", "pipeline: shutdown_deadline must be more than 0, got 0"),
     ("pipeline: {memory_budget: 0}", "pipeline: memory_budget must be at least 1, got 0"),
     ("pipeline: {batch: {max_events: -1}}", "pipeline.batch: max_events must be at least 1, got -1"),
-    ("pipeline: {memory_budget: 99999999999999999999TiB}", "pipeline.memory_budget: size '99999999999999999999TiB' is too large"),
-    ("pipeline: {memory_budget: '" + "9" * 400 + "'}", "pipeline.memory_budget: expected a size like 10MiB or 65536, got '999"),
+    (
+        "pipeline: {memory_budget: 99999999999999999999TiB}",
+        "pipeline.memory_budget: size '99999999999999999999TiB' is too large",
+    ),
+    (
+        "pipeline: {memory_budget: '" + "9" * 400 + "'}",
+        "pipeline.memory_budget: expected a size like 10MiB or 65536, got '999",
+    ),
     ("probe: {event_buffers: 1}", "probe: event_buffers must be at least 2"),
 ]
 
 
-@pytest.mark.parametrize(("entry", "expected"), VALUES_THAT_DO_HARM, ids=[v[0][:40] for v in VALUES_THAT_DO_HARM])
+@pytest.mark.parametrize(
+    ("entry", "expected"), VALUES_THAT_DO_HARM, ids=[v[0][:40] for v in VALUES_THAT_DO_HARM]
+)
 def test_values_that_would_do_harm_are_refused_in_one_line(tmp_path: Path, entry: str, expected: str) -> None:
     path = tmp_path / "cfg.yaml"
     path.write_text(f'{entry}\nsinks: [{{type: "null", queue: {{max_bytes: 1MiB}}}}]\n')
@@ -148,11 +162,18 @@ def _bomb() -> str:
     lines = ['x0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
     for i in range(1, 9):
         lines.append(f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
-    return "session:\n  attributes:\n" + "\n".join("    " + line for line in lines) + '\nsinks: [{type: "null"}]\n'
+    return (
+        "session:\n  attributes:\n"
+        + "\n".join("    " + line for line in lines)
+        + '\nsinks: [{type: "null"}]\n'
+    )
 
 
 LOADING_DEFECTS = [
-    (b'sinks: [{type: "null"}]\nsinks: [{type: file}]\n', "duplicate key 'sinks' (keep one) at line 2, column 1"),
+    (
+        b'sinks: [{type: "null"}]\nsinks: [{type: file}]\n',
+        "duplicate key 'sinks' (keep one) at line 2, column 1",
+    ),
     (b'sinks: [{type: "null", name: a, name: b}]\n', "duplicate key 'name' (keep one) at line 1"),
     (b'sinks: [{type: "null"}]\n# \xff\xfe\n', "not UTF-8 text (byte 26); save the config as UTF-8"),
     (("a: " + "[" * 3000 + "]" * 3000 + "\n").encode(), "nested too deeply to be a config"),
@@ -163,7 +184,9 @@ LOADING_DEFECTS = [
 
 
 @pytest.mark.parametrize(("content", "expected"), LOADING_DEFECTS, ids=[d[1][:30] for d in LOADING_DEFECTS])
-def test_files_that_are_not_configs_are_refused_in_one_line(tmp_path: Path, content: bytes, expected: str) -> None:
+def test_files_that_are_not_configs_are_refused_in_one_line(
+    tmp_path: Path, content: bytes, expected: str
+) -> None:
     path = tmp_path / "cfg.yaml"
     path.write_bytes(content)
     result = subprocess.run([sys.executable, "-m", "cuptistream.cli", "validate", str(path)],
@@ -215,6 +238,8 @@ def test_component_numbers_that_cannot_work_are_refused(data: dict, expected: st
 def test_statistics_are_on_by_default_and_configurable() -> None:
     default = load({"sinks": [{"type": "null"}]}).statistics
     assert (default.enabled, default.interval_ns, default.max_names) == (True, 10_000_000_000, 500)
-    chosen = load({"sinks": [{"type": "null"}], "statistics": {"interval": "500ms", "max_names": 20}}).statistics
+    chosen = load(
+        {"sinks": [{"type": "null"}], "statistics": {"interval": "500ms", "max_names": 20}}
+    ).statistics
     assert (chosen.interval_ns, chosen.max_names) == (500_000_000, 20)
     assert not load({"sinks": [{"type": "null"}], "statistics": {"enabled": False}}).statistics.enabled

@@ -57,7 +57,10 @@ def test_one_cupti_error_and_one_call() -> None:
     # CuptiError lives in the one exception tree (cuptistream/errors.py), the calls in the CUPTI layer.
     assert defined == {
         "CuptiError": ["cuptistream/errors.py"],
-        **{name: ["cuptistream/cupti/library.py"] for name in ("call", "call_status", "libcupti", "libc_free")},
+        **{
+            name: ["cuptistream/cupti/library.py"]
+            for name in ("call", "call_status", "libcupti", "libc_free")
+        },
     }
     assert pcsampling_api.CuptiError is sass_api.CuptiError is library.CuptiError
 

@@ -185,7 +185,9 @@ def sink_entry(cell: Cell, servers: Servers, bootstrap: str, tmp: Path) -> dict[
         entry["ssl_cafile"] = str(servers.certs.ca)
     if cell.protocol.startswith("SASL"):
         mechanism = "SCRAM-SHA-512" if cell.server == "refused" else "PLAIN"
-        entry.update(sasl_mechanism=mechanism, sasl_username="alice", sasl_password_env="MATRIX_KAFKA_PASSWORD")
+        entry.update(
+            sasl_mechanism=mechanism, sasl_username="alice", sasl_password_env="MATRIX_KAFKA_PASSWORD"
+        )
     return entry
 
 
@@ -231,8 +233,11 @@ def run_cell(cell: Cell, servers: Servers, tmp: Path, *args: str) -> Outcome:
     try:
         config = {
             "sources": [{"type": "synthetic", "events": 4000, "rate": 2000, "chunk_events": 100}],
-            "pipeline": {"shutdown_deadline": f"{SHUTDOWN_DEADLINE:g}s", "stats_interval": "1h",
-                         "batch": {"max_latency": "100ms"}},
+            "pipeline": {
+                "shutdown_deadline": f"{SHUTDOWN_DEADLINE:g}s",
+                "stats_interval": "1h",
+                "batch": {"max_latency": "100ms"},
+            },
             "sinks": [sink_entry(cell, servers, bootstrap_for(cell, servers, broker, tls), tmp)],
         }
         (tmp / "cfg.json").write_text(json.dumps(config))
@@ -359,7 +364,11 @@ def assert_one_line(o: Outcome) -> None:
     """One stderr line names the sink and its problem (not one per retry)."""
     lines = o.stderr.splitlines()
     if o.cell.permanent:
-        said = [line for line in lines if "sinks[kafka]: stopped: SASL SCRAM-SHA-512 login as 'alice' refused" in line]
+        said = [
+            line
+            for line in lines
+            if "sinks[kafka]: stopped: SASL SCRAM-SHA-512 login as 'alice' refused" in line
+        ]
         assert len(said) == 1 and "unknown-user" in said[0] and "$MATRIX_KAFKA_PASSWORD" in said[0], o.stderr
     elif o.cell.server == "stopped":
         # Up, then frozen: kafka-python's own timeouts run past the program, so the line comes at

@@ -58,15 +58,16 @@ PROTOCOLS = ("http", "https", "grpc", "grpc+tls")
 # server kind -> the protocols where it makes sense, and what the one stderr line names for each
 CELLS: dict[str, dict[str, tuple[str, ...]]] = {
     "closed port": {p: ("ConnectError", "gRPC UNAVAILABLE") for p in PROTOCOLS},
-    "silent acceptor": {p: ("Timeout", "no answer", "gRPC DEADLINE_EXCEEDED", "gRPC UNAVAILABLE") for p in PROTOCOLS},
+    "silent acceptor": {
+        p: ("Timeout", "no answer", "gRPC DEADLINE_EXCEEDED", "gRPC UNAVAILABLE") for p in PROTOCOLS
+    },
     "TLS stalls mid-handshake": {
-        p: ("Timeout", "no answer", "gRPC DEADLINE_EXCEEDED", "gRPC UNAVAILABLE") for p in ("https", "grpc+tls")
+        p: ("Timeout", "no answer", "gRPC DEADLINE_EXCEEDED", "gRPC UNAVAILABLE")
+        for p in ("https", "grpc+tls")
     },
     "receiver answers 503": {p: ("HTTP 503", "gRPC UNAVAILABLE") for p in PROTOCOLS},
     "receiver answers 401": {p: ("HTTP 401", "gRPC UNAUTHENTICATED") for p in PROTOCOLS},
-    "receiver answers nothing": {
-        p: ("Timeout", "no answer", "gRPC DEADLINE_EXCEEDED") for p in PROTOCOLS
-    },
+    "receiver answers nothing": {p: ("Timeout", "no answer", "gRPC DEADLINE_EXCEEDED") for p in PROTOCOLS},
 }
 
 
@@ -203,8 +204,12 @@ def test_otlp_fault_matrix(tmp_path: Path, certs: Certs, kind: str, protocol: st
         if outcome.first_line_s < 2.0 and outcome.after_exit_s < DEADLINE_S + 1.0:
             break
         print(f"{where}: a time bound missed (first line {outcome.first_line_s:.2f}s), measuring once more")
-    print(f"{where}: first line {outcome.first_line_s:.2f}s, exit {outcome.after_exit_s:.2f}s after the program's")
-    assert outcome.first_line_s < 2.0, f"{where}: the program's first line came {outcome.first_line_s:.2f}s in"
+    print(
+        f"{where}: first line {outcome.first_line_s:.2f}s, exit {outcome.after_exit_s:.2f}s after the program's"
+    )
+    assert outcome.first_line_s < 2.0, (
+        f"{where}: the program's first line came {outcome.first_line_s:.2f}s in"
+    )
     assert outcome.returncode == EXIT_CODE, f"{where}: exit {outcome.returncode}\n{outcome.stderr}"
     assert outcome.after_exit_s < DEADLINE_S + 1.0, (
         f"{where}: run exited {outcome.after_exit_s:.2f}s after the program\n{outcome.stderr}"

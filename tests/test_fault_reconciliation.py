@@ -346,8 +346,13 @@ def test_sigkill_of_the_collector(tmp_path: Path) -> None:
 
 
 def run_with_fault(
-    tmp_path: Path, emitted: int, rate: float, sinks: list[dict[str, Any]], fault: Any,
-    stderr: list[str] | None = None, **pipeline: Any,
+    tmp_path: Path,
+    emitted: int,
+    rate: float,
+    sinks: list[dict[str, Any]],
+    fault: Any,
+    stderr: list[str] | None = None,
+    **pipeline: Any,
 ) -> tuple[dict[str, Any], Delivered]:
     """``cuptistream run`` with ``sinks`` plus a reference file sink ``ref``; ``fault()`` runs once the
     program is up. Returns the report and what ``ref`` holds, which must add up on its own; the run's
@@ -448,7 +453,9 @@ def test_disk_full_and_recovery(tmp_path: Path) -> None:
         assert len(lines) == 2, lines
         assert lines[0] == "cuptistream: sinks[disk]: failing: No space left on device; retrying"
         assert re.fullmatch(r"cuptistream: sinks\[disk\]: recovered after \d+\.\ds \(was: .*\)", lines[1])
-        recorded = [e for e in cuptistream.read(tmp_path / "ref") if isinstance(e, Error) and e.origin == "sink:disk"]
+        recorded = [
+            e for e in cuptistream.read(tmp_path / "ref") if isinstance(e, Error) and e.origin == "sink:disk"
+        ]
         health_events = [(e.severity, e.message) for e in recorded if ": failing: " in e.message
                          or ": recovered after " in e.message]  # fmt: skip
         assert health_events == [
@@ -693,7 +700,9 @@ def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
     # Every phase was met, and the faults had effects worth proving.
     # (Any signal: in one CI run the trace lane sent nothing during the 6 s of resets, between two
     # batches, while the metrics exporter met 10 of them.)
-    assert all(counts["traces"] + counts["metrics"] + counts["logs"] for counts in per_phase.values()), per_phase
+    assert all(counts["traces"] + counts["metrics"] + counts["logs"] for counts in per_phase.values()), (
+        per_phase
+    )
     assert per_phase["503 Retry-After 1"]["traces"] and per_phase["503"]["traces"], per_phase
     assert late, "no request was answered after the sink's timeout"
     assert dropped > 0 and lane.get("delivery_failed", 0) > 0, "no batch ran out of its deadline"

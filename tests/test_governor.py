@@ -133,7 +133,9 @@ def test_a_source_charged_per_window_holds_its_share_from_the_first_window() -> 
     assert history[0][0].pause_s == pytest.approx(15.0 / (HEADROOM * 0.005) - 0.25)  # the prior: 56 min
     assert spent_fraction(history) <= HEADROOM * 0.005  # every window, the first included
     # The cheaper measured cost earns windows back slowly, towards 8.6 s / 0.5%.
-    assert history[-1][0].window_s + history[-1][0].pause_s == pytest.approx(8.6 / (HEADROOM * 0.005), rel=0.1)
+    assert history[-1][0].window_s + history[-1][0].pause_s == pytest.approx(
+        8.6 / (HEADROOM * 0.005), rel=0.1
+    )
 
 
 def test_a_window_costlier_than_the_prior_lengthens_the_next_pause_at_once() -> None:

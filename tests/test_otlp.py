@@ -409,7 +409,9 @@ def test_unreachable_collector_fails_connect_and_batches_within_the_deadline() -
         await sink.open()  # local checks only: no network
         await sink.connect()
 
-    with pytest.raises(SinkUnavailableError, match=rf"^sinks\[otlp\]: http://127.0.0.1:{port}/v1/traces: ConnectError$"):
+    with pytest.raises(
+        SinkUnavailableError, match=rf"^sinks\[otlp\]: http://127.0.0.1:{port}/v1/traces: ConnectError$"
+    ):
         trio.run(connect)
     errors = deliver(sink, make_batch(step_events()))
     assert len(errors) == 1 and "ConnectError" in str(errors[0])

@@ -148,9 +148,7 @@ def test_405_on_metrics_ends_metrics_while_traces_go_on(receiver: OtlpReceiver) 
     assert st["metric_points_dropped"] > 0  # the first request's points, then every later export's
 
 
-@pytest.mark.parametrize(
-    ("status", "ends"), [(400, True), (404, True), (413, False), (500, False)]
-)
+@pytest.mark.parametrize(("status", "ends"), [(400, True), (404, True), (413, False), (500, False)])
 def test_which_refusals_end_a_signal(receiver: OtlpReceiver, status: int, ends: bool) -> None:
     receiver.answer("/v1/logs", Answer(status))
     s = sink(endpoint=receiver.endpoint, signals=["logs"])
@@ -162,7 +160,9 @@ def test_which_refusals_end_a_signal(receiver: OtlpReceiver, status: int, ends: 
 
 
 @pytest.mark.parametrize(("status", "reason"), [(401, "unauthorized"), (403, "forbidden")])
-def test_refused_credentials_stop_the_sink_with_one_line(receiver: OtlpReceiver, status: int, reason: str) -> None:
+def test_refused_credentials_stop_the_sink_with_one_line(
+    receiver: OtlpReceiver, status: int, reason: str
+) -> None:
     receiver.answer("/v1/logs", Answer(status))
     s = sink(endpoint=receiver.endpoint, signals=["logs"])
     errors = deliver(s, make_batch(other_events()), make_batch(other_events(), seq=1))

@@ -52,7 +52,9 @@ def check_sink_against_events(receiver: OtlpReceiver, events: list[ev.Event], ba
     batches: list[ev.Batch] = []
     for seq, start in enumerate(range(0, len(events), batch_size)):
         batch = make_batch(events[start : start + batch_size], seq=seq)
-        batch.clock = ev.ClockSync(cupti_ns=0, unix_ns=0)  # the fixtures' CUPTI timestamps are the epoch times
+        batch.clock = ev.ClockSync(
+            cupti_ns=0, unix_ns=0
+        )  # the fixtures' CUPTI timestamps are the epoch times
         batches.append(batch)
     sink = sink_for(receiver.endpoint, signals=["traces", "metrics"], reorder_window="1h")
     assert deliver(sink, *batches) == []

@@ -114,7 +114,9 @@ def test_which_codes_end_a_signal(receiver: OtlpGrpcReceiver, code: grpc.StatusC
     ("code", "reason"),
     [(grpc.StatusCode.UNAUTHENTICATED, "unauthorized"), (grpc.StatusCode.PERMISSION_DENIED, "forbidden")],
 )
-def test_refused_credentials_stop_the_sink(receiver: OtlpGrpcReceiver, code: grpc.StatusCode, reason: str) -> None:
+def test_refused_credentials_stop_the_sink(
+    receiver: OtlpGrpcReceiver, code: grpc.StatusCode, reason: str
+) -> None:
     receiver.answer("logs", Reply(code))
     s = sink(receiver.endpoint, signals=["logs"])
     errors = deliver(s, make_batch(other_events()), make_batch(other_events(), seq=1))

@@ -197,5 +197,7 @@ def test_a_batch_holds_one_process_and_each_process_keeps_its_order() -> None:
         else:  # the collector's own batches carry accounting only
             assert not kernels
     assert by_pid == {pid: list(range(3_000)) for pid in (100, 101, 102)}
-    errors = [(b.resource.pid, e.message) for b in sink.batches for e in b.events if type(e).__name__ == "Error"]
+    errors = [
+        (b.resource.pid, e.message) for b in sink.batches for e in b.events if type(e).__name__ == "Error"
+    ]
     assert errors == [(101, "a problem in process 101")]

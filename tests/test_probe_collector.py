@@ -97,7 +97,8 @@ def test_api_filters_are_set_after_their_kinds_are_enabled(monkeypatch: pytest.M
         if name.endswith(("RuntimeApi", "DriverApi")) and args[1] == 1
     }  # fmt: skip
     expected = {
-        ("cuptiActivityEnableRuntimeApi", c) for c in api_functions.select_cbids("runtime", ["cudaLaunchKernel"])
+        ("cuptiActivityEnableRuntimeApi", c)
+        for c in api_functions.select_cbids("runtime", ["cudaLaunchKernel"])
     }
     expected |= {
         ("cuptiActivityEnableDriverApi", c) for c in api_functions.select_cbids("driver", ["cuLaunchKernel"])
@@ -105,7 +106,9 @@ def test_api_filters_are_set_after_their_kinds_are_enabled(monkeypatch: pytest.M
     assert on == expected
 
 
-def test_resource_kinds_are_enabled_with_a_dump_of_what_predates_cupti(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resource_kinds_are_enabled_with_a_dump_of_what_predates_cupti(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """CUPTI makes device records at CUDA's initialization and context/stream records at creation; a
     probe attached later (the usual case) sees them only through cuptiActivityEnableAndDump. On the
     H100 the plain enable gave no device event, so no hw.gpu.memory.limit (docs/gpu-validation.md)."""
@@ -117,7 +120,9 @@ def test_resource_kinds_are_enabled_with_a_dump_of_what_predates_cupti(monkeypat
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
     monkeypatch.setattr(gpus, "device_name", lambda ordinal=0: "fake GPU")
     config = ActivitySourceConfig(
-        type="activity", kinds=["concurrent_kernel", "device", "context", "stream", "memory2"], flush_interval=0
+        type="activity",
+        kinds=["concurrent_kernel", "device", "context", "stream", "memory2"],
+        flush_interval=0,
     )
     source = ActivitySource(config, Collect())
     source.start()

@@ -113,7 +113,9 @@ def test_front_door_decodes_when_there_is_room_and_sheds_one_connection_at_a_tim
     _fill_lane(collector, 0, MIB)
     results: list[bool] = []
     with door._gate:  # another connection is shedding: this one waits, off the GIL
-        waiter = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
+        waiter = threading.Thread(
+            target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake))
+        )
         waiter.start()
         waiter.join(0.3)
         assert waiter.is_alive() and not results

@@ -101,11 +101,26 @@ def test_the_shared_keys_are_documented_once_with_their_defaults() -> None:
     ("entry", "expected"),
     [
         ({"type": "kafka", "request_timeout": "5s"}, "sinks[0].request_timeout: renamed to timeout; "),
-        ({"type": "kafka", "delivery_timeout": "5s"}, "sinks[0].delivery_timeout: renamed to retry.max_elapsed; "),
-        ({"type": "kafka", "retry_backoff": "1s"}, "sinks[0].retry_backoff: renamed to retry.initial_backoff; "),
-        ({"type": "otlp", "endpoint": "http://h:4318", "deadline": "5s"}, "sinks[0].deadline: renamed to retry.max_elapsed; "),
-        ({"type": "file", "retry": {"max_backoff": "100ms"}}, "sinks[0].retry: max_backoff must be at least 0.5, got 0.1"),
-        ({"type": "null", "retry": {"max_elapsed": 0}}, "sinks[0].retry: max_elapsed must be more than 0, got 0"),
+        (
+            {"type": "kafka", "delivery_timeout": "5s"},
+            "sinks[0].delivery_timeout: renamed to retry.max_elapsed; ",
+        ),
+        (
+            {"type": "kafka", "retry_backoff": "1s"},
+            "sinks[0].retry_backoff: renamed to retry.initial_backoff; ",
+        ),
+        (
+            {"type": "otlp", "endpoint": "http://h:4318", "deadline": "5s"},
+            "sinks[0].deadline: renamed to retry.max_elapsed; ",
+        ),
+        (
+            {"type": "file", "retry": {"max_backoff": "100ms"}},
+            "sinks[0].retry: max_backoff must be at least 0.5, got 0.1",
+        ),
+        (
+            {"type": "null", "retry": {"max_elapsed": 0}},
+            "sinks[0].retry: max_elapsed must be more than 0, got 0",
+        ),
         ({"type": "stdout", "timeout": 0}, "sinks[0]: timeout must be more than 0, got 0"),
         ({"type": "file", "retry": {"tries": 3}}, "sinks[0].retry.tries: unknown key (known keys: enabled, "),
     ],
@@ -199,7 +214,10 @@ class _LosingSink(Sink):
 
 def test_delivery_losses_become_loss_events_self_stats_and_the_report() -> None:
     sink, witness = _LosingSink(), MemorySink("witness")
-    config = {"pipeline": {"batch": {"max_latency": "20ms"}, "stats_interval": "50ms"}, "sinks": [{"type": "null"}]}
+    config = {
+        "pipeline": {"batch": {"max_latency": "20ms"}, "stats_interval": "50ms"},
+        "sinks": [{"type": "null"}],
+    }
     with cuptistream.session(config, sinks=[sink, witness], quiet=True) as session:
         session.emitter.emit([Kernel(start=i, end=i + 1, name="k", device_id=0, context_id=1, stream_id=1,
                                      correlation_id=i) for i in range(1000)])  # fmt: skip

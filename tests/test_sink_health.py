@@ -38,7 +38,9 @@ def test_each_change_is_said_once() -> None:
     health.failing("again")
     assert [s for s, _ in said] == ["error", "info", "error", "error"]
     assert said[0][1] == "sinks[x]: failing: HTTP 503 (attempt 0); retrying"
-    assert said[1][1].startswith("sinks[x]: recovered after ") and said[1][1].endswith("(was: HTTP 503 (attempt 4))")
+    assert said[1][1].startswith("sinks[x]: recovered after ") and said[1][1].endswith(
+        "(was: HTTP 503 (attempt 4))"
+    )
     assert said[2][1] == "sinks[x]: failing: disk full; retrying"
     assert said[3][1] == "sinks[x]: stopped: HTTP 401: check the credentials"
     report = health.report()

@@ -337,7 +337,9 @@ def test_names_past_the_tables_bound_fold_into_other_as_they_come() -> None:
     rows = [s for s in acc.close() if isinstance(s, ActivityStats)]
     durations = (kernels["end"] - kernels["start"]).astype(np.int64)
     assert len(rows) == 11 and rows[-1].name == "other"
-    assert sum(s.count for s in rows) == len(kernels) and sum(s.total_ns for s in rows) == int(durations.sum())
+    assert sum(s.count for s in rows) == len(kernels) and sum(s.total_ns for s in rows) == int(
+        durations.sum()
+    )
     assert sum(sum(s.durations.counts) for s in rows) == len(kernels)
     assert rows[0].total_ns >= rows[9].total_ns
 

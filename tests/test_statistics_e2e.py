@@ -226,7 +226,9 @@ def test_the_collector_answers_a_closed_trace_span_with_window_records(tmp_path:
     expected = json.loads((FIXTURES / "expected.json").read_text())["exact_counts"]
     kernels = reply.records["kernel"] + reply.records["graph_kernel"]  # graph nodes priced apart
     assert kernels == expected["decoded_events"]["Kernel"] and reply.records["memcpy"] == 8
-    assert reply.records["graph_kernel"] == sum(1 for e in _decoded(cap) if isinstance(e, Kernel) and e.graph_id)
+    assert reply.records["graph_kernel"] == sum(
+        1 for e in _decoded(cap) if isinstance(e, Kernel) and e.graph_id
+    )
     link.close()
     collector.wait_idle(10)
     collector.finish()

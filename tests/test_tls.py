@@ -152,7 +152,11 @@ class Run:
 
 
 def run(
-    tmp: Path, sink: dict[str, Any], with_file_sink: bool = True, seconds: float = 0.0, args: tuple[str, ...] = ()
+    tmp: Path,
+    sink: dict[str, Any],
+    with_file_sink: bool = True,
+    seconds: float = 0.0,
+    args: tuple[str, ...] = (),
 ) -> Run:
     """``cuptistream run`` of a program that lives ``seconds``: long enough, where a test reads Error
     events back, for the sink's failure to come while the file sink still records."""
@@ -316,7 +320,9 @@ def test_kafka_ssl_with_another_ca_is_refused(tmp_path: Path, certs: Certs, tls_
     assert len(stopped) == 1 and needle in stopped[0], outcome.stderr
     assert "does not verify (unable to get local issuer certificate); check ssl_cafile" in stopped[0]
     assert outcome.report is not None
-    kafka = outcome.report["sinks"]["kafka"]  # events_in: the program's and the collector's own (Error, stats)
+    kafka = outcome.report["sinks"][
+        "kafka"
+    ]  # events_in: the program's and the collector's own (Error, stats)
     assert kafka["events_out"] == 0 and kafka["events_in"] > EVENTS
     assert outcome.report["losses"] == {"sink:kafka/tls_certificate_rejected": kafka["events_in"]}
     (tmp_path / "strict").mkdir()

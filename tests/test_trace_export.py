@@ -116,7 +116,9 @@ def test_trace_follows_the_format_and_matches_raw_events(
     assert "memcpy HtoD GB/s (GPU 0)" in counters
     assert "lost events: cupti cupti_buffer_dropped" in counters
     # the first cs_exact_kernel launch: its arrow lands on the kernel
-    first = min((e for e in events if e["ph"] == "X" and e["name"] == "cs_exact_kernel"), key=lambda e: e["ts"])
+    first = min(
+        (e for e in events if e["ph"] == "X" and e["name"] == "cs_exact_kernel"), key=lambda e: e["ts"]
+    )
     assert any(e["ph"] == "f" and e["ts"] == first["ts"] and e["tid"] == first["tid"] for e in events)
 
 
@@ -153,7 +155,10 @@ def test_cli_export_and_errors(recording: Path, tmp_path: Path, capsys: pytest.C
     assert "trace events" in capsys.readouterr().err
     validate(_load(out))
     for argv, message in [
-        (["export", str(recording), "--format", "svg", "-o", str(out)], "expected one of perfetto, chrome-trace"),
+        (
+            ["export", str(recording), "--format", "svg", "-o", str(out)],
+            "expected one of perfetto, chrome-trace",
+        ),
         (["export", str(recording), "-o", str(tmp_path / "no" / "t.json")], "cannot write there"),
         (["export", str(recording), "--rank", "9", "-o", str(tmp_path / "e.json")], "nothing to export"),
     ]:

@@ -219,7 +219,9 @@ def test_trace_errors_are_one_line(tmp_path: Path) -> None:
         assert took < 8.0, took  # the probe answered at once: no waiting for the window and timeout
         # A source that can trace on demand but will not now says why: a finished replay.
         with running_job(
-            tmp_path, "finished", {"type": "replay", "loops": 1, "path": str(DEFAULT_PATH / "exact_counts.cupti")}
+            tmp_path,
+            "finished",
+            {"type": "replay", "loops": 1, "path": str(DEFAULT_PATH / "exact_counts.cupti")},
         ) as finished:
             ends = time.monotonic() + 30
             while (

@@ -44,7 +44,13 @@ def _plant(path: Path, module: str) -> list[tuple[int, str]]:
     """Append the plants to ``path``; returns the (line, message) mypy must report for them."""
     tree = ast.parse(path.read_text())
     lines = path.read_text().splitlines()
-    plant = ["", "", "def _planted_module_check() -> None:", f"    import {module} as _self", f"    _self.{MISSING}"]
+    plant = [
+        "",
+        "",
+        "def _planted_module_check() -> None:",
+        f"    import {module} as _self",
+        f"    _self.{MISSING}",
+    ]
     expected = [(len(lines) + len(plant), f'Module has no attribute "{MISSING}"')]
     classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
     for cls in classes:

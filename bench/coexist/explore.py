@@ -5,6 +5,7 @@ hold (we hold the callback subscriber while the profiler runs), yield (we releas
 to take it back after the profiler), after (the profiler alone, then we try to subscribe),
 multi (cuptiSubscribe_v2 with allowMultipleSubscribers=1, for libcupti >= 13.3).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,11 @@ def main(scenario: str) -> None:
     torch.zeros(1, device="cuda")
     from cuptistream.cupti import driver, subscriber
 
-    out: dict = {"scenario": scenario, "TEARDOWN_CUPTI": os.environ.get("TEARDOWN_CUPTI"),
-                 "cupti_version": driver.cupti_version()}
+    out: dict = {
+        "scenario": scenario,
+        "TEARDOWN_CUPTI": os.environ.get("TEARDOWN_CUPTI"),
+        "cupti_version": driver.cupti_version(),
+    }
     sub = subscriber.Subscriber()
     if scenario == "multi":
         subscriber._PARAMS_SIZES = (40,)

@@ -27,9 +27,7 @@ class _Outcome(Generic[T]):
         self.abandoned = False  # the caller stopped waiting (set under ``lock``)
 
 
-def call_by(
-    fn: Callable[[], T], deadline: float, *, name: str, late: Callable[[T], None] | None = None
-) -> T:
+def call_by(fn: Callable[[], T], deadline: float, *, name: str, late: Callable[[T], None] | None = None) -> T:
     """``fn()``'s result or exception, if it comes by ``deadline``; else ``TimeoutError`` (the thread,
     named ``name``, is abandoned, and a result it returns later goes to ``late``)."""
     outcome: _Outcome[T] = _Outcome()

@@ -138,7 +138,7 @@ def _stop(lane: SinkLane, error: PermanentSinkError, health: Health) -> None:
 
 def _without_where(message: str, sink: Sink) -> str:
     prefix = sink.where() + ": "
-    return message[len(prefix):] if message.startswith(prefix) else message
+    return message[len(prefix) :] if message.startswith(prefix) else message
 
 
 async def require_healthy(sinks: list[Sink]) -> None:

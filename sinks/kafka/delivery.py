@@ -42,6 +42,7 @@ from .spool import Spool, SpoolReader
 
 log = logging.getLogger("cuptistream.sinks.kafka")
 
+
 @functools.cache
 def _error_kinds() -> tuple[tuple[type[BaseException], ...], ...]:
     """kafka-python's errors by what we do about them: (too large, permanent, producer state).

@@ -76,9 +76,7 @@ def describe(
     if isinstance(ev, ApiCall):
         status = None
         if ev.return_value != 0:
-            status = Status(
-                code=Status.STATUS_CODE_ERROR, message=f"{ev.name} returned {ev.return_value}"
-            )
+            status = Status(code=Status.STATUS_CODE_ERROR, message=f"{ev.name} returned {ev.return_value}")
         return (
             ev.name,
             {
