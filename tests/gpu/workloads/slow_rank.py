@@ -16,6 +16,11 @@ matmul_ms)``, at least 1 when ``slowdown > 0``, so the job's step gets ``slowdow
 decides when ``--seconds`` have passed and the decision rides on the all-reduce, so every rank runs
 the same number of steps.
 
+``--backend nccl`` (issue 32): one GPU per rank (``LOCAL_RANK``), and each step ends with an NCCL
+all-reduce of a ``--allreduce-mb`` gradient on the GPU, then the stop flag's, also on the GPU. A fast
+rank then waits for the slow one inside the NCCL kernel, on its GPU: the peers' extra NCCL time that
+``compare`` names as the sign of a straggler.
+
 ``--out DIR`` writes ``DIR/rank{N}.json``: the calibration, ``n_extra``, the steps, the injected
 matmuls (calibration included) and the mean step wall time with and without injection.
 """
@@ -53,12 +58,16 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=2048)
     parser.add_argument("--matmuls", type=int, default=8)
     parser.add_argument("--extra-size", type=int, default=2048)  # GPU-bound, not launch-bound
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    parser.add_argument("--allreduce-mb", type=float, default=16.0, help="nccl: the gradient all-reduced")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
-    dist.init_process_group("gloo")
+    nccl = args.backend == "nccl"
+    # gloo: every rank on the one GPU; nccl: a GPU per rank
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) if nccl else 0)
+    dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(0)  # every rank on the one GPU
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(rank)
     x = torch.randn(args.size, args.size, device="cuda")
@@ -77,16 +86,19 @@ def main() -> None:
         torch.mm(a, b)
         injected += 1
 
-    flag = torch.zeros(1)
+    flag = torch.zeros(1, device="cuda" if nccl else "cpu")
+    grad = torch.zeros(max(1, int(args.allreduce_mb * 2**20 / 4)), device="cuda") if nccl else None
 
     def step(n_extra: int) -> bool:
         model()
         for _ in range(n_extra):
             extra()
+        if grad is not None:
+            dist.all_reduce(grad)  # the gradient: a fast rank waits here, in the NCCL kernel
         torch.cuda.synchronize()
-        flag[0] = 1.0 if rank == 0 and time.perf_counter() - began >= args.seconds else 0.0
+        flag.fill_(1.0 if rank == 0 and time.perf_counter() - began >= args.seconds else 0.0)
         dist.all_reduce(flag)  # lockstep; rank 0's stop decision reaches every rank
-        return bool(flag[0] > 0)
+        return bool(flag.item() > 0)
 
     began = time.perf_counter() + 3600.0  # no stop during calibration
     for _ in range(5):
@@ -117,7 +129,7 @@ def main() -> None:
             "step_wall_ms_calibration": step_ms, "extra_matmul_ms_alone": matmul_ms, "n_extra": n_extra,
             "steps": steps, "injected_matmuls": injected, "calibration_matmuls": 21 if slow else 0,
             "step_wall_ms": 1000 * wall / steps, "measured_slowdown": 1000 * wall / steps / step_ms - 1,
-            "pid": os.getpid(),
+            "pid": os.getpid(), "backend": args.backend, "device": torch.cuda.current_device(),
         }, indent=1))  # fmt: skip
     dist.destroy_process_group()
 
