@@ -201,3 +201,12 @@ def test_a_batch_holds_one_process_and_each_process_keeps_its_order() -> None:
         (b.resource.pid, e.message) for b in sink.batches for e in b.events if type(e).__name__ == "Error"
     ]
     assert errors == [(101, "a problem in process 101")]
+
+
+def test_the_summary_names_losses_no_recording_holds() -> None:
+    """Losses counted after the final accounting chunk are in the report only: the one-line summary
+    says so, so that a reader of the recording knows why its ``Loss`` events add up to less."""
+    report = ShutdownReport(events_in=10, unrecorded_losses={"sink:otlp/shutdown_deadline": 2})
+    assert "losses in no recording" in report.summary()
+    assert "sink:otlp/shutdown_deadline" in report.summary()
+    assert "losses in no recording" not in ShutdownReport(events_in=10).summary()

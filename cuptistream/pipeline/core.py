@@ -87,6 +87,10 @@ class ShutdownReport:
             parts.append(f"intake dropped {self.intake_dropped}")
         if self.deadline_hit:
             parts.append(f"shutdown deadline hit, undelivered {self.undelivered}")
+        if self.unrecorded_losses:  # a reader of the recording sees fewer losses than these
+            parts.append(
+                f"losses in no recording (counted after the final accounting) {self.unrecorded_losses}"
+            )
         return "; ".join(parts)
 
 
