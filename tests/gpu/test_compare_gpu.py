@@ -54,14 +54,24 @@ def _torchrun() -> list[str]:
     return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def _run(tmp_path: Path, slowdown: float, mode: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run_slow_rank(
+    tmp_path: Path,
+    slowdown: float,
+    mode: str,
+    *,
+    world: int = 4,
+    slow_rank: int = SLOW_RANK,
+    backend: str = "gloo",
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``slow_rank.py`` on ``world`` ranks under ``cuptistream run`` in ``mode``, then ``compare``:
+    its JSON and each rank's workload calibration (also kept under ``CUPTISTREAM_GPU_RESULTS``)."""
     pytest.importorskip("torch")
     config, seconds, interval = MODES[mode]
     out, info = tmp_path / "rec", tmp_path / "workload"
     run = subprocess.run(
         [*CLI, "run", "-c", str(config), "-o", str(out), "--quiet", "--", *_torchrun(), "--standalone",
-         "--nproc_per_node=4", str(WORKLOAD), "--slow-rank", str(SLOW_RANK), "--slowdown", str(slowdown),
-         "--seconds", str(seconds), "--out", str(info)],
+         f"--nproc_per_node={world}", str(WORKLOAD), "--backend", backend, "--slow-rank", str(slow_rank),
+         "--slowdown", str(slowdown), "--seconds", str(seconds), "--out", str(info)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
@@ -72,12 +82,19 @@ def _run(tmp_path: Path, slowdown: float, mode: str) -> tuple[dict[str, Any], li
     )  # fmt: skip
     assert compare.returncode == 0, compare.stderr[-3000:]
     result = json.loads(result_path.read_text())
-    ranks = [json.loads((info / f"rank{r}.json").read_text()) for r in range(4)]
+    ranks = [json.loads((info / f"rank{r}.json").read_text()) for r in range(world)]
+    prefix = "compare" if backend == "gloo" else f"compare_{backend}"
+    keep_result(
+        f"{prefix}_{mode}_slow_rank_{round(100 * slowdown)}.json", {"workload": ranks, "compare": result}
+    )
+    return result, ranks
+
+
+def keep_result(name: str, data: object) -> None:
+    """Write ``data`` as JSON to ``$CUPTISTREAM_GPU_RESULTS/name`` when that variable is set."""
     if results := os.environ.get("CUPTISTREAM_GPU_RESULTS"):
         Path(results).mkdir(parents=True, exist_ok=True)
-        name = f"compare_{mode}_slow_rank_{round(100 * slowdown)}.json"
-        (Path(results) / name).write_text(json.dumps({"workload": ranks, "compare": result}, indent=1))
-    return result, ranks
+        (Path(results) / name).write_text(json.dumps(data, indent=1))
 
 
 def _job(result: dict[str, Any]) -> None:
@@ -122,7 +139,7 @@ def _statistics_only(result: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_no_injection_flags_nobody(tmp_path: Path, mode: str) -> None:
-    result, ranks = _run(tmp_path, 0.0, mode)
+    result, ranks = run_slow_rank(tmp_path, 0.0, mode)
     check_clean(result, ranks)
     if mode == "always-on":
         _statistics_only(result)
@@ -131,7 +148,7 @@ def test_no_injection_flags_nobody(tmp_path: Path, mode: str) -> None:
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("slowdown", [0.05, 0.10, 0.20])
 def test_names_the_slow_rank_and_the_injected_kernel(tmp_path: Path, slowdown: float, mode: str) -> None:
-    result, ranks = _run(tmp_path, slowdown, mode)
+    result, ranks = run_slow_rank(tmp_path, slowdown, mode)
     check_slow(result, ranks, estimated=mode == "always-on")
     if mode == "always-on":
         _statistics_only(result)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.gpu.test_compare_gpu import CLI, MODES, WORKLOAD, _env, _torchrun
+from tests.gpu.test_compare_gpu import CLI, MODES, _env, keep_result, run_slow_rank
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,38 +44,6 @@ def world() -> int:
     if gpus < 2:
         pytest.skip(f"needs 2 or more GPUs, this machine has {gpus} (issue 32: nvidia-h200-x2 or larger)")
     return min(gpus, 4)
-
-
-def _run(
-    tmp_path: Path, world: int, slowdown: float, mode: str
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    config, seconds, interval = MODES[mode]
-    out, info = tmp_path / "rec", tmp_path / "workload"
-    run = subprocess.run(
-        [*CLI, "run", "-c", str(config), "-o", str(out), "--quiet", "--", *_torchrun(), "--standalone",
-         f"--nproc_per_node={world}", str(WORKLOAD), "--backend", "nccl", "--slow-rank", str(SLOW_RANK),
-         "--slowdown", str(slowdown), "--seconds", str(seconds), "--out", str(info)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    result_path = tmp_path / "compare.json"
-    compare = subprocess.run(
-        [*CLI, "compare", str(out), "--interval", interval, "--format", "json", "-o", str(result_path)],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert compare.returncode == 0, compare.stderr[-3000:]
-    result = json.loads(result_path.read_text())
-    ranks = [json.loads((info / f"rank{r}.json").read_text()) for r in range(world)]
-    _keep(
-        f"compare_nccl_{mode}_slow_rank_{round(100 * slowdown)}.json", {"workload": ranks, "compare": result}
-    )
-    return result, ranks
-
-
-def _keep(name: str, data: object) -> None:
-    if results := os.environ.get("CUPTISTREAM_GPU_RESULTS"):
-        Path(results).mkdir(parents=True, exist_ok=True)
-        (Path(results) / name).write_text(json.dumps(data, indent=1))
 
 
 def _job(result: dict[str, Any], world: int) -> None:
@@ -109,11 +76,11 @@ def check_slow(result: dict[str, Any], ranks: list[dict[str, Any]], world: int, 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_no_injection_flags_nobody_across_gpus(tmp_path: Path, world: int, mode: str) -> None:
-    result, ranks = _run(tmp_path, world, 0.0, mode)
+    result, ranks = run_slow_rank(tmp_path, 0.0, mode, world=world, slow_rank=SLOW_RANK, backend="nccl")
     check_clean(result, ranks, world)
     if mode == "full":
         spread = collective_end_spread(tmp_path / "rec", tmp_path / "trace.json.gz", world)
-        _keep("export_nccl_alignment.json", spread)
+        keep_result("export_nccl_alignment.json", spread)
         assert spread["p95_ns"] <= ALIGNED_NS, spread
 
 
@@ -122,7 +89,7 @@ def test_no_injection_flags_nobody_across_gpus(tmp_path: Path, world: int, mode:
 def test_names_the_slow_rank_and_its_peers_wait_in_nccl(
     tmp_path: Path, world: int, slowdown: float, mode: str
 ) -> None:
-    result, ranks = _run(tmp_path, world, slowdown, mode)
+    result, ranks = run_slow_rank(tmp_path, slowdown, mode, world=world, slow_rank=SLOW_RANK, backend="nccl")
     check_slow(result, ranks, world, estimated=mode == "always-on")
 
 
