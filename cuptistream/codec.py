@@ -66,12 +66,21 @@ def encode_chunk(events: Sequence[Event]) -> Chunk:
     return Chunk(encoded[_array_header_length(encoded[0]) :], len(events))
 
 
+# ``events`` is EncodedBatch's last field, so a batch is its header encoded with no events value,
+# then the events array: one copy of the payloads. (Encoding them inside the header as a Raw cost
+# 350 us per 480 KB batch, against 13 us this way: msgspec grows its buffer for the Raw.)
+assert EncodedBatch.__struct_fields__[-1] == "events"
+
+
 def encode_batch(header: EncodedBatch, chunks: Iterable[Chunk]) -> bytes:
-    """Encode a batch whose ``events`` field is filled from ``chunks`` (``header.events`` is ignored)."""
+    """Encode a batch whose ``events`` field is filled from ``chunks``. ``header.events`` is
+    ignored, and left as an empty array."""
     parts = list(chunks)
     count = sum(c.count for c in parts)
-    header.events = msgspec.Raw(array_header(count) + b"".join(c.payload for c in parts))
-    return _encoder.encode(header)
+    header.events = msgspec.Raw(b"")
+    head = _encoder.encode(header)
+    header.events = msgspec.Raw(b"\x90")
+    return b"".join((head, array_header(count), *(c.payload for c in parts)))
 
 
 def batch_with_events(header: BatchHeader, events: list[AnyEvent]) -> Batch:

@@ -14,6 +14,7 @@ from cuptistream.events import (
     BatchHeader,
     ClockSync,
     EncodedBatch,
+    NvtxMarker,
     Resource,
     header_fields,
 )
@@ -53,3 +54,21 @@ def test_the_three_carry_the_same_header_on_the_wire() -> None:
     envelope_line = jsonl.encode_batch(batch).split(b"\n")[0]
     assert list(msgspec.json.decode(envelope_line)) == ["type", *HEADER_FIELDS, "event_count"]
     assert list(jsonl.iter_batches(jsonl.encode_batch(batch))) == [batch]
+
+
+def test_a_batch_of_chunks_encodes_as_the_batch_of_their_events() -> None:
+    """``encode_batch`` writes the header and then the chunks' events (one copy): the same bytes as
+    encoding the whole Batch, for chunk sizes either side of msgpack's 16- and 65,536-element
+    array headers."""
+    for sizes in ([1], [7, 8], [20_000, 50_000]):
+        events = [NvtxMarker(name=f"m{i}", timestamp=i, thread_id=1) for i in range(sum(sizes))]
+        chunks, at = [], 0
+        for n in sizes:
+            chunks.append(codec.encode_chunk(events[at : at + n]))
+            at += n
+        batch = msgspec.structs.replace(_batch(), events=events)
+        encoded = EncodedBatch(**header_fields(batch), events=msgspec.Raw(b"\x90"))
+        data = codec.encode_batch(encoded, chunks)
+        assert data == codec.encode_batch_object(batch)
+        assert codec.decode_batch(data) == batch
+        assert encoded.events == msgspec.Raw(b"\x90")  # left a valid (empty) array
