@@ -29,13 +29,16 @@ class Chunk:
     """Events from one hand-off: their msgpack elements (without the array header) and count, and
     the process they came from (``producer``; None: the collector's own)."""
 
-    __slots__ = ("count", "payload", "producer", "seq")
+    __slots__ = ("count", "holders", "payload", "producer", "seq")
 
     def __init__(self, payload: bytes, count: int, producer: Producer | None = None) -> None:
         self.payload = payload
         self.count = count
         self.producer = producer
         self.seq = 0  # the intake's number for it, from 1 (0: none, e.g. control events)
+        # Lanes that have yet to let go of it (``Intake.take``); the last one returns its bytes to
+        # the pipeline's memory budget. 0: outside the budget (control and accounting chunks).
+        self.holders = 0
 
     @property
     def nbytes(self) -> int:

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 import cuptistream
-from cuptistream.codec import decode_batch
+from cuptistream.codec import decode_batch, encode_chunk
 from cuptistream.config import QueueConfig
 from cuptistream.events import Kernel, SelfStats
 from cuptistream.pipeline.core import ShutdownReport
@@ -210,3 +210,40 @@ def test_the_summary_names_losses_no_recording_holds() -> None:
     assert "losses in no recording" in report.summary()
     assert "sink:otlp/shutdown_deadline" in report.summary()
     assert "losses in no recording" not in ShutdownReport(events_in=10).summary()
+
+
+@pytest.mark.parametrize("policy", ["drop_newest", "block"])
+def test_the_memory_budget_bounds_what_the_lanes_hold_too(policy: str) -> None:
+    """``memory_budget`` counts an event from the intake until its last lane lets go of it: a lane
+    whose own queue could take 64 MiB holds no more than the budget (plus the one chunk an empty
+    pipeline always takes), and the accounting stays exact."""
+    budget = 100_000
+    slow = MemorySink("slow", delay=0.01, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
+    peaks = {"held": 0, "lane": 0}
+    with cuptistream.session(_config(policy, budget=str(budget)), sinks=[slow], quiet=True) as session:
+        pipeline = session._embedded.pipeline  # type: ignore[union-attr]
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                peaks["held"] = max(peaks["held"], pipeline.intake.held_bytes)
+                peaks["lane"] = max(peaks["lane"], pipeline.lanes[0].snapshot().queued_bytes)
+                time.sleep(0.0005)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        _emit(session, 20_000)
+    done.set()  # after the session drained: the probe hands most of it over at the end
+    watcher.join()
+    report = session.report
+    assert report is not None
+    chunk_bytes = len(encode_chunk(_kernels(0, 100)).payload) + 64  # names differ a little in length
+    assert peaks["lane"] > budget // 2, "the lane never filled; the test proves nothing"
+    assert peaks["held"] <= budget + chunk_bytes
+    assert peaks["lane"] <= budget + chunk_bytes
+    dropped = report.intake_dropped + report.losses.get("probe/queue_full", 0)
+    assert report.sinks["slow"].events_dropped == 0
+    assert len(slow.kernels()) + dropped == 20_000
+    if policy == "block":
+        assert dropped == 0
+        assert [k.correlation_id for k in slow.kernels()] == list(range(20_000))

@@ -7,7 +7,7 @@ collector then delivered less than at 1x. So while nothing downstream has room, 
 counts the buffer's records (a walk over the record headers, no gathers, no events) and releases
 the slot:
 
-- the intake is full under ``drop_newest`` (it would refuse the events), or
+- the memory budget is full under ``drop_newest`` (the intake would refuse the events), or
 - every running lane is saturated (``SinkLane.saturated``: full under a dropping policy, the
   intake's backlog counted, since all of it is bound for every lane).
 
@@ -67,7 +67,7 @@ def overloaded(pipeline: Pipeline) -> bool:
     intake = pipeline.intake
     if intake.policy == "block":
         return False
-    if intake.policy == "drop_newest" and intake.queued_bytes >= intake.budget_bytes:
+    if intake.policy == "drop_newest" and intake.held_bytes >= intake.budget_bytes:
         return True
     running = [lane for lane in pipeline.lanes if not lane.stopped]
     backlog = intake.queued_bytes  # decoded already, and bound for every lane

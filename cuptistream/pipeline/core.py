@@ -120,6 +120,7 @@ class Pipeline:
                 sink.config.batch or config.pipeline.batch,
                 self._header,
                 self._lane_error,
+                self.intake.release,  # one memory budget: the intake's counts what the lanes hold
             )
             for sink in sinks
         ]
@@ -262,7 +263,7 @@ class Pipeline:
         self.intake.set_waker(waker)
         while True:
             ready = trio.Event()
-            chunks, control = self.intake.take()
+            chunks, control = self.intake.take(lanes=len(self.lanes))
             data_chunks = len(chunks)
             for producer, events in control:
                 chunks.append(encode_chunk(events))

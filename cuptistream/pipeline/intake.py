@@ -1,10 +1,12 @@
 """The intake: where sources hand events to the pipeline, from any thread.
 
-A deque of encoded chunks bounded by the pipeline's memory budget in bytes. When a chunk does not
-fit, the full policy applies: ``drop_newest`` refuses the chunk, ``drop_oldest`` evicts queued
-chunks until it fits, ``block`` makes the emitting thread wait for space. Every dropped event is
-counted. ``emit`` never calls into trio beyond one ``run_sync_soon`` wake-up per idle period, so a
-CUPTI thread handing over a buffer's events returns at once.
+A deque of encoded chunks, and the keeper of the pipeline's one memory budget in bytes: a chunk
+counts against it from ``emit`` until every lane it went to has let go of it (delivered, dropped or
+written off), so ``memory_budget`` bounds the events held anywhere in the pipeline, whatever the
+number of probes or sinks. When a chunk does not fit, the full policy applies: ``drop_newest``
+refuses the chunk, ``drop_oldest`` evicts queued chunks until it fits, ``block`` makes the emitting
+thread wait for space. Every dropped event is counted. ``emit`` never calls into trio beyond one
+``run_sync_soon`` wake-up per idle period, so a CUPTI thread handing over a buffer's events returns at once.
 
 Control events (losses, errors, self-stats) skip the byte budget but have their own small cap, so
 the accounting always gets through while a flood of errors cannot grow memory without bound.
@@ -44,6 +46,7 @@ class Intake(Emitter):
         self._space = threading.Condition(self._lock)
         self._chunks: deque[Chunk] = deque()
         self._queued_bytes = 0
+        self._downstream_bytes = 0  # handed to the lanes (``take``), not yet let go by all of them
         self._control: list[tuple[Producer | None, Sequence[Event]]] = []
         self._control_events = 0
         self._closed = False
@@ -81,21 +84,28 @@ class Intake(Emitter):
             wake()
 
     def _make_room(self, chunk: Chunk) -> bool:
-        """Apply the full policy with the lock held. False: the chunk is dropped."""
-        fits = self._queued_bytes + chunk.nbytes <= self.budget_bytes
-        if fits or not self._chunks:
-            return True  # an empty queue always takes one chunk, however large
+        """Apply the full policy with the lock held. False: the chunk is dropped.
+
+        An empty pipeline always takes one chunk, however large. Under ``drop_oldest`` only the
+        intake's own chunks can be evicted: once it is empty the chunk is taken, and the lanes'
+        queues (each bounded by its ``queue.max_bytes``) make the room."""
+        if self._fits(chunk):
+            return True
         if self.policy == "drop_newest":
             return False
         if self.policy == "drop_oldest":
-            while self._chunks and self._queued_bytes + chunk.nbytes > self.budget_bytes:
+            while self._chunks and not self._fits(chunk):
                 old = self._chunks.popleft()
                 self._queued_bytes -= old.nbytes
                 self.losses[self.stage, "queue_full", "events"] += old.count
             return True
-        while self._chunks and self._queued_bytes + chunk.nbytes > self.budget_bytes and not self._closed:
+        while not self._fits(chunk) and not self._closed:
             self._space.wait()
         return not self._closed
+
+    def _fits(self, chunk: Chunk) -> bool:
+        held = self.held_bytes
+        return held == 0 or held + chunk.nbytes <= self.budget_bytes
 
     def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         if count > 0:
@@ -152,13 +162,20 @@ class Intake(Emitter):
             self._wake = wake
             self._wake_pending = False
 
-    def take(self, max_chunks: int = 64) -> tuple[list[Chunk], list[tuple[Producer | None, Sequence[Event]]]]:
-        """Remove up to ``max_chunks`` chunks and all control events (by producer). Frees room for
-        blocked emitters."""
+    def take(
+        self, max_chunks: int = 64, lanes: int = 0
+    ) -> tuple[list[Chunk], list[tuple[Producer | None, Sequence[Event]]]]:
+        """Remove up to ``max_chunks`` chunks and all control events (by producer). The chunks stay
+        in the budget until each of ``lanes`` lanes has let go of them (``release``); with
+        ``lanes=0`` (taken to be counted lost, or no lane) their room is free at once."""
         with self._lock:
             chunks = [self._chunks.popleft() for _ in range(min(max_chunks, len(self._chunks)))]
             freed = sum(c.nbytes for c in chunks)
             self._queued_bytes -= freed
+            if lanes:
+                for chunk in chunks:
+                    chunk.holders = lanes
+                self._downstream_bytes += freed
             self.events_out += sum(c.count for c in chunks)
             self.bytes_out += freed
             control, self._control = self._control, []
@@ -168,6 +185,12 @@ class Intake(Emitter):
             if chunks:
                 self._space.notify_all()
             return chunks, control
+
+    def release(self, nbytes: int) -> None:
+        """The last lane let go of a chunk of ``nbytes`` (``SinkLane``): room for blocked emitters."""
+        with self._lock:
+            self._downstream_bytes -= nbytes
+            self._space.notify_all()
 
     def close(self) -> None:
         """Refuse further chunks (counted as lost) and release blocked emitters."""
@@ -182,7 +205,13 @@ class Intake(Emitter):
 
     @property
     def queued_bytes(self) -> int:
+        """Bytes queued here, not yet taken by the distributor."""
         return self._queued_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the budget holds: queued here, and in the lanes (queued, or in a batch being written)."""
+        return self._queued_bytes + self._downstream_bytes
 
     def pop_losses(self) -> Counter[tuple[str, str, str]]:
         with self._lock:

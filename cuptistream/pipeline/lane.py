@@ -49,7 +49,10 @@ class SinkLane:
         batching: BatchConfig,
         make_header: Callable[[int, Producer | None], EncodedBatch],
         report_error: ReportError,
+        release: Callable[[int], None] | None = None,
     ) -> None:
+        """``release(nbytes)``: this lane was the last to let go of a budgeted chunk (its holders
+        count, ``Intake.take``), so its bytes leave the pipeline's memory budget."""
         self.sink = sink
         self.stage = f"sink:{sink.name}"
         self._max_bytes = queue.max_bytes
@@ -57,6 +60,7 @@ class SinkLane:
         self._batching = batching
         self._make_header = make_header
         self._report_error = report_error
+        self._release = release
         self.health = sink_health.SinkHealth(
             sink.where(), lambda severity, message: report_error(self.stage, message, severity)
         )
@@ -89,9 +93,11 @@ class SinkLane:
         self.counters.bytes_in += chunk.nbytes
         if not bypass_bound and not await self._make_room(chunk):
             self._drop(chunk.count, "queue_full")
+            self._let_go(chunk)
             return
         if self._stopped:  # the sink stopped for good (before or while this waited for room)
             self._drop(chunk.count, self._stopped)
+            self._let_go(chunk)
             return
         self._queue.append((chunk, time.monotonic_ns()))
         self._queued_bytes += chunk.nbytes
@@ -105,6 +111,7 @@ class SinkLane:
             if self._policy == "drop_oldest":
                 old, _ = self._pop()
                 self._drop(old.count, "queue_full")
+                self._let_go(old)
                 continue
             changed = self._changed
             await changed.wait()
@@ -251,6 +258,8 @@ class SinkLane:
                 self.health.ok()
         finally:
             self._writing = self._written_off = self._writing_seq = 0
+            for chunk in chunks:  # the batch's bytes were held until now
+                self._let_go(chunk)
             self._notify()  # ``drained`` waits for this
 
     async def _write(self, batch: OutgoingBatch) -> None:
@@ -298,6 +307,13 @@ class SinkLane:
         self._queued_events -= chunk.count
         self._notify()
         return chunk, queued_ns
+
+    def _let_go(self, chunk: Chunk) -> None:
+        """This lane is done with ``chunk`` (delivered, dropped or written off)."""
+        if chunk.holders:
+            chunk.holders -= 1
+            if not chunk.holders and self._release is not None:
+                self._release(chunk.nbytes)
 
     def _drop(self, count: int, reason: str) -> None:
         self.counters.events_dropped += count
@@ -352,6 +368,7 @@ class SinkLane:
             self.counters.events_in += chunk.count
             self.counters.bytes_in += chunk.nbytes
         self._drop(chunk.count, reason)
+        self._let_go(chunk)
 
     def abandon(self, reason: str, *, writing_too: bool = True, data_only: bool = False) -> int:
         """Drop whatever is still queued, and (``writing_too``) the batch being written (shutdown
@@ -366,6 +383,9 @@ class SinkLane:
         dropped = self._queued_events - sum(chunk.count for chunk, _ in kept) + writing
         if dropped:
             self._drop(dropped, reason)
+        for chunk, _ in self._queue:
+            if not (data_only and chunk.seq == 0):
+                self._let_go(chunk)
         self._queue = kept
         self._queued_bytes = sum(chunk.nbytes for chunk, _ in kept)
         self._queued_events = sum(chunk.count for chunk, _ in kept)
