@@ -5,6 +5,8 @@ nothing was."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
 import sys
 from pathlib import Path
@@ -14,7 +16,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from budget_lost_time import AFTER_S, BEFORE_S, between, gap_windows, null_in_base, null_in_gaps  # noqa: E402
+from budget_lost_time import (  # noqa: E402
+    AFTER_S,
+    BEFORE_S,
+    between,
+    child_command,
+    gap_windows,
+    job_view,
+    null_in_base,
+    null_in_gaps,
+    read_ranks,
+    summarize_ranks,
+)
 from lost_time import window_cost  # noqa: E402
 
 
@@ -57,3 +70,72 @@ def test_gap_windows_sit_in_the_untouched_time() -> None:
     # The gap between the two spans (1.5 .. 5.74) holds one; before the first (0 .. 0.74) and after
     # the last (6.5 .. 7) there is no room for a 0.76 s span and 0.2 s either side.
     assert len(pretend) == 1 and 1.5 < pretend[0][0] < 5.74
+
+
+def _rank(
+    rank: int, blocks: list[tuple[float, float]], windows: list[tuple[float, float]]
+) -> dict[str, object]:
+    """One rank's result as the DDP child writes it: the figures the parent summarizes, and the raw series."""
+    total = sum(d for _, d in blocks)
+    cost, _ = window_cost(blocks, windows, BEFORE_S, AFTER_S, baseline="mean")
+    base = _blocks(15.0, [], extra=0.0)
+    return {
+        "rank": rank, "windows": len(windows), "window_cost": cost, "null_base": null_in_base(base, windows, total),
+        "null_gaps": null_in_gaps(blocks, windows)[0], "expected_cost": 0.009, "between_over_base": 0.0,
+        "raw": {"base": base, "session": blocks, "windows": windows},
+    }  # fmt: skip
+
+
+def test_ddp_job_view_counts_the_peers_windows_that_a_rank_waited_for() -> None:
+    """Two ranks in lockstep: each rank's blocks slow down in both ranks' windows (a peer waits for
+    the slowed rank in the all-reduce). Valued against its own windows a rank reads about half of
+    what it lost; against every rank's windows, all of it, and the gap null stays near zero."""
+    own = {0: [(5.0 * k + 2.06, 0.06) for k in range(6)], 1: [(5.0 * k + 4.56, 0.06) for k in range(6)]}
+    both = sorted(own[0] + own[1])
+    blocks = _blocks(31.0, both, extra=0.005)  # the same blocks on both ranks: lockstep
+    injected = sum(d - 0.010 for _, d in blocks if d > 0.0105) / sum(d for _, d in blocks)
+    ranks = [_rank(r, blocks, own[r]) for r in (0, 1)]
+    job = job_view(ranks)
+    for r in ("0", "1"):
+        assert job[r]["windows"] == 12
+        assert job[r]["window_cost"] == pytest.approx(injected, rel=0.1)
+        assert abs(job[r]["null_gaps"]) < 0.0005 and abs(job[r]["null_base"]) < 0.0005
+    assert all(rank["window_cost"] < 0.7 * injected for rank in ranks)  # its own windows: about half
+
+
+def test_ddp_summary_is_per_rank_over_sessions(tmp_path: Path) -> None:
+    windows = [(5.0 * k + 2.06, 0.06) for k in range(6)]
+    sessions = []
+    for extra in (0.002, 0.004, 0.006):
+        ranks = [_rank(r, _blocks(31.0, windows, extra=extra), windows) for r in (0, 1)]
+        sessions.append({"ranks": ranks, "job": job_view(ranks)})
+    summary = summarize_ranks(sessions)
+    assert sorted(summary) == ["0", "1"]
+    for rank in ("0", "1"):
+        row = summary[rank]
+        assert row["sessions"] == 3
+        costs = sorted(s["ranks"][int(rank)]["window_cost"] for s in sessions)
+        assert row["window_cost"] == {"median": costs[1], "min": costs[0], "max": costs[2]}
+        assert set(row["job"]) == {"sessions", "window_cost", "null_base", "null_gaps"}
+        assert row["job"]["window_cost"]["min"] > 0
+    # What the child writes is what the parent reads; a rank missing is a failed session.
+    for r in sessions[0]["ranks"]:
+        (tmp_path / f"rank{r['rank']}.json").write_text(json.dumps(r))
+    read = read_ranks(tmp_path, 2)
+    assert read is not None and [r["rank"] for r in read] == [0, 1]
+    assert job_view(read)["1"]["window_cost"] == pytest.approx(sessions[0]["job"]["1"]["window_cost"])
+    assert read_ranks(tmp_path, 3) is None
+
+
+def test_a_ddp_session_is_torchrun_of_the_child_per_rank() -> None:
+    args = argparse.Namespace(
+        seconds=30.0, base=12.0, settle=1.0, warmup=2.0, config=ROOT / "configs" / "production.yaml", ddp=2
+    )
+    command = child_command("D1", args, Path("/tmp/x/ranks"))
+    assert "--nproc_per_node=2" in command and "--standalone" in command
+    assert (
+        command[command.index("--ddp") + 1] == "2" and command[command.index("--out") + 1] == "/tmp/x/ranks"
+    )
+    assert command[command.index("--child") - 1].endswith("budget_lost_time.py")
+    single = child_command("W1", argparse.Namespace(**{**vars(args), "ddp": 0}), Path("r.json"))
+    assert single[0] == sys.executable and "--ddp" not in single
