@@ -265,6 +265,9 @@ def run_sessions(workload: str, args: argparse.Namespace) -> list[dict[str, Any]
             else:
                 result = json.loads(result_path.read_text())
         out.append(result)
+        # Kept after every session: a run cut short (a device call's time limit) keeps what it did.
+        partial = args.out.with_name(f"{args.out.stem}.{workload}.partial.json")
+        partial.write_text(json.dumps({"workload": workload, "sessions": out}, default=str))
         if args.ddp:
             for r in result["ranks"]:
                 job, label = result["job"][str(r["rank"])], f"{workload} session {i} rank {r['rank']}"

@@ -363,6 +363,9 @@ def ddp_behind_node_collector(args: argparse.Namespace, workdir: Path) -> dict[s
         "peak_rss_anon_mib": round(watch.peak_anon_kib / 1024, 1), "ranks": ranks,
     }  # fmt: skip
     result["check"] = ddp_check(result, {r: t["device"] for r, t in truth.items()})
+    if not args.keep:
+        for path in sorted(out.glob("*")):
+            path.unlink()
     (where / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
