@@ -16,31 +16,33 @@
 # not kept.
 #
 # Steps, with their expected wall time on 2 x H100/H200 (16+ cores) and the hard limit each runs
-# under (`timeout`; a step past it is cut, what it wrote is kept, the next step runs):
+# under (`timeout`, seconds; a step past it is cut, what it wrote is kept, the next step runs):
 #
-#   setup     ~0.3 min (limit  1 min)  GPUs, versions, entry points; stops the script below 2 GPUs
-#   lost      ~5.5 min (limit  7 min)  always-on cost under DDP: bench/budget_lost_time.py --ddp G
-#                                      --workloads D1, 5 sessions x (~15 s torchrun + NCCL start,
-#                                      2 s warm-up, 12 s base, 1 s settle, 30 s timed, ~5 s stop)
-#   node      ~1   min (limit  2 min)  one node collector (`cuptistream collector --socket`) in front
-#                                      of a 2-rank torchrun job: bench/fanin.py --mode ddp
-#   compare   ~7.5 min (limit  9.3 min) tests/gpu/test_compare_multigpu.py: 2 modes x (clean + 5, 10,
-#                                      20 %), full 20 s and always-on 40 s per job + ~20 s start/compare
-#   coexist   ~2   min (limit  2.5 min) tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~30 s
-#   accuracy  ~3   min (limit  4 min)  NCCL statistics, production.yaml against full mode:
-#                                      bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60
-#   fanin     ~2.5 min (limit  3 min)  one collector, programs spread over the GPUs:
-#                                      bench/fanin.py --mode gpu --probes G,8G --seconds 10 (1 then 8 per GPU)
+#   step      expected  limit  what
+#   setup     ~0.3 min     -   GPUs, versions, entry points; stops the script below 2 GPUs
+#   lost      ~5.5 min   420   always-on cost under DDP: bench/budget_lost_time.py --ddp 2 --workloads
+#                              D1, 5 sessions x (~15 s torchrun + NCCL start, 2 s warm-up, 12 s base,
+#                              1 s settle, 30 s timed, ~5 s stop); each session kept as it ends
+#   node      ~1   min   120   a node collector (`cuptistream collector --socket`) in front of a 2-rank
+#                              torchrun job: bench/fanin.py --mode ddp
+#   compare   ~7.5 min   560   tests/gpu/test_compare_multigpu.py: 2 modes x (clean, 5, 10, 20 %);
+#                              20 s (full) or 40 s (always-on) per job + ~20 s start, compare, export
+#   coexist   ~1.5 min   140   tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~25 s
+#   accuracy  ~3   min   230   NCCL statistics, production.yaml against full mode:
+#                              bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60
+#   fanin     ~2   min   200   one collector, programs spread over the GPUs: bench/fanin.py --mode gpu
+#                              --probes G,8G --seconds 6 (1, then 8 per GPU); most of it is reading
+#                              back what W3 recorded (~0.8 M kernels/s per program)
 #
-# In all ~22 min of steps. One device call runs at most 10 minutes, so in three calls (each under
-# 10 min with its limits; run them on the same warm machine, each returns its own tarball):
+# In all ~21 min of steps. One device call runs at most 10 minutes, so three calls on the same warm
+# machine, each returning its own tarball and summary; each group's limits add up to under 10 min:
 #
-#   bash bench/multigpu_session.sh A     # setup lost node       (~7 min, limits 10 min)
-#   bash bench/multigpu_session.sh B     # setup compare         (~8 min, limits 10.3 min: see below)
-#   bash bench/multigpu_session.sh C     # setup coexist accuracy fanin (~8 min, limits 10.5 min)
+#   bash bench/multigpu_session.sh A     # setup lost node                (~6.5 min; limits 540 s)
+#   bash bench/multigpu_session.sh B     # setup compare                  (~7.5 min; limits 560 s)
+#   bash bench/multigpu_session.sh C     # setup coexist accuracy fanin   (~6.5 min; limits 570 s)
 #
-# Limits add up past 10 minutes in B and C only if a step hangs; the device call's own limit then
-# cuts the last step, and the tarball is not written: pass timeout_s=600 and keep the order.
+# (`all` runs the six steps in one go, ~21 min: for a machine without a per-call limit, or started in
+# the background with nohup and collected by a later call.)
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -134,13 +136,13 @@ for s in "${steps[@]}"; do
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step compare 560 $PY -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_compare_multigpu.py --junitxml "$RESULTS/compare.xml" ;;
         coexist)
-            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step coexist 150 $PY -m pytest -v -p no:cacheprovider \
+            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step coexist 140 $PY -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_coexist_multigpu.py --junitxml "$RESULTS/coexist.xml" ;;
         accuracy)
-            step accuracy 240 $PY bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 \
+            step accuracy 230 $PY bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 \
                 --out "$RESULTS/accuracy_ddp.json" ;;
         fanin)
-            step fanin 180 $PY bench/fanin.py --mode gpu --probes "$GPUS,$((8 * GPUS))" --seconds 10 --runs 1 \
+            step fanin 200 $PY bench/fanin.py --mode gpu --probes "$GPUS,$((8 * GPUS))" --seconds 6 --runs 1 \
                 --out "$RESULTS/fanin_gpu" ;;
     esac
     [ "$s" = setup ] || summarize "$s"
