@@ -27,6 +27,7 @@ from budget_lost_time import (  # noqa: E402
     null_in_gaps,
     read_ranks,
     summarize_ranks,
+    verdict,
 )
 from lost_time import window_cost  # noqa: E402
 
@@ -139,3 +140,17 @@ def test_a_ddp_session_is_torchrun_of_the_child_per_rank() -> None:
     assert command[command.index("--child") - 1].endswith("budget_lost_time.py")
     single = child_command("W1", argparse.Namespace(**{**vars(args), "ddp": 0}), Path("r.json"))
     assert single[0] == sys.executable and "--ddp" not in single
+
+
+def test_the_verdict_is_issue_32s_goal_per_rank() -> None:
+    def mmm(median: float) -> dict[str, float]:
+        return {"median": median, "min": median - 0.001, "max": median + 0.001}
+
+    row = {"window_cost": mmm(0.004), "null_base": mmm(-0.001), "null_gaps": mmm(0.002),
+           "job": {"window_cost": mmm(0.009), "null_base": mmm(0.0), "null_gaps": mmm(-0.0025)}}  # fmt: skip
+    assert verdict(row) == {"cost_within_goal": True, "job_cost_within_goal": True, "nulls_resolved": True}
+    row["job"]["window_cost"] = mmm(0.014)  # two ranks' windows stall the job: over 1 %
+    row["null_gaps"] = mmm(-0.004)  # a null past 0.3 %: not resolved
+    assert verdict(row) == {"cost_within_goal": True, "job_cost_within_goal": False, "nulls_resolved": False}
+    row["job"]["null_base"] = {}
+    assert verdict(row)["nulls_resolved"] is None
