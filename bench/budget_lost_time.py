@@ -300,15 +300,16 @@ def verdict(row: dict[str, Any]) -> dict[str, bool | None]:
     at most 1 %, and the median of every null within 0.3 % (else the method did not resolve it).
     None where a figure is missing."""
 
-    def at_most(s: dict[str, float], limit: float) -> bool | None:
-        return (
-            None if not s else abs(s["median"]) <= limit if limit == NULL_RESOLVED else s["median"] <= limit
-        )
+    def cost_ok(s: dict[str, float]) -> bool | None:
+        return s["median"] <= GOAL if s else None
 
-    nulls = [at_most(r[k], NULL_RESOLVED) for r in (row, row["job"]) for k in ("null_base", "null_gaps")]
+    def null_ok(s: dict[str, float]) -> bool | None:
+        return abs(s["median"]) <= NULL_RESOLVED if s else None
+
+    nulls = [null_ok(r[k]) for r in (row, row["job"]) for k in ("null_base", "null_gaps")]
     return {
-        "cost_within_goal": at_most(row["window_cost"], GOAL),
-        "job_cost_within_goal": at_most(row["job"]["window_cost"], GOAL),
+        "cost_within_goal": cost_ok(row["window_cost"]),
+        "job_cost_within_goal": cost_ok(row["job"]["window_cost"]),
         "nulls_resolved": None if None in nulls else all(nulls),
     }
 
