@@ -17,12 +17,12 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
   over the visible GPUs (``--gpus``, default: all of ``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi -L``;
   program i on device i mod G), so N = 8 x G is one collector for 8 processes per GPU. The result
   has the programs per device and, from the read-back, the kernels recorded per device.
-- ``--mode ddp``: no ``run`` collector. A node collector, ``cuptistream collector -c CFG --socket S
-  --until-idle``, is started first, then ``torchrun --standalone --nproc_per_node=--nproc
-  examples/train_ddp.py`` with the environment ``cuptistream run`` gives a program, pointed at S
+- ``--mode ddp``: no ``run`` collector. A node collector, ``cuptistream collector -c CFG --socket
+  S``, is started first, then ``torchrun --standalone --nproc_per_node=NPROC examples/train_ddp.py``
+  with the environment ``cuptistream run`` gives a program, aimed at S
   (``cuptistream.launch.probe_environment``): each rank's probe starts at CUDA initialization and
-  feeds the node collector, which exits when they have left. Checked: ``--nproc`` probes came, every
-  rank's file set holds kernels on its own device, NCCL kernels among them.
+  feeds the node collector, which is stopped (SIGTERM: it drains) once the job has exited. Checked:
+  ``--nproc`` probes came, every rank's kernels are all on its own device, NCCL kernels among them.
 
 Rounds are interleaved (run 1 of every N, then run 2, ...), so a noisy neighbour spreads over all N.
 Per N: offered records/s (records the collector took from the probes' slots, decoded or shed

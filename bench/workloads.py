@@ -157,8 +157,8 @@ def init_ddp() -> int:
 
 
 def agreed(done: bool) -> bool:
-    """Whether any rank of the DDP job is done (every rank calls it after every block); ``done`` as
-    is outside a DDP job. A CPU all-reduce: ranks leave a time-bounded loop after the same block."""
+    """Whether any rank of the DDP job is done (every rank asks at every turn of a timed loop);
+    ``done`` as is outside a DDP job. A CPU all-reduce: ranks leave a time-bounded loop after the same block."""
     if _STOP_GROUP is None:
         return done
     import torch.distributed as dist
