@@ -55,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -304,8 +305,19 @@ def check(
     return found
 
 
-def ddp_behind_node_collector(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """``--mode ddp``: a node collector first, then a torchrun job pointed at it (see the docstring)."""
+def torchrun_job(args: argparse.Namespace, where: Path) -> list[str]:
+    """``--mode ddp``'s job: examples/train_ddp.py on ``--nproc`` ranks, each writing where/ranks/rank{R}.json."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+            str(ROOT / "examples" / "train_ddp.py"), "--steps", str(args.steps), "--out", str(where / "ranks")]  # fmt: skip
+
+
+def ddp_behind_node_collector(
+    args: argparse.Namespace,
+    workdir: Path,
+    job: Callable[[argparse.Namespace, Path], list[str]] = torchrun_job,
+) -> dict[str, Any]:
+    """``--mode ddp``: a node collector first, then a torchrun job pointed at it (see the docstring).
+    ``job`` gives the job's command; its ranks write ``ranks/rank{R}.json`` with the ``device`` they used."""
     from cuptistream.launch import probe_environment
 
     where = workdir / f"ddp-n{args.nproc}"
@@ -328,12 +340,9 @@ def ddp_behind_node_collector(args: argparse.Namespace, workdir: Path) -> dict[s
         raise SystemExit(f"fanin: the node collector did not start (exit {node.wait()})")
     watch = ProcWatch(node.pid)
     env = probe_environment(str(sock), cfg, quiet=True)
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    job = [*torchrun, "--standalone", f"--nproc_per_node={args.nproc}", str(ROOT / "examples" / "train_ddp.py"),
-           "--steps", str(args.steps), "--out", str(where / "ranks")]  # fmt: skip
     began = time.monotonic()
     done = subprocess.run(
-        job, cwd=where, env=env, capture_output=True, text=True, timeout=args.seconds * 20 + 300
+        job(args, where), cwd=where, env=env, capture_output=True, text=True, timeout=args.seconds * 20 + 300
     )
     job_s = time.monotonic() - began
     node.send_signal(signal.SIGTERM)  # the job is over: drain what its probes handed over, then stop
@@ -344,6 +353,9 @@ def ddp_behind_node_collector(args: argparse.Namespace, workdir: Path) -> dict[s
             f"fanin: torchrun exited {done.returncode}, the node collector {code}: {done.stderr[-2000:]}"
         )
     report = json.loads(report_path.read_text())
+    missing = [r for r in range(args.nproc) if not (where / "ranks" / f"rank{r}.json").exists()]
+    if missing:
+        raise SystemExit(f"fanin: ranks {missing} wrote no result: {done.stderr[-2000:]}")
     truth = {r: json.loads((where / "ranks" / f"rank{r}.json").read_text()) for r in range(args.nproc)}
     import cuptistream
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,32 @@ def test_ddp_check_wants_every_rank_on_its_own_device_with_nccl() -> None:
         and not check["every_rank_recorded"]
         and not check["nccl_on_every_rank"]
     )
+
+
+RANK_PROGRAM = (
+    "import json, os, sys; from pathlib import Path; p = Path(sys.argv[1]); p.mkdir(exist_ok=True); "
+    "(p / f'rank{os.environ[\"RANK\"]}.json').write_text(json.dumps({'device': 0}))"
+)
+
+
+def test_a_node_collector_in_front_of_a_two_rank_job(tmp_path: Path) -> None:
+    """``--mode ddp``'s plumbing with replay probes for ranks: the node collector is up before the
+    job, both ranks' probes reach it (the environment ``run`` would give), it drains on SIGTERM, and
+    the recording is read back per rank (the shipped captures hold no NCCL kernel)."""
+    fanin: Any = _fanin()
+    args = argparse.Namespace(
+        mode="cpu", loops=1, nproc=2, steps=0, seconds=5.0, shutdown_deadline=10.0, keep=False,
+        memory_budget="64MiB", full_policy="block", sink_queue="16MiB",
+    )  # fmt: skip
+
+    def job(args: argparse.Namespace, where: Path) -> list[str]:
+        one = shlex.join([sys.executable, "-c", RANK_PROGRAM, str(where / "ranks")])
+        return ["sh", "-c", f"RANK=0 LOCAL_RANK=0 {one} & RANK=1 LOCAL_RANK=1 {one}; wait"]
+
+    result = fanin.ddp_behind_node_collector(args, tmp_path, job)
+    assert result["probes"] == 2 and sorted(result["ranks"]) == ["0", "1"]
+    assert result["ranks"]["0"]["kernels"] == result["ranks"]["1"]["kernels"] > 0
+    assert result["check"] == {"every_rank_a_probe": True, "every_rank_recorded": True,
+                               "kernels_on_own_device": True, "nccl_on_every_rank": False}  # fmt: skip
+    assert not list((tmp_path / "ddp-n2" / "out").glob("*"))  # the recording is not kept
+    assert json.loads((tmp_path / "ddp-n2" / "result.json").read_text())["probes"] == 2
