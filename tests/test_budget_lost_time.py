@@ -154,3 +154,44 @@ def test_the_verdict_is_issue_32s_goal_per_rank() -> None:
     assert verdict(row) == {"cost_within_goal": True, "job_cost_within_goal": False, "nulls_resolved": False}
     row["job"]["null_base"] = {}
     assert verdict(row)["nulls_resolved"] is None
+
+
+def test_main_under_ddp_summarizes_what_the_ranks_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parent's side of ``--ddp``: each session's command (here a stand-in for torchrun that
+    writes two ranks' results) is run, read per rank, valued against every rank's windows, kept as
+    it ends, and summarized per rank; a session whose ranks wrote nothing is reported and skipped."""
+    import budget_lost_time
+
+    windows = [(5.0 * k + 2.06, 0.06) for k in range(6)]
+    ranks = [_rank(r, _blocks(31.0, windows, extra=0.004), windows) for r in (0, 1)]
+    (tmp_path / "ranks.json").write_text(json.dumps(ranks))
+    calls = []
+
+    def stand_in(workload: str, args: argparse.Namespace, out: Path) -> list[str]:
+        calls.append(out)
+        if len(calls) == 2:
+            return [sys.executable, "-c", "import sys; sys.exit('rank 1 failed')"]
+        program = (
+            "import json, sys; from pathlib import Path; out = Path(sys.argv[2]); out.mkdir()\n"
+            "for r in json.loads(Path(sys.argv[1]).read_text()): (out / f'rank{r[\"rank\"]}.json').write_text(json.dumps(r))"
+        )
+        return [sys.executable, "-c", program, str(tmp_path / "ranks.json"), str(out)]
+
+    monkeypatch.setattr(budget_lost_time, "child_command", stand_in)
+    out = tmp_path / "lost.json"
+    assert (
+        budget_lost_time.main(["--ddp", "2", "--workloads", "D1", "--sessions", "3", "--out", str(out)]) == 0
+    )
+    printed = capsys.readouterr().out
+    assert "D1 session 1: exit 1: rank 1 failed" in printed
+    assert "D1 rank 0 (2 sessions): cost " in printed and "D1 rank 1 (2 sessions): cost " in printed
+    result = json.loads(out.read_text())["results"]["D1"]
+    assert len(result["sessions"]) == 2 and sorted(result["per_rank"]) == ["0", "1"]
+    row = result["per_rank"]["1"]
+    assert row["window_cost"]["median"] == pytest.approx(ranks[1]["window_cost"])
+    assert row["job"]["window_cost"]["median"] == pytest.approx(job_view(ranks)["1"]["window_cost"])
+    assert set(row["verdict"]) == {"cost_within_goal", "job_cost_within_goal", "nulls_resolved"}
+    partial = json.loads((tmp_path / "lost.D1.partial.json").read_text())
+    assert len(partial["sessions"]) == 2
