@@ -23,8 +23,8 @@
 #   lost      ~5.5 min   420   always-on cost under DDP: bench/budget_lost_time.py --ddp 2 --workloads
 #                              D1, 5 sessions x (~15 s torchrun + NCCL start, 2 s warm-up, 12 s base,
 #                              1 s settle, 30 s timed, ~5 s stop); each session kept as it ends
-#   node      ~1   min   120   a node collector (`cuptistream collector --socket`) in front of a 2-rank
-#                              torchrun job: bench/fanin.py --mode ddp
+#   node      ~0.7 min   120   a node collector (`cuptistream collector --socket`) in front of a 2-rank
+#                              torchrun job (2,000 DDP steps, ~10 s): bench/fanin.py --mode ddp
 #   compare   ~7.5 min   560   tests/gpu/test_compare_multigpu.py: 2 modes x (clean, 5, 10, 20 %);
 #                              20 s (full) or 40 s (always-on) per job + ~20 s start, compare, export
 #   coexist   ~1.5 min   140   tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~25 s
@@ -131,7 +131,7 @@ for s in "${steps[@]}"; do
             step lost 420 $PY bench/budget_lost_time.py --ddp 2 --workloads D1 --sessions 5 --seconds 30 --base 12 \
                 --out "$RESULTS/lost_time_ddp.json" ;;
         node)
-            step node 120 $PY bench/fanin.py --mode ddp --nproc 2 --steps 300 --out "$RESULTS/node" ;;
+            step node 120 $PY bench/fanin.py --mode ddp --nproc 2 --steps 2000 --out "$RESULTS/node" ;;
         compare)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step compare 560 $PY -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_compare_multigpu.py --junitxml "$RESULTS/compare.xml" ;;
