@@ -44,6 +44,9 @@
 # (`all` runs the six steps in one go, ~21 min: for a machine without a per-call limit, or started in
 # the background with nohup and collected by a later call.)
 set -u
+# NVLink multicast stays off on the lent hosts (a program that uses it can take the host's shared GPUs
+# out of service); every bench and test below passes its environment on to what it starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
@@ -94,7 +97,7 @@ setup() {
         nvidia-smi topo -m 2>/dev/null
         $PY -c "import torch, torch.distributed as d; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count(), 'nccl available', d.is_nccl_available())"
         $PY -c "import cuptistream, cuptistream.sources.activity, cuptistream.launch as l; print('cuptistream from', cuptistream.__file__, 'probe_environment' in dir(l))"
-        nproc
+        nproc; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
     } > "$RESULTS/env.txt" 2>&1
     note "setup: $GPUS GPUs; $(grep -m1 '^torch' "$RESULTS/env.txt"); $(grep -m1 'cuptistream from' "$RESULTS/env.txt")"
     if [ "$GPUS" -lt "${MIN_GPUS:-2}" ]; then  # MIN_GPUS=0: a dry run of the script's plumbing
