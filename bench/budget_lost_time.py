@@ -279,7 +279,7 @@ def run_sessions(workload: str, args: argparse.Namespace) -> list[dict[str, Any]
     return out
 
 
-KEYS = ("window_cost", "null_base", "null_gaps", "expected_cost", "between_over_base")
+KEYS = ("window_cost", "null_base", "null_gaps", "expected_cost", "between_over_base", "windows")
 
 
 def summarize(sessions: list[dict[str, Any]], keys: tuple[str, ...] = KEYS) -> dict[str, Any]:
@@ -298,7 +298,9 @@ GOAL, NULL_RESOLVED = 0.01, 0.003  # issue 32: <= 1 % on every rank, with a null
 def verdict(row: dict[str, Any]) -> dict[str, bool | None]:
     """One rank's summary against issue 32's goal: the median cost (own windows, and every rank's)
     at most 1 %, and the median of every null within 0.3 % (else the method did not resolve it).
-    None where a figure is missing."""
+    None where a figure is missing, and all None where a session had no window (nothing measured)."""
+    if not row.get("windows") or row["windows"]["min"] == 0:
+        return {"cost_within_goal": None, "job_cost_within_goal": None, "nulls_resolved": None}
 
     def cost_ok(s: dict[str, float]) -> bool | None:
         return s["median"] <= GOAL if s else None
@@ -322,7 +324,7 @@ def summarize_ranks(sessions: list[dict[str, Any]]) -> dict[str, Any]:
     for rank in ranks:
         row = summarize([r for s in sessions for r in s["ranks"] if str(r["rank"]) == rank])
         row["job"] = summarize([s["job"][rank] for s in sessions if rank in s["job"]],
-                               ("window_cost", "null_base", "null_gaps"))  # fmt: skip
+                               ("window_cost", "null_base", "null_gaps", "windows"))  # fmt: skip
         row["verdict"] = verdict(row)
         out[rank] = row
     return out

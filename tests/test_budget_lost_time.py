@@ -117,7 +117,7 @@ def test_ddp_summary_is_per_rank_over_sessions(tmp_path: Path) -> None:
         assert row["sessions"] == 3
         costs = sorted(s["ranks"][int(rank)]["window_cost"] for s in sessions)
         assert row["window_cost"] == {"median": costs[1], "min": costs[0], "max": costs[2]}
-        assert set(row["job"]) == {"sessions", "window_cost", "null_base", "null_gaps"}
+        assert set(row["job"]) == {"sessions", "window_cost", "null_base", "null_gaps", "windows"}
         assert row["job"]["window_cost"]["min"] > 0
     # What the child writes is what the parent reads; a rank missing is a failed session.
     for r in sessions[0]["ranks"]:
@@ -146,7 +146,7 @@ def test_the_verdict_is_issue_32s_goal_per_rank() -> None:
     def mmm(median: float) -> dict[str, float]:
         return {"median": median, "min": median - 0.001, "max": median + 0.001}
 
-    row = {"window_cost": mmm(0.004), "null_base": mmm(-0.001), "null_gaps": mmm(0.002),
+    row = {"window_cost": mmm(0.004), "null_base": mmm(-0.001), "null_gaps": mmm(0.002), "windows": mmm(6),
            "job": {"window_cost": mmm(0.009), "null_base": mmm(0.0), "null_gaps": mmm(-0.0025)}}  # fmt: skip
     assert verdict(row) == {"cost_within_goal": True, "job_cost_within_goal": True, "nulls_resolved": True}
     row["job"]["window_cost"] = mmm(0.014)  # two ranks' windows stall the job: over 1 %
@@ -154,6 +154,8 @@ def test_the_verdict_is_issue_32s_goal_per_rank() -> None:
     assert verdict(row) == {"cost_within_goal": True, "job_cost_within_goal": False, "nulls_resolved": False}
     row["job"]["null_base"] = {}
     assert verdict(row)["nulls_resolved"] is None
+    row["windows"] = {"median": 6, "min": 0, "max": 7}  # a session without a window measured nothing
+    assert set(verdict(row).values()) == {None}
 
 
 def test_main_under_ddp_summarizes_what_the_ranks_wrote(
