@@ -159,10 +159,13 @@ def workload_lines(stdout: str) -> list[dict[str, Any]]:
     """The JSON line ``bench/workloads.py`` prints, one per rank under torchrun (a ``[rank0]:``
     prefix, which torchrun's ``--tee`` adds, is skipped)."""
     found = []
+    decoder = json.JSONDecoder()
     for line in stdout.splitlines():
         at = line.find('{"workload"')
-        if at >= 0:
-            found.append(json.loads(line[at:]))
+        while at >= 0:  # two ranks' lines run together ('{...}{...}') are two results
+            result, end = decoder.raw_decode(line, at)
+            found.append(result)
+            at = line.find('{"workload"', end)
     return found
 
 

@@ -265,16 +265,25 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0),
     }
-    if _STOP_GROUP is not None:  # D1 under torchrun: one line per rank
-        import torch.distributed as dist
+    line = json.dumps(result) + "\n"
+    if _STOP_GROUP is None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        return 0
+    # D1 under torchrun: one line per rank, on the pipe the ranks share, one rank at a time (torchrun
+    # runs them unbuffered, so a print's text and its newline are two writes, and a line past the
+    # pipe's atomic size is several: in lockstep, two ranks' lines would interleave).
+    import torch.distributed as dist
 
-        result["rank"] = dist.get_rank()
-        result["world_size"] = dist.get_world_size()
-    print(json.dumps(result), flush=True)
-    if _STOP_GROUP is not None:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    result["rank"] = dist.get_rank()
+    result["world_size"] = dist.get_world_size()
+    line = json.dumps(result) + "\n"
+    for rank in range(dist.get_world_size()):
+        if rank == dist.get_rank():
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        dist.barrier(group=_STOP_GROUP)  # type: ignore[arg-type]
+    dist.destroy_process_group()
     return 0
 
 

@@ -120,3 +120,5 @@ def test_one_result_line_per_rank_under_torchrun() -> None:
         '[rank1]:{"workload": "D1", "iterations": 12, "rank": 1}\nnot json {\n'
     )
     assert [r["rank"] for r in workload_lines(stdout)] == [0, 1]
+    joined = '{"workload": "D1", "rank": 0}{"workload": "D1", "rank": 1}\n\n'
+    assert [r["rank"] for r in workload_lines(joined)] == [0, 1]
