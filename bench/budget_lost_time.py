@@ -136,7 +136,7 @@ def between(blocks: list[tuple[float, float]], windows: list[tuple[float, float]
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
-    from workloads import DEFAULT_BLOCK, WORKLOADS, init_ddp
+    from workloads import DEFAULT_BLOCK, WORKLOADS, init_ddp, leave_ddp
 
     import cuptistream
     from cuptistream.config import load
@@ -155,9 +155,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     plan = throttles[0].plan if throttles else None
     report = session.stop()
     if args.ddp:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+        leave_ddp()
     first = blocks[0][0] - blocks[0][1]
     # Windows measured inside the timed part (their spans may reach past its ends: those still count).
     windows = [(closed, max(c.open_s, c.elapsed_s)) for closed, c in history if closed + AFTER_S > first]

@@ -168,6 +168,16 @@ def agreed(done: bool) -> bool:
     return bool(flag.item())
 
 
+def leave_ddp() -> None:
+    """Leave the DDP job together: a rank that tears its groups down while a peer still uses them
+    (its gloo connection closed under it) can abort at exit."""
+    import torch.distributed as dist
+
+    if _STOP_GROUP is not None:
+        dist.barrier(group=_STOP_GROUP)  # type: ignore[arg-type]
+    dist.destroy_process_group()
+
+
 def d1_ddp_step(width: int = 2048, batch: int = 64) -> Block:
     from torch.nn.parallel import DistributedDataParallel
 
@@ -283,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(line)
             sys.stdout.flush()
         dist.barrier(group=_STOP_GROUP)  # type: ignore[arg-type]
-    dist.destroy_process_group()
+    leave_ddp()
     return 0
 
 

@@ -157,6 +157,7 @@ def main() -> int:
 
         result.update(rank=rank, pid=os.getpid(), steps=3 + PROFILED_STEPS + args.after)
         out_path = f"{args.out.removesuffix('.json')}.rank{rank}.json"
+        dist.barrier()  # leave together: a rank tearing down while its peer still talks can abort
         dist.destroy_process_group()
     with open(out_path, "w") as out:
         json.dump(result, out, indent=1)
