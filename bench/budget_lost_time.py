@@ -88,10 +88,17 @@ def spans(windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def gap_windows(windows: list[tuple[float, float]], start: float, stop: float) -> list[tuple[float, float]]:
     """Pretend windows in the middle of the untouched time between real windows' spans, each as long
-    as the real window before it; only where the gap holds the pretend span and 0.2 s either side."""
+    as the real window before it; only where the gap holds the pretend span and 0.2 s either side.
+    Overlapping spans (several ranks' windows, ``job_view``) count as one stretch of touched time."""
     out = []
-    edges = [(start, start), *spans(windows), (stop, stop)]
-    lengths = [windows[0][1] if windows else 0.1] + [w for _, w in windows]
+    merged: list[tuple[float, float, float]] = []  # (lo, hi, the longest window in it), by time
+    for (lo, hi), (_, length) in sorted(zip(spans(windows), windows, strict=True)):
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi), max(merged[-1][2], length))
+        else:
+            merged.append((lo, hi, length))
+    edges = [(start, start), *((lo, hi) for lo, hi, _ in merged), (stop, stop)]
+    lengths = [merged[0][2] if merged else 0.1] + [length for _, _, length in merged]
     for (_, gap_lo), (gap_hi, _), length in zip(edges, edges[1:], lengths, strict=False):
         width = length + BEFORE_S + AFTER_S
         if gap_hi - gap_lo >= width + 0.4:

@@ -4,9 +4,9 @@
 #
 #   bash bench/multigpu_session.sh [STEP|GROUP ...]      # default: all, in the order below
 #
-# Assumes torch with CUDA and NCCL, and cuptistream's dependencies (and the cuptistream wheel, if
-# carried) installed into $SITE (default /tmp/site; if it is missing and .gpuwheels/*.whl was
-# carried, they are installed there first). The checkout's code runs, not the wheel's:
+# Assumes torch with CUDA and NCCL (the lent hosts' python3), and cuptistream's dependencies in $SITE
+# (default /tmp/site): wheels carried in .whl/ or .gpuwheels/ are installed there first (a machine
+# that was given back between calls comes fresh). The checkout's code runs, not a wheel's:
 # tests/gpu/entry_points.py links sources/ and sinks/ into cuptistream/ and writes the entry points
 # into /tmp/shim, and PYTHONPATH is $PWD:/tmp/shim:$SITE, so a stale wheel cannot shadow this branch.
 #
@@ -85,8 +85,12 @@ step() {
 }
 
 setup() {
-    if [ ! -d "$SITE" ] && compgen -G ".gpuwheels/*.whl" > /dev/null; then
-        $PY -m pip install -q --no-index --no-deps --target "$SITE" .gpuwheels/*.whl
+    local wheels
+    wheels=$(ls .whl/*.whl 2>/dev/null || ls .gpuwheels/*.whl 2>/dev/null)  # one folder: two versions stop pip
+    if [ -n "$wheels" ]; then  # carried (`carry: [".whl"]`): a fresh machine has none of them
+        # shellcheck disable=SC2086
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" $wheels \
+            || { note "setup: the carried wheels did not install into $SITE"; return 1; }
     fi
     $PY tests/gpu/entry_points.py /tmp/shim
     export PYTHONPATH=$ROOT:/tmp/shim:$SITE${PYTHONPATH:+:$PYTHONPATH}

@@ -197,3 +197,18 @@ def test_main_under_ddp_summarizes_what_the_ranks_wrote(
     assert set(row["verdict"]) == {"cost_within_goal", "job_cost_within_goal", "nulls_resolved"}
     partial = json.loads((tmp_path / "lost.D1.partial.json").read_text())
     assert len(partial["sessions"]) == 2
+
+
+def test_gap_windows_stay_clear_of_overlapping_ranks_windows() -> None:
+    """Two ranks' windows together (``job_view``): nearly aligned, one rank's span inside the
+    other's. No pretend window may touch either."""
+    rank0 = [(5.0 * k + 2.10, 0.09) for k in range(6)]
+    rank1 = [(5.0 * k + 2.08, 0.05) for k in range(6)]  # opens later, closes sooner: nested
+    union = sorted(rank0 + rank1)
+    pretend = gap_windows(union, 0.0, 31.0)
+    touched = [(c - w - BEFORE_S, c + AFTER_S) for c, w in union]
+    assert len(pretend) == 7  # the five gaps between pairs, before the first (0 .. 1.81), after the last
+    for closed, length in pretend:
+        lo, hi = closed - length - BEFORE_S, closed + AFTER_S
+        assert all(hi <= t_lo or lo >= t_hi for t_lo, t_hi in touched), (lo, hi)
+        assert length == 0.09  # as long as the longest window of the pair before it
