@@ -103,7 +103,15 @@ setup() {
         $PY -c "import cuptistream, cuptistream.sources.activity, cuptistream.launch as l; print('cuptistream from', cuptistream.__file__, 'probe_environment' in dir(l))"
         nproc; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
     } > "$RESULTS/env.txt" 2>&1
+    local missing
+    missing=$($PY -c "
+import importlib.util as u
+print(' '.join(m for m in ('pytest', 'msgspec', 'trio', 'zstandard', 'yaml', 'numpy', 'cupti') if u.find_spec(m) is None))")
     note "setup: $GPUS GPUs; $(grep -m1 '^torch' "$RESULTS/env.txt"); $(grep -m1 'cuptistream from' "$RESULTS/env.txt")"
+    if [ -n "$missing" ]; then
+        note "setup: not importable: $missing (carry their wheels in .whl/). Stopping."
+        return 1
+    fi
     if [ "$GPUS" -lt "${MIN_GPUS:-2}" ]; then  # MIN_GPUS=0: a dry run of the script's plumbing
         note "setup: fewer than 2 GPUs; issue 32's runs need 2 or more. Stopping."
         return 1
