@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the recordings")
     args = parser.parse_args(argv)
-    out = args.out or Path(tempfile.mkdtemp(prefix="fanin-"))
+    out = (args.out or Path(tempfile.mkdtemp(prefix="fanin-"))).resolve()  # the runs work in subfolders
     out.mkdir(parents=True, exist_ok=True)
     if args.mode == "gpu" and not args.gpus:
         args.gpus = visible_gpus()
