@@ -123,7 +123,7 @@ print(' '.join(m for m in ('pytest', 'msgspec', 'trio', 'zstandard', 'yaml', 'nu
 summarize() {
     local name=$1
     case $name in
-        lost) grep -E '^D1 (rank [0-9]+ \(|session [0-9]+: exit)' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
+        lost) grep -E '^D1 (rank [0-9]+ \(|session [0-9]+( rank [0-9]+)?: )' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
         node|fanin) grep -E '^fanin: |"check"' "$RESULTS/$name.log" | $PY -c '
 import json, sys
 for line in sys.stdin:
