@@ -17,6 +17,14 @@ Per workload and mode it runs ``cuptistream run -c CONFIG -o DIR -- python bench
   recording's bytes on disk per hour of the run (issue 26's statistics volume: a budget recording
   with no deep window holds the statistics and the few state and accounting events).
 
+Under DDP (``--ddp N``, issue 32) each run is ``torchrun --standalone --nproc_per_node=N
+bench/workloads.py --workload D1`` (a GPU per rank, gradients all-reduced with NCCL), iterations are
+summed over the ranks, and the NCCL kernels' figures are compared per device as well (recorded, not
+part of the verdict): estimated NCCL kernels per iteration, NCCL time per iteration, and NCCL's
+share of kernel time, from ``activity_stats`` rows with ``nccl`` set::
+
+    python bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 --out accuracy_ddp.json
+
 ``compare`` is pure (CI tests it on recorded events); ``main`` needs the GPU machine.
 """
 
@@ -31,6 +39,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ddp_overhead import torchrun
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {"full": ROOT / "configs" / "default.yaml", "budget": ROOT / "configs" / "production.yaml"}
 
@@ -43,11 +54,17 @@ def statistics_of(events: list[Any]) -> dict[str, Any]:
     windows = 0
     lost: Counter[str] = Counter()  # a full run that drops records reads less busy
     series: list[tuple[int, float, float]] = []  # (interval start, busy, traced fraction)
+    nccl: dict[int, dict[str, float]] = {}  # per device: estimated NCCL kernels and ns, all kernels' ns
     for e in events:
         kind = type(e).__name__
         if kind == "ActivityStats" and e.category == "kernel":
             kernel_ns[e.name] += e.estimated_total_ns or e.total_ns
             kernels += e.estimated_count or e.count
+            device = nccl.setdefault(e.device_id, {"kernels": 0.0, "ns": 0.0, "kernel_ns": 0.0})
+            device["kernel_ns"] += e.estimated_total_ns or e.total_ns
+            if e.nccl:
+                device["kernels"] += e.estimated_count or e.count
+                device["ns"] += e.estimated_total_ns or e.total_ns
         elif kind == "GpuStats":
             busy_weighted += e.busy_fraction * (e.interval_end - e.interval_start)
             series.append((e.interval_start, round(e.busy_fraction, 4), round(e.traced_fraction, 4)))
@@ -67,7 +84,30 @@ def statistics_of(events: list[Any]) -> dict[str, Any]:
         "windows": windows,
         "busy_series": sorted(series),
         "lost": dict(lost),
+        "nccl": {str(d): v for d, v in sorted(nccl.items()) if v["kernels"]},
     }
+
+
+def compare_nccl(full: dict[str, Any], budget: dict[str, Any], iterations: dict[str, int]) -> dict[str, Any]:
+    """Per device that ran NCCL kernels in either run: estimated NCCL kernels and NCCL ms per
+    iteration (the job's iterations, summed over ranks), and NCCL's share of the device's kernel
+    time, full against budget, with the budget's relative error and the share's difference in points."""
+    out: dict[str, Any] = {}
+    for device in sorted(set(full.get("nccl", {})) | set(budget.get("nccl", {})), key=int):
+        row: dict[str, Any] = {}
+        for mode, stats in (("full", full), ("budget", budget)):
+            d = stats.get("nccl", {}).get(device, {"kernels": 0.0, "ns": 0.0, "kernel_ns": 0.0})
+            row[mode] = {
+                "kernels_per_iteration": d["kernels"] / max(1, iterations[mode]),
+                "ms_per_iteration": d["ns"] / 1e6 / max(1, iterations[mode]),
+                "share_of_kernel_time": 100.0 * d["ns"] / d["kernel_ns"] if d["kernel_ns"] else 0.0,
+            }
+        for key in ("kernels_per_iteration", "ms_per_iteration"):
+            f, b = row["full"][key], row["budget"][key]
+            row[f"{key}_error"] = b / f - 1 if f else None
+        row["share_diff_points"] = row["budget"]["share_of_kernel_time"] - row["full"]["share_of_kernel_time"]
+        out[device] = row
+    return out
 
 
 def compare(full: dict[str, Any], budget: dict[str, Any], iterations: dict[str, int]) -> dict[str, Any]:
@@ -106,6 +146,7 @@ def compare(full: dict[str, Any], budget: dict[str, Any], iterations: dict[str, 
         "budget_windows": budget["windows"],
         "budget_recording_mb_per_hour": budget.get("recording_mb_per_hour"),
         "lost": {"full": full.get("lost"), "budget": budget.get("lost")},
+        "nccl": compare_nccl(full, budget, iterations),
         "busy_series": {"full": full.get("busy_series"), "budget": budget.get("busy_series")},
         "pass": worst <= 2.0 and abs(count_error) <= 0.05 and abs(budget["busy"] - full["busy"]) <= 3.0,
         "pass_at_equal_rate": worst <= 2.0
@@ -114,18 +155,40 @@ def compare(full: dict[str, Any], budget: dict[str, Any], iterations: dict[str, 
     }
 
 
-def run(workload: str, mode: str, seconds: float, work: Path) -> tuple[dict[str, Any], int]:
+def workload_lines(stdout: str) -> list[dict[str, Any]]:
+    """The JSON line ``bench/workloads.py`` prints, one per rank under torchrun (a ``[rank0]:``
+    prefix, which torchrun's ``--tee`` adds, is skipped)."""
+    found = []
+    decoder = json.JSONDecoder()
+    for line in stdout.splitlines():
+        at = line.find('{"workload"')
+        while at >= 0:  # two ranks' lines run together ('{...}{...}') are two results
+            result, end = decoder.raw_decode(line, at)
+            found.append(result)
+            at = line.find('{"workload"', end)
+    return found
+
+
+def run(workload: str, mode: str, seconds: float, work: Path, ddp: int = 0) -> tuple[dict[str, Any], int]:
     from cuptistream.recording.reader import read
 
     out = work / f"{workload}-{mode}"
+    program = [str(ROOT / "bench" / "workloads.py"), "--workload", workload, "--seconds", str(seconds),
+               "--warmup-seconds", "1"]  # fmt: skip
+    launch = [*torchrun(), "--standalone", f"--nproc_per_node={ddp}"] if ddp else [sys.executable]
     cmd = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(CONFIGS[mode]), "-o", str(out), "--quiet",
-           "--", sys.executable, str(ROOT / "bench" / "workloads.py"), "--workload", workload,
-           "--seconds", str(seconds), "--warmup-seconds", "1"]  # fmt: skip
-    done = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=seconds + 180)
+           "--", *launch, *program]  # fmt: skip
+    done = subprocess.run(
+        cmd, cwd=work, capture_output=True, text=True, timeout=seconds + 180 + 60 * bool(ddp)
+    )
     if done.returncode != 0:
         raise SystemExit(f"{workload} {mode}: exit {done.returncode}: {done.stderr[-2000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    iterations = int(result["iterations"]) + int(result["warmup_iterations"])
+    lines = workload_lines(done.stdout)
+    if len(lines) != max(1, ddp):
+        raise SystemExit(
+            f"{workload} {mode}: {len(lines)} result lines, not {max(1, ddp)}: {done.stdout[-2000:]}"
+        )
+    iterations = sum(int(r["iterations"]) + int(r["warmup_iterations"]) for r in lines)
     stats = statistics_of(list(read(out)))
     stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     stats["recording_bytes"] = stored
@@ -138,13 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="W2,W4,W5")
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=Path("budget_accuracy.json"))
+    parser.add_argument(
+        "--ddp", type=int, default=0, metavar="N", help="run under torchrun with N ranks (D1)"
+    )
     args = parser.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for workload in args.workloads.split(","):
             stats, iterations = {}, {}
             for mode in ("full", "budget"):
-                stats[mode], iterations[mode] = run(workload, mode, args.seconds, Path(tmp))
+                stats[mode], iterations[mode] = run(workload, mode, args.seconds, Path(tmp), args.ddp)
             verdict = compare(stats["full"], stats["budget"], iterations)
             results.append(
                 {"workload": workload, "seconds": args.seconds, "iterations": iterations, **verdict}
@@ -156,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{stats['budget']['recording_mb_per_hour']:.2f} MB/h -> {'pass' if verdict['pass'] else 'MISS'}"
                   f" ({'pass' if verdict['pass_at_equal_rate'] else 'MISS'} at equal rate)",
                   flush=True)  # fmt: skip
+            for device, row in verdict["nccl"].items():
+                print(f"{workload} device {device} NCCL: kernels/iteration {row['full']['kernels_per_iteration']:.2f} "
+                      f"full vs {row['budget']['kernels_per_iteration']:.2f} budget, ms/iteration "
+                      f"{row['full']['ms_per_iteration']:.3f} vs {row['budget']['ms_per_iteration']:.3f}, share of "
+                      f"kernel time {row['full']['share_of_kernel_time']:.1f} vs {row['budget']['share_of_kernel_time']:.1f} %",
+                      flush=True)  # fmt: skip
             args.out.write_text(json.dumps(results, indent=1))
     return 0
 

@@ -3,6 +3,8 @@
     python bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 --runs 3 --out bench/results/DIR
     python bench/fanin.py --mode cpu --probes 16 --full-policy block --loops 200 --out ...   # exact read-back
     python bench/fanin.py --mode gpu --probes 1,4,8,16 --seconds 15 --runs 3 --out ...      # on the H100
+    python bench/fanin.py --mode gpu --probes 2,16 --seconds 10 --out ...   # 2 GPUs: 1, then 8 per GPU
+    python bench/fanin.py --mode ddp --nproc 2 --out ...   # a node collector in front of a torchrun job
 
 Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N programs> & wait'``: the
 ``run`` process is the collector, and ``sh`` is not Python, so exactly N processes are probed.
@@ -11,7 +13,16 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
   real-GPU captures (taken on an H200) (``loops: 0``, no interval: as fast as slots come free; ``--loops L``: L times, then
   the program exits). No GPU needed; one replay offers more than one GPU does.
 - ``--mode gpu``: each program replays a CUDA graph of 50 tiny kernels (``bench/workloads.py`` W3)
-  for ``--seconds`` under ``configs/default.yaml``'s sources.
+  for ``--seconds`` under ``configs/default.yaml``'s sources. The programs are spread round-robin
+  over the visible GPUs (``--gpus``, default: all of ``CUDA_VISIBLE_DEVICES`` or ``nvidia-smi -L``;
+  program i on device i mod G), so N = 8 x G is one collector for 8 processes per GPU. The result
+  has the programs per device and, from the read-back, the kernels recorded per device.
+- ``--mode ddp``: no ``run`` collector. A node collector, ``cuptistream collector -c CFG --socket
+  S``, is started first, then ``torchrun --standalone --nproc_per_node=NPROC examples/train_ddp.py``
+  with the environment ``cuptistream run`` gives a program, aimed at S
+  (``cuptistream.launch.probe_environment``): each rank's probe starts at CUDA initialization and
+  feeds the node collector, which is stopped (SIGTERM: it drains) once the job has exited. Checked:
+  ``--nproc`` probes came, every rank's kernels are all on its own device, NCCL kernels among them.
 
 Rounds are interleaved (run 1 of every N, then run 2, ...), so a noisy neighbour spreads over all N.
 Per N: offered records/s (records the collector took from the probes' slots, decoded or shed
@@ -37,12 +48,14 @@ import collections
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +67,11 @@ SHED = "intake/shed_before_decode"  # whole buffers dropped before decoding: cou
 TICK = os.sysconf("SC_CLK_TCK")
 
 GPU_PROGRAM = r"""
-import sys, time
+import os, sys, time
 sys.path.insert(0, {root!r})
 from bench.workloads import w3_graph_replay
 import torch
+torch.cuda.set_device(int(os.environ.get("FANIN_DEVICE", "0")))
 block = w3_graph_replay()
 end = time.monotonic() + {seconds}
 while time.monotonic() < end:
@@ -96,9 +110,27 @@ def config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {"pipeline": pipeline, "sources": sources, "sinks": [sink]}
 
 
+def visible_gpus() -> int:
+    """GPUs a program may use: the entries of CUDA_VISIBLE_DEVICES if set, else ``nvidia-smi -L``'s
+    lines, else 1."""
+    if (visible := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
+        return max(1, len([d for d in visible.split(",") if d.strip()]))
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 1
+    return max(1, sum(line.startswith("GPU ") for line in listed.splitlines()))
+
+
+def device_plan(n: int, gpus: int) -> dict[str, int]:
+    """Programs per device index when program i (from 0) runs on device i mod ``gpus``."""
+    counts = collections.Counter(str(i % gpus) for i in range(n))
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
 def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
     """The shell line that starts N probed programs (and no other Python) and stamps when they
-    began and all ended."""
+    began and all ended; on the GPU, program i on device i mod ``args.gpus``."""
     py = shlex.quote(sys.executable)
     if args.mode == "gpu":
         one = f"{py} -c {shlex.quote(GPU_PROGRAM.format(root=str(ROOT), seconds=args.seconds))}"
@@ -110,6 +142,8 @@ def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
     stamp = f"read up _ < /proc/uptime; echo $up >> {shlex.quote(str(stamps))}"
     if args.program_cpus:  # the programs on their own cores: they do not take the collector's
         one = f"taskset -c {shlex.quote(args.program_cpus)} {one}"
+    if args.mode == "gpu":
+        one = f"FANIN_DEVICE=$(( (i - 1) % {max(1, args.gpus)} )) {one}"
     return f"{stamp}; for i in $(seq {n}); do {one} & done; wait; {stamp}"
 
 
@@ -171,10 +205,18 @@ def per_loop_events() -> collections.Counter[str]:
     return events
 
 
-def read_back(out: Path) -> collections.Counter[str]:
+def read_back(out: Path) -> tuple[collections.Counter[str], collections.Counter[str]]:
+    """Events on disk by type, and kernels by device index."""
     import cuptistream
 
-    return collections.Counter(type(e).__name__ for e in cuptistream.read(out))
+    types: collections.Counter[str] = collections.Counter()
+    kernels: collections.Counter[str] = collections.Counter()
+    for e in cuptistream.read(out):
+        name = type(e).__name__
+        types[name] += 1
+        if name == "Kernel":
+            kernels[str(e.device_id)] += 1
+    return types, kernels
 
 
 def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[str, Any]:
@@ -227,8 +269,14 @@ def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[s
         "peak_rss_shmem_mib": round(watch.peak_shmem_kib / 1024, 1),
         "report_peak_rss_anon_mib": round(report.get("collector_peak_rss_anon_kib", 0) / 1024, 1),
     }  # fmt: skip
+    if args.mode == "gpu":
+        result["programs_by_device"] = device_plan(n, args.gpus)
     if args.check:
-        result["check"] = check(args, n, report, read_back(out))
+        on_disk, kernels = read_back(out)
+        result["check"] = check(args, n, report, on_disk)
+        if args.mode == "gpu":
+            result["kernels_by_device"] = dict(sorted(kernels.items(), key=lambda kv: int(kv[0])))
+            result["check"]["every_device_traced"] = all(kernels[d] > 0 for d in result["programs_by_device"])
     if not args.keep:
         for path in sorted(out.glob("*")):
             path.unlink()
@@ -257,6 +305,98 @@ def check(
     return found
 
 
+def torchrun_job(args: argparse.Namespace, where: Path) -> list[str]:
+    """``--mode ddp``'s job: examples/train_ddp.py on ``--nproc`` ranks, each writing where/ranks/rank{R}.json."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.nproc}",
+            str(ROOT / "examples" / "train_ddp.py"), "--steps", str(args.steps), "--out", str(where / "ranks")]  # fmt: skip
+
+
+def ddp_behind_node_collector(
+    args: argparse.Namespace,
+    workdir: Path,
+    job: Callable[[argparse.Namespace, Path], list[str]] = torchrun_job,
+) -> dict[str, Any]:
+    """``--mode ddp``: a node collector first, then a torchrun job pointed at it (see the docstring).
+    ``job`` gives the job's command; its ranks write ``ranks/rank{R}.json`` with the ``device`` they used."""
+    from cuptistream.launch import probe_environment
+
+    where = workdir / f"ddp-n{args.nproc}"
+    where.mkdir(parents=True)
+    out, cfg, report_path, sock = (
+        where / "out",
+        where / "cfg.yaml",
+        where / "report.json",
+        where / "node.sock",
+    )
+    cfg.write_text(yaml.safe_dump(config(args, out)))
+    node = subprocess.Popen(
+        [sys.executable, "-m", "cuptistream.cli", "collector", "-c", str(cfg), "--socket", str(sock),
+         "--report-json", str(report_path), "--quiet"],
+        cwd=where, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert node.stdout is not None
+    if not node.stdout.readline().startswith("listening on"):
+        node.kill()
+        raise SystemExit(f"fanin: the node collector did not start (exit {node.wait()})")
+    watch = ProcWatch(node.pid)
+    env = probe_environment(str(sock), cfg, quiet=True)
+    began = time.monotonic()
+    done = subprocess.run(
+        job(args, where), cwd=where, env=env, capture_output=True, text=True, timeout=args.seconds * 20 + 300
+    )
+    job_s = time.monotonic() - began
+    node.send_signal(signal.SIGTERM)  # the job is over: drain what its probes handed over, then stop
+    code = node.wait(timeout=args.shutdown_deadline + 60)
+    watch.stop()
+    if done.returncode != 0 or code != 0:
+        raise SystemExit(
+            f"fanin: torchrun exited {done.returncode}, the node collector {code}: {done.stderr[-2000:]}"
+        )
+    report = json.loads(report_path.read_text())
+    missing = [r for r in range(args.nproc) if not (where / "ranks" / f"rank{r}.json").exists()]
+    if missing:
+        raise SystemExit(f"fanin: ranks {missing} wrote no result: {done.stderr[-2000:]}")
+    truth = {r: json.loads((where / "ranks" / f"rank{r}.json").read_text()) for r in range(args.nproc)}
+    import cuptistream
+
+    per_rank: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for batch in cuptistream.read(out).batches():
+        rank = batch.resource.rank
+        for e in batch.events:
+            if type(e).__name__ == "Kernel":
+                row = per_rank[str(rank)]
+                row["kernels"] += 1
+                row["nccl_kernels"] += "nccl" in e.name.lower()  # mangled: _Z39ncclDevKernel_...
+                row[f"device{e.device_id}"] += 1
+    ranks = {r: dict(c) for r, c in sorted(per_rank.items())}
+    result = {
+        "nproc": args.nproc, "steps": args.steps, "job_s": round(job_s, 2), "probes": report["probes"],
+        "events_in": report["events_in"], "losses": report["losses"], "collector_cpu_s": report["collector_cpu_s"],
+        "peak_rss_anon_mib": round(watch.peak_anon_kib / 1024, 1), "ranks": ranks,
+    }  # fmt: skip
+    result["check"] = ddp_check(result, {r: t["device"] for r, t in truth.items()})
+    if not args.keep:
+        for path in sorted(out.glob("*")):
+            path.unlink()
+    (where / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def ddp_check(result: dict[str, Any], devices: dict[int, int]) -> dict[str, bool]:
+    """A node collector served every rank: ``nproc`` probes; each rank's kernels all on its own
+    device (``devices``: rank -> the ordinal it trained on), NCCL kernels among them."""
+    ranks = result["ranks"]
+    return {
+        "every_rank_a_probe": result["probes"] == result["nproc"],
+        "every_rank_recorded": sorted(ranks) == [str(r) for r in range(result["nproc"])],
+        "kernels_on_own_device": all(
+            ranks.get(str(r), {}).get(f"device{d}", 0) == ranks.get(str(r), {}).get("kernels", -1) > 0
+            for r, d in devices.items()
+        ),
+        "nccl_on_every_rank": all(ranks.get(str(r), {}).get("nccl_kernels", 0) > 0 for r in devices),
+    }
+
+
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "dropped_events", "shed_records", "cpu_s_per_m_records",
             "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib"]  # fmt: skip
@@ -272,12 +412,20 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         }
         summary[str(n)]["drops"] = [r["drops"] for r in rs]
         summary[str(n)]["checks"] = [r.get("check") for r in rs]
+        if "programs_by_device" in rs[0]:
+            summary[str(n)]["programs_by_device"] = rs[0]["programs_by_device"]
+            summary[str(n)]["kernels_by_device"] = [r.get("kernels_by_device") for r in rs]
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--mode", choices=["cpu", "gpu", "ddp"], default="cpu")
+    parser.add_argument(
+        "--gpus", type=int, default=0, help="gpu: spread the programs over G devices (default: all)"
+    )
+    parser.add_argument("--nproc", type=int, default=2, help="ddp: torchrun ranks (a GPU each)")
+    parser.add_argument("--steps", type=int, default=300, help="ddp: examples/train_ddp.py --steps")
     parser.add_argument("--probes", default="1,4,8,16", help="comma-separated N (default 1,4,8,16)")
     parser.add_argument(
         "--seconds", type=float, default=15.0, help="how long the programs run (endless replay, gpu)"
@@ -309,8 +457,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the recordings")
     args = parser.parse_args(argv)
-    out = args.out or Path(tempfile.mkdtemp(prefix="fanin-"))
+    out = (args.out or Path(tempfile.mkdtemp(prefix="fanin-"))).resolve()  # the runs work in subfolders
     out.mkdir(parents=True, exist_ok=True)
+    if args.mode == "gpu" and not args.gpus:
+        args.gpus = visible_gpus()
+    if args.mode == "ddp":
+        result = ddp_behind_node_collector(args, out)
+        print(json.dumps(result), flush=True)
+        failed_checks = [k for k, ok in result["check"].items() if not ok]
+        if failed_checks:
+            print(f"fanin: ddp behind a node collector: failed {failed_checks}", file=sys.stderr)
+        return 1 if failed_checks else 0
     ns = [int(x) for x in args.probes.split(",")]
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True

@@ -10,6 +10,11 @@
 - W4: 4-layer ``nn.TransformerEncoder`` (d_model 512, 8 heads, batch_first), batch 16 x 256 tokens, one
   AdamW step per iteration.
 - W5: W2 and W4 alternating every 30 s (a program that changes phase).
+- D1: a DDP training step, for ``torchrun --nproc_per_node=N`` (a GPU per rank): 4 x
+  ``Linear(2048, 2048)`` + ReLU, batch 64, SGD, the gradients all-reduced with NCCL by
+  ``DistributedDataParallel`` (``examples/train_ddp.py``'s model). Built outside torchrun it is a
+  one-rank job. Ranks stop together: every time-bounded loop asks ``agreed`` (a gloo all-reduce on
+  the CPU, outside the timed block, so it adds no GPU kernel) whether any rank's time is up.
 
 The model, optimizer and graph are built first (not timed). Then blocks of ``--block`` iterations run
 for ``--warmup-seconds`` (not timed), then for ``--seconds`` (timed), each block ending with
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
 import sys
 import time
@@ -39,7 +45,7 @@ Block = Callable[[int], None]
 
 # Iterations per block: a block takes roughly 10-50 ms without tracing, so the per-block sync costs
 # well under 1% and a 3 s window holds ~100 blocks.
-DEFAULT_BLOCK = {"W1": 2000, "W2": 20, "W3": 200, "W4": 4, "W5": 20}
+DEFAULT_BLOCK = {"W1": 2000, "W2": 20, "W3": 200, "W4": 4, "W5": 20, "D1": 10}
 
 
 def w1_tiny_kernels() -> Block:
@@ -129,12 +135,77 @@ def w5_phases(period_s: float = 30.0) -> Block:
     return block
 
 
+_STOP_GROUP: object | None = None  # the gloo group ``agreed`` uses, once a DDP workload is built
+
+
+def init_ddp() -> int:
+    """Join the torchrun job (NCCL, the GPU of ``LOCAL_RANK``) unless joined; this process's rank."""
+    global _STOP_GROUP
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # outside torchrun: a one-rank job
+        os.environ.setdefault("MASTER_PORT", "29533")
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    if _STOP_GROUP is None:
+        _STOP_GROUP = dist.new_group(backend="gloo")
+    return dist.get_rank()
+
+
+def agreed(done: bool) -> bool:
+    """Whether any rank of the DDP job is done (every rank asks at every turn of a timed loop);
+    ``done`` as is outside a DDP job. A CPU all-reduce: ranks leave a time-bounded loop after the same block."""
+    if _STOP_GROUP is None:
+        return done
+    import torch.distributed as dist
+
+    flag = torch.tensor([int(done)], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_STOP_GROUP)  # type: ignore[arg-type]
+    return bool(flag.item())
+
+
+def leave_ddp() -> None:
+    """Leave the DDP job together: a rank that tears its groups down while a peer still uses them
+    (its gloo connection closed under it) can abort at exit."""
+    import torch.distributed as dist
+
+    if _STOP_GROUP is not None:
+        dist.barrier(group=_STOP_GROUP)  # type: ignore[arg-type]
+    dist.destroy_process_group()
+
+
+def d1_ddp_step(width: int = 2048, batch: int = 64) -> Block:
+    from torch.nn.parallel import DistributedDataParallel
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    rank = init_ddp()
+    torch.manual_seed(1234 + rank)
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(4)))
+    ddp = DistributedDataParallel(model.cuda(), device_ids=[local])
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    x = torch.randn(batch, width, device="cuda")
+
+    def block(n: int) -> None:
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = ddp(x).square().mean()
+            loss.backward()  # DDP all-reduces the gradient buckets with NCCL here
+            opt.step()
+
+    return block
+
+
 WORKLOADS: dict[str, Callable[[], Block]] = {
     "W1": w1_tiny_kernels,
     "W2": w2_mlp_sgd,
     "W3": w3_graph_replay,
     "W4": w4_transformer_adamw,
     "W5": w5_phases,
+    "D1": d1_ddp_step,
 }
 
 
@@ -148,7 +219,7 @@ def run_blocks(block: Block, n: int, seconds: float, min_blocks: int = 1) -> lis
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         times.append(t1 - t0)
-        if len(times) >= min_blocks and t1 - start >= seconds:
+        if agreed(len(times) >= min_blocks and t1 - start >= seconds):
             return times
 
 
@@ -204,7 +275,25 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0),
     }
-    print(json.dumps(result), flush=True)
+    line = json.dumps(result) + "\n"
+    if _STOP_GROUP is None:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        return 0
+    # D1 under torchrun: one line per rank, on the pipe the ranks share, one rank at a time (torchrun
+    # runs them unbuffered, so a print's text and its newline are two writes, and a line past the
+    # pipe's atomic size is several: in lockstep, two ranks' lines would interleave).
+    import torch.distributed as dist
+
+    result["rank"] = dist.get_rank()
+    result["world_size"] = dist.get_world_size()
+    line = json.dumps(result) + "\n"
+    for rank in range(dist.get_world_size()):
+        if rank == dist.get_rank():
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        dist.barrier(group=_STOP_GROUP)  # type: ignore[arg-type]
+    leave_ddp()
     return 0
 
 

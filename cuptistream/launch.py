@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -123,6 +124,18 @@ def _environment(address: str, config_path: str, session_id: str, cfg: Config, q
     else:
         env.pop(ENV_QUIET, None)
     return env
+
+
+def probe_environment(
+    address: str, config: str | Path, *, session_id: str | None = None, quiet: bool = False
+) -> dict[str, str]:
+    """The environment ``run`` gives its command, pointed at a collector already listening at
+    ``address`` (a node ``cuptistream collector --socket``): for a launcher that starts the program
+    itself (``torchrun``, a scheduler's wrapper). Every Python process started with it arms a probe
+    that starts as ``config``'s ``probe.start`` says and feeds that collector."""
+    path = str(Path(config).resolve())
+    cfg = load(path)
+    return _environment(address, path, session_id or uuid.uuid4().hex[:16], cfg, quiet)
 
 
 def use_output(cfg: Config, directory: str) -> None:

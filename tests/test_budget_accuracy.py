@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from budget_accuracy import compare, statistics_of  # noqa: E402
+from budget_accuracy import compare, statistics_of, workload_lines  # noqa: E402
 
 import cuptistream  # noqa: E402
 from cuptistream.events import ActivityStats, GpuStats  # noqa: E402
@@ -83,3 +83,42 @@ def test_busy_at_equal_rate_discounts_the_full_traces_slowdown(replayed: list[ob
     assert verdict["busy_points"]["full_at_budget_rate"] == pytest.approx(stats["busy"])
     assert verdict["busy_points"]["diff_at_equal_rate"] == pytest.approx(0.0, abs=1e-9)
     assert verdict["iterations_per_s_budget_over_full"] == pytest.approx(1.25)
+
+
+def test_nccl_kernels_are_compared_per_device(replayed: list[object]) -> None:
+    """The top kernel renamed as a NCCL kernel (``nccl`` set, as the collector marks them): the
+    figures per device follow it; the budget run estimating twice its count and time reads +100 %."""
+    stats = [e for e in replayed if isinstance(e, ActivityStats) and e.category == "kernel"]
+    top = max({e.name for e in stats}, key=lambda n: sum(e.total_ns for e in stats if e.name == n))
+
+    def as_nccl(factor: int) -> list[object]:
+        return [
+            msgspec.structs.replace(e, name="ncclDevKernel_AllReduce_Sum_f32_RING_LL", nccl=True,
+                                    estimated_count=factor * e.count, estimated_total_ns=factor * e.total_ns)
+            if isinstance(e, ActivityStats) and e.name == top else e
+            for e in replayed
+        ]  # fmt: skip
+
+    full, budget = statistics_of(as_nccl(1)), statistics_of(as_nccl(2))
+    assert statistics_of(replayed)["nccl"] == {}
+    devices = sorted(full["nccl"])
+    assert devices and devices == sorted(budget["nccl"])
+    verdict = compare(full, budget, {"full": 100, "budget": 100})
+    for device in devices:
+        row = verdict["nccl"][device]
+        assert row["kernels_per_iteration_error"] == pytest.approx(1.0)
+        assert row["ms_per_iteration_error"] == pytest.approx(1.0)
+        assert 0 < row["full"]["share_of_kernel_time"] < row["budget"]["share_of_kernel_time"] <= 100
+        assert row["share_diff_points"] > 0
+    same = compare(full, full, {"full": 100, "budget": 100})["nccl"]
+    assert all(r["kernels_per_iteration_error"] == 0 and r["share_diff_points"] == 0 for r in same.values())
+
+
+def test_one_result_line_per_rank_under_torchrun() -> None:
+    stdout = (
+        'W0 some log\n{"workload": "D1", "iterations": 10, "rank": 0}\n'
+        '[rank1]:{"workload": "D1", "iterations": 12, "rank": 1}\nnot json {\n'
+    )
+    assert [r["rank"] for r in workload_lines(stdout)] == [0, 1]
+    joined = '{"workload": "D1", "rank": 0}{"workload": "D1", "rank": 1}\n\n'
+    assert [r["rank"] for r in workload_lines(joined)] == [0, 1]

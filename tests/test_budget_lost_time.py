@@ -5,6 +5,8 @@ nothing was."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import random
 import sys
 from pathlib import Path
@@ -14,7 +16,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from budget_lost_time import AFTER_S, BEFORE_S, between, gap_windows, null_in_base, null_in_gaps  # noqa: E402
+from budget_lost_time import (  # noqa: E402
+    AFTER_S,
+    BEFORE_S,
+    between,
+    child_command,
+    gap_windows,
+    job_view,
+    null_in_base,
+    null_in_gaps,
+    read_ranks,
+    summarize_ranks,
+    verdict,
+)
 from lost_time import window_cost  # noqa: E402
 
 
@@ -57,3 +71,144 @@ def test_gap_windows_sit_in_the_untouched_time() -> None:
     # The gap between the two spans (1.5 .. 5.74) holds one; before the first (0 .. 0.74) and after
     # the last (6.5 .. 7) there is no room for a 0.76 s span and 0.2 s either side.
     assert len(pretend) == 1 and 1.5 < pretend[0][0] < 5.74
+
+
+def _rank(
+    rank: int, blocks: list[tuple[float, float]], windows: list[tuple[float, float]]
+) -> dict[str, object]:
+    """One rank's result as the DDP child writes it: the figures the parent summarizes, and the raw series."""
+    total = sum(d for _, d in blocks)
+    cost, _ = window_cost(blocks, windows, BEFORE_S, AFTER_S, baseline="mean")
+    base = _blocks(15.0, [], extra=0.0)
+    return {
+        "rank": rank, "windows": len(windows), "window_cost": cost, "null_base": null_in_base(base, windows, total),
+        "null_gaps": null_in_gaps(blocks, windows)[0], "expected_cost": 0.009, "between_over_base": 0.0,
+        "raw": {"base": base, "session": blocks, "windows": windows},
+    }  # fmt: skip
+
+
+def test_ddp_job_view_counts_the_peers_windows_that_a_rank_waited_for() -> None:
+    """Two ranks in lockstep: each rank's blocks slow down in both ranks' windows (a peer waits for
+    the slowed rank in the all-reduce). Valued against its own windows a rank reads about half of
+    what it lost; against every rank's windows, all of it, and the gap null stays near zero."""
+    own = {0: [(5.0 * k + 2.06, 0.06) for k in range(6)], 1: [(5.0 * k + 4.56, 0.06) for k in range(6)]}
+    both = sorted(own[0] + own[1])
+    blocks = _blocks(31.0, both, extra=0.005)  # the same blocks on both ranks: lockstep
+    injected = sum(d - 0.010 for _, d in blocks if d > 0.0105) / sum(d for _, d in blocks)
+    ranks = [_rank(r, blocks, own[r]) for r in (0, 1)]
+    job = job_view(ranks)
+    for r in ("0", "1"):
+        assert job[r]["windows"] == 12
+        assert job[r]["window_cost"] == pytest.approx(injected, rel=0.1)
+        assert abs(job[r]["null_gaps"]) < 0.0005 and abs(job[r]["null_base"]) < 0.0005
+    assert all(rank["window_cost"] < 0.7 * injected for rank in ranks)  # its own windows: about half
+
+
+def test_ddp_summary_is_per_rank_over_sessions(tmp_path: Path) -> None:
+    windows = [(5.0 * k + 2.06, 0.06) for k in range(6)]
+    sessions = []
+    for extra in (0.002, 0.004, 0.006):
+        ranks = [_rank(r, _blocks(31.0, windows, extra=extra), windows) for r in (0, 1)]
+        sessions.append({"ranks": ranks, "job": job_view(ranks)})
+    summary = summarize_ranks(sessions)
+    assert sorted(summary) == ["0", "1"]
+    for rank in ("0", "1"):
+        row = summary[rank]
+        assert row["sessions"] == 3
+        costs = sorted(s["ranks"][int(rank)]["window_cost"] for s in sessions)
+        assert row["window_cost"] == {"median": costs[1], "min": costs[0], "max": costs[2]}
+        assert set(row["job"]) == {"sessions", "window_cost", "null_base", "null_gaps", "windows"}
+        assert row["job"]["window_cost"]["min"] > 0
+    # What the child writes is what the parent reads; a rank missing is a failed session.
+    for r in sessions[0]["ranks"]:
+        (tmp_path / f"rank{r['rank']}.json").write_text(json.dumps(r))
+    read = read_ranks(tmp_path, 2)
+    assert read is not None and [r["rank"] for r in read] == [0, 1]
+    assert job_view(read)["1"]["window_cost"] == pytest.approx(sessions[0]["job"]["1"]["window_cost"])
+    assert read_ranks(tmp_path, 3) is None
+
+
+def test_a_ddp_session_is_torchrun_of_the_child_per_rank() -> None:
+    args = argparse.Namespace(
+        seconds=30.0, base=12.0, settle=1.0, warmup=2.0, config=ROOT / "configs" / "production.yaml", ddp=2
+    )
+    command = child_command("D1", args, Path("/tmp/x/ranks"))
+    assert "--nproc_per_node=2" in command and "--standalone" in command
+    assert (
+        command[command.index("--ddp") + 1] == "2" and command[command.index("--out") + 1] == "/tmp/x/ranks"
+    )
+    assert command[command.index("--child") - 1].endswith("budget_lost_time.py")
+    single = child_command("W1", argparse.Namespace(**{**vars(args), "ddp": 0}), Path("r.json"))
+    assert single[0] == sys.executable and "--ddp" not in single
+
+
+def test_the_verdict_is_issue_32s_goal_per_rank() -> None:
+    def mmm(median: float) -> dict[str, float]:
+        return {"median": median, "min": median - 0.001, "max": median + 0.001}
+
+    row = {"window_cost": mmm(0.004), "null_base": mmm(-0.001), "null_gaps": mmm(0.002), "windows": mmm(6),
+           "job": {"window_cost": mmm(0.009), "null_base": mmm(0.0), "null_gaps": mmm(-0.0025)}}  # fmt: skip
+    assert verdict(row) == {"cost_within_goal": True, "job_cost_within_goal": True, "nulls_resolved": True}
+    row["job"]["window_cost"] = mmm(0.014)  # two ranks' windows stall the job: over 1 %
+    row["null_gaps"] = mmm(-0.004)  # a null past 0.3 %: not resolved
+    assert verdict(row) == {"cost_within_goal": True, "job_cost_within_goal": False, "nulls_resolved": False}
+    row["job"]["null_base"] = {}
+    assert verdict(row)["nulls_resolved"] is None
+    row["windows"] = {"median": 6, "min": 0, "max": 7}  # a session without a window measured nothing
+    assert set(verdict(row).values()) == {None}
+
+
+def test_main_under_ddp_summarizes_what_the_ranks_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parent's side of ``--ddp``: each session's command (here a stand-in for torchrun that
+    writes two ranks' results) is run, read per rank, valued against every rank's windows, kept as
+    it ends, and summarized per rank; a session whose ranks wrote nothing is reported and skipped."""
+    import budget_lost_time
+
+    windows = [(5.0 * k + 2.06, 0.06) for k in range(6)]
+    ranks = [_rank(r, _blocks(31.0, windows, extra=0.004), windows) for r in (0, 1)]
+    (tmp_path / "ranks.json").write_text(json.dumps(ranks))
+    calls = []
+
+    def stand_in(workload: str, args: argparse.Namespace, out: Path) -> list[str]:
+        calls.append(out)
+        if len(calls) == 2:
+            return [sys.executable, "-c", "import sys; sys.exit('rank 1 failed')"]
+        program = (
+            "import json, sys; from pathlib import Path; out = Path(sys.argv[2]); out.mkdir()\n"
+            "for r in json.loads(Path(sys.argv[1]).read_text()): (out / f'rank{r[\"rank\"]}.json').write_text(json.dumps(r))"
+        )
+        return [sys.executable, "-c", program, str(tmp_path / "ranks.json"), str(out)]
+
+    monkeypatch.setattr(budget_lost_time, "child_command", stand_in)
+    out = tmp_path / "lost.json"
+    assert (
+        budget_lost_time.main(["--ddp", "2", "--workloads", "D1", "--sessions", "3", "--out", str(out)]) == 0
+    )
+    printed = capsys.readouterr().out
+    assert "D1 session 1: exit 1: rank 1 failed" in printed
+    assert "D1 rank 0 (2 sessions): cost " in printed and "D1 rank 1 (2 sessions): cost " in printed
+    result = json.loads(out.read_text())["results"]["D1"]
+    assert len(result["sessions"]) == 2 and sorted(result["per_rank"]) == ["0", "1"]
+    row = result["per_rank"]["1"]
+    assert row["window_cost"]["median"] == pytest.approx(ranks[1]["window_cost"])
+    assert row["job"]["window_cost"]["median"] == pytest.approx(job_view(ranks)["1"]["window_cost"])
+    assert set(row["verdict"]) == {"cost_within_goal", "job_cost_within_goal", "nulls_resolved"}
+    partial = json.loads((tmp_path / "lost.D1.partial.json").read_text())
+    assert len(partial["sessions"]) == 2
+
+
+def test_gap_windows_stay_clear_of_overlapping_ranks_windows() -> None:
+    """Two ranks' windows together (``job_view``): nearly aligned, one rank's span inside the
+    other's. No pretend window may touch either."""
+    rank0 = [(5.0 * k + 2.10, 0.09) for k in range(6)]
+    rank1 = [(5.0 * k + 2.08, 0.05) for k in range(6)]  # opens later, closes sooner: nested
+    union = sorted(rank0 + rank1)
+    pretend = gap_windows(union, 0.0, 31.0)
+    touched = [(c - w - BEFORE_S, c + AFTER_S) for c, w in union]
+    assert len(pretend) == 7  # the five gaps between pairs, before the first (0 .. 1.81), after the last
+    for closed, length in pretend:
+        lo, hi = closed - length - BEFORE_S, closed + AFTER_S
+        assert all(hi <= t_lo or lo >= t_hi for t_lo, t_hi in touched), (lo, hi)
+        assert length == 0.09  # as long as the longest window of the pair before it

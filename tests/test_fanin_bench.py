@@ -3,10 +3,14 @@ collector, a finite replay under ``block``, and the read-back must match the cap
 
 from __future__ import annotations
 
+import argparse
+import collections
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,3 +31,80 @@ def test_fanin_reads_back_exactly_n_x_loops_x_the_captures(tmp_path: Path) -> No
     assert check["record_events_on_disk"] == check["expected_data_events"]
     assert check["in_equals_disk_plus_drops"] and check["disk_equals_captures_x_loops"]
     assert run["peak_rss_anon_mib"] > 0 and run["peak_rss_shmem_mib"] > 0
+
+
+def _fanin() -> object:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import fanin
+
+    return fanin
+
+
+def test_gpu_programs_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
+    fanin: Any = _fanin()
+    args = argparse.Namespace(mode="gpu", seconds=10.0, program_cpus="", gpus=2, loops=0)
+    line = fanin.programs(args, 16, tmp_path / "stamps")
+    assert "FANIN_DEVICE=$(( (i - 1) % 2 ))" in line and "for i in $(seq 16)" in line
+    assert 'torch.cuda.set_device(int(os.environ.get("FANIN_DEVICE", "0")))' in line.replace("'\"'\"'", "'")
+    assert fanin.device_plan(16, 2) == {"0": 8, "1": 8}
+    assert fanin.device_plan(5, 4) == {"0": 2, "1": 1, "2": 1, "3": 1}
+    # The shell does the same arithmetic: program i (from 1) on device (i - 1) mod G.
+    devices = subprocess.run(["sh", "-c", "for i in $(seq 5); do echo $(( (i - 1) % 4 )); done"],
+                             capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert collections.Counter(devices) == collections.Counter({"0": 2, "1": 1, "2": 1, "3": 1})
+
+
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    fanin: Any = _fanin()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,5")
+    assert fanin.visible_gpus() == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert fanin.visible_gpus() == 1
+
+
+def test_ddp_check_wants_every_rank_on_its_own_device_with_nccl() -> None:
+    fanin: Any = _fanin()
+    good = {"nproc": 2, "probes": 2, "ranks": {"0": {"kernels": 9, "device0": 9, "nccl_kernels": 3},
+                                               "1": {"kernels": 9, "device1": 9, "nccl_kernels": 3}}}  # fmt: skip
+    assert all(fanin.ddp_check(good, {0: 0, 1: 1}).values())
+    shared = {**good, "ranks": {**good["ranks"], "1": {"kernels": 9, "device0": 9, "nccl_kernels": 3}}}
+    assert fanin.ddp_check(shared, {0: 0, 1: 1}) == {
+        "every_rank_a_probe": True, "every_rank_recorded": True, "kernels_on_own_device": False,
+        "nccl_on_every_rank": True,
+    }  # fmt: skip
+    missing = {**good, "probes": 1, "ranks": {"0": good["ranks"]["0"]}}
+    check = fanin.ddp_check(missing, {0: 0, 1: 1})
+    assert (
+        not check["every_rank_a_probe"]
+        and not check["every_rank_recorded"]
+        and not check["nccl_on_every_rank"]
+    )
+
+
+RANK_PROGRAM = (
+    "import json, os, sys; from pathlib import Path; p = Path(sys.argv[1]); p.mkdir(exist_ok=True); "
+    "(p / f'rank{os.environ[\"RANK\"]}.json').write_text(json.dumps({'device': 0}))"
+)
+
+
+def test_a_node_collector_in_front_of_a_two_rank_job(tmp_path: Path) -> None:
+    """``--mode ddp``'s plumbing with replay probes for ranks: the node collector is up before the
+    job, both ranks' probes reach it (the environment ``run`` would give), it drains on SIGTERM, and
+    the recording is read back per rank (the shipped captures hold no NCCL kernel)."""
+    fanin: Any = _fanin()
+    args = argparse.Namespace(
+        mode="cpu", loops=1, nproc=2, steps=0, seconds=5.0, shutdown_deadline=10.0, keep=False,
+        memory_budget="64MiB", full_policy="block", sink_queue="16MiB",
+    )  # fmt: skip
+
+    def job(args: argparse.Namespace, where: Path) -> list[str]:
+        one = shlex.join([sys.executable, "-c", RANK_PROGRAM, str(where / "ranks")])
+        return ["sh", "-c", f"RANK=0 LOCAL_RANK=0 {one} & RANK=1 LOCAL_RANK=1 {one}; wait"]
+
+    result = fanin.ddp_behind_node_collector(args, tmp_path, job)
+    assert result["probes"] == 2 and sorted(result["ranks"]) == ["0", "1"]
+    assert result["ranks"]["0"]["kernels"] == result["ranks"]["1"]["kernels"] > 0
+    assert result["check"] == {"every_rank_a_probe": True, "every_rank_recorded": True,
+                               "kernels_on_own_device": True, "nccl_on_every_rank": False}  # fmt: skip
+    assert not list((tmp_path / "ddp-n2" / "out").glob("*"))  # the recording is not kept
+    assert json.loads((tmp_path / "ddp-n2" / "result.json").read_text())["probes"] == 2

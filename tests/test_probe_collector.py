@@ -359,3 +359,31 @@ def test_a_dead_collector_does_not_hold_an_endless_replay_at_exit(tmp_path: Path
     _, err = program.communicate(timeout=60)
     assert program.returncode == 0, err
     assert time.monotonic() - began < 15, "the replay waited for slots nobody will free"
+
+
+def test_probe_environment_points_a_launched_job_at_a_node_collector(tmp_path: Path) -> None:
+    """``launch.probe_environment``: what ``run`` gives its command, aimed at a node collector that
+    is already listening. A launcher (here ``sh`` starting two Pythons, as ``torchrun`` starts
+    ranks) runs with it unchanged, and every Python process feeds that collector."""
+    from cuptistream.launch import probe_environment
+
+    socket_path = tmp_path / "c.sock"
+    collector = _start_collector(tmp_path, "node", socket_path)
+    program = _write_config(
+        tmp_path / "program.json", tmp_path / "unused",
+        {"type": "replay", "path": str(CAPTURES / "exact_counts.cupti"), "loops": 1},
+    )  # fmt: skip
+    env = probe_environment(str(socket_path), program, quiet=True)
+    assert env["CUPTISTREAM_COLLECTOR"] == str(socket_path)
+    assert env["CUPTISTREAM_PROBE_START"] == "process"  # a replay traces no CUDA: probed at start-up
+    env["PYTHONPATH"] += os.pathsep + str(ROOT)
+    py = sys.executable
+    job = subprocess.run(["sh", "-c", f"{py} -c pass & {py} -c pass; wait"], env=env, timeout=120)
+    assert job.returncode == 0
+    stderr = _stop(collector)
+    kernels = collections.Counter(
+        e.name for e in cuptistream.read(tmp_path / "node") if isinstance(e, Kernel)
+    )
+    expected = EXPECTED["exact_counts"]["kernel_names"]
+    assert dict(kernels) == {name: 2 * count for name, count in expected.items()}, stderr
+    assert not (tmp_path / "unused").exists()  # the sinks are the collector's

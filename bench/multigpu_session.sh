@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Issue 32's multi-GPU runs, for a host with 2-4 GPUs (nvidia-h200-x2 / nvidia-h100-x2 or larger).
+# Written before such a host was lent: not yet run.
+#
+#   bash bench/multigpu_session.sh [STEP|GROUP ...]      # default: all, in the order below
+#
+# Assumes torch with CUDA and NCCL (the lent hosts' python3), and cuptistream's dependencies in $SITE
+# (default /tmp/site): wheels carried in .whl/ or .gpuwheels/ are installed there first (a machine
+# that was given back between calls comes fresh). The checkout's code runs, not a wheel's:
+# tests/gpu/entry_points.py links sources/ and sinks/ into cuptistream/ and writes the entry points
+# into /tmp/shim, and PYTHONPATH is $PWD:/tmp/shim:$SITE, so a stale wheel cannot shadow this branch.
+#
+# Results go to $RESULTS (default /tmp/multigpu-<steps>), one log per step; at the end one tarball
+# of it, $OUT/multigpu-<steps>.tar.gz, and the compact summary, $OUT/summary-<steps>.txt (two files
+# back per device call; without $OUT both stay in /tmp), and the summary on stdout. Recordings are
+# not kept.
+#
+# Steps, with their expected wall time on 2 x H100/H200 (16+ cores) and the hard limit each runs
+# under (`timeout`, seconds; a step past it is cut, what it wrote is kept, the next step runs):
+#
+#   step      expected  limit  what
+#   setup     ~0.3 min     -   GPUs, versions, entry points; stops the script below 2 GPUs
+#   lost      ~5.5 min   420   always-on cost under DDP: bench/budget_lost_time.py --ddp 2 --workloads
+#                              D1, 5 sessions x (~15 s torchrun + NCCL start, 2 s warm-up, 12 s base,
+#                              1 s settle, 30 s timed, ~5 s stop); each session kept as it ends.
+#                              LOST_SESSIONS, LOST_SECONDS, LOST_LIMIT change them (a null that
+#                              does not resolve wants longer sessions: e.g. 4 x 60 s in a call of its own)
+#   node      ~0.7 min   120   a node collector (`cuptistream collector --socket`) in front of a 2-rank
+#                              torchrun job (2,000 DDP steps, ~10 s): bench/fanin.py --mode ddp
+#   compare   ~7.5 min   560   tests/gpu/test_compare_multigpu.py: 2 modes x (clean, 5, 10, 20 %);
+#                              20 s (full) or 40 s (always-on) per job + ~20 s start, compare, export
+#   coexist   ~1.5 min   140   tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~25 s
+#   accuracy  ~3   min   230   NCCL statistics, production.yaml against full mode:
+#                              bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60
+#   fanin     ~2   min   200   one collector, programs spread over the GPUs: bench/fanin.py --mode gpu
+#                              --probes G,8G --seconds 6 (1, then 8 per GPU); most of it is reading
+#                              back what W3 recorded (~0.8 M kernels/s per program)
+#
+# In all ~21 min of steps. One device call runs at most 10 minutes, so three calls on the same warm
+# machine, each returning its own tarball and summary; each group's limits add up to under 10 min:
+#
+#   bash bench/multigpu_session.sh A     # setup lost node                (~6.5 min; limits 540 s)
+#   bash bench/multigpu_session.sh B     # setup compare                  (~7.5 min; limits 560 s)
+#   bash bench/multigpu_session.sh C     # setup coexist accuracy fanin   (~6.5 min; limits 570 s)
+#
+# (`all` runs the six steps in one go, ~21 min: for a machine without a per-call limit, or started in
+# the background with nohup and collected by a later call.)
+set -u
+# NVLink multicast stays off on the lent hosts (a program that uses it can take the host's shared GPUs
+# out of service); every bench and test below passes its environment on to what it starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+SITE=${SITE:-/tmp/site}
+
+steps=(setup)  # always first: the environment every other step runs in
+for arg in "${@:-all}"; do
+    case $arg in
+        all) steps+=(lost node compare coexist accuracy fanin) ;;
+        A) steps+=(lost node) ;;
+        B) steps+=(compare) ;;
+        C) steps+=(coexist accuracy fanin) ;;
+        setup) ;;
+        lost|node|compare|coexist|accuracy|fanin) steps+=("$arg") ;;
+        *) echo "multigpu_session.sh: unknown step $arg (steps: setup lost node compare coexist accuracy fanin; groups: all A B C)" >&2; exit 2 ;;
+    esac
+done
+LABEL=$(IFS=-; echo "${steps[*]:1}"); LABEL=${LABEL:-setup}
+RESULTS=${RESULTS:-/tmp/multigpu-$LABEL}
+mkdir -p "$RESULTS"
+SUMMARY=$RESULTS/summary.txt
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# Runs one step under its limit, its output into $RESULTS/<step>.log; notes how it ended.
+step() {
+    local name=$1 limit=$2; shift 2
+    local began=$SECONDS rc
+    echo "== $name (limit ${limit}s): $*" >> "$RESULTS/$name.log"
+    timeout --signal=TERM --kill-after=20 "$limit" "$@" >> "$RESULTS/$name.log" 2>&1
+    rc=$?
+    local how="exit $rc"
+    [ $rc -eq 124 ] && how="CUT at its ${limit}s limit"
+    note "-- $name: $how after $((SECONDS - began))s"
+    return 0
+}
+
+setup() {
+    local wheels
+    wheels=$(ls .whl/*.whl 2>/dev/null || ls .gpuwheels/*.whl 2>/dev/null)  # one folder: two versions stop pip
+    if [ -n "$wheels" ]; then  # carried (`carry: [".whl"]`): a fresh machine has none of them
+        # shellcheck disable=SC2086
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" $wheels \
+            || { note "setup: the carried wheels did not install into $SITE"; return 1; }
+    fi
+    $PY tests/gpu/entry_points.py /tmp/shim
+    export PYTHONPATH=$ROOT:/tmp/shim:$SITE${PYTHONPATH:+:$PYTHONPATH}
+    GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    {
+        date -u; git rev-parse --short HEAD 2>/dev/null; git status --short 2>/dev/null | head -20
+        nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader
+        nvidia-smi topo -m 2>/dev/null
+        $PY -c "import torch, torch.distributed as d; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count(), 'nccl available', d.is_nccl_available())"
+        $PY -c "import cuptistream, cuptistream.sources.activity, cuptistream.launch as l; print('cuptistream from', cuptistream.__file__, 'probe_environment' in dir(l))"
+        nproc; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
+    } > "$RESULTS/env.txt" 2>&1
+    local missing
+    missing=$($PY -c "
+import importlib.util as u
+print(' '.join(m for m in ('pytest', 'msgspec', 'trio', 'zstandard', 'yaml', 'numpy', 'cupti') if u.find_spec(m) is None))")
+    note "setup: $GPUS GPUs; $(grep -m1 '^torch' "$RESULTS/env.txt"); $(grep -m1 'cuptistream from' "$RESULTS/env.txt")"
+    if [ -n "$missing" ]; then
+        note "setup: not importable: $missing (carry their wheels in .whl/). Stopping."
+        return 1
+    fi
+    if [ "$GPUS" -lt "${MIN_GPUS:-2}" ]; then  # MIN_GPUS=0: a dry run of the script's plumbing
+        note "setup: fewer than 2 GPUs; issue 32's runs need 2 or more. Stopping."
+        return 1
+    fi
+}
+
+summarize() {
+    local name=$1
+    case $name in
+        lost) grep -E '^D1 (rank [0-9]+ \(|session [0-9]+( rank [0-9]+)?: )' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
+        node|fanin) grep -E '^fanin: |"check"' "$RESULTS/$name.log" | $PY -c '
+import json, sys
+for line in sys.stdin:
+    if not line.startswith("{"):
+        print(line.rstrip()); continue
+    r = json.loads(line)
+    keep = ("probes", "nproc", "job_s", "window_s", "offered_records_per_s", "delivered_events_per_s", "dropped_events",
+            "shed_records", "cores_used", "peak_rss_anon_mib", "programs_by_device", "kernels_by_device", "ranks", "check")
+    print(json.dumps({k: r[k] for k in keep if k in r}))
+' | tee -a "$SUMMARY" ;;
+        compare|coexist) grep -E '^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)' "$RESULTS/$name.log" | tail -12 | tee -a "$SUMMARY" ;;
+        accuracy) grep -E '^D1' "$RESULTS/accuracy.log" | tee -a "$SUMMARY" ;;
+    esac
+}
+
+GPUS=0
+for s in "${steps[@]}"; do
+    case $s in
+        setup)
+            setup || break ;;
+        lost)
+            step lost "${LOST_LIMIT:-420}" $PY bench/budget_lost_time.py --ddp 2 --workloads D1 \
+                --sessions "${LOST_SESSIONS:-5}" --seconds "${LOST_SECONDS:-30}" --base 12 \
+                --out "$RESULTS/lost_time_ddp.json" ;;
+        node)
+            step node 120 $PY bench/fanin.py --mode ddp --nproc 2 --steps 2000 --out "$RESULTS/node" ;;
+        compare)
+            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step compare 560 $PY -m pytest -v -p no:cacheprovider \
+                tests/gpu/test_compare_multigpu.py --junitxml "$RESULTS/compare.xml" ;;
+        coexist)
+            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step coexist 140 $PY -m pytest -v -p no:cacheprovider \
+                tests/gpu/test_coexist_multigpu.py --junitxml "$RESULTS/coexist.xml" ;;
+        accuracy)
+            step accuracy 230 $PY bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 \
+                --out "$RESULTS/accuracy_ddp.json" ;;
+        fanin)
+            step fanin 200 $PY bench/fanin.py --mode gpu --probes "$GPUS,$((8 * GPUS))" --seconds 6 --runs 1 \
+                --out "$RESULTS/fanin_gpu" ;;
+    esac
+    [ "$s" = setup ] || summarize "$s"
+done
+
+# Back from the device: the tarball of every result, log and summary of this call, and the summary.
+if [ -n "${OUT:-}" ]; then TARBALL=$OUT/multigpu-$LABEL.tar.gz; else TARBALL=$RESULTS.tar.gz; fi
+tar czf "$TARBALL" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
+[ -n "${OUT:-}" ] && cp "$SUMMARY" "$OUT/summary-$LABEL.txt"
+echo "== results: $TARBALL ($(du -h "$TARBALL" | cut -f1))"
+echo "== summary"
+cat "$SUMMARY"
