@@ -95,10 +95,13 @@ class RemoteStream:
             self.local.decode(view, valid, dropped)
             return
         reply = self.link.request(wp.Decode(self.info.stream, pool, slot, valid, dropped))
-        if reply is None:
+        if reply is not None:
+            self._replay(reply)
+        elif self.link.sent:  # the worker had it: lost
             self._fall_back((view, valid, dropped))
         else:
-            self._replay(reply)
+            self._fall_back(None)
+            self.decode_slot(pool, slot, view, valid, dropped)
 
     def trace_span(self, span: TraceSpan) -> WindowRecords | None:
         if span.end:

@@ -166,7 +166,8 @@ class Link:
 
     ``request`` returns the reply, or None once the link is broken: the worker died, hung, or
     could not serve a request (``reason`` and ``problem`` then say which and why; the connection
-    decodes in its own thread from then on)."""
+    decodes in its own thread from then on). ``sent``: whether the last request reached the worker
+    (a request that did not was not served, and nothing of it is lost)."""
 
     def __init__(self, pool: WorkerPool, worker: Worker, sock: socket.socket) -> None:
         self._pool = pool
@@ -176,12 +177,19 @@ class Link:
         self.reason = ""  # the loss reason for a buffer the worker had: decode_worker_died / _failed
         self.problem = ""  # one line for the Error event
         self.told = False  # the Error event was emitted (once per link)
+        self.sent = False
 
     def request(self, request: wp.Request, fds: list[int] | None = None) -> wp.Reply | None:
         if self.broken or self.sock is None:
             return None
         try:
             wp.send_request(self.sock, request, fds)
+        except OSError as error:  # it never had this request: the caller may serve it itself
+            self._break("decode_worker_died", f"it is gone ({error})")
+            self.sent = False
+            return None
+        self.sent = True
+        try:
             reply = self._wait(self.sock)
         except (OSError, ValueError) as error:  # ValueError: a reply msgspec cannot decode
             self._break("decode_worker_died", f"its socket failed ({error})")

@@ -1,0 +1,185 @@
+"""Decode workers (``pipeline.decode_workers``, issue 30) end to end: real ``cuptistream run``
+collectors with replay probes over the shipped captures, real worker processes, memfds and sockets.
+
+- a worker decodes to exactly the events in-thread decoding writes (statistics included);
+- a worker killed with SIGKILL mid-request turns into counted losses and one Error event, the probe
+  is decoded in the collector from then on, and the run finishes with exact accounting;
+- a worker does not outlive its collector;
+- a bad value is one line naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cuptistream
+from cuptistream.collector.names import ProcessNames, open_memory
+from cuptistream.events import Error, Loss, SelfStats
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+CONTROL = (SelfStats, Loss, Error)  # the collector's accounting; its timing differs run to run
+
+
+def _config(tmp: Path, workers: int, loops: int) -> Path:
+    cfg = {
+        "pipeline": {"decode_workers": workers, "full_policy": "block"},
+        "sources": [{"type": "replay", "loops": loops}],
+        "statistics": {"interval": "1s", "max_names": 4},
+        "sinks": [{"type": "file", "directory": str(tmp / "out")}],
+    }
+    path = tmp / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _run(tmp: Path, workers: int, program: list[str], loops: int) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(_config(tmp, workers, loops)),
+               "--report-json", str(tmp / "report.json"), "--quiet", "--", *program]  # fmt: skip
+    return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(run: subprocess.Popen[str], tmp: Path) -> dict[str, Any]:
+    _out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    return dict(json.loads((tmp / "report.json").read_text()))
+
+
+def _workers_of(pid: int) -> list[int]:
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            try:
+                if b"cuptistream.collector.workers" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except OSError:
+                continue
+    return found
+
+
+def _wait_for_worker(pid: int, timeout: float = 30) -> int:
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        if found := _workers_of(pid):
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError("no decode worker started")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _accounting(tmp: Path, report: dict[str, Any]) -> list[Any]:
+    """Every event on disk, after checking ``events_in == data events on disk + counted drops``."""
+    events = list(cuptistream.read(tmp / "out"))
+    data = [e for e in events if not isinstance(e, CONTROL)]
+    dropped = sum(v for k, v in report["losses"].items() if k.split("/")[0] in ("intake", "sink:file"))
+    assert report["events_in"] == len(data) + dropped
+    return events
+
+
+def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path) -> None:
+    runs = {}
+    for workers in (0, 2):
+        tmp = tmp_path / f"w{workers}"
+        tmp.mkdir()
+        report = _finished(_run(tmp, workers, [sys.executable, "-c", "0"], loops=2), tmp)
+        assert report["decode_workers"] == (1 if workers else 0)  # one probe: one worker started
+        assert report["decode_workers_died"] == 0
+        runs[workers] = (report, _accounting(tmp, report))
+    (before, in_thread), (after, in_worker) = runs[0], runs[2]
+    data = [e for e in in_thread if not isinstance(e, CONTROL)]
+    assert data == [e for e in in_worker if not isinstance(e, CONTROL)]  # the same events, in order
+    assert any(type(e).__name__ == "ActivityStats" for e in data)  # the statistics among them
+    assert any(type(e).__name__ == "GpuStats" for e in data)
+    assert before["losses"] == after["losses"]  # e.g. the statistics' late records, counted alike
+    for key in ("events_in", "activity_buffers", "activity_records", "activity_records_withheld"):
+        assert before[key] == after[key], key
+    assert after["decode_workers_cpu_s"] > 0
+
+
+def test_a_killed_worker_is_counted_and_the_probe_decoded_in_the_collector(tmp_path: Path) -> None:
+    # An endless replay keeps the worker busy; SIGSTOP first, so a request is surely in flight when
+    # the SIGKILL lands (the connection sends its next buffer and waits for the reply).
+    run = _run(tmp_path, 1, [sys.executable, "-c", "import time; time.sleep(5)"], loops=0)
+    try:
+        worker = _wait_for_worker(run.pid)
+        time.sleep(1.5)
+        os.kill(worker, signal.SIGSTOP)
+        time.sleep(0.5)
+        os.kill(worker, signal.SIGKILL)
+        report = _finished(run, tmp_path)
+    finally:
+        run.kill()
+    assert report["decode_workers"] == 1 and report["decode_workers_died"] == 1
+    assert report["losses"].get("collector/decode_worker_died", 0) > 0  # that buffer, in records
+    events = _accounting(tmp_path, report)
+    errors = [e for e in events if isinstance(e, Error) and e.origin == "collector:decode_worker"]
+    assert len(errors) == 1 and f"decode worker {worker}" in errors[0].message, errors
+    assert "signal 9" in errors[0].message
+    losses = [e for e in events if isinstance(e, Loss) and e.reason == "decode_worker_died"]
+    assert losses and all(e.stage == "collector" and e.unit == "records" for e in losses)
+    after = [e for e in events[events.index(errors[0]) :] if type(e).__name__ == "Kernel"]
+    assert after  # decoding went on in the collector
+    assert report["activity_records"] > 0 and not _alive(worker)
+
+
+def test_a_worker_does_not_outlive_its_collector(tmp_path: Path) -> None:
+    program = [sys.executable, "-c", "import time; time.sleep(30)"]
+    run = _run(tmp_path, 1, program, loops=0)
+    try:
+        worker = _wait_for_worker(run.pid)
+        run.send_signal(signal.SIGKILL)  # the collector; its program goes on, unprobed from now on
+        run.wait(10)
+        ends = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < ends:
+            time.sleep(0.05)
+        assert not _alive(worker)
+    finally:
+        run.kill()
+        for child in Path("/proc").glob("[0-9]*"):  # the orphaned program: ours, by its command line
+            try:
+                if b"time.sleep(30)" in (child / "cmdline").read_bytes():
+                    os.kill(int(child.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
+
+
+@pytest.mark.parametrize(("value", "says"), [("-1", "between 0 and 256"), ("many", "many"), ("1.5", "int")])
+def test_a_bad_decode_workers_value_is_one_line_naming_the_key(tmp_path: Path, value: str, says: str) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"pipeline: {{decode_workers: {value}}}\nsinks: [{{type: stdout}}]\n")
+    done = subprocess.run([sys.executable, "-m", "cuptistream.cli", "validate", str(cfg)],
+                          capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "decode_workers" in lines[0] and says in lines[0], lines
+
+
+def test_names_read_through_a_memory_fd_opened_elsewhere() -> None:
+    # A worker gets the collector's open /proc/PID/mem; reading through a handed-over fd works
+    # as opening it does (here: this process's own memory).
+    import ctypes
+
+    text = ctypes.create_string_buffer(b"my_kernel(float*)")
+    names = ProcessNames(os.getpid(), open_memory(os.getpid()))
+    try:
+        assert names(ctypes.addressof(text)) == "my_kernel(float*)" and names.failure is None
+    finally:
+        names.close()
+    missing = ProcessNames(2**22 + 7, (None, "cannot read kernel names from process 4194311: gone"))
+    assert missing(0x1000).startswith("<unresolved") and missing.failure is not None
