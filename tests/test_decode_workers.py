@@ -183,3 +183,72 @@ def test_names_read_through_a_memory_fd_opened_elsewhere() -> None:
         names.close()
     missing = ProcessNames(2**22 + 7, (None, "cannot read kernel names from process 4194311: gone"))
     assert missing(0x1000).startswith("<unresolved") and missing.failure is not None
+
+
+@pytest.mark.parametrize("records", ["all", "on_demand"])
+def test_a_remote_stream_answers_as_a_decode_stream_does(tmp_path: Path, records: str) -> None:
+    """The stream's whole surface through a real worker: decode from a real memfd slot, a trace
+    window's ``WindowRecords``, the statistics at close, and the ``capture`` file it writes."""
+    from cuptistream.channel.messages import OpenStream, TraceSpan
+    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector.decoding import DecodeStream
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.config.model import StatisticsConfig
+    from cuptistream.cupti import capture
+    from cuptistream.sources.replay import DEFAULT_PATH
+    from tests.gpu.workloads.collect import Collect
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    size = max(len(b.data) for b in cap.buffers)
+    pool = SlotPool.create("test", size + 8, 2)
+    statistics = StatisticsConfig(interval=1.0)  # type: ignore[arg-type]
+    workers = WorkerPool(1)
+    outcomes = []
+    try:
+        for remote in (False, True):
+            info = OpenStream(stream=3, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings),
+                              records=records, capture=str(tmp_path / f"{remote}.cupti"))  # fmt: skip
+            sink = Collect()
+            link = workers.assign() if remote else None
+            if link is not None:
+                link.map_pool(0, pool)
+                stream: DecodeStream | RemoteStream = RemoteStream(link, info, 0, sink, None, statistics)
+            else:
+                stream = DecodeStream(info, 0, sink, None, statistics)
+            first = TraceSpan(stream=3, window=1, start=1, on_demand=True, kinds=["concurrent_kernel"])
+            assert stream.trace_span(first) is None
+            for buf in cap.buffers:
+                slot = pool.take()
+                assert slot is not None
+                pool.view(slot)[: len(buf.data)] = buf.data
+                pool.publish(slot, ACTIVITY, 3, len(buf.data), buf.dropped)
+                view = pool.view(slot, len(buf.data))
+                if isinstance(stream, RemoteStream):
+                    stream.decode_slot(0, slot, view, len(buf.data), buf.dropped)
+                else:
+                    stream.decode(view, len(buf.data), buf.dropped)
+                del view
+                pool.release(slot)
+            window = stream.trace_span(
+                TraceSpan(stream=3, window=1, start=1, end=2**62, on_demand=True, kinds=["concurrent_kernel"])
+            )
+            stream.close()
+            if link is not None:
+                assert not link.broken, link.problem
+                link.close()
+            counts = (stream.buffers, stream.records, stream.records_withheld, stream.events)
+            outcomes.append(
+                (sink.events, sink.losses, sink.errors, window, counts, capture.read(info.capture))
+            )
+    finally:
+        workers.stop()
+        pool.close()
+    (events, losses, errors, window, counts, written), remote_outcome = outcomes
+    assert events and window is not None and window.records
+    assert remote_outcome[:5] == (events, losses, errors, window, counts)
+    assert (
+        remote_outcome[5].buffers == written.buffers == cap.buffers
+        and remote_outcome[5].strings == written.strings
+    )
+    assert workers.started == 1 and workers.died == 0 and workers.cpu_s > 0
