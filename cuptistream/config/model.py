@@ -106,8 +106,8 @@ class PipelineConfig(Strict):
     shutdown_deadline: Duration = Duration(10.0)
     # Processes that decode the probes' activity buffers, so that several probes decode on several
     # cores (``collector.workers``); 0 decodes on the probes' connection threads, in the collector
-    # process; "auto": one per core but one, at most 8 (docs/config.md).
-    decode_workers: int | Literal["auto"] = 0
+    # process; "auto": one per core but one, at most 8, started one per probe (docs/config.md).
+    decode_workers: int | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         require_at_least("memory_budget", self.memory_budget, 1)
