@@ -252,3 +252,76 @@ def test_a_remote_stream_answers_as_a_decode_stream_does(tmp_path: Path, records
         and remote_outcome[5].strings == written.strings
     )
     assert workers.started == 1 and workers.died == 0 and workers.cpu_s > 0
+
+
+def test_a_worker_reads_kernel_names_from_the_program_through_the_collectors_fd(tmp_path: Path) -> None:
+    """Names are read from a live process's memory (``strings`` None, as with a real probe): the
+    collector opens ``/proc/PID/mem`` and hands the fd to the worker with the stream."""
+    import numpy as np
+
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.cupti import capture
+    from cuptistream.cupti.kinds import BY_VALUE
+    from cuptistream.cupti.records import RecordLayouts, walk
+    from cuptistream.events import Kernel
+    from cuptistream.sources.replay import DEFAULT_PATH
+    from tests.gpu.workloads.collect import Collect
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    buffers, pointers = [], set()
+    for buf in cap.buffers:
+        data = bytearray(buf.data)
+        kernels = []
+        for kind, offsets in walk(memoryview(data), len(data), layouts, None).items():
+            chosen = layouts.dtype(kind)
+            if BY_VALUE[kind].event == "kernel" and chosen is not None:
+                kernels += [np.ndarray((1,), chosen[1], buffer=data, offset=o) for o in offsets]
+        pointers.update(int(k["name"][0]) for k in kernels)
+        buffers.append((data, kernels))
+    # The program: the kernel names at addresses of its own, printed, kept until stdin closes.
+    code = (
+        "import ctypes, sys\n"
+        f"names = {{p: ctypes.create_string_buffer(cap.encode()) for p, cap in {dict((p, cap.strings[p]) for p in pointers)!r}.items()}}\n"
+        "print(' '.join(f'{p}:{ctypes.addressof(b)}' for p, b in names.items()), flush=True)\n"
+        "sys.stdin.read()\n"
+    )  # fmt: skip
+    program = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    workers = WorkerPool(1)
+    pool = SlotPool.create("names", max(len(d) for d, _ in buffers) + 8, 2)
+    try:
+        assert program.stdout is not None
+        moved = dict(tuple(map(int, pair.split(":"))) for pair in program.stdout.readline().split())
+        for _data, kernels in buffers:
+            for kernel in kernels:
+                kernel["name"][0] = moved[int(kernel["name"][0])]
+        link = workers.assign()
+        link.map_pool(0, pool)
+        sink = Collect()
+        info = OpenStream(stream=0, source="activity", struct_sizes=dict(cap.struct_sizes))  # strings None
+        stream = RemoteStream(link, info, program.pid, sink)
+        for data, _ in buffers:
+            slot = pool.take()
+            assert slot is not None
+            pool.view(slot)[: len(data)] = data
+            pool.publish(slot, ACTIVITY, 0, len(data))
+            view = pool.view(slot, len(data))
+            stream.decode_slot(0, slot, view, len(data), 0)
+            del view
+            pool.release(slot)
+        stream.close()
+        assert not link.broken, link.problem
+        link.close()
+    finally:
+        workers.stop()
+        pool.close()
+        program.communicate("")
+    kernels = [e for e in sink.events if isinstance(e, Kernel)]
+    # Every kernel's name read from the program (other kinds' pointers were not moved: those fail
+    # to read, as they would in the collector, and say so in a warning).
+    assert kernels and {k.name for k in kernels} == {cap.strings[p] for p in pointers}
