@@ -84,15 +84,18 @@ class Worker:
         with contextlib.suppress(OSError):
             self.process.kill()
 
-    def stop(self) -> None:
-        """Hang up (the worker then exits) and reap it; read its CPU time and heap first."""
+    def hang_up(self) -> None:
+        """Read its CPU time and heap, then close its socket: the worker exits."""
         self.cpu_s = _cpu_s(self.pid)
         reading = memory.read(self.pid)
         self.rss_anon_kib = reading.anon_kib if reading is not None else 0
         with contextlib.suppress(OSError):
             self.control.close()
+
+    def reap(self, until: float) -> None:
+        """Wait for it to exit until ``until`` (``time.monotonic()``), then kill it."""
         try:
-            self.process.wait(_STOP_S)
+            self.process.wait(max(0.0, until - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.kill()
             self.process.wait()
@@ -149,7 +152,10 @@ class WorkerPool:
             workers, self._workers = self._workers, []
         for worker in workers:
             self.died += not worker.alive()
-            worker.stop()
+            worker.hang_up()
+        until = time.monotonic() + _STOP_S  # one wait for all of them
+        for worker in workers:
+            worker.reap(until)
         self._retired.extend(workers)
 
     @property
