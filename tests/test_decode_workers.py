@@ -325,3 +325,65 @@ def test_a_worker_reads_kernel_names_from_the_program_through_the_collectors_fd(
     # Every kernel's name read from the program (other kinds' pointers were not moved: those fail
     # to read, as they would in the collector, and say so in a warning).
     assert kernels and {k.name for k in kernels} == {cap.strings[p] for p in pointers}
+
+
+def test_a_request_the_worker_fails_is_counted_and_the_rest_decoded_in_the_collector() -> None:
+    """A worker that cannot serve a request (here: a pool it was never given) answers with the
+    problem: that buffer counts as ``decode_worker_failed`` (records), one Error, and the stream
+    decodes every later buffer in the connection's thread."""
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector.decoding import DecodeStream
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.cupti import capture
+    from cuptistream.sources.replay import DEFAULT_PATH
+    from tests.gpu.workloads.collect import Collect
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    assert len(cap.buffers) >= 2
+    info = OpenStream(
+        stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+    )
+    pool = SlotPool.create("failed", max(len(b.data) for b in cap.buffers) + 8, 2)
+    workers = WorkerPool(1)
+    sink, reference = Collect(), Collect()
+    first: tuple[int, int] | tuple[()] = ()
+    try:
+        link = workers.assign()  # no map_pool: the worker cannot find the slot
+        stream = RemoteStream(link, info, 0, sink)
+        local = DecodeStream(info, 0, reference)
+        for buf in cap.buffers:
+            slot = pool.take()
+            assert slot is not None
+            pool.view(slot)[: len(buf.data)] = buf.data
+            pool.publish(slot, ACTIVITY, 0, len(buf.data))
+            view = pool.view(slot, len(buf.data))
+            stream.decode_slot(0, slot, view, len(buf.data), 0)
+            local.decode(view, len(buf.data), 0)
+            del view
+            pool.release(slot)
+            if not first:  # what the buffer the worker failed holds
+                first = (local.records, len(reference.events))
+        stream.close()
+        link.close()
+    finally:
+        workers.stop()
+        pool.close()
+    assert link.broken and link.reason == "decode_worker_failed"
+    assert first and first[0] > 0
+    records, events = first
+    lost = [loss for loss in sink.losses if loss[1] == "decode_worker_failed"]
+    assert lost == [("collector", "decode_worker_failed", records, "records")]
+    assert sink.events == reference.events[events:]  # every later buffer, decoded in the collector
+    assert len(sink.errors) == 1 and sink.errors[0][0] == "collector:decode_worker", sink.errors
+    assert stream.records == local.records - records
+
+
+def test_auto_is_one_worker_per_cpu_but_one_at_most_eight() -> None:
+    from cuptistream.config.model import PipelineConfig
+
+    cpus = len(os.sched_getaffinity(0))
+    assert PipelineConfig().decode_worker_count() == max(0, min(8, cpus - 1))
+    assert PipelineConfig(decode_workers=0).decode_worker_count() == 0
+    assert PipelineConfig(decode_workers=3).decode_worker_count() == 3
