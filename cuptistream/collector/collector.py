@@ -4,7 +4,8 @@ Lifecycle: ``start()`` opens the sinks (raising ``ConfigError``, ``SinkUnavailab
 local problem before any program runs; they connect in the background, or first with
 ``require_healthy``), ``listen(path)`` accepts probes on a Unix socket (and ``cuptistream trace`` on
 ``<path>.control``; ``collector.registry`` lets it find them), ``finish()`` waits for the probes to
-hang up (each connection drains what its probe published, also after a crash), then drains the
+hang up (each connection drains what its probe published, also after a crash), stops the decode
+workers (``workers``: started as probes come, ``pipeline.decode_workers``), then drains the
 pipeline within ``shutdown_deadline`` and returns the ``ShutdownReport``.
 """
 

@@ -4,6 +4,10 @@ Runs on its own thread. A ``Ready`` message wakes it; it then drains every READY
 in publication order. The socket is also polled, so a lost wake-up costs at most ``_POLL_S``. At
 the end of the connection (goodbye, exit, crash or SIGKILL of the program) every slot the probe
 published is still drained: the shared memory outlives the process while it is mapped here.
+
+With decode workers (``pipeline.decode_workers``), a probe's streams are ``RemoteStream``s: this
+thread still drains the slots in order and decides to shed or not, and for each buffer asks the
+probe's worker to decode it, replays the reply on the emitter, and only then releases the slot.
 """
 
 from __future__ import annotations
