@@ -198,7 +198,10 @@ class Link:
         try:
             reply = self._wait(self.sock)
         except (OSError, ValueError) as error:  # ValueError: a reply msgspec cannot decode
-            self._break("decode_worker_died", f"its socket failed ({error})")
+            # A worker that died with our request unread resets the socket (ECONNRESET)
+            status = self._exit_status()
+            problem = f"it died{status}" if status else f"its socket failed ({error})"
+            self._break("decode_worker_died", problem)
             return None
         if reply is None:
             self._break("decode_worker_died", "it died" + self._exit_status())
