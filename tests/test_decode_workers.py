@@ -24,16 +24,17 @@ import pytest
 import cuptistream
 from cuptistream.collector.names import ProcessNames, open_memory
 from cuptistream.events import Error, Loss, SelfStats
+from cuptistream.sources.replay import DEFAULT_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 CONTROL = (SelfStats, Loss, Error)  # the collector's accounting; its timing differs run to run
 
 
-def _config(tmp: Path, workers: int, loops: int) -> Path:
+def _config(tmp: Path, workers: int, loops: int, path: str = "") -> Path:
     cfg = {
         "pipeline": {"decode_workers": workers, "full_policy": "block"},
-        "sources": [{"type": "replay", "loops": loops}],
+        "sources": [{"type": "replay", "loops": loops, "path": path}],
         "statistics": {"interval": "1s", "max_names": 4},
         "sinks": [{"type": "file", "directory": str(tmp / "out")}],
     }
@@ -42,8 +43,8 @@ def _config(tmp: Path, workers: int, loops: int) -> Path:
     return path
 
 
-def _run(tmp: Path, workers: int, program: list[str], loops: int) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(_config(tmp, workers, loops)),
+def _run(tmp: Path, workers: int, program: list[str], loops: int, path: str = "") -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(_config(tmp, workers, loops, path)),
                "--report-json", str(tmp / "report.json"), "--quiet", "--", *program]  # fmt: skip
     return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -97,7 +98,12 @@ def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path) 
     for workers in (0, 2):
         tmp = tmp_path / f"w{workers}"
         tmp.mkdir()
-        report = _finished(_run(tmp, workers, [sys.executable, "-c", "0"], loops=2), tmp)
+        # One capture, so one stream: the order is a stream's (captures replay into pools of their
+        # own, and the order across pools is the probe's timing, with or without workers).
+        run = _run(
+            tmp, workers, [sys.executable, "-c", "0"], loops=3, path=str(DEFAULT_PATH / "torch_train.cupti")
+        )
+        report = _finished(run, tmp)
         assert report["decode_workers"] == (1 if workers else 0)  # one probe: one worker started
         assert report["decode_workers_died"] == 0
         runs[workers] = (report, _accounting(tmp, report))
