@@ -37,6 +37,9 @@ drops at ``intake`` and the file lane, from ``--report-json``); with ``--loops L
 type, ``record events on disk == N x L x what one loop of the captures decodes to`` when nothing
 was dropped (``--full-policy block``; the collector's statistics events are derived, not counted).
 
+``--workers W[,W2...]`` sets ``pipeline.decode_workers`` (each W is run for each N, interleaved);
+CPU, cores and RSS then count the collector's decode worker processes too (``workers_*`` apart).
+
 ``--profile`` records the collector with py-spy (``bench/profile_stages.py`` reads the stacks);
 ``--collector-cpus`` / ``--program-cpus`` pin the collector and the programs apart.
 """
@@ -94,9 +97,9 @@ def _now() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def config(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def config(args: argparse.Namespace, out: Path, workers: int) -> dict[str, Any]:
     pipeline = {
-        "memory_budget": args.memory_budget, "full_policy": args.full_policy,
+        "memory_budget": args.memory_budget, "full_policy": args.full_policy, "decode_workers": workers,
         "batch": {"max_events": 8192, "max_bytes": "4MiB", "max_latency": "1s"},
         "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
     }  # fmt: skip
@@ -147,13 +150,41 @@ def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
     return f"{stamp}; for i in $(seq {n}); do {one} & done; wait; {stamp}"
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _rss_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1])
+    return 0
+
+
+def _decode_workers(pid: int) -> list[int]:
+    """The collector's decode worker processes (its children running ``collector.workers``)."""
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            try:
+                if b"cuptistream.collector.workers" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except OSError:
+                continue
+    return found
+
+
 class ProcWatch:
-    """Samples the collector's CPU ticks and RssAnon/RssShmem from /proc every ``interval`` s."""
+    """Samples the collector's CPU ticks and RssAnon/RssShmem from /proc every ``interval`` s, and
+    those of its decode workers (CPU added to the collector's; RSS apart)."""
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         self.pid, self.interval = pid, interval
-        self.cpu: list[tuple[float, float]] = []  # (_now(), CPU seconds)
+        self.cpu: list[tuple[float, float]] = []  # (_now(), CPU seconds, decode workers included)
         self.peak_anon_kib = self.peak_shmem_kib = 0
+        self.workers_peak_anon_kib = 0  # the workers' RssAnon added up, at its peak
+        self._worker_cpu: dict[int, float] = {}  # last reading per worker (it stays once one exits)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -161,16 +192,21 @@ class ProcWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                status = Path(f"/proc/{self.pid}/status").read_text()
+                own = _cpu_s(self.pid)
+                self.peak_anon_kib = max(self.peak_anon_kib, _rss_kib(self.pid, "RssAnon:"))
+                self.peak_shmem_kib = max(self.peak_shmem_kib, _rss_kib(self.pid, "RssShmem:"))
+                workers = _decode_workers(self.pid)
             except OSError:
                 return
-            self.cpu.append((_now(), (int(fields[11]) + int(fields[12])) / TICK))
-            for line in status.splitlines():
-                if line.startswith("RssAnon:"):
-                    self.peak_anon_kib = max(self.peak_anon_kib, int(line.split()[1]))
-                elif line.startswith("RssShmem:"):
-                    self.peak_shmem_kib = max(self.peak_shmem_kib, int(line.split()[1]))
+            anon = 0
+            for worker in workers:
+                try:
+                    self._worker_cpu[worker] = _cpu_s(worker)
+                    anon += _rss_kib(worker, "RssAnon:")
+                except OSError:
+                    continue
+            self.workers_peak_anon_kib = max(self.workers_peak_anon_kib, anon)
+            self.cpu.append((_now(), own + sum(self._worker_cpu.values())))
             self._stop.wait(self.interval)
 
     def stop(self) -> None:
@@ -219,11 +255,11 @@ def read_back(out: Path) -> tuple[collections.Counter[str], collections.Counter[
     return types, kernels
 
 
-def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[str, Any]:
-    where = workdir / f"n{n}-run{run}"
+def one_run(args: argparse.Namespace, n: int, workers: int, run: int, workdir: Path) -> dict[str, Any]:
+    where = workdir / f"n{n}-w{workers}-run{run}"
     where.mkdir(parents=True)
     out, cfg, report_path, stamps = where / "out", where / "cfg.yaml", where / "report.json", where / "stamps"
-    cfg.write_text(yaml.safe_dump(config(args, out)))
+    cfg.write_text(yaml.safe_dump(config(args, out, workers)))
     command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(cfg), "--report-json", str(report_path),
                "--quiet", "--", "sh", "-c", programs(args, n, stamps)]  # fmt: skip
     began = _now()
@@ -254,19 +290,21 @@ def one_run(args: argparse.Namespace, n: int, run: int, workdir: Path) -> dict[s
     losses = report["losses"]
     shed = losses.get(SHED, 0)
     cpu_window = watch.cpu_between(start, end)
+    cpu_s = report["collector_cpu_s"] + report.get("decode_workers_cpu_s", 0.0)  # workers apart in the report
     result: dict[str, Any] = {
-        "probes": n, "run": run, "window_s": round(window, 3), "wall_s": round(wall, 3),
+        "probes": n, "workers": workers, "decode_workers_started": report.get("decode_workers", 0), "run": run, "window_s": round(window, 3), "wall_s": round(wall, 3),
         "offered_records_per_s": round((records + shed) / window),
         "decoded_records_per_s": round(records / window),
         "delivered_events_per_s": round(file["events_out"] / window),
         "records": records, "shed_records": shed, "events_in": report["events_in"], "delivered_events": file["events_out"],
         "drops": losses, "dropped_events": file["events_dropped"] + report["intake_dropped"],
-        "collector_cpu_s": report["collector_cpu_s"],
+        "collector_cpu_s": report["collector_cpu_s"], "workers_cpu_s": report.get("decode_workers_cpu_s", 0.0),
         # per record taken from the probes, shed or decoded: what the collector costs per offered record
-        "cpu_s_per_m_records": round(report["collector_cpu_s"] / ((records + shed) / 1e6), 3) if records else None,
+        "cpu_s_per_m_records": round(cpu_s / ((records + shed) / 1e6), 3) if records else None,
         "cores_used": round(cpu_window / window, 3),
         "peak_rss_anon_mib": round(watch.peak_anon_kib / 1024, 1),
         "peak_rss_shmem_mib": round(watch.peak_shmem_kib / 1024, 1),
+        "workers_peak_rss_anon_mib": round(watch.workers_peak_anon_kib / 1024, 1),
         "report_peak_rss_anon_mib": round(report.get("collector_peak_rss_anon_kib", 0) / 1024, 1),
     }  # fmt: skip
     if args.mode == "gpu":
@@ -328,7 +366,7 @@ def ddp_behind_node_collector(
         where / "report.json",
         where / "node.sock",
     )
-    cfg.write_text(yaml.safe_dump(config(args, out)))
+    cfg.write_text(yaml.safe_dump(config(args, out, int(args.workers.split(",")[0]))))
     node = subprocess.Popen(
         [sys.executable, "-m", "cuptistream.cli", "collector", "-c", str(cfg), "--socket", str(sock),
          "--report-json", str(report_path), "--quiet"],
@@ -399,22 +437,23 @@ def ddp_check(result: dict[str, Any], devices: dict[int, int]) -> dict[str, bool
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "dropped_events", "shed_records", "cpu_s_per_m_records",
-            "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib"]  # fmt: skip
-    by_n: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+            "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib", "workers_peak_rss_anon_mib"]  # fmt: skip
+    by_n: dict[tuple[int, int], list[dict[str, Any]]] = collections.defaultdict(list)
     for r in results:
-        by_n[r["probes"]].append(r)
+        by_n[r["probes"], r["workers"]].append(r)
     summary: dict[str, Any] = {}
-    for n, rs in sorted(by_n.items()):
-        summary[str(n)] = {
+    for (n, w), rs in sorted(by_n.items()):
+        key = f"{n}/w{w}"  # N probes, W decode workers
+        summary[key] = {
             k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
             for k in keys
             if (v := [r[k] for r in rs if r[k] is not None])
         }
-        summary[str(n)]["drops"] = [r["drops"] for r in rs]
-        summary[str(n)]["checks"] = [r.get("check") for r in rs]
+        summary[key]["drops"] = [r["drops"] for r in rs]
+        summary[key]["checks"] = [r.get("check") for r in rs]
         if "programs_by_device" in rs[0]:
-            summary[str(n)]["programs_by_device"] = rs[0]["programs_by_device"]
-            summary[str(n)]["kernels_by_device"] = [r.get("kernels_by_device") for r in rs]
+            summary[key]["programs_by_device"] = rs[0]["programs_by_device"]
+            summary[key]["kernels_by_device"] = [r.get("kernels_by_device") for r in rs]
     return summary
 
 
@@ -434,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         "--loops", type=int, default=0, help="cpu: replay the captures L times per probe (0: for --seconds)"
     )
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--workers", default="0", help="comma-separated pipeline.decode_workers, each run per N (default 0)"
+    )
     parser.add_argument(
         "--full-policy", choices=["drop_newest", "drop_oldest", "block"], default="drop_newest"
     )
@@ -469,27 +511,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fanin: ddp behind a node collector: failed {failed_checks}", file=sys.stderr)
         return 1 if failed_checks else 0
     ns = [int(x) for x in args.probes.split(",")]
+    ws = [int(x) for x in args.workers.split(",")]
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     results = []
     for run in range(args.runs):
         for n in ns:
-            result = one_run(args, n, run, out)
-            results.append(result)
-            print(json.dumps(result), flush=True)
+            for w in ws:
+                result = one_run(args, n, w, run, out)
+                results.append(result)
+                print(json.dumps(result), flush=True)
     meta = {"argv": sys.argv, "commit": commit, "cpus": os.cpu_count(), "host": os.uname().nodename}
     (out / "summary.json").write_text(
         json.dumps({"meta": meta, "summary": summarize(results), "runs": results}, indent=1)
     )
     print(f"fanin: results in {out}", file=sys.stderr)
     failed = [
-        (r["probes"], r["run"], c)
+        (r["probes"], r["workers"], r["run"], c)
         for r in results
         if (c := r.get("check")) and any(v is False for v in c.values())
     ]
-    for n, run, found in failed:
-        print(f"fanin: read-back check failed for N={n} run {run}: {found}", file=sys.stderr)
+    for n, w, run, found in failed:
+        print(f"fanin: read-back check failed for N={n} W={w} run {run}: {found}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -4,7 +4,8 @@ Lifecycle: ``start()`` opens the sinks (raising ``ConfigError``, ``SinkUnavailab
 local problem before any program runs; they connect in the background, or first with
 ``require_healthy``), ``listen(path)`` accepts probes on a Unix socket (and ``cuptistream trace`` on
 ``<path>.control``; ``collector.registry`` lets it find them), ``finish()`` waits for the probes to
-hang up (each connection drains what its probe published, also after a crash), then drains the
+hang up (each connection drains what its probe published, also after a crash), stops the decode
+workers (``workers``: started as probes come, ``pipeline.decode_workers``), then drains the
 pipeline within ``shutdown_deadline`` and returns the ``ShutdownReport``.
 """
 
@@ -31,6 +32,7 @@ from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.control import ControlServer, control_path
 from cuptistream.collector.memory import MemoryWatch
 from cuptistream.collector.windows import WindowRequests
+from cuptistream.collector.worker_pool import WorkerPool
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
@@ -63,6 +65,8 @@ class Collector:
         )
         self._pipeline_thread = PipelineThread(self.pipeline)
         self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
+        workers = config.pipeline.decode_worker_count()
+        self.workers = WorkerPool(workers) if workers else None  # started as probes come
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()
@@ -199,6 +203,8 @@ class Collector:
                 connection.sock.shutdown(socket.SHUT_RDWR)
         for thread in self._threads:  # one still blocked (a full intake under ``block``) is let go
             thread.join(left())  # by the pipeline's stop, its events counted lost
+        if self.workers is not None:
+            self.workers.stop()
         self.report = self._pipeline_thread.stop(
             left() + CLOSE_AFTER_DEADLINE_S + _SHUTDOWN_GRACE_S, drain_until=ends
         )
@@ -215,6 +221,11 @@ class Collector:
             self.report.collector_rss_shmem_kib = end.shmem_kib
             self.report.collector_peak_rss_anon_kib = self.memory.peak.anon_kib
             self.report.collector_peak_rss_shmem_kib = self.memory.peak.shmem_kib
+            if self.workers is not None:
+                self.report.decode_workers = self.workers.started
+                self.report.decode_workers_died = self.workers.died
+                self.report.decode_workers_cpu_s = self.workers.cpu_s
+                self.report.decode_workers_rss_anon_kib = self.workers.rss_anon_kib
         return self.report
 
     def conclude(

@@ -4,6 +4,10 @@ Runs on its own thread. A ``Ready`` message wakes it; it then drains every READY
 in publication order. The socket is also polled, so a lost wake-up costs at most ``_POLL_S``. At
 the end of the connection (goodbye, exit, crash or SIGKILL of the program) every slot the probe
 published is still drained: the shared memory outlives the process while it is mapped here.
+
+With decode workers (``pipeline.decode_workers``), a probe's streams are ``RemoteStream``s: this
+thread still drains the slots in order and decides to shed or not, and for each buffer asks the
+probe's worker to decode it, replays the reply on the emitter, and only then releases the slot.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import os
 import select
 import socket
+import subprocess
 from typing import Protocol
 
 import msgspec
@@ -21,13 +26,16 @@ from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
 from cuptistream.collector import shedding
 from cuptistream.collector.decoding import DecodeStream
+from cuptistream.collector.remote_stream import RemoteStream
 from cuptistream.collector.windows import SpanBook, WindowRequests
+from cuptistream.collector.worker_pool import Link, WorkerPool
 from cuptistream.events import ClockSync, Error
 from cuptistream.pipeline.core import Pipeline
 from cuptistream.pipeline.producers import Producer
 from cuptistream.plugin import Emitter
 
 _POLL_S = 0.5
+Stream = DecodeStream | RemoteStream  # decoding in this thread, or in a decode worker
 
 
 class Host(Protocol):
@@ -37,6 +45,7 @@ class Host(Protocol):
     pipeline: Pipeline
     front_door: shedding.FrontDoor
     windows: WindowRequests
+    workers: WorkerPool | None  # None: decode on the connection threads
 
     def probe_said_hello(self, hello: messages.Hello) -> Producer: ...
 
@@ -54,7 +63,9 @@ class ProbeConnection:
         self.producer: Producer | None = None
         self.pid = 0
         self.pools: dict[int, SlotPool] = {}
-        self.streams: dict[int, DecodeStream] = {}
+        self.streams: dict[int, Stream] = {}
+        self.link: Link | None = None  # to this probe's decode worker, once it opened a stream
+        self._assigned = False
         self.said_goodbye = False
         self.spans = SpanBook()
         self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
@@ -106,11 +117,20 @@ class ProbeConnection:
         elif isinstance(message, messages.OpenPool):
             if fds:
                 self._map(message.spec, fds[0])
+                pool = self.pools.get(message.spec.pool)
+                if self.link is not None and pool is not None:
+                    self.link.map_pool(message.spec.pool, pool)
         elif isinstance(message, messages.OpenStream):
             statistics = self.collector.pipeline.config.statistics
-            self.streams[message.stream] = DecodeStream(
-                message, self.pid, self.emitter, self._saw_devices, statistics
-            )
+            link = self._worker()
+            if link is not None:
+                self.streams[message.stream] = RemoteStream(
+                    link, message, self.pid, self.emitter, self._saw_devices, statistics
+                )
+            else:
+                self.streams[message.stream] = DecodeStream(
+                    message, self.pid, self.emitter, self._saw_devices, statistics
+                )
         elif isinstance(message, messages.LossReport):
             self.intake.report_loss(message.stage, message.reason, message.count, message.unit)
         elif isinstance(message, messages.ErrorReport):
@@ -126,6 +146,22 @@ class ProbeConnection:
         elif isinstance(message, messages.Goodbye):
             self.said_goodbye = True
             self._drain_all()
+
+    def _worker(self) -> Link | None:
+        """This probe's link to a decode worker, assigned at its first stream, with its pools mapped
+        there too; None: decode in this thread (no workers configured, or none could start)."""
+        workers = self.collector.workers
+        if self._assigned or workers is None:
+            return self.link
+        self._assigned = True
+        try:
+            self.link = workers.assign()
+        except (OSError, subprocess.SubprocessError) as error:
+            self.intake.report_error(self.origin, f"no decode worker ({error}); decoding in the collector")
+            return None
+        for index, pool in self.pools.items():
+            self.link.map_pool(index, pool)
+        return self.link
 
     def _window(self, message: messages.TraceSpan | messages.WindowAnswer) -> None:
         """A window opened or closed (``TraceSpan``), or the answer to ``OpenWindow``. A closed
@@ -187,7 +223,7 @@ class ProbeConnection:
                     if stream is None:
                         self.intake.report_loss(self.origin, "unknown_stream", 1, unit="buffers")
                     else:
-                        self._decode_or_shed(stream, view, valid, int(header["dropped"]))
+                        self._decode_or_shed(stream, index, slot, view, valid, int(header["dropped"]))
                 elif kind == CHUNK:
                     self._emit_chunks(view)
                 else:
@@ -196,10 +232,16 @@ class ProbeConnection:
             finally:
                 pool.release(slot)
 
-    def _decode_or_shed(self, stream: DecodeStream, view: memoryview, valid: int, dropped: int) -> None:
-        """Decode the buffer, unless the pipeline has no room for its events: then count its
-        records as shed, undecoded (``shedding``)."""
-        if self.collector.front_door.admit(view, valid, dropped, stream.decoder.layouts, self.emitter):
+    def _decode_or_shed(
+        self, stream: Stream, pool: int, slot: int, view: memoryview, valid: int, dropped: int
+    ) -> None:
+        """Decode the buffer (here, or in the stream's worker), unless the pipeline has no room for
+        its events: then count its records as shed, undecoded (``shedding``)."""
+        if not self.collector.front_door.admit(view, valid, dropped, stream.layouts, self.emitter):
+            return
+        if isinstance(stream, RemoteStream):
+            stream.decode_slot(pool, slot, view, valid, dropped)
+        else:
             stream.decode(view, valid, dropped)
 
     def _emit_chunks(self, view: memoryview) -> None:
@@ -224,6 +266,8 @@ class ProbeConnection:
                 stream.close()
             except Exception as error:
                 self.intake.report_error(self.origin, f"closing a decode stream failed: {error}")
+        if self.link is not None:
+            self.link.close()
         for pool in self.pools.values():
             pool.close()
         with contextlib.suppress(OSError):

@@ -87,14 +87,17 @@ class DecodeStream:
         emitter: Emitter,
         on_devices: Callable[[set[int]], None] | None = None,
         statistics: StatisticsConfig | None = None,
+        names: ProcessNames | None = None,
     ) -> None:
+        """``names``: where the records' name pointers are read (default: ``ProcessNames(pid)``,
+        unless ``info`` carries the strings)."""
         self.info = info
         self.emitter = emitter
         self._on_devices = on_devices
         self._devices_told = 0
         self.origin = f"source:{info.source}"
         self.names: ProcessNames | TableNames = (
-            TableNames(info.strings) if info.strings is not None else ProcessNames(pid)
+            TableNames(info.strings) if info.strings is not None else names or ProcessNames(pid)
         )
         self.decoder = Decoder(
             self.names, RecordLayouts(dict(info.struct_sizes)), info.demangle, observer=self._observe
@@ -113,6 +116,11 @@ class DecodeStream:
     @property
     def records(self) -> int:
         return self.decoder.records_decoded
+
+    @property
+    def layouts(self) -> RecordLayouts:
+        """The record sizes known so far (the front door walks shed buffers with them)."""
+        return self.decoder.layouts
 
     def decode(self, data: memoryview, valid: int, dropped: int) -> None:
         """Decode one buffer and emit its events. Never raises: failures become Loss/Error events."""

@@ -14,27 +14,37 @@ _PAGE = 4096
 _MAX_NAME = 64 * 1024
 
 
+def open_memory(pid: int) -> tuple[int | None, str | None]:
+    """(an fd on ``/proc/PID/mem``, None), or (None, why it cannot be opened: one line)."""
+    try:
+        return os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC), None
+    except OSError as error:
+        return None, _explain(pid, error)
+
+
+def _explain(pid: int, error: OSError) -> str:
+    if isinstance(error, PermissionError):
+        return (
+            f"cannot read kernel names from process {pid}: permission denied; run the "
+            "collector as the program's parent (cuptistream run) or give it CAP_SYS_PTRACE"
+        )
+    return f"cannot read kernel names from process {pid}: {error.strerror or error}"
+
+
 class ProcessNames:
     """Reads NUL-terminated strings from process ``pid``; ``seen`` holds every string read."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, opened: tuple[int | None, str | None] | None = None) -> None:
+        """``opened``: the ``(fd, failure)`` of ``open_memory(pid)``, done elsewhere (a decode worker
+        gets the collector's: an open ``/proc/PID/mem`` stays readable, and only the program's
+        parent may open it). This object owns the fd."""
         self.pid = pid
         self.seen: dict[int, str] = {}
         self.unresolved = 0
-        self.failure: str | None = None  # why reading failed the first time, for one Error event
-        self._fd: int | None = None
-        try:
-            self._fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as error:
-            self.failure = self._explain(error)
+        self._fd, self.failure = opened if opened is not None else open_memory(pid)
 
     def _explain(self, error: OSError) -> str:
-        if isinstance(error, PermissionError):
-            return (
-                f"cannot read kernel names from process {self.pid}: permission denied; run the "
-                "collector as the program's parent (cuptistream run) or give it CAP_SYS_PTRACE"
-            )
-        return f"cannot read kernel names from process {self.pid}: {error.strerror or error}"
+        return _explain(self.pid, error)
 
     def _read(self, pointer: int) -> str | None:
         if self._fd is None:

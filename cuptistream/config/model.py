@@ -14,6 +14,7 @@ key path is ``config_messages``.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -93,18 +94,35 @@ class SessionConfig(Strict):
     command_line: bool = False  # record each process's command line (it can carry secrets)
 
 
+MAX_DECODE_WORKERS = 256
+AUTO_DECODE_WORKERS_MAX = 8
+
+
 class PipelineConfig(Strict):
     memory_budget: Size = Size(256 * 1024 * 1024)
     full_policy: FullPolicy = "drop_newest"
     batch: BatchConfig = msgspec.field(default_factory=BatchConfig)
     stats_interval: Duration = Duration(10.0)
     shutdown_deadline: Duration = Duration(10.0)
+    # Processes that decode the probes' activity buffers, so that several probes decode on several
+    # cores (``collector.workers``); 0 decodes on the probes' connection threads, in the collector
+    # process; "auto": one per core but one, at most 8, started one per probe (docs/config.md).
+    decode_workers: int | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         require_at_least("memory_budget", self.memory_budget, 1)
+        if isinstance(self.decode_workers, int) and not 0 <= self.decode_workers <= MAX_DECODE_WORKERS:
+            top = MAX_DECODE_WORKERS
+            raise ValueError(f"decode_workers must be auto or between 0 and {top}, got {self.decode_workers}")
         if self.stats_interval < 0.01:  # 0 would emit accounting in a tight loop
             raise ValueError(f"stats_interval must be at least 10ms, got {self.stats_interval:g}s")
         require_positive("shutdown_deadline", self.shutdown_deadline)
+
+    def decode_worker_count(self) -> int:
+        """``decode_workers`` with "auto" resolved for this machine (the CPUs this process may use)."""
+        if isinstance(self.decode_workers, int):
+            return self.decode_workers
+        return max(0, min(AUTO_DECODE_WORKERS_MAX, len(os.sched_getaffinity(0)) - 1))
 
 
 class ProbeConfig(Strict):

@@ -76,6 +76,12 @@ class ShutdownReport:
     collector_rss_shmem_kib: int = 0
     collector_peak_rss_anon_kib: int = 0
     collector_peak_rss_shmem_kib: int = 0
+    # Decode worker processes (``pipeline.decode_workers``): how many started, died, their CPU
+    # time (not in ``collector_cpu_s``) and their own heaps together at the end.
+    decode_workers: int = 0
+    decode_workers_died: int = 0
+    decode_workers_cpu_s: float = 0.0
+    decode_workers_rss_anon_kib: int = 0
 
     def summary(self) -> str:
         parts = [f"{self.events_in} events in"]

@@ -1,0 +1,180 @@
+"""``RemoteStream``: a probe connection's stand-in for a ``DecodeStream`` that lives in a decode
+worker (``collector.workers``). Same surface as ``DecodeStream`` for the connection; each call is
+one request, and what the worker's stream emitted comes back in the reply and is replayed here,
+on the connection's emitter, in order.
+
+When the link breaks (the worker died, hung, or failed a request), the buffer it had is counted
+lost (``Loss(stage="collector", reason="decode_worker_died" | "decode_worker_failed")``, in records
+when its headers can be walked, else one buffer), one ``Error`` event says so, and the stream goes
+on as a ``DecodeStream`` in the connection's thread. That buffer is not decoded again here: if it
+is what killed the worker, it would kill the collector. What the worker's stream held is gone with
+it: the statistics of intervals not yet emitted, NVTX ranges still open, buffers kept for
+``capture``; the trace windows still open are reopened here and count from now on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+
+from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
+from cuptistream.codec import Chunk
+from cuptistream.collector import shedding
+from cuptistream.collector import worker_protocol as wp
+from cuptistream.collector.decoding import DecodeStream
+from cuptistream.collector.names import ProcessNames, open_memory
+from cuptistream.collector.worker_pool import Link
+from cuptistream.config.model import StatisticsConfig
+from cuptistream.cupti.records import RecordLayouts
+from cuptistream.plugin import Emitter
+
+ORIGIN = "collector:decode_worker"
+
+
+class RemoteStream:
+    def __init__(
+        self,
+        link: Link,
+        info: OpenStream,
+        pid: int,
+        emitter: Emitter,
+        on_devices: Callable[[set[int]], None] | None = None,
+        statistics: StatisticsConfig | None = None,
+    ) -> None:
+        self.link = link
+        self.info = info
+        self.pid = pid
+        self.emitter = emitter
+        self._on_devices = on_devices
+        self._statistics = statistics
+        self.layouts = RecordLayouts(dict(info.struct_sizes))  # for the front door's header walks
+        self.local: DecodeStream | None = None  # after the link broke
+        self._counts = wp.Reply()  # the worker stream's counters, as of its last reply
+        self._open_spans: dict[int, TraceSpan] = {}
+        on = statistics is not None and statistics.enabled
+        fd, failure = open_memory(pid) if info.strings is None else (None, None)
+        request = wp.Open(
+            info, pid, on, statistics.interval_ns if statistics else 0,
+            statistics.max_names if statistics else 0, fd is not None, failure,
+        )  # fmt: skip
+        try:
+            reply = link.request(request, [fd] if fd is not None else None)
+        finally:
+            if fd is not None:
+                os.close(fd)  # the worker holds its own copy
+        if reply is None:
+            self._fall_back(None)
+        else:
+            self._replay(reply)
+
+    # --- what DecodeStream offers the connection ----------------------------------------------
+
+    @property
+    def buffers(self) -> int:
+        return self._counts.buffers + (self.local.buffers if self.local else 0)
+
+    @property
+    def records(self) -> int:
+        return self._counts.records + (self.local.records if self.local else 0)
+
+    @property
+    def records_withheld(self) -> int:
+        return self._counts.records_withheld + (self.local.records_withheld if self.local else 0)
+
+    @property
+    def events(self) -> int:
+        return self._counts.events + (self.local.events if self.local else 0)
+
+    def decode_slot(self, pool: int, slot: int, view: memoryview, valid: int, dropped: int) -> None:
+        """Decode the buffer in ``slot`` of ``pool`` (``view`` is its data; the caller releases the
+        slot after this returns). Never raises."""
+        if self.local is None and self.link.broken:
+            self._fall_back(None)
+        if self.local is not None:
+            self.local.decode(view, valid, dropped)
+            return
+        reply = self.link.request(wp.Decode(self.info.stream, pool, slot, valid, dropped))
+        if reply is not None:
+            self._replay(reply)
+        elif self.link.sent:  # the worker had it: lost
+            self._fall_back((view, valid, dropped))
+        else:
+            self._fall_back(None)
+            self.decode_slot(pool, slot, view, valid, dropped)
+
+    def trace_span(self, span: TraceSpan) -> WindowRecords | None:
+        if span.end:
+            self._open_spans.pop(span.window, None)
+        if self.local is None:
+            reply = self.link.request(wp.Span(span))
+            if reply is not None:
+                self._replay(reply)
+                if not span.end:
+                    self._open_spans[span.window] = span
+                return reply.window
+            self._fall_back(None)
+        assert self.local is not None
+        return self.local.trace_span(span)
+
+    def close(self) -> None:
+        """Close the stream (the connection closes the link after all its streams)."""
+        if self.local is not None:
+            self.local.close()
+            return
+        reply = self.link.request(wp.Close(self.info.stream))
+        if reply is None:
+            self._tell_broken(lost="")
+        else:
+            self._replay(reply)
+
+    # --- replies and the fall-back --------------------------------------------------------------
+
+    def _replay(self, reply: wp.Reply) -> None:
+        emitter = self.emitter
+        for call in reply.calls:
+            if isinstance(call, wp.EmitChunk):
+                emitter.emit_chunk(Chunk(call.payload, call.count))
+            elif isinstance(call, wp.ReportLoss):
+                emitter.report_loss(call.stage, call.reason, call.count, call.unit)
+            elif isinstance(call, wp.ReportError):
+                emitter.report_error(call.origin, call.message, call.severity, call.result_code)
+            elif self._on_devices is not None:
+                self._on_devices(set(call.ordinals))
+        self._counts = reply
+        if reply.sizes:
+            self.layouts.sizes.update(reply.sizes)
+
+    def _fall_back(self, in_flight: tuple[memoryview, int, int] | None) -> None:
+        """Decode in this thread from now on; ``in_flight``: the buffer the worker had, lost."""
+        lost = ""
+        if in_flight is not None:
+            view, valid, dropped = in_flight
+            if dropped:  # CUPTI's count, which the worker's stream would have reported
+                self.emitter.report_loss("cupti", "cupti_buffer_dropped", dropped, unit="records")
+            records = shedding.count_records(view, valid, self.layouts) if valid else 0
+            if records is None:
+                self.emitter.report_loss("collector", self.link.reason, 1, unit="buffers")
+                lost = "; the buffer it was decoding is lost (1 buffer)"
+            elif records:
+                self.emitter.report_loss("collector", self.link.reason, records, unit="records")
+                lost = f"; the buffer it was decoding is lost ({records} records)"
+        self._tell_broken(lost)
+        names = ProcessNames(self.pid) if self.info.strings is None else None
+        local = DecodeStream(self.info, self.pid, self.emitter, self._on_devices, self._statistics, names)
+        local.layouts.sizes.update(self.layouts.sizes)
+        for span in self._open_spans.values():
+            local.trace_span(span)
+        self.local = local
+
+    def _tell_broken(self, lost: str) -> None:
+        """One Error event per link (all the connection's streams share it)."""
+        if self.link.told:
+            return
+        self.link.told = True
+        with contextlib.suppress(Exception):
+            self.emitter.report_error(
+                ORIGIN,
+                f"{self.link.problem}{lost}; probe {self.pid} is decoded on its connection thread "
+                "from now on (the statistics of intervals the worker held are lost)",
+            )

@@ -1,0 +1,246 @@
+"""The collector's side of the decode workers (``collector.workers``): start them, assign probe
+connections to them, and one ``Link`` per connection that sends a request and waits for its reply.
+
+Workers start lazily, one per probe connection that opens an activity stream, up to
+``pipeline.decode_workers``; past that a connection goes to the worker with the fewest
+connections. A worker that died is replaced by a fresh one at the next assignment. They stop at
+``Collector.finish``. A ``Link`` never hangs its connection: it waits for a reply in steps of
+``_POLL_S`` while the worker lives, and kills a worker that has not answered one request within
+``REQUEST_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cuptistream.channel.shm import SlotPool
+from cuptistream.collector import memory
+from cuptistream.collector import worker_protocol as wp
+
+_POLL_S = 1.0
+REQUEST_TIMEOUT_S = 60.0  # one buffer decodes in milliseconds; a minute is a stuck worker
+_STOP_S = 5.0
+_PACKAGE = Path(__file__).resolve().parent.parent  # this cuptistream, for the worker to import
+_PACKAGE_ROOT = str(_PACKAGE.parent)
+_PROBE_BOOT = str(_PACKAGE / "probe" / "boot")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _environment() -> dict[str, str]:
+    """The worker's: it must find this cuptistream, and must not start a probe of its own (a
+    collector that runs inside a probed program inherits the probe's variables)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUPTISTREAM_")}
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != _PROBE_BOOT]
+    env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *paths])
+    return env
+
+
+class Worker:
+    """One decode worker process."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "cuptistream.collector.workers", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=_environment(), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # stderr stays: a worker's traceback is worth seeing
+            )  # fmt: skip
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.control = ours
+        self.pid = self.process.pid
+        self.connections = 0  # assigned now
+        self.cpu_s = 0.0  # its CPU time, read when it stops
+        self.rss_anon_kib = 0  # its own heap when it stopped
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def connect(self) -> socket.socket:
+        """A new socket pair for one probe connection; the worker gets its end. Raises OSError."""
+        ours, theirs = wp.pair()
+        try:
+            socket.send_fds(self.control, [b"c"], [theirs.fileno()], socket.MSG_NOSIGNAL)
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return ours
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+
+    def hang_up(self) -> None:
+        """Read its CPU time and heap, then close its socket: the worker exits."""
+        self.cpu_s = _cpu_s(self.pid)
+        reading = memory.read(self.pid)
+        self.rss_anon_kib = reading.anon_kib if reading is not None else 0
+        with contextlib.suppress(OSError):
+            self.control.close()
+
+    def reap(self, until: float) -> None:
+        """Wait for it to exit until ``until`` (``time.monotonic()``), then kill it."""
+        try:
+            self.process.wait(max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self.process.wait()
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+class WorkerPool:
+    """Up to ``size`` decode workers, shared by the probe connections."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._workers: list[Worker] = []
+        self._retired: list[Worker] = []  # died, or stopped: their CPU time counts
+        self._lock = threading.Lock()
+        self.started = 0
+        self.died = 0
+        self._stopped = False
+
+    def assign(self) -> Link:
+        """A link to the worker with the fewest connections (a new one while fewer than ``size``
+        run). Raises OSError (or ``SubprocessError``) when no worker can be reached."""
+        with self._lock:
+            if self._stopped:
+                raise OSError("the decode workers have stopped")
+            for worker in [w for w in self._workers if not w.alive()]:
+                self._workers.remove(worker)
+                self._retired.append(worker)
+                self.died += 1
+            if len(self._workers) < self.size:
+                worker = Worker()
+                self._workers.append(worker)
+                self.started += 1
+            else:
+                worker = min(self._workers, key=lambda w: w.connections)
+            sock = worker.connect()
+            worker.connections += 1
+            return Link(self, worker, sock)
+
+    def _released(self, worker: Worker) -> None:
+        with self._lock:
+            worker.connections -= 1
+
+    def stop(self) -> None:
+        """Stop every worker (after the connections finished)."""
+        with self._lock:
+            self._stopped = True
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            self.died += not worker.alive()
+            worker.hang_up()
+        until = time.monotonic() + _STOP_S  # one wait for all of them
+        for worker in workers:
+            worker.reap(until)
+        self._retired.extend(workers)
+
+    @property
+    def cpu_s(self) -> float:
+        return round(sum(w.cpu_s for w in self._retired), 3)
+
+    @property
+    def rss_anon_kib(self) -> int:
+        return sum(w.rss_anon_kib for w in self._retired)
+
+
+class Link:
+    """One probe connection's channel to its worker: one request in flight at a time.
+
+    ``request`` returns the reply, or None once the link is broken: the worker died, hung, or
+    could not serve a request (``reason`` and ``problem`` then say which and why; the connection
+    decodes in its own thread from then on). ``sent``: whether the last request reached the worker
+    (a request that did not was not served, and nothing of it is lost)."""
+
+    def __init__(self, pool: WorkerPool, worker: Worker, sock: socket.socket) -> None:
+        self._pool = pool
+        self.worker = worker
+        self.sock: socket.socket | None = sock
+        self.broken = False
+        self.reason = ""  # the loss reason for a buffer the worker had: decode_worker_died / _failed
+        self.problem = ""  # one line for the Error event
+        self.told = False  # the Error event was emitted (once per link)
+        self.sent = False
+
+    def request(self, request: wp.Request, fds: list[int] | None = None) -> wp.Reply | None:
+        if self.broken or self.sock is None:
+            return None
+        try:
+            wp.send_request(self.sock, request, fds)
+        except OSError as error:  # it never had this request: the caller may serve it itself
+            self._break("decode_worker_died", f"it is gone ({error})")
+            self.sent = False
+            return None
+        self.sent = True
+        try:
+            reply = self._wait(self.sock)
+        except (OSError, ValueError) as error:  # ValueError: a reply msgspec cannot decode
+            # A worker that died with our request unread resets the socket (ECONNRESET)
+            status = self._exit_status()
+            problem = f"it died{status}" if status else f"its socket failed ({error})"
+            self._break("decode_worker_died", problem)
+            return None
+        if reply is None:
+            self._break("decode_worker_died", "it died" + self._exit_status())
+        elif reply.problem is not None:
+            self._break("decode_worker_failed", f"it failed a request: {reply.problem}")
+            return None
+        return reply
+
+    def _wait(self, sock: socket.socket) -> wp.Reply | None:
+        began = time.monotonic()
+        while not select.select([sock], [], [], _POLL_S)[0]:
+            if not self.worker.alive():
+                return None  # its end is closed too by now; read what is left, if anything
+            if time.monotonic() - began > REQUEST_TIMEOUT_S:
+                self.worker.kill()  # its other connections fall back too: it serves none of them
+                raise OSError(f"no reply within {REQUEST_TIMEOUT_S:.0f}s; killed it")
+        sock.settimeout(REQUEST_TIMEOUT_S)  # the rest of the reply follows at once
+        return wp.receive_reply(sock)
+
+    def _exit_status(self) -> str:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = self.worker.process.wait(_POLL_S)
+            return f" (signal {-code})" if code < 0 else f" (exit status {code})"
+        return ""
+
+    def _break(self, reason: str, problem: str) -> None:
+        self.broken = True
+        self.reason = reason
+        self.problem = f"decode worker {self.worker.pid}: {problem}"
+        self.close()
+
+    def map_pool(self, index: int, pool: SlotPool) -> None:
+        self.request(wp.MapPool(index, pool.slot_size, pool.slots), [pool.fd])
+
+    def close(self) -> None:
+        """Hang up; the worker drops this connection's pools and streams."""
+        sock, self.sock = self.sock, None
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            sock.close()
+        self._pool._released(self.worker)

@@ -1,0 +1,395 @@
+"""Decode workers (``pipeline.decode_workers``, issue 30) end to end: real ``cuptistream run``
+collectors with replay probes over the shipped captures, real worker processes, memfds and sockets.
+
+- a worker decodes to exactly the events in-thread decoding writes (statistics included);
+- a worker killed with SIGKILL mid-request turns into counted losses and one Error event, the probe
+  is decoded in the collector from then on, and the run finishes with exact accounting;
+- a worker does not outlive its collector;
+- a bad value is one line naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cuptistream
+from cuptistream.collector.names import ProcessNames, open_memory
+from cuptistream.events import Error, Loss, SelfStats
+from cuptistream.sources.replay import DEFAULT_PATH
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+CONTROL = (SelfStats, Loss, Error)  # the collector's accounting; its timing differs run to run
+
+
+def _config(tmp: Path, workers: int, loops: int, path: str = "") -> Path:
+    cfg = {
+        "pipeline": {"decode_workers": workers, "full_policy": "block"},
+        "sources": [{"type": "replay", "loops": loops, "path": path}],
+        "statistics": {"interval": "1s", "max_names": 4},
+        "sinks": [{"type": "file", "directory": str(tmp / "out")}],
+    }
+    path = tmp / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _run(tmp: Path, workers: int, program: list[str], loops: int, path: str = "") -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(_config(tmp, workers, loops, path)),
+               "--report-json", str(tmp / "report.json"), "--quiet", "--", *program]  # fmt: skip
+    return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(run: subprocess.Popen[str], tmp: Path) -> dict[str, Any]:
+    _out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    return dict(json.loads((tmp / "report.json").read_text()))
+
+
+def _workers_of(pid: int) -> list[int]:
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            try:
+                if b"cuptistream.collector.workers" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except OSError:
+                continue
+    return found
+
+
+def _wait_for_worker(pid: int, timeout: float = 30) -> int:
+    ends = time.monotonic() + timeout
+    while time.monotonic() < ends:
+        if found := _workers_of(pid):
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError("no decode worker started")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _accounting(tmp: Path, report: dict[str, Any]) -> list[Any]:
+    """Every event on disk, after checking ``events_in == data events on disk + counted drops``."""
+    events = list(cuptistream.read(tmp / "out"))
+    data = [e for e in events if not isinstance(e, CONTROL)]
+    dropped = sum(v for k, v in report["losses"].items() if k.split("/")[0] in ("intake", "sink:file"))
+    assert report["events_in"] == len(data) + dropped
+    return events
+
+
+def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path) -> None:
+    runs = {}
+    for workers in (0, 2):
+        tmp = tmp_path / f"w{workers}"
+        tmp.mkdir()
+        # One capture, so one stream: the order is a stream's (captures replay into pools of their
+        # own, and the order across pools is the probe's timing, with or without workers).
+        run = _run(
+            tmp, workers, [sys.executable, "-c", "0"], loops=3, path=str(DEFAULT_PATH / "torch_train.cupti")
+        )
+        report = _finished(run, tmp)
+        assert report["decode_workers"] == (1 if workers else 0)  # one probe: one worker started
+        assert report["decode_workers_died"] == 0
+        runs[workers] = (report, _accounting(tmp, report))
+    (before, in_thread), (after, in_worker) = runs[0], runs[2]
+    data = [e for e in in_thread if not isinstance(e, CONTROL)]
+    assert data == [e for e in in_worker if not isinstance(e, CONTROL)]  # the same events, in order
+    assert any(type(e).__name__ == "ActivityStats" for e in data)  # the statistics among them
+    assert any(type(e).__name__ == "GpuStats" for e in data)
+    assert before["losses"] == after["losses"]  # e.g. the statistics' late records, counted alike
+    for key in ("events_in", "activity_buffers", "activity_records", "activity_records_withheld"):
+        assert before[key] == after[key], key
+    assert after["decode_workers_cpu_s"] > 0
+
+
+def test_a_killed_worker_is_counted_and_the_probe_decoded_in_the_collector(tmp_path: Path) -> None:
+    # An endless replay keeps the worker busy; SIGSTOP first, so a request is surely in flight when
+    # the SIGKILL lands (the connection sends its next buffer and waits for the reply).
+    run = _run(tmp_path, 1, [sys.executable, "-c", "import time; time.sleep(5)"], loops=0)
+    try:
+        worker = _wait_for_worker(run.pid)
+        time.sleep(1.5)
+        os.kill(worker, signal.SIGSTOP)
+        time.sleep(0.5)
+        os.kill(worker, signal.SIGKILL)
+        report = _finished(run, tmp_path)
+    finally:
+        run.kill()
+    assert report["decode_workers"] == 1 and report["decode_workers_died"] == 1
+    assert report["losses"].get("collector/decode_worker_died", 0) > 0  # that buffer, in records
+    events = _accounting(tmp_path, report)
+    errors = [e for e in events if isinstance(e, Error) and e.origin == "collector:decode_worker"]
+    assert len(errors) == 1 and f"decode worker {worker}" in errors[0].message, errors
+    assert "signal 9" in errors[0].message
+    losses = [e for e in events if isinstance(e, Loss) and e.reason == "decode_worker_died"]
+    assert losses and all(e.stage == "collector" and e.unit == "records" for e in losses)
+    after = [e for e in events[events.index(errors[0]) :] if type(e).__name__ == "Kernel"]
+    assert after  # decoding went on in the collector
+    assert report["activity_records"] > 0 and not _alive(worker)
+
+
+def test_a_worker_does_not_outlive_its_collector(tmp_path: Path) -> None:
+    program = [sys.executable, "-c", "import time; time.sleep(30)"]
+    run = _run(tmp_path, 1, program, loops=0)
+    try:
+        worker = _wait_for_worker(run.pid)
+        run.send_signal(signal.SIGKILL)  # the collector; its program goes on, unprobed from now on
+        run.wait(10)
+        ends = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < ends:
+            time.sleep(0.05)
+        assert not _alive(worker)
+    finally:
+        run.kill()
+        for child in Path("/proc").glob("[0-9]*"):  # the orphaned program: ours, by its command line
+            try:
+                if b"time.sleep(30)" in (child / "cmdline").read_bytes():
+                    os.kill(int(child.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
+
+
+@pytest.mark.parametrize(("value", "says"), [("-1", "between 0 and 256"), ("many", "many"), ("1.5", "int")])
+def test_a_bad_decode_workers_value_is_one_line_naming_the_key(tmp_path: Path, value: str, says: str) -> None:
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"pipeline: {{decode_workers: {value}}}\nsinks: [{{type: stdout}}]\n")
+    done = subprocess.run([sys.executable, "-m", "cuptistream.cli", "validate", str(cfg)],
+                          capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "decode_workers" in lines[0] and says in lines[0], lines
+
+
+def test_names_read_through_a_memory_fd_opened_elsewhere() -> None:
+    # A worker gets the collector's open /proc/PID/mem; reading through a handed-over fd works
+    # as opening it does (here: this process's own memory).
+    import ctypes
+
+    text = ctypes.create_string_buffer(b"my_kernel(float*)")
+    names = ProcessNames(os.getpid(), open_memory(os.getpid()))
+    try:
+        assert names(ctypes.addressof(text)) == "my_kernel(float*)" and names.failure is None
+    finally:
+        names.close()
+    missing = ProcessNames(2**22 + 7, (None, "cannot read kernel names from process 4194311: gone"))
+    assert missing(0x1000).startswith("<unresolved") and missing.failure is not None
+
+
+@pytest.mark.parametrize("records", ["all", "on_demand"])
+def test_a_remote_stream_answers_as_a_decode_stream_does(tmp_path: Path, records: str) -> None:
+    """The stream's whole surface through a real worker: decode from a real memfd slot, a trace
+    window's ``WindowRecords``, the statistics at close, and the ``capture`` file it writes."""
+    from cuptistream.channel.messages import OpenStream, TraceSpan
+    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector.decoding import DecodeStream
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.config.model import StatisticsConfig
+    from cuptistream.cupti import capture
+    from cuptistream.sources.replay import DEFAULT_PATH
+    from tests.gpu.workloads.collect import Collect
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    size = max(len(b.data) for b in cap.buffers)
+    pool = SlotPool.create("test", size + 8, 2)
+    statistics = StatisticsConfig(interval=1.0)  # type: ignore[arg-type]
+    workers = WorkerPool(1)
+    outcomes = []
+    try:
+        for remote in (False, True):
+            info = OpenStream(stream=3, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings),
+                              records=records, capture=str(tmp_path / f"{remote}.cupti"))  # fmt: skip
+            sink = Collect()
+            link = workers.assign() if remote else None
+            if link is not None:
+                link.map_pool(0, pool)
+                stream: DecodeStream | RemoteStream = RemoteStream(link, info, 0, sink, None, statistics)
+            else:
+                stream = DecodeStream(info, 0, sink, None, statistics)
+            first = TraceSpan(stream=3, window=1, start=1, on_demand=True, kinds=["concurrent_kernel"])
+            assert stream.trace_span(first) is None
+            for buf in cap.buffers:
+                slot = pool.take()
+                assert slot is not None
+                pool.view(slot)[: len(buf.data)] = buf.data
+                pool.publish(slot, ACTIVITY, 3, len(buf.data), buf.dropped)
+                view = pool.view(slot, len(buf.data))
+                if isinstance(stream, RemoteStream):
+                    stream.decode_slot(0, slot, view, len(buf.data), buf.dropped)
+                else:
+                    stream.decode(view, len(buf.data), buf.dropped)
+                del view
+                pool.release(slot)
+            window = stream.trace_span(
+                TraceSpan(stream=3, window=1, start=1, end=2**62, on_demand=True, kinds=["concurrent_kernel"])
+            )
+            stream.close()
+            if link is not None:
+                assert not link.broken, link.problem
+                link.close()
+            counts = (stream.buffers, stream.records, stream.records_withheld, stream.events)
+            outcomes.append(
+                (sink.events, sink.losses, sink.errors, window, counts, capture.read(info.capture))
+            )
+    finally:
+        workers.stop()
+        pool.close()
+    (events, losses, errors, window, counts, written), remote_outcome = outcomes
+    assert events and window is not None and window.records
+    assert remote_outcome[:5] == (events, losses, errors, window, counts)
+    assert (
+        remote_outcome[5].buffers == written.buffers == cap.buffers
+        and remote_outcome[5].strings == written.strings
+    )
+    assert workers.started == 1 and workers.died == 0 and workers.cpu_s > 0
+
+
+def test_a_worker_reads_kernel_names_from_the_program_through_the_collectors_fd(tmp_path: Path) -> None:
+    """Names are read from a live process's memory (``strings`` None, as with a real probe): the
+    collector opens ``/proc/PID/mem`` and hands the fd to the worker with the stream."""
+    import numpy as np
+
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.cupti import capture
+    from cuptistream.cupti.kinds import BY_VALUE
+    from cuptistream.cupti.records import RecordLayouts, walk
+    from cuptistream.events import Kernel
+    from cuptistream.sources.replay import DEFAULT_PATH
+    from tests.gpu.workloads.collect import Collect
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    buffers, pointers = [], set()
+    for buf in cap.buffers:
+        data = bytearray(buf.data)
+        kernels = []
+        for kind, offsets in walk(memoryview(data), len(data), layouts, None).items():
+            chosen = layouts.dtype(kind)
+            if BY_VALUE[kind].event == "kernel" and chosen is not None:
+                kernels += [np.ndarray((1,), chosen[1], buffer=data, offset=o) for o in offsets]
+        pointers.update(int(k["name"][0]) for k in kernels)
+        buffers.append((data, kernels))
+    # The program: the kernel names at addresses of its own, printed, kept until stdin closes.
+    code = (
+        "import ctypes, sys\n"
+        f"names = {{p: ctypes.create_string_buffer(cap.encode()) for p, cap in {dict((p, cap.strings[p]) for p in pointers)!r}.items()}}\n"
+        "print(' '.join(f'{p}:{ctypes.addressof(b)}' for p, b in names.items()), flush=True)\n"
+        "sys.stdin.read()\n"
+    )  # fmt: skip
+    program = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    workers = WorkerPool(1)
+    pool = SlotPool.create("names", max(len(d) for d, _ in buffers) + 8, 2)
+    try:
+        assert program.stdout is not None
+        moved = dict(tuple(map(int, pair.split(":"))) for pair in program.stdout.readline().split())
+        for _data, kernels in buffers:
+            for kernel in kernels:
+                kernel["name"][0] = moved[int(kernel["name"][0])]
+        link = workers.assign()
+        link.map_pool(0, pool)
+        sink = Collect()
+        info = OpenStream(stream=0, source="activity", struct_sizes=dict(cap.struct_sizes))  # strings None
+        stream = RemoteStream(link, info, program.pid, sink)
+        for data, _ in buffers:
+            slot = pool.take()
+            assert slot is not None
+            pool.view(slot)[: len(data)] = data
+            pool.publish(slot, ACTIVITY, 0, len(data))
+            view = pool.view(slot, len(data))
+            stream.decode_slot(0, slot, view, len(data), 0)
+            del view
+            pool.release(slot)
+        stream.close()
+        assert not link.broken, link.problem
+        link.close()
+    finally:
+        workers.stop()
+        pool.close()
+        program.communicate("")
+    kernels = [e for e in sink.events if isinstance(e, Kernel)]
+    # Every kernel's name read from the program (other kinds' pointers were not moved: those fail
+    # to read, as they would in the collector, and say so in a warning).
+    assert kernels and {k.name for k in kernels} == {cap.strings[p] for p in pointers}
+
+
+def test_a_request_the_worker_fails_is_counted_and_the_rest_decoded_in_the_collector() -> None:
+    """A worker that cannot serve a request (here: a pool it was never given) answers with the
+    problem: that buffer counts as ``decode_worker_failed`` (records), one Error, and the stream
+    decodes every later buffer in the connection's thread."""
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector.decoding import DecodeStream
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.cupti import capture
+    from cuptistream.sources.replay import DEFAULT_PATH
+    from tests.gpu.workloads.collect import Collect
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    assert len(cap.buffers) >= 2
+    info = OpenStream(
+        stream=0, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+    )
+    pool = SlotPool.create("failed", max(len(b.data) for b in cap.buffers) + 8, 2)
+    workers = WorkerPool(1)
+    sink, reference = Collect(), Collect()
+    first: tuple[int, int] | tuple[()] = ()
+    try:
+        link = workers.assign()  # no map_pool: the worker cannot find the slot
+        stream = RemoteStream(link, info, 0, sink)
+        local = DecodeStream(info, 0, reference)
+        for buf in cap.buffers:
+            slot = pool.take()
+            assert slot is not None
+            pool.view(slot)[: len(buf.data)] = buf.data
+            pool.publish(slot, ACTIVITY, 0, len(buf.data))
+            view = pool.view(slot, len(buf.data))
+            stream.decode_slot(0, slot, view, len(buf.data), 0)
+            local.decode(view, len(buf.data), 0)
+            del view
+            pool.release(slot)
+            if not first:  # what the buffer the worker failed holds
+                first = (local.records, len(reference.events))
+        stream.close()
+        link.close()
+    finally:
+        workers.stop()
+        pool.close()
+    assert link.broken and link.reason == "decode_worker_failed"
+    assert first and first[0] > 0
+    records, events = first
+    lost = [loss for loss in sink.losses if loss[1] == "decode_worker_failed"]
+    assert lost == [("collector", "decode_worker_failed", records, "records")]
+    assert sink.events == reference.events[events:]  # every later buffer, decoded in the collector
+    assert len(sink.errors) == 1 and sink.errors[0][0] == "collector:decode_worker", sink.errors
+    assert stream.records == local.records - records
+
+
+def test_auto_is_one_worker_per_cpu_but_one_at_most_eight() -> None:
+    from cuptistream.config.model import PipelineConfig
+
+    cpus = len(os.sched_getaffinity(0))
+    assert PipelineConfig().decode_worker_count() == max(0, min(8, cpus - 1))
+    assert PipelineConfig(decode_workers=0).decode_worker_count() == 0
+    assert PipelineConfig(decode_workers=3).decode_worker_count() == 3
