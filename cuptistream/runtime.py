@@ -68,7 +68,9 @@ class Session:
         cfg = self.config
         address = self._address
         if self._given_sinks is not None:
-            self._embedded = Collector(cfg, sinks=self._given_sinks, session_id=self.session_id).start()
+            self._embedded = Collector(
+                cfg, sinks=self._given_sinks, session_id=self.session_id, in_program=True
+            ).start()
             address = self._embedded.listen(private_socket_path())
         elif not address:
             self._process = CollectorProcess(cfg, self.session_id, quiet=self.quiet)

@@ -393,3 +393,20 @@ def test_auto_is_one_worker_per_cpu_but_one_at_most_eight() -> None:
     assert PipelineConfig().decode_worker_count() == max(0, min(8, cpus - 1))
     assert PipelineConfig(decode_workers=0).decode_worker_count() == 0
     assert PipelineConfig(decode_workers=3).decode_worker_count() == 3
+    assert PipelineConfig().decode_worker_count(in_program=True) == 0
+    assert PipelineConfig(decode_workers=3).decode_worker_count(in_program=True) == 3
+
+
+def test_a_session_with_its_own_sinks_starts_no_worker_in_the_program(tmp_path: Path) -> None:
+    """``session(sinks=...)`` runs the collector as threads of this process: under ``auto`` it
+    decodes the replayed captures there, with no child process of ours in the program's tree."""
+    import cuptistream
+    from tests.pipeline_helpers import MemorySink
+
+    config = {"sources": [{"type": "replay", "loops": 1}], "sinks": [{"type": "null"}]}
+    sink = MemorySink("memory")
+    with cuptistream.session(config, sinks=[sink], quiet=True) as session:
+        collector = session._embedded
+        assert collector is not None and collector.workers is None
+    assert session.report is not None and session.report.decode_workers == 0
+    assert any(b.events for b in sink.batches)

@@ -53,7 +53,10 @@ class Collector:
         sinks: list[Sink] | None = None,
         session_id: str | None = None,
         require_healthy: bool = False,
+        in_program: bool = False,
     ) -> None:
+        """``in_program``: this collector runs as threads of the observed program (no decode worker
+        processes under ``pipeline.decode_workers: auto``)."""
         self.config = config
         self.session_id = session_id or uuid.uuid4().hex[:16]
         if sinks is None:
@@ -65,7 +68,7 @@ class Collector:
         )
         self._pipeline_thread = PipelineThread(self.pipeline)
         self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
-        workers = config.pipeline.decode_worker_count()
+        workers = config.pipeline.decode_worker_count(in_program=in_program)
         self.workers = WorkerPool(workers) if workers else None  # started as probes come
         self._clock_offset: int | None = None
         self._changed = threading.Condition()

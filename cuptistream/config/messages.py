@@ -8,6 +8,7 @@ failed (``data``) and the model it was checked against, never the config being b
 from __future__ import annotations
 
 import re
+import types
 from typing import Any
 
 import msgspec
@@ -63,6 +64,10 @@ def validation_message(error: msgspec.ValidationError, data: Any, prefix: str, m
         got = _lookup(data, path)
         want = {"object": "a mapping", "array": "a list"}.get(want, want)
         return f"{_join(prefix, path)}: expected {want}, got {short(got)}"
+    if msg.startswith("Invalid enum value"):
+        allowed = _allowed_values(model, path)
+        if allowed:
+            return f"{_join(prefix, path)}: {short(_lookup(data, path))} is not {allowed}"
     if msg.startswith("Object missing required field"):
         field = msg.split("`")[1]
         return f"{_join(prefix, path + '.' + field)}: required key is missing"
@@ -86,6 +91,25 @@ def _name_mapping_key(data: Any, path: str, want: str) -> str:
             if not isinstance(value, accepted) or (bool not in accepted and isinstance(value, bool)):
                 return f"{head}.{key}"
     return path
+
+
+def _allowed_values(model: type, path: str) -> str:
+    """What a ``Literal`` key (alone or beside ``int``) accepts, in words: "one of a, b" or "a or a
+    whole number"; "" where the annotation cannot be found."""
+    import typing
+
+    parent, _, field = path.rpartition(".")
+    owner = _lookup_model(model, parent)
+    if owner is None or not field:
+        return ""
+    hint = typing.get_type_hints(owner).get(field)
+    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    words = [str(v) for m in members if typing.get_origin(m) is typing.Literal for v in typing.get_args(m)]
+    if not words:
+        return ""
+    if int in members:
+        return f"{' or '.join(words)} or a whole number"
+    return f"one of {', '.join(words)}" if len(words) > 1 else words[0]
 
 
 def _lookup_model(model: type, path: str) -> type | None:

@@ -118,10 +118,14 @@ class PipelineConfig(Strict):
             raise ValueError(f"stats_interval must be at least 10ms, got {self.stats_interval:g}s")
         require_positive("shutdown_deadline", self.shutdown_deadline)
 
-    def decode_worker_count(self) -> int:
-        """``decode_workers`` with "auto" resolved for this machine (the CPUs this process may use)."""
+    def decode_worker_count(self, *, in_program: bool = False) -> int:
+        """``decode_workers`` with "auto" resolved for this machine (the CPUs this process may use).
+        ``in_program``: the collector runs as threads of the observed program (``session(sinks=...)``),
+        whose process tree is the user's: "auto" starts no worker there."""
         if isinstance(self.decode_workers, int):
             return self.decode_workers
+        if in_program:
+            return 0
         return max(0, min(AUTO_DECODE_WORKERS_MAX, len(os.sched_getaffinity(0)) - 1))
 
 
