@@ -73,8 +73,12 @@
 #   bash bench/gpu_session.sh E   # setup full24 fanin-gpu                       (~8.8 min; limits 560)
 #
 # A machine is held 30 minutes at most: A-D fit on one (D starts ~23 min in), E needs a second start.
+# (`all` runs every step in one go, ~38 min, with no call limit: for a machine without a per-call
+# limit, or started in the background with setsid nohup and collected by a later call.)
 set -u
 SESSION=gpu MIN_GPUS_DEFAULT=1 GPUS_WHY="these runs need a GPU"
+# `all` is not one device call: no call limit (device_lib.sh's CALL_LIMIT) unless one is given
+[ $# -eq 0 ] || [[ " $* " == *" all "* ]] && CALL_LIMIT=${CALL_LIMIT:-100000}
 # shellcheck source=bench/device_lib.sh
 source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON

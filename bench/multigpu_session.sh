@@ -52,6 +52,8 @@ set -u
 # out of service); every bench and test below passes its environment on to what it starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 SESSION=multigpu MIN_GPUS_DEFAULT=2 GPUS_WHY="issue 32's runs need 2 or more"
+# `all` is not one device call: no call limit (device_lib.sh's CALL_LIMIT) unless one is given
+[ $# -eq 0 ] || [[ " $* " == *" all "* ]] && CALL_LIMIT=${CALL_LIMIT:-100000}
 # shellcheck source=bench/device_lib.sh
 source "$(dirname "$0")/device_lib.sh"
 
