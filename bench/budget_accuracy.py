@@ -25,6 +25,14 @@ share of kernel time, from ``activity_stats`` rows with ``nccl`` set::
 
     python bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 --out accuracy_ddp.json
 
+``--modes budget`` runs the ``production.yaml`` recording alone, with no full run to compare against:
+issue 26's statistics volume over one long recording (``bench/gpu_session.sh``'s ``volume`` steps)::
+
+    python bench/budget_accuracy.py --modes budget --workloads W4 --seconds 660 --out volume.json
+
+It reports the recording's bytes per GPU-hour (per hour of the run, over the ranks' GPUs under
+``--ddp``), its windows and traced fraction.
+
 ``compare`` is pure (CI tests it on recorded events); ``main`` needs the GPU machine.
 """
 
@@ -193,7 +201,39 @@ def run(workload: str, mode: str, seconds: float, work: Path, ddp: int = 0) -> t
     stored = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     stats["recording_bytes"] = stored
     stats["recording_mb_per_hour"] = stored / seconds * 3600 / 1e6
+    stats["recording_mb_per_gpu_hour"] = stats["recording_mb_per_hour"] / max(1, ddp)
     return stats, iterations
+
+
+VOLUME_BOUND_MB = 2.0  # issue 26: at most 2 MB of statistics per GPU-hour at the defaults
+
+
+def volume(workload: str, seconds: float, budget: dict[str, Any], iterations: int) -> dict[str, Any]:
+    """``--modes budget``: what one budget recording holds and weighs, without a full run to compare."""
+    return {
+        "workload": workload,
+        "seconds": seconds,
+        "iterations": iterations,
+        "recording_bytes": budget["recording_bytes"],
+        "recording_mb_per_hour": budget["recording_mb_per_hour"],
+        "recording_mb_per_gpu_hour": budget["recording_mb_per_gpu_hour"],
+        "within_bound": budget["recording_mb_per_gpu_hour"] <= VOLUME_BOUND_MB,
+        "budget_windows": budget["windows"],
+        "budget_traced_fraction": budget["traced_fraction"],
+        "busy": budget["busy"],
+        "lost": budget["lost"],
+        "busy_series": budget["busy_series"],
+    }
+
+
+def volume_line(r: dict[str, Any]) -> str:
+    return (
+        f"{r['workload']} budget recording over {r['seconds']:g} s: {r['recording_bytes']:,} bytes, "
+        f"{r['recording_mb_per_gpu_hour']:.2f} MB per GPU-hour (bound {VOLUME_BOUND_MB:g}: "
+        f"{'within' if r['within_bound'] else 'OVER'}); {r['budget_windows']} windows, traced "
+        f"{100 * r['budget_traced_fraction']:.2f}%, busy {r['busy']:.1f}%, {r['iterations']} iterations, "
+        f"lost {r['lost'] or 'nothing'}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,11 +244,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ddp", type=int, default=0, metavar="N", help="run under torchrun with N ranks (D1)"
     )
+    parser.add_argument(
+        "--modes",
+        choices=["full,budget", "budget"],
+        default="full,budget",
+        help="budget: the production.yaml recording alone (its bytes per GPU-hour), no comparison",
+    )
     args = parser.parse_args(argv)
-    results = []
+    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for workload in args.workloads.split(","):
             stats, iterations = {}, {}
+            if args.modes == "budget":
+                stats["budget"], iterations["budget"] = run(
+                    workload, "budget", args.seconds, Path(tmp), args.ddp
+                )
+                results.append(volume(workload, args.seconds, stats["budget"], iterations["budget"]))
+                print(volume_line(results[-1]), flush=True)
+                args.out.write_text(json.dumps(results, indent=1))
+                continue
             for mode in ("full", "budget"):
                 stats[mode], iterations[mode] = run(workload, mode, args.seconds, Path(tmp), args.ddp)
             verdict = compare(stats["full"], stats["budget"], iterations)

@@ -13,7 +13,9 @@
 # Results go to $RESULTS (default /tmp/multigpu-<steps>), one log per step; at the end one tarball
 # of it, $OUT/multigpu-<steps>.tar.gz, and the compact summary, $OUT/summary-<steps>.txt (two files
 # back per device call; without $OUT both stay in /tmp), and the summary on stdout. Recordings are
-# not kept.
+# not kept. The plumbing (wheels, entry points, env.txt, `step`, the tarball) is bench/device_lib.sh,
+# shared with bench/gpu_session.sh; its header lists the variables it reads (DRY_RUN=1 MIN_GPUS=0: a
+# dry run of the plumbing with no GPU, CALL_LIMIT: the call's seconds, which cut a step's limit).
 #
 # Steps, with their expected wall time on 2 x H100/H200 (16+ cores) and the hard limit each runs
 # under (`timeout`, seconds; a step past it is cut, what it wrote is kept, the next step runs):
@@ -49,10 +51,11 @@ set -u
 # NVLink multicast stays off on the lent hosts (a program that uses it can take the host's shared GPUs
 # out of service); every bench and test below passes its environment on to what it starts.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-PY=${PYTHON:-python3}
-SITE=${SITE:-/tmp/site}
+SESSION=multigpu MIN_GPUS_DEFAULT=2 GPUS_WHY="issue 32's runs need 2 or more"
+# `all` is not one device call: no call limit (device_lib.sh's CALL_LIMIT) unless one is given
+[ $# -eq 0 ] || [[ " $* " == *" all "* ]] && CALL_LIMIT=${CALL_LIMIT:-100000}
+# shellcheck source=bench/device_lib.sh
+source "$(dirname "$0")/device_lib.sh"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -66,80 +69,18 @@ for arg in "${@:-all}"; do
         *) echo "multigpu_session.sh: unknown step $arg (steps: setup lost node compare coexist accuracy fanin; groups: all A B C)" >&2; exit 2 ;;
     esac
 done
-LABEL=$(IFS=-; echo "${steps[*]:1}"); LABEL=${LABEL:-setup}
-RESULTS=${RESULTS:-/tmp/multigpu-$LABEL}
-mkdir -p "$RESULTS"
-SUMMARY=$RESULTS/summary.txt
-
-note() { echo "$*" | tee -a "$SUMMARY"; }
-
-# Runs one step under its limit, its output into $RESULTS/<step>.log; notes how it ended.
-step() {
-    local name=$1 limit=$2; shift 2
-    local began=$SECONDS rc
-    echo "== $name (limit ${limit}s): $*" >> "$RESULTS/$name.log"
-    timeout --signal=TERM --kill-after=20 "$limit" "$@" >> "$RESULTS/$name.log" 2>&1
-    rc=$?
-    local how="exit $rc"
-    [ $rc -eq 124 ] && how="CUT at its ${limit}s limit"
-    note "-- $name: $how after $((SECONDS - began))s"
-    return 0
-}
-
-setup() {
-    local wheels
-    wheels=$(ls .whl/*.whl 2>/dev/null || ls .gpuwheels/*.whl 2>/dev/null)  # one folder: two versions stop pip
-    if [ -n "$wheels" ]; then  # carried (`carry: [".whl"]`): a fresh machine has none of them
-        # shellcheck disable=SC2086
-        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" $wheels \
-            || { note "setup: the carried wheels did not install into $SITE"; return 1; }
-    fi
-    $PY tests/gpu/entry_points.py /tmp/shim
-    export PYTHONPATH=$ROOT:/tmp/shim:$SITE${PYTHONPATH:+:$PYTHONPATH}
-    GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-    {
-        date -u; git rev-parse --short HEAD 2>/dev/null; git status --short 2>/dev/null | head -20
-        nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader
-        nvidia-smi topo -m 2>/dev/null
-        $PY -c "import torch, torch.distributed as d; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count(), 'nccl available', d.is_nccl_available())"
-        $PY -c "import cuptistream, cuptistream.sources.activity, cuptistream.launch as l; print('cuptistream from', cuptistream.__file__, 'probe_environment' in dir(l))"
-        nproc; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
-    } > "$RESULTS/env.txt" 2>&1
-    local missing
-    missing=$($PY -c "
-import importlib.util as u
-print(' '.join(m for m in ('pytest', 'msgspec', 'trio', 'zstandard', 'yaml', 'numpy', 'cupti') if u.find_spec(m) is None))")
-    note "setup: $GPUS GPUs; $(grep -m1 '^torch' "$RESULTS/env.txt"); $(grep -m1 'cuptistream from' "$RESULTS/env.txt")"
-    if [ -n "$missing" ]; then
-        note "setup: not importable: $missing (carry their wheels in .whl/). Stopping."
-        return 1
-    fi
-    if [ "$GPUS" -lt "${MIN_GPUS:-2}" ]; then  # MIN_GPUS=0: a dry run of the script's plumbing
-        note "setup: fewer than 2 GPUs; issue 32's runs need 2 or more. Stopping."
-        return 1
-    fi
-}
+session_begin
 
 summarize() {
     local name=$1
     case $name in
         lost) grep -E '^D1 (rank [0-9]+ \(|session [0-9]+( rank [0-9]+)?: )' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
-        node|fanin) grep -E '^fanin: |"check"' "$RESULTS/$name.log" | $PY -c '
-import json, sys
-for line in sys.stdin:
-    if not line.startswith("{"):
-        print(line.rstrip()); continue
-    r = json.loads(line)
-    keep = ("probes", "nproc", "job_s", "window_s", "offered_records_per_s", "delivered_events_per_s", "dropped_events",
-            "shed_records", "cores_used", "peak_rss_anon_mib", "programs_by_device", "kernels_by_device", "ranks", "check")
-    print(json.dumps({k: r[k] for k in keep if k in r}))
-' | tee -a "$SUMMARY" ;;
+        node|fanin) summarize_fanin "$RESULTS/$name.log" ;;
         compare|coexist) grep -E '^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)' "$RESULTS/$name.log" | tail -12 | tee -a "$SUMMARY" ;;
         accuracy) grep -E '^D1' "$RESULTS/accuracy.log" | tee -a "$SUMMARY" ;;
     esac
 }
 
-GPUS=0
 for s in "${steps[@]}"; do
     case $s in
         setup)
@@ -165,11 +106,4 @@ for s in "${steps[@]}"; do
     esac
     [ "$s" = setup ] || summarize "$s"
 done
-
-# Back from the device: the tarball of every result, log and summary of this call, and the summary.
-if [ -n "${OUT:-}" ]; then TARBALL=$OUT/multigpu-$LABEL.tar.gz; else TARBALL=$RESULTS.tar.gz; fi
-tar czf "$TARBALL" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
-[ -n "${OUT:-}" ] && cp "$SUMMARY" "$OUT/summary-$LABEL.txt"
-echo "== results: $TARBALL ($(du -h "$TARBALL" | cut -f1))"
-echo "== summary"
-cat "$SUMMARY"
+session_end

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import budget_accuracy  # noqa: E402
 from budget_accuracy import compare, statistics_of, workload_lines  # noqa: E402
 
 import cuptistream  # noqa: E402
@@ -122,3 +123,38 @@ def test_one_result_line_per_rank_under_torchrun() -> None:
     assert [r["rank"] for r in workload_lines(stdout)] == [0, 1]
     joined = '{"workload": "D1", "rank": 0}{"workload": "D1", "rank": 1}\n\n'
     assert [r["rank"] for r in workload_lines(joined)] == [0, 1]
+
+
+def test_budget_mode_runs_the_budget_recording_alone_and_reports_its_bytes(
+    replayed: list[object],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--modes budget`` (issue 26's statistics volume, ``bench/gpu_session.sh``): no full run, the
+    bytes per GPU-hour of the one recording and its windows, from ``run``'s figures."""
+    ran: list[str] = []
+
+    def fake_run(workload: str, mode: str, seconds: float, work: Path, ddp: int = 0) -> tuple[dict, int]:
+        ran.append(mode)
+        stats = statistics_of(replayed)
+        stats["recording_bytes"] = 1_200_000
+        stats["recording_mb_per_hour"] = 1_200_000 / seconds * 3600 / 1e6
+        stats["recording_mb_per_gpu_hour"] = stats["recording_mb_per_hour"]
+        return stats, 1000
+
+    monkeypatch.setattr(budget_accuracy, "run", fake_run)
+    out = tmp_path / "volume.json"
+    assert (
+        budget_accuracy.main(
+            ["--modes", "budget", "--workloads", "W4", "--seconds", "3600", "--out", str(out)]
+        )
+        == 0
+    )
+    assert ran == ["budget"]
+    [row] = msgspec.json.decode(out.read_bytes())
+    assert row["workload"] == "W4" and row["recording_mb_per_gpu_hour"] == pytest.approx(1.2)
+    assert row["within_bound"] is True and "busy_series" in row
+    assert "W4 budget recording over 3600 s: 1,200,000 bytes, 1.20 MB per GPU-hour (bound 2: within)" in (
+        capsys.readouterr().out
+    )

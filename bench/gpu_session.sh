@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# The remaining one-GPU runs of issue 26 (always-on cost, full mode against bare CUPTI, statistics
+# volume) and issue 30's fan-in on the 16-core host, for one H100/H200 (nvidia-h100-x1). Written
+# before the runs: not yet run.
+#
+#   bash bench/gpu_session.sh [STEP|GROUP ...]      # default: all, in the order below
+#
+# The plumbing is bench/device_lib.sh (shared with bench/multigpu_session.sh): carried wheels in
+# .whl/ (or .gpuwheels/) installed into $SITE (default /tmp/site) on every call, the checkout's
+# code on PYTHONPATH through tests/gpu/entry_points.py's shim, env.txt, every step under its limit
+# and the call's (CALL_LIMIT, default 590 s), and at the end $OUT/gpu-<steps>.tar.gz and
+# $OUT/summary-<steps>.txt (two files back per call), the summary also on stdout.
+#
+# Steps, with their expected wall time on one H100 (16 cores) and the limit each runs under (s):
+#
+#   step           expected  limit  what
+#   setup          ~0.3 min     -   GPU, versions, entry points; stops the script with no GPU
+#   lost1          ~3.8 min   265   issue 26, <= 1 %: bench/budget_lost_time.py --workloads W1
+#                                   --sessions 5 --seconds 25 (a process of ~45 s per session:
+#                                   start, 2 s warm-up, 12 s base, 1 s settle, 25 s timed, stop);
+#                                   each session's line printed and kept as it ends
+#   lost2          ~4.1 min   285   the same for W2 (+4 s of setup per session)
+#   lost4          ~4.1 min   285   the same for W4. LOST_SESSIONS, LOST_SECONDS change all three
+#                                   (W3 is resolved: 0.36 % with a null of 0.01 %)
+#   full13         ~4.2 min   275   issue 26, full mode against bare CUPTI at the end:
+#                                   bench/overhead_gpu.py --rounds 5 --workloads W1,W3 --modes
+#                                   none,bare,cuptistream --seconds 2 (its own plan: 4.15 min; its
+#                                   --budget is the step's limit less 20 s, so the table comes back)
+#   full24         ~6.0 min   390   the same for W2,W4 (plan: 6.0 min); then --merge with full13's
+#                                   JSON when that call ran on this machine (else merge at home:
+#                                   python bench/overhead_gpu.py --merge full_w13.json full_w24.json)
+#   volume-start   ~0.1 min     -   issue 26, statistics volume over ONE recording of >= 10 min:
+#                                   starts bench/budget_accuracy.py --modes budget --workloads W4
+#                                   --seconds 660 (`cuptistream run -c configs/production.yaml`,
+#                                   ~11.5 min with start and read-back) in the background (setsid
+#                                   nohup, pinned to VOLUME_CPUS, default 12-15) and returns. Its
+#                                   state is in $STATE (default /tmp/gpu-session-state) on THIS
+#                                   machine: the next calls must follow within 30 s (the machine
+#                                   goes back otherwise, and the recording with it) and on the same
+#                                   machine (one is held 30 min at most: start it first). While it
+#                                   runs ONLY CPU-only steps (fanin-cpu, fanin-block, fanin-onecore,
+#                                   fanin-profile) may run: a GPU timing step would share the GPU
+#                                   with it, and it would slow theirs
+#   volume-wait    <= rest      -   waits for it (up to what is left of the call), then reports the
+#                                   recording's MB per GPU-hour (issue 26's bound: 2 MB)
+#   fanin-cpu      ~5   min   360   issue 30, CPU: bench/fanin.py --mode cpu --probes 1,4,8,16
+#                                   --seconds 15 --runs 3 (12 runs of ~25 s: 15 s, start, read-back)
+#   fanin-block    ~2.5 min   240   --probes 16 --loops $BLOCK_LOOPS --full-policy block --runs
+#                                   $BLOCK_RUNS (default 1000 and 1: 16 x 1000 x 3,716 = 59 M records
+#                                   at one collector core's ~0.6-0.8 M/s, then read back. The docs'
+#                                   --loops 2000 --runs 3 is ~15 min without decode workers)
+#   fanin-onecore  ~5   min   360   fanin-cpu with --collector-cpus 0 --program-cpus 1-15 (the
+#                                   background recording is pinned to 12-15, off the collector's core)
+#   fanin-profile  ~1   min    90   --probes 4 --seconds 12 --profile --profile-gil --no-check; needs
+#                                   py-spy (not on the lent image: carry its wheel in .whl/), else
+#                                   skipped with one line
+#   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes 1,4,8,16 --seconds 15
+#                                   --runs $FANIN_GPU_RUNS (default 1; the docs' 3 is ~7.5 min)
+#
+# FANIN_EXTRA is passed to fanin-cpu, fanin-block and fanin-gpu as it is (unquoted). Its default,
+# '--workers 8', is what pipeline.decode_workers: auto gives a 16-core host (decode worker
+# processes); '--workers 0,8' compares with in-thread decoding, but each value doubles the runs: set
+# FANIN_RUNS=2 (or run fanin-cpu in a call of its own) so the step keeps to its limit. fanin-onecore
+# runs --workers 0 (workers follow the collector's affinity: pinned to one core they add nothing).
+#
+# In all ~38 min of steps. One device call runs at most 10 minutes: five calls, each group's limits
+# under the call's 590 s; A and B first and back to back on a fresh machine (the recording):
+#
+#   bash bench/gpu_session.sh A   # setup volume-start fanin-cpu fanin-profile   (~5.5 min; limits 450)
+#   bash bench/gpu_session.sh B   # setup fanin-block fanin-onecore volume-wait  (~7.5 min; rest of the call)
+#   bash bench/gpu_session.sh C   # setup lost1 lost2                            (~8.2 min; limits 550)
+#   bash bench/gpu_session.sh D   # setup lost4 full13                           (~8.6 min; limits 560)
+#   bash bench/gpu_session.sh E   # setup full24 fanin-gpu                       (~8.8 min; limits 560)
+#
+# A machine is held 30 minutes at most: A-D fit on one (D starts ~23 min in), E needs a second start.
+# (`all` runs every step in one go, ~38 min, with no call limit: for a machine without a per-call
+# limit, or started in the background with setsid nohup and collected by a later call.)
+set -u
+SESSION=gpu MIN_GPUS_DEFAULT=1 GPUS_WHY="these runs need a GPU"
+# `all` is not one device call: no call limit (device_lib.sh's CALL_LIMIT) unless one is given
+[ $# -eq 0 ] || [[ " $* " == *" all "* ]] && CALL_LIMIT=${CALL_LIMIT:-100000}
+# shellcheck source=bench/device_lib.sh
+source "$(dirname "$0")/device_lib.sh"
+STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
+VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
+FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
+STEPS="setup lost1 lost2 lost4 full13 full24 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu"
+
+steps=(setup)  # always first: the environment every other step runs in
+for arg in "${@:-all}"; do
+    case $arg in
+        all) steps+=(volume-start fanin-cpu fanin-profile fanin-block fanin-onecore volume-wait lost1 lost2 lost4 full13 full24 fanin-gpu) ;;
+        A) steps+=(volume-start fanin-cpu fanin-profile) ;;
+        B) steps+=(fanin-block fanin-onecore volume-wait) ;;
+        C) steps+=(lost1 lost2) ;;
+        D) steps+=(lost4 full13) ;;
+        E) steps+=(full24 fanin-gpu) ;;
+        setup) ;;
+        lost1|lost2|lost4|full13|full24|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu)
+            steps+=("$arg") ;;
+        *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
+    esac
+done
+session_begin
+mkdir -p "$STATE"
+
+# Starts the volume recording in its own process session (a device call kills what it leaves
+# running, except such a one) and returns; volume-wait collects it in a later call.
+volume_start() {
+    local cmd=("$PY" bench/budget_accuracy.py --modes budget --workloads W4 --seconds "${VOLUME_SECONDS:-660}"
+               --out "$STATE/volume.json")
+    [ -n "$VOLUME_CPUS" ] && cmd=(taskset -c "$VOLUME_CPUS" "${cmd[@]}")
+    echo "== volume-start: ${cmd[*]}" >> "$RESULTS/volume-start.log"
+    if [ -n "$DRY_RUN" ]; then note "-- volume-start: dry run"; return 0; fi
+    if [ -f "$STATE/volume.pid" ] && [ ! -f "$STATE/volume.rc" ] && kill -0 "$(cat "$STATE/volume.pid")" 2>/dev/null; then
+        note "-- volume-start: already running (pid $(cat "$STATE/volume.pid"))"; return 0
+    fi
+    rm -f "$STATE"/volume.*
+    # shellcheck disable=SC2016  # $0 and $$ are the inner shell's
+    setsid nohup bash -c 'echo $$ > "$0.pid"; "$@"; echo $? > "$0.rc"' "$STATE/volume" "${cmd[@]}" \
+        > "$STATE/volume.log" 2>&1 < /dev/null &
+    sleep 2
+    note "-- volume-start: pid $(cat "$STATE/volume.pid" 2>/dev/null || echo '?'), W4 under configs/production.yaml for ${VOLUME_SECONDS:-660}s on CPUs $VOLUME_CPUS; CPU-only steps only until volume-wait"
+}
+
+volume_wait() {
+    local began=$SECONDS limit
+    limit=$(cap 3600)
+    echo "== volume-wait (up to ${limit}s)" >> "$RESULTS/volume-wait.log"
+    if [ -n "$DRY_RUN" ]; then note "-- volume-wait: dry run (up to ${limit}s)"; return 0; fi
+    if [ ! -f "$STATE/volume.pid" ]; then
+        note "-- volume-wait: no recording was started on this machine (volume-start, in an earlier call on the same warm machine)"
+        return 0
+    fi
+    while [ ! -f "$STATE/volume.rc" ] && kill -0 "$(cat "$STATE/volume.pid")" 2>/dev/null \
+        && [ $((SECONDS - began)) -lt "$limit" ]; do
+        sleep 5
+    done
+    cat "$STATE/volume.log" >> "$RESULTS/volume-wait.log"
+    cp "$STATE/volume.json" "$RESULTS/volume.json" 2>/dev/null
+    if [ -f "$STATE/volume.rc" ]; then
+        note "-- volume-wait: the recording's bench exited $(cat "$STATE/volume.rc") after $(( $(date +%s) - $(stat -c %Y "$STATE/volume.pid") ))s; waited $((SECONDS - began))s"
+    elif kill -0 "$(cat "$STATE/volume.pid")" 2>/dev/null; then
+        note "-- volume-wait: still running after ${limit}s of waiting: call volume-wait again (CPU-only steps meanwhile)"
+    else
+        note "-- volume-wait: the recording's process is gone with no exit status"
+    fi
+}
+
+summarize() {
+    local name=$1
+    case $name in
+        lost[124]) grep -E '^W[124](:| session [0-9]+: )' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        full13|full24) sed -n '/^wrote /,$p' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        volume-wait) grep -E '^W4 ' "$RESULTS/volume-wait.log" | tee -a "$SUMMARY" ;;
+        fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
+    esac
+}
+
+full() {  # full13 / full24: overhead_gpu with its --budget inside the step's limit
+    local name=$1 workloads=$2 lim
+    lim=$(cap "$3")
+    step "$name" "$lim" "$PY" bench/overhead_gpu.py --rounds "${FULL_ROUNDS:-5}" --workloads "$workloads" \
+        --modes none,bare,cuptistream --seconds 2 --budget $((lim - 20)) --out "$RESULTS/full_$4.json"
+    [ -f "$RESULTS/full_$4.json" ] && cp "$RESULTS/full_$4.json" "$STATE/"
+    return 0
+}
+
+for s in "${steps[@]}"; do
+    case $s in
+        setup)
+            setup || break ;;
+        lost1|lost2|lost4)
+            limits=([1]=265 [2]=285 [4]=285)
+            step "$s" "${LOST_LIMIT:-${limits[${s#lost}]}}" "$PY" bench/budget_lost_time.py --workloads "W${s#lost}" \
+                --sessions "${LOST_SESSIONS:-5}" --seconds "${LOST_SECONDS:-25}" --out "$RESULTS/lost_W${s#lost}.json" ;;
+        full13)
+            full full13 W1,W3 275 w13 ;;
+        full24)
+            full full24 W2,W4 390 w24
+            if [ -f "$STATE/full_w13.json" ] && [ -f "$STATE/full_w24.json" ]; then
+                "$PY" bench/overhead_gpu.py --merge "$STATE/full_w13.json" "$STATE/full_w24.json" \
+                    --out "$RESULTS/full_merged.json" > "$RESULTS/full-merged.log" 2>&1
+                note "-- full24: merged with full13's JSON into full_merged.json (full-merged.log)"
+            fi ;;
+        volume-start)
+            volume_start ;;
+        volume-wait)
+            volume_wait ;;
+        fanin-cpu)
+            # shellcheck disable=SC2086  # FANIN_EXTRA is words
+            step fanin-cpu 360 "$PY" bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 \
+                --runs "${FANIN_RUNS:-3}" $FANIN_EXTRA --out "$RESULTS/fanin_cpu" ;;
+        fanin-block)
+            # shellcheck disable=SC2086
+            step fanin-block 240 "$PY" bench/fanin.py --mode cpu --probes 16 --loops "${BLOCK_LOOPS:-1000}" \
+                --full-policy block --runs "${BLOCK_RUNS:-1}" $FANIN_EXTRA --out "$RESULTS/fanin_block" ;;
+        fanin-onecore)
+            step fanin-onecore 360 "$PY" bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 \
+                --runs "${FANIN_RUNS:-3}" --workers 0 --collector-cpus 0 --program-cpus 1-15 --out "$RESULTS/fanin_onecore" ;;
+        fanin-profile)
+            if [ -z "$DRY_RUN" ] && ! command -v py-spy > /dev/null; then
+                note "-- fanin-profile: SKIPPED, no py-spy (carry its wheel in .whl/)"
+            else
+                step fanin-profile 90 "$PY" bench/fanin.py --mode cpu --probes 4 --seconds 12 --profile \
+                    --profile-gil --no-check --out "$RESULTS/fanin_profile"
+            fi ;;
+        fanin-gpu)
+            # shellcheck disable=SC2086  # FANIN_EXTRA is words
+            step fanin-gpu 170 "$PY" bench/fanin.py --mode gpu --probes 1,4,8,16 --seconds 15 \
+                --runs "${FANIN_GPU_RUNS:-1}" $FANIN_EXTRA --out "$RESULTS/fanin_gpu" ;;
+    esac
+    [ "$s" = setup ] || summarize "$s"
+done
+session_end

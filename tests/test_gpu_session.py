@@ -1,0 +1,90 @@
+"""``bench/gpu_session.sh`` (issues 26 and 30's one-GPU runs) on a machine with no GPU: it refuses an
+unknown step, and its plumbing (bench/device_lib.sh: setup, steps under limits, the background
+recording started in one call and collected in the next, the summary, the tarball into $OUT) runs
+with a fake interpreter in place of the benches. What the benches measure is their own tests'."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+from tests.helpers.device_session import ROOT, run_driver
+
+SCRIPT = ROOT / "bench" / "gpu_session.sh"
+GROUPS = {
+    "A": ["volume-start", "fanin-cpu", "fanin-profile"],
+    "B": ["fanin-block", "fanin-onecore", "volume-wait"],
+    "C": ["lost1", "lost2"],
+    "D": ["lost4", "full13"],
+    "E": ["full24", "fanin-gpu"],
+}
+
+
+def test_the_driver_parses_and_names_its_steps() -> None:
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True).returncode == 0
+    done = subprocess.run(["bash", str(SCRIPT), "nonsense"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "unknown step nonsense (steps: setup lost1 lost2 lost4 full13 full24 volume-start" in done.stderr
+
+
+def test_a_dry_run_logs_every_command_and_returns_the_tarball(tmp_path: Path) -> None:
+    done = run_driver(tmp_path, "gpu_session.sh", "all", dry=True)
+    assert done.returncode == 0, done.stderr
+    label = "volume-start-fanin-cpu-fanin-profile-fanin-block-fanin-onecore-volume-wait-lost1-lost2-lost4-full13-full24-fanin-gpu"
+    out = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert out == [f"gpu-{label}.tar.gz", f"summary-{label}.txt"]
+    summary = (tmp_path / "out" / f"summary-{label}.txt").read_text()
+    for group in GROUPS.values():
+        for name in group:
+            assert f"-- {name}: dry run" in summary
+    results = tmp_path / "results"
+    assert (
+        "bench/budget_lost_time.py --workloads W2 --sessions 5 --seconds 25"
+        in (results / "lost2.log").read_text()
+    )
+    assert (
+        "--workloads W2,W4 --modes none,bare,cuptistream --seconds 2 --budget 370"
+        in (results / "full24.log").read_text()
+    )
+    assert "taskset -c 12-15" in (results / "volume-start.log").read_text()
+    assert "--modes budget --workloads W4 --seconds 660" in (results / "volume-start.log").read_text()
+    with tarfile.open(tmp_path / "out" / f"gpu-{label}.tar.gz") as tar:
+        assert "results/env.txt" in tar.getnames()
+
+
+def test_the_recording_started_in_one_call_is_collected_in_the_next(tmp_path: Path) -> None:
+    """A, then B on the same machine (STATE is shared): the background recording outlives A's
+    call, B's volume-wait waits for it and puts its line in the summary; the steps' lines too."""
+    first = run_driver(tmp_path / "a", "gpu_session.sh", "A", dry=False, FAKE_BENCH_SLEEP="3",
+                       STATE=str(tmp_path / "state"), VOLUME_CPUS="")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    summary_a = (tmp_path / "a" / "out" / "summary-volume-start-fanin-cpu-fanin-profile.txt").read_text()
+    assert "-- volume-start: pid " in summary_a
+    assert "-- fanin-cpu: exit 0" in summary_a
+    assert (
+        '{"probes": 16, "delivered_events_per_s": 5, "check": {"in_equals_disk_plus_drops": true}}'
+        in summary_a
+    )
+    second = run_driver(tmp_path / "b", "gpu_session.sh", "B", "C", "D", "E", dry=False, FAKE_BENCH_SLEEP="1",
+                        STATE=str(tmp_path / "state"))  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    [summary_path] = (tmp_path / "b" / "out").glob("summary-*.txt")
+    summary = summary_path.read_text()
+    assert "-- volume-wait: the recording's bench exited 0" in summary
+    assert "W4 budget recording over 660 s: 100 bytes, 1.00 MB per GPU-hour (bound 2: within)" in summary
+    for workload in ("W1", "W2", "W4"):
+        assert f"{workload} session 0: cost +0.100%" in summary
+    assert "wrote " in summary and "| W1 | table |" in summary
+    assert "-- full24: merged with full13's JSON" in summary
+
+
+def test_a_step_is_cut_to_what_is_left_of_the_call(tmp_path: Path) -> None:
+    """CALL_LIMIT: lost1 runs under what is left of the call less 10 s for the tarball (its own
+    limit is 265 s) and is cut there; lost2, with under STEP_MIN seconds left, does not start."""
+    done = run_driver(tmp_path, "gpu_session.sh", "C", dry=False, FAKE_BENCH_SLEEP="60", CALL_LIMIT="16",
+                      STEP_MIN="3")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = (tmp_path / "out" / "summary-lost1-lost2.txt").read_text()
+    assert "-- lost1: CUT at its " in summary
+    assert "-- lost2: SKIPPED, " in summary
