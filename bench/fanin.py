@@ -107,6 +107,8 @@ def config(args: argparse.Namespace, out: Path, workers: int) -> dict[str, Any]:
             "rotate_bytes": "256MiB", "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
     if args.mode == "cpu":
         sources: list[dict[str, Any]] = [{"type": "replay", "loops": args.loops}]
+        if args.replay_buffer_size:  # the captures' ~1k-record buffers packed into GPU-sized ones
+            sources[0]["buffer_size"] = args.replay_buffer_size
     else:
         default = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
         sources = default["sources"]
@@ -478,6 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--full-policy", choices=["drop_newest", "drop_oldest", "block"], default="drop_newest"
+    )
+    parser.add_argument(
+        "--replay-buffer-size",
+        default="",
+        help="cpu: pack the captured buffers into buffers of this size "
+        "(e.g. 4MiB, the activity source's default); default: as captured",
     )
     parser.add_argument("--memory-budget", default="256MiB")
     parser.add_argument("--sink-queue", default="64MiB", help="the file lane's queue.max_bytes")

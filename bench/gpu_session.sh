@@ -57,6 +57,9 @@
 #   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes 1,4,8,16 --seconds 15
 #                                   --runs $FANIN_GPU_RUNS (default 1; the docs' 3 is ~7.5 min)
 #
+# fanin-block packs the captured buffers into 4 MiB ones (BLOCK_BUFFER_SIZE; what the activity
+# source hands over on a busy GPU: docs/benchmarks.md, "Buffers the size a GPU fills"); fanin-cpu
+# replays them as captured (~930 records a buffer), the issue's wording.
 # FANIN_EXTRA is passed to fanin-cpu, fanin-block and fanin-gpu as it is (unquoted). Its default,
 # '--workers 8', is what pipeline.decode_workers: auto gives a 16-core host (decode worker
 # processes); '--workers 0,8' compares with in-thread decoding, but each value doubles the runs: set
@@ -194,7 +197,8 @@ for s in "${steps[@]}"; do
         fanin-block)
             # shellcheck disable=SC2086
             step fanin-block 240 "$PY" bench/fanin.py --mode cpu --probes 16 --loops "${BLOCK_LOOPS:-1000}" \
-                --full-policy block --runs "${BLOCK_RUNS:-1}" $FANIN_EXTRA --out "$RESULTS/fanin_block" ;;
+                --full-policy block --runs "${BLOCK_RUNS:-1}" --replay-buffer-size "${BLOCK_BUFFER_SIZE:-4MiB}" \
+                $FANIN_EXTRA --out "$RESULTS/fanin_block" ;;
         fanin-onecore)
             step fanin-onecore 360 "$PY" bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 \
                 --runs "${FANIN_RUNS:-3}" --workers 0 --collector-cpus 0 --program-cpus 1-15 --out "$RESULTS/fanin_onecore" ;;

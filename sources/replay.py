@@ -6,6 +6,10 @@ string table). For CI and for trying cuptistream where there is no GPU.
 in the package (``sources/captures/``, installed as ``cuptistream/sources/captures/``), which were
 captured on a Hopper GPU (see ``tests/fixtures/README.md``). ``loops``
 replays them that many times (0: until stopped); ``interval`` waits between buffers.
+``buffer_size`` packs the captured buffers back to back into buffers of up to that size (records
+stay whole and in order), as CUPTI fills the activity source's ``buffer_size`` on a busy GPU: the
+captures' own buffers hold about a thousand records, a full 4 MiB one about thirty times more, so
+the collector's per-buffer costs weigh as they do live.
 
 ``stop()`` finishes a finite replay before it returns, so a short program under ``cuptistream run``
 still gets every captured event; an endless one (``loops: 0``) stops at the next buffer.
@@ -25,7 +29,7 @@ from pathlib import Path
 
 from cuptistream.channel.messages import OpenStream, TraceSpan
 from cuptistream.channel.outlet import ActivityOutlet
-from cuptistream.config import Duration, SourceConfig
+from cuptistream.config import Duration, Size, SourceConfig
 from cuptistream.cupti import capture
 from cuptistream.cupti.kinds import BY_VALUE
 from cuptistream.errors import UserError
@@ -41,10 +45,13 @@ class ReplayConfig(SourceConfig):
     loops: int = 1  # 0 = until stopped
     interval: Duration = Duration(0.0)  # pause between buffers
     demangle: bool = False
+    buffer_size: Size | None = None  # None: each captured buffer as captured; a size: packed into these
 
     def __post_init__(self) -> None:
         if self.loops < 0:
             raise ValueError("loops must be 0 (endless) or more")
+        if self.buffer_size is not None and not 64 * 1024 <= self.buffer_size <= 256 * 1024 * 1024:
+            raise ValueError(f"buffer_size must be between 64KiB and 256MiB, got {int(self.buffer_size)}")
 
 
 def capture_files(path: str) -> list[Path]:
@@ -56,6 +63,25 @@ def capture_files(path: str) -> list[Path]:
             f"replay: no capture files (*.cupti) at {root}; set `path` to a capture file or folder"
         )
     return files
+
+
+class _Pack:
+    """Captured buffers joined into one (``buffer_size``), and the records CUPTI dropped in them."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.nbytes = 0
+        self.dropped = 0
+
+    def add(self, data: bytes, dropped: int) -> None:
+        self.parts.append(data)
+        self.nbytes += len(data)
+        self.dropped += dropped
+
+    def take(self) -> tuple[bytes, int]:
+        data, dropped = b"".join(self.parts), self.dropped
+        self.parts, self.nbytes, self.dropped = [], 0, 0
+        return data, dropped
 
 
 @dataclass
@@ -77,6 +103,7 @@ class ReplaySource(Source):
         self._stopping = threading.Event()
         self.buffers_sent = 0
         self._outlets: list[ActivityOutlet] = []
+        self._packs: list[_Pack] = []  # per outlet, with ``buffer_size``: the buffer being filled
         self._kinds: list[list[str]] = []  # per outlet: the capture's activity kinds, by name
         # On-demand windows: opened on the probe's control thread, closed on the replay thread.
         self._windows_lock = threading.Lock()
@@ -98,7 +125,8 @@ class ReplaySource(Source):
                 stream=0, source=self.name, device=cap.device, cupti_version=cap.cupti_version,
                 struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings), demangle=self.config.demangle,
             )  # fmt: skip
-            size = max((len(b.data) for b in cap.buffers), default=64 * 1024)
+            size = max([len(b.data) for b in cap.buffers] + [int(self.config.buffer_size or 0)]) or 64 * 1024
+            self._packs.append(_Pack())
             self._outlets.append(self.emitter.open_activity_stream(stream, size + (-size) % 8, _BUFFERS))
             self._kinds.append(
                 sorted(BY_VALUE[k].name if k in BY_VALUE else str(k) for k in cap.struct_sizes)
@@ -109,31 +137,44 @@ class ReplaySource(Source):
     def _run(self) -> None:
         try:
             self._replay_loops()
+            for outlet, pack in zip(self._outlets, self._packs, strict=True):
+                self._send(outlet, *pack.take())
         finally:
             self._close_windows(math.inf, finished=True)  # a window still open ends with the replay
 
     def _replay_loops(self) -> None:
         loop = 0
         while True:
-            for cap, outlet in zip(self.captures, self._outlets, strict=True):
-                if not self._replay(cap, outlet):
+            for cap, outlet, pack in zip(self.captures, self._outlets, self._packs, strict=True):
+                if not self._replay(cap, outlet, pack):
                     return
             loop += 1
             finite = self.config.loops > 0
             if (finite and loop >= self.config.loops) or (not finite and self._stopping.is_set()):
                 return
 
-    def _replay(self, cap: capture.Capture, outlet: ActivityOutlet) -> bool:
+    def _replay(self, cap: capture.Capture, outlet: ActivityOutlet, pack: _Pack) -> bool:
         """Hand over every buffer of one capture; False when an endless replay should stop."""
+        limit = int(self.config.buffer_size or 0)
         for buf in cap.buffers:
-            if outlet.write(buf.data, buf.dropped):
-                self.buffers_sent += 1
+            if not limit or len(buf.data) % 8:  # as captured (records are 8-byte aligned; keep them so)
+                self._send(outlet, buf.data, buf.dropped)
             else:
-                self.emitter.report_loss(f"source:{self.name}", "no_free_buffer", 1, unit="buffers")
+                if pack.nbytes + len(buf.data) > limit:
+                    self._send(outlet, *pack.take())
+                pack.add(buf.data, buf.dropped)
             self._close_windows(time.monotonic())
             if self.config.interval and self._pause(float(self.config.interval)) and not self.config.loops:
                 return False
         return True
+
+    def _send(self, outlet: ActivityOutlet, data: bytes, dropped: int) -> None:
+        if not data and not dropped:
+            return
+        if outlet.write(data, dropped):
+            self.buffers_sent += 1
+        else:
+            self.emitter.report_loss(f"source:{self.name}", "no_free_buffer", 1, unit="buffers")
 
     def _pause(self, seconds: float) -> bool:
         """Wait ``seconds`` between buffers, closing the windows that end meanwhile (on time, not at

@@ -7,6 +7,7 @@ import collections
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import cuptistream
@@ -33,6 +34,29 @@ def test_replay_emits_every_captured_event_once_per_loop() -> None:
     assert len(sink.events) == _expected_total(loops=2)
     assert source.buffers_sent == 2 * sum(e["buffers"] for e in EXPECTED.values())
     assert sink.errors == []
+
+
+def test_packed_buffers_carry_every_record_of_every_loop_in_order() -> None:
+    """``buffer_size`` joins captured buffers (across loops) into fewer, larger ones, as a busy GPU
+    fills the activity source's: the same events, in fewer buffers."""
+    loops = 30
+    plain, packed = Collect(), Collect()
+    for sink, size in ((plain, None), (packed, 1024 * 1024)):
+        source = ReplaySource(ReplayConfig(type="replay", loops=loops, buffer_size=size), sink)
+        source.start()
+        source.stop()
+        if size is None:
+            sent_plain = source.buffers_sent
+        else:
+            sent_packed = source.buffers_sent
+    assert len(plain.events) == len(packed.events) == _expected_total(loops=loops)
+
+    def counted(events: list) -> collections.Counter[bytes]:  # a buffer's events come out grouped
+        return collections.Counter(msgspec.msgpack.encode(event) for event in events)
+
+    assert counted(packed.events) == counted(plain.events)
+    assert sent_plain == loops * sum(e["buffers"] for e in EXPECTED.values())
+    assert sent_packed < sent_plain / 5  # ~250 KB of captures per loop, 1 MiB buffers
 
 
 def test_replay_through_session_and_file_sink(tmp_path: Path) -> None:
@@ -70,6 +94,10 @@ def test_missing_capture_is_one_line_error(tmp_path: Path) -> None:
 
 
 def test_bad_replay_and_activity_config_name_the_key() -> None:
+    with pytest.raises(ConfigError, match="buffer_size must be between 64KiB and 256MiB"):
+        cuptistream.load_config(
+            {"sources": [{"type": "replay", "buffer_size": "1KiB"}], "sinks": [{"type": "null"}]}
+        )
     with pytest.raises(ConfigError, match="loops must be 0"):
         cuptistream.load_config({"sources": [{"type": "replay", "loops": -1}], "sinks": [{"type": "null"}]})
     with pytest.raises(ConfigError, match="unknown activity kind 'kernal'"):
