@@ -97,7 +97,12 @@ def _now() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def config(args: argparse.Namespace, out: Path, workers: int) -> dict[str, Any]:
+def worker_counts(spec: str) -> list[int | str]:
+    """``--workers``: comma-separated ``pipeline.decode_workers`` values, whole numbers or ``auto``."""
+    return [x if x == "auto" else int(x) for x in spec.split(",")]
+
+
+def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str, Any]:
     pipeline = {
         "memory_budget": args.memory_budget, "full_policy": args.full_policy, "decode_workers": workers,
         "batch": {"max_events": 8192, "max_bytes": "4MiB", "max_latency": "1s"},
@@ -257,7 +262,7 @@ def read_back(out: Path) -> tuple[collections.Counter[str], collections.Counter[
     return types, kernels
 
 
-def one_run(args: argparse.Namespace, n: int, workers: int, run: int, workdir: Path) -> dict[str, Any]:
+def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, workdir: Path) -> dict[str, Any]:
     where = workdir / f"n{n}-w{workers}-run{run}"
     where.mkdir(parents=True)
     out, cfg, report_path, stamps = where / "out", where / "cfg.yaml", where / "report.json", where / "stamps"
@@ -368,7 +373,7 @@ def ddp_behind_node_collector(
         where / "report.json",
         where / "node.sock",
     )
-    cfg.write_text(yaml.safe_dump(config(args, out, int(args.workers.split(",")[0]))))
+    cfg.write_text(yaml.safe_dump(config(args, out, worker_counts(args.workers)[0])))
     node = subprocess.Popen(
         [sys.executable, "-m", "cuptistream.cli", "collector", "-c", str(cfg), "--socket", str(sock),
          "--report-json", str(report_path), "--quiet"],
@@ -440,11 +445,11 @@ def ddp_check(result: dict[str, Any], devices: dict[int, int]) -> dict[str, bool
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "dropped_events", "shed_records", "cpu_s_per_m_records",
             "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib", "workers_peak_rss_anon_mib"]  # fmt: skip
-    by_n: dict[tuple[int, int], list[dict[str, Any]]] = collections.defaultdict(list)
+    by_n: dict[tuple[int, int | str], list[dict[str, Any]]] = collections.defaultdict(list)
     for r in results:
         by_n[r["probes"], r["workers"]].append(r)
     summary: dict[str, Any] = {}
-    for (n, w), rs in sorted(by_n.items()):
+    for (n, w), rs in sorted(by_n.items(), key=lambda item: (item[0][0], str(item[0][1]))):
         key = f"{n}/w{w}"  # N probes, W decode workers
         summary[key] = {
             k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
@@ -476,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument(
-        "--workers", default="0", help="comma-separated pipeline.decode_workers, each run per N (default 0)"
+        "--workers",
+        default="0",
+        help="comma-separated pipeline.decode_workers (N or auto), each run per N (default 0)",
     )
     parser.add_argument(
         "--full-policy", choices=["drop_newest", "drop_oldest", "block"], default="drop_newest"
@@ -519,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fanin: ddp behind a node collector: failed {failed_checks}", file=sys.stderr)
         return 1 if failed_checks else 0
     ns = [int(x) for x in args.probes.split(",")]
-    ws = [int(x) for x in args.workers.split(",")]
+    ws = worker_counts(args.workers)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()

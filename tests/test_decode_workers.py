@@ -410,3 +410,22 @@ def test_a_session_with_its_own_sinks_starts_no_worker_in_the_program(tmp_path: 
         assert collector is not None and collector.workers is None
     assert session.report is not None and session.report.decode_workers == 0
     assert any(b.events for b in sink.batches)
+
+
+def test_under_auto_the_first_probe_decodes_in_its_own_thread() -> None:
+    """``in_thread=1`` (what ``auto`` sets): the first connection at a time decodes on its own
+    thread (no worker round trip for the common single-probe run), the next ones get workers, and
+    the place is free again once that connection has left."""
+    from cuptistream.collector.worker_pool import WorkerPool
+
+    workers = WorkerPool(2, in_thread=1)
+    try:
+        assert workers.assign() is None  # the first: its own thread
+        second = workers.assign()
+        assert second is not None and second.worker.alive()
+        assert workers.started == 1
+        workers.leave_thread()
+        assert workers.assign() is None  # the first left: the next new one takes its place
+        second.close()
+    finally:
+        workers.stop()

@@ -66,6 +66,7 @@ class ProbeConnection:
         self.streams: dict[int, Stream] = {}
         self.link: Link | None = None  # to this probe's decode worker, once it opened a stream
         self._assigned = False
+        self._decodes_here = False  # given a place to decode on this thread by the worker pool
         self.said_goodbye = False
         self.spans = SpanBook()
         self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
@@ -158,6 +159,9 @@ class ProbeConnection:
             self.link = workers.assign()
         except (OSError, subprocess.SubprocessError) as error:
             self.intake.report_error(self.origin, f"no decode worker ({error}); decoding in the collector")
+            return None
+        if self.link is None:  # this thread decodes (``WorkerPool.in_thread``)
+            self._decodes_here = True
             return None
         for index, pool in self.pools.items():
             self.link.map_pool(index, pool)
@@ -268,6 +272,8 @@ class ProbeConnection:
                 self.intake.report_error(self.origin, f"closing a decode stream failed: {error}")
         if self.link is not None:
             self.link.close()
+        if self._decodes_here and self.collector.workers is not None:
+            self.collector.workers.leave_thread()
         for pool in self.pools.values():
             pool.close()
         with contextlib.suppress(OSError):

@@ -3,10 +3,12 @@ connections to them, and one ``Link`` per connection that sends a request and wa
 
 Workers start lazily, one per probe connection that opens an activity stream, up to
 ``pipeline.decode_workers``; past that a connection goes to the worker with the fewest
-connections. A worker that died is replaced by a fresh one at the next assignment. They stop at
-``Collector.finish``. A ``Link`` never hangs its connection: it waits for a reply in steps of
-``_POLL_S`` while the worker lives, and kills a worker that has not answered one request within
-``REQUEST_TIMEOUT_S``.
+connections. Under ``auto`` the first connection (one at a time) decodes on its own thread instead:
+with GPU-sized buffers a worker round trip costs ~40% more CPU per record, which a single probe,
+the common case, need not pay (docs/benchmarks.md, issue 30). A worker that died is replaced by
+a fresh one at the next assignment. They stop at ``Collector.finish``. A ``Link`` never hangs its
+connection: it waits for a reply in steps of ``_POLL_S`` while the worker lives, and kills a worker
+that has not answered one request within ``REQUEST_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -112,8 +114,11 @@ def _cpu_s(pid: int) -> float:
 class WorkerPool:
     """Up to ``size`` decode workers, shared by the probe connections."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, in_thread: int = 0) -> None:
+        """``in_thread``: how many connections at a time decode on their own threads first."""
         self.size = size
+        self.in_thread = in_thread
+        self._in_thread_now = 0
         self._workers: list[Worker] = []
         self._retired: list[Worker] = []  # died, or stopped: their CPU time counts
         self._lock = threading.Lock()
@@ -121,12 +126,17 @@ class WorkerPool:
         self.died = 0
         self._stopped = False
 
-    def assign(self) -> Link:
+    def assign(self) -> Link | None:
         """A link to the worker with the fewest connections (a new one while fewer than ``size``
-        run). Raises OSError (or ``SubprocessError``) when no worker can be reached."""
+        run), or None: decode on the connection's own thread (one of the first ``in_thread``; give
+        the place back with ``leave_thread``). Raises OSError (or ``SubprocessError``) when no
+        worker can be reached."""
         with self._lock:
             if self._stopped:
                 raise OSError("the decode workers have stopped")
+            if self._in_thread_now < self.in_thread:
+                self._in_thread_now += 1
+                return None
             for worker in [w for w in self._workers if not w.alive()]:
                 self._workers.remove(worker)
                 self._retired.append(worker)
@@ -140,6 +150,11 @@ class WorkerPool:
             sock = worker.connect()
             worker.connections += 1
             return Link(self, worker, sock)
+
+    def leave_thread(self) -> None:
+        """A connection that decoded on its own thread (``assign`` gave None) has finished."""
+        with self._lock:
+            self._in_thread_now -= 1
 
     def _released(self, worker: Worker) -> None:
         with self._lock:
