@@ -169,19 +169,6 @@ def _rss_kib(pid: int, key: str) -> int:
     return 0
 
 
-def _decode_workers(pid: int) -> list[int]:
-    """The collector's decode worker processes (its children running ``collector.workers``)."""
-    found = []
-    for children in Path(f"/proc/{pid}/task").glob("*/children"):
-        for child in children.read_text().split():
-            try:
-                if b"cuptistream.collector.workers" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.append(int(child))
-            except OSError:
-                continue
-    return found
-
-
 class ProcWatch:
     """Samples the collector's CPU ticks and RssAnon/RssShmem from /proc every ``interval`` s, and
     those of its decode workers (CPU added to the collector's; RSS apart)."""
@@ -197,12 +184,14 @@ class ProcWatch:
         self._thread.start()
 
     def _run(self) -> None:
+        from cuptistream.collector.worker_pool import worker_pids
+
         while not self._stop.is_set():
             try:
                 own = _cpu_s(self.pid)
                 self.peak_anon_kib = max(self.peak_anon_kib, _rss_kib(self.pid, "RssAnon:"))
                 self.peak_shmem_kib = max(self.peak_shmem_kib, _rss_kib(self.pid, "RssShmem:"))
-                workers = _decode_workers(self.pid)
+                workers = worker_pids(self.pid)
             except OSError:
                 return
             anon = 0

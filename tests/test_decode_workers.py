@@ -23,6 +23,7 @@ import pytest
 
 import cuptistream
 from cuptistream.collector.names import ProcessNames, open_memory
+from cuptistream.collector.worker_pool import worker_pids
 from cuptistream.events import Error, Loss, SelfStats
 from cuptistream.sources.replay import DEFAULT_PATH
 
@@ -55,22 +56,10 @@ def _finished(run: subprocess.Popen[str], tmp: Path) -> dict[str, Any]:
     return dict(json.loads((tmp / "report.json").read_text()))
 
 
-def _workers_of(pid: int) -> list[int]:
-    found = []
-    for children in Path(f"/proc/{pid}/task").glob("*/children"):
-        for child in children.read_text().split():
-            try:
-                if b"cuptistream.collector.workers" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.append(int(child))
-            except OSError:
-                continue
-    return found
-
-
 def _wait_for_worker(pid: int, timeout: float = 30) -> int:
     ends = time.monotonic() + timeout
     while time.monotonic() < ends:
-        if found := _workers_of(pid):
+        if found := worker_pids(pid):
             return found[0]
         time.sleep(0.05)
     raise AssertionError("no decode worker started")

@@ -5,11 +5,10 @@ with a fake interpreter in place of the benches. What the benches measure is the
 
 from __future__ import annotations
 
-import subprocess
 import tarfile
 from pathlib import Path
 
-from tests.helpers.device_session import ROOT, run_driver
+from tests.helpers.device_session import ROOT, check_parses_and_names_its_steps, run_driver
 
 SCRIPT = ROOT / "bench" / "gpu_session.sh"
 GROUPS = {
@@ -22,10 +21,7 @@ GROUPS = {
 
 
 def test_the_driver_parses_and_names_its_steps() -> None:
-    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True).returncode == 0
-    done = subprocess.run(["bash", str(SCRIPT), "nonsense"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2
-    assert "unknown step nonsense (steps: setup lost1 lost2 lost4 full13 full24 volume-start" in done.stderr
+    check_parses_and_names_its_steps(SCRIPT, "setup lost1 lost2 lost4 full13 full24 volume-start")
 
 
 def test_a_dry_run_logs_every_command_and_returns_the_tarball(tmp_path: Path) -> None:

@@ -3,19 +3,15 @@ step before touching anything, and runs its plumbing (bench/device_lib.sh) as a 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from tests.helpers.device_session import run_driver
+from tests.helpers.device_session import check_parses_and_names_its_steps, run_driver
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "multigpu_session.sh"
 
 
 def test_the_driver_parses_and_names_its_steps() -> None:
-    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True).returncode == 0
-    done = subprocess.run(["bash", str(SCRIPT), "nonsense"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2
-    assert "unknown step nonsense (steps: setup lost node compare coexist accuracy fanin" in done.stderr
+    check_parses_and_names_its_steps(SCRIPT, "setup lost node compare coexist accuracy fanin")
 
 
 def test_a_dry_run_through_the_shared_plumbing(tmp_path: Path) -> None:

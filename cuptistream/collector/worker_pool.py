@@ -103,6 +103,20 @@ class Worker:
             self.process.wait()
 
 
+def worker_pids(collector_pid: int) -> list[int]:
+    """The decode worker processes of the collector ``collector_pid`` (its children running
+    ``collector.workers``), from ``/proc``: for benchmarks and tests watching it from outside."""
+    found = []
+    for children in Path(f"/proc/{collector_pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            try:
+                if b"cuptistream.collector.workers" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except OSError:
+                continue
+    return found
+
+
 def _cpu_s(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

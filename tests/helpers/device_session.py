@@ -78,3 +78,12 @@ def run_driver(tmp: Path, script: str, *args: str, dry: bool, **env: str) -> sub
         timeout=120,
         env=full_env,
     )
+
+
+def check_parses_and_names_its_steps(script: Path, steps: str) -> None:
+    """``bash -n`` accepts ``script``, and an unknown step is refused with exit 2 and a line that
+    lists its steps (``steps``: how that list begins)."""
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
+    done = subprocess.run(["bash", str(script), "nonsense"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert f"unknown step nonsense (steps: {steps}" in done.stderr
