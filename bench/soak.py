@@ -2,7 +2,7 @@
 
 Starts a tansu broker (tests/kafka_broker.py) and a counting OTLP/HTTP receiver (tests/otlp_receiver.py,
 told to count instead of keeping every request), then ``cuptistream run`` with the ``replay`` source
-looping the committed H100 captures with no pause (``loops: 0``, ``interval: 0``) under a program that
+looping the committed H200 captures with no pause (``loops: 0``, ``interval: 0``) under a program that
 only sleeps for the soak's length. Every ``--sample`` seconds it records the RSS and open fds of the
 collector (the ``cuptistream run`` process: decoding, pipeline, sinks), of the observed program (the
 probe and the replay source) and, for context, of the broker and of this process (the receiver).

@@ -10,7 +10,7 @@ python3 -m venv .venv
 if .venv/bin/python -c "import ctypes, sys; sys.exit(ctypes.CDLL('libcuda.so.1').cuInit(0))" 2>/dev/null; then
     .venv/bin/cuptistream run -c configs/default.yaml -- python examples/sample_workload.py
 elif compgen -G "sources/captures/*.cupti" > /dev/null; then
-    echo "cuptistream: no NVIDIA GPU/driver here; replaying a real CUPTI capture from an H100 (sources/captures/) instead" >&2
+    echo "cuptistream: no NVIDIA GPU/driver here; replaying real CUPTI captures taken on an H200 (sources/captures/) instead" >&2
     .venv/bin/cuptistream run -c configs/replay.yaml -- python -c "pass"
 else
     echo "cuptistream: no NVIDIA GPU/driver here, and no recorded capture to replay yet; run this on a GPU machine" >&2

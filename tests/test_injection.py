@@ -3,7 +3,7 @@
 Real process trees (spawn, fork, a shell in between, torchrun-style rank variables) under the real
 ``cuptistream run``. The trigger is the real one: ``cuda.bindings.driver.cuInit``, which the probe
 hooks and which fails here after the probe started (no driver can exist on this machine). The
-data is real CUPTI output: the replay source hands over the committed H100 captures, so each
+data is real CUPTI output: the replay source hands over the committed H200 captures, so each
 probed process contributes exactly the fixtures' events.
 """
 

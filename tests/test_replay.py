@@ -1,4 +1,4 @@
-"""The replay source: captured H100 buffers through the decoder, the emitter, the real pipeline and
+"""The replay source: captured H200 buffers through the decoder, the emitter, the real pipeline and
 the file sink, with no GPU. Counts are checked against what the GPU run recorded."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``cuptistream trace --for``: a window on demand on a running job, with no GPU (issue 26).
 
-Real processes and sockets, no mocks: ``cuptistream run`` replays the committed H100 captures
+Real processes and sockets, no mocks: ``cuptistream run`` replays the committed H200 captures
 endlessly through its probes (``replay``, ``loops: 0``) into the file sink, and ``cuptistream
 trace`` runs from another process against it. The registry of running collectors is a fresh folder
 per test (``CUPTISTREAM_RUNTIME_DIR``), so tests running side by side do not see each other's.
