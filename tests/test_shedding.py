@@ -122,3 +122,41 @@ def test_front_door_decodes_when_there_is_room_and_sheds_one_connection_at_a_tim
     waiter.join(5)
     assert results == [False]
     assert intake.losses[shedding.STAGE, shedding.REASON, "records"] > 0
+
+
+def test_counting_a_shed_buffer_agrees_with_the_walk_on_every_capture() -> None:
+    """``count_records`` (a step per record, nothing kept) counts what ``records.walk`` finds, and
+    gives up (None: decode it instead) on an unknown kind or records that overrun the buffer."""
+    from cuptistream.cupti.records import walk
+
+    for path in sorted(CAPTURES.glob("*.cupti")):
+        cap = capture.read(path)
+        layouts = RecordLayouts(dict(cap.struct_sizes))
+        for buffer in cap.buffers:
+            data = memoryview(bytearray(buffer.data))
+            found = walk(data, len(data), layouts, None)
+            assert shedding.count_records(data, len(data), layouts) == sum(map(len, found.values()))
+            assert shedding.count_records(data, len(data) - 8, layouts) is None  # the last record overruns
+        assert shedding.count_records(data, len(data), RecordLayouts({})) is None
+
+
+def test_a_large_buffer_waits_longer_before_it_is_shed() -> None:
+    """The pause before shedding grows with the buffer (``PAUSE_PER_BYTES``): counting a shed
+    buffer's records costs per record, so shedding is capped in bytes per second."""
+    import time
+
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    one = bytes(cap.buffers[0].data)
+    big = memoryview(bytearray(one * (1 + 4 * shedding.PAUSE_PER_BYTES // len(one))))
+    collector = _collector()
+    door = shedding.FrontDoor(collector.pipeline)
+    intake = collector.pipeline.intake
+    _fill_lane(collector, 0, MIB)
+    started = time.monotonic()
+    assert not door.admit(big, len(big), 0, layouts, intake)
+    assert time.monotonic() - started >= 4 * shedding.PAUSE_S
+    copies = len(big) // len(one)
+    records = shedding.count_records(memoryview(bytearray(one)), len(one), layouts)
+    assert records is not None
+    assert intake.losses[shedding.STAGE, shedding.REASON, "records"] == copies * records
