@@ -150,14 +150,16 @@ class RemoteStream:
         lost = ""
         if in_flight is not None:
             view, valid, dropped = in_flight
-            if dropped:  # CUPTI's count, which the worker's stream would have reported
-                self.emitter.report_loss("cupti", "cupti_buffer_dropped", dropped, unit="records")
-            records = shedding.count_records(view, valid, self.layouts) if valid else 0
-            if records is None:
-                self.emitter.report_loss("collector", self.link.reason, 1, unit="buffers")
+            reason = self.link.reason
+            records = shedding.count_lost(
+                view, valid, dropped, self.layouts, self.emitter, "collector", reason
+            )
+            if records is None:  # its headers cannot be walked: CUPTI's count, and one buffer
+                if dropped:
+                    self.emitter.report_loss("cupti", "cupti_buffer_dropped", dropped, unit="records")
+                self.emitter.report_loss("collector", reason, 1, unit="buffers")
                 lost = "; the buffer it was decoding is lost (1 buffer)"
             elif records:
-                self.emitter.report_loss("collector", self.link.reason, records, unit="records")
                 lost = f"; the buffer it was decoding is lost ({records} records)"
         self._tell_broken(lost)
         names = ProcessNames(self.pid) if self.info.strings is None else None

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from cuptistream.cupti.records import RecordLayouts
+from cuptistream.cupti.records import RecordLayouts, size_table
 from cuptistream.plugin import Emitter
 
 if TYPE_CHECKING:
@@ -83,10 +83,7 @@ def count_records(data: memoryview, valid: int, layouts: RecordLayouts) -> int |
     """Records in ``data[:valid]`` from their headers alone (a step per record, nothing kept: 117
     against ``records.walk``'s 168 ns per record on the 2-core VM); None when a size is unknown or
     the records overrun the buffer (it is then decoded, which learns the size or reports it)."""
-    sizes = layouts.sizes
-    table = [0] * (max(sizes, default=0) + 1)
-    for kind, size in sizes.items():
-        table[kind] = size
+    table = size_table(layouts)
     limit = len(table)
     ints = memoryview(data).cast("B")[: valid - valid % 4].cast("i")
     offset = count = 0
@@ -100,13 +97,29 @@ def count_records(data: memoryview, valid: int, layouts: RecordLayouts) -> int |
     return count if offset == valid else None
 
 
-def shed(data: memoryview, valid: int, dropped: int, layouts: RecordLayouts, emitter: Emitter) -> bool:
-    """Count one buffer as shed (and CUPTI's own ``dropped`` count as the decoder would). False:
-    its records cannot be counted without decoding; decode it."""
+def count_lost(
+    data: memoryview,
+    valid: int,
+    dropped: int,
+    layouts: RecordLayouts,
+    emitter: Emitter,
+    stage: str,
+    reason: str,
+) -> int | None:
+    """Count a buffer that will not be decoded as lost: CUPTI's own ``dropped`` count (as the
+    decoder would report it) and its records, at ``stage`` for ``reason``. Returns the records;
+    None, with nothing counted, where they cannot be counted without decoding."""
     records = count_records(data, valid, layouts) if valid else 0
     if records is None:
-        return False
+        return None
     if dropped:
         emitter.report_loss("cupti", "cupti_buffer_dropped", dropped, unit="records")
-    emitter.report_loss(STAGE, REASON, records, unit="records")
-    return True
+    if records:
+        emitter.report_loss(stage, reason, records, unit="records")
+    return records
+
+
+def shed(data: memoryview, valid: int, dropped: int, layouts: RecordLayouts, emitter: Emitter) -> bool:
+    """Count one buffer as shed (``count_lost``). False: its records cannot be counted without
+    decoding; decode it."""
+    return count_lost(data, valid, dropped, layouts, emitter, STAGE, REASON) is not None

@@ -55,6 +55,14 @@ class RecordLayouts:
         return choose_dtype(kind, size) if size else None
 
 
+def size_table(layouts: RecordLayouts) -> list[int]:
+    """Record size by kind number (0: unknown), for loops that look one up per record."""
+    table = [0] * (max(layouts.sizes, default=0) + 1)
+    for kind, size in layouts.sizes.items():
+        table[kind] = size
+    return table
+
+
 def walk(
     data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None
 ) -> dict[int, list[int]]:
@@ -68,9 +76,7 @@ def _walk_each(
     """Record by record (one list lookup per record), learning sizes it does not know."""
     ints = data[: valid - valid % 4].cast("i")
     sizes = layouts.sizes
-    table = [0] * (max(sizes, default=0) + 1)
-    for known, size in sizes.items():
-        table[known] = size
+    table = size_table(layouts)
     limit = len(table)
     offsets: dict[int, list[int]] = {}
     buckets: list[list[int] | None] = [None] * limit
