@@ -379,13 +379,15 @@ class SinkLane:
         writing = 0 if self._written_off or not writing_too else self._writing  # else: ``stop`` did
         if writing:
             self._written_off, self._abandon_reason = writing, reason
-        kept = deque(item for item in self._queue if data_only and item[0].seq == 0)
+        kept: deque[tuple[Chunk, int]] = deque()
+        for item in self._queue:
+            if data_only and item[0].seq == 0:
+                kept.append(item)
+            else:
+                self._let_go(item[0])
         dropped = self._queued_events - sum(chunk.count for chunk, _ in kept) + writing
         if dropped:
             self._drop(dropped, reason)
-        for chunk, _ in self._queue:
-            if not (data_only and chunk.seq == 0):
-                self._let_go(chunk)
         self._queue = kept
         self._queued_bytes = sum(chunk.nbytes for chunk, _ in kept)
         self._queued_events = sum(chunk.count for chunk, _ in kept)
