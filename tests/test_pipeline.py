@@ -220,7 +220,12 @@ def test_the_memory_budget_bounds_what_the_lanes_hold_too(policy: str) -> None:
     budget = 100_000
     slow = MemorySink("slow", delay=0.01, queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
     peaks = {"held": 0, "lane": 0}
-    with cuptistream.session(_config(policy, budget=str(budget)), sinks=[slow], quiet=True) as session:
+    config = _config(policy, budget=str(budget))
+    # Batches of two chunks: the batch being written counts in the budget but not in the lane's
+    # queue; at 500 events (~42 KB) it left the lane too little of the 100 KB to show it filled.
+    # With 200 the lane peaks near 82 KB here, and at 180-190 KB with the lanes outside the budget.
+    config["pipeline"]["batch"]["max_events"] = 200
+    with cuptistream.session(config, sinks=[slow], quiet=True) as session:
         pipeline = session._embedded.pipeline  # type: ignore[union-attr]
         done = threading.Event()
 
