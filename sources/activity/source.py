@@ -50,6 +50,7 @@ from cuptistream.events import ClockSync
 from cuptistream.plugin import Emitter, Source
 from cuptistream.probe.governor import Governor, Throttle
 
+from .schedule import schedule_for
 from .windows import PRIOR_UNIT_COST, Windows
 
 # CUpti_ActivityAttribute: name -> (value, C type of the value)
@@ -99,6 +100,9 @@ class ActivitySourceConfig(SourceConfig):
     min_window: Duration = Duration(0.02)  # ... the shortest (windows shorten past max_pause)
     max_pause: Duration = Duration(5.0)  # ... the longest pause, so every statistics interval sees windows
     pause: Duration = Duration(10.0)  # ... the pause between windows when overhead.budget is off
+    # Budget mode: "job" opens the windows of every rank of a job (RANK/WORLD_SIZE, SLURM, MPI) at the
+    # same moments, so no rank is traced while its peers wait for it; "none": phases of its own.
+    align: Literal["job", "none"] = "job"
     continuous: list[str] = []  # budget mode: kinds also traced between windows
     # Budget mode: what its windows trace; [] = the GPU-work kinds among ``kinds`` (what the
     # statistics need). API kinds cost a per-cbid filter pass at each window's start (8-11 ms during
@@ -187,7 +191,7 @@ class ActivitySource(Source):
         self._correlating = "external_correlation" in cfg.kinds
         if self._correlating:
             activate_correlation()
-        self.windows = Windows(self, self._throttle(cfg))
+        self.windows = Windows(self, self._throttle(cfg), schedule_for(float(cfg.window), cfg.align))
         self.windows.start()
 
     def _throttle(self, cfg: ActivitySourceConfig) -> Throttle | None:

@@ -6,7 +6,8 @@ so under a budget the source traces its kinds only inside windows. One thread ru
 time:
 
 - **Budget windows.** The governor's ``Throttle`` plans each window's length and the pause before
-  the next; the first opens at a random point of the first pause. After a window closes, the
+  the next; a ``Schedule`` (``schedule.py``) places them: at phases of the process's own, or, for
+  the ranks of one job, at the same moments in every rank. After a window closes, the
   collector answers with what it decoded from it (``WindowRecords``); the window's cost is the host
   time of our control calls plus those records priced at ``UNIT_COST_S``, and the throttle plans the
   next cycle from it. A collector that does not answer within ``_PRICE_WAIT_S`` leaves the window
@@ -27,7 +28,9 @@ from collections import deque
 from typing import Protocol
 
 from cuptistream.channel.messages import WindowRecords
-from cuptistream.probe.governor import CLAIM_RETRY_S, Throttle, WindowCost
+from cuptistream.probe.governor import Plan, Throttle, WindowCost
+
+from .schedule import FreeSchedule, Schedule
 
 # What tracing costs the observed program per record the collector decoded, in seconds: CUPTI's work
 # on the launching thread plus the instrumented kernels' extra GPU time, from (traced - untraced)
@@ -57,11 +60,12 @@ class Tracer(Protocol):
 
 class Windows:
     """The window thread of one activity source. ``throttle`` is None for on-demand windows only
-    (``activity.mode: full``)."""
+    (``activity.mode: full``); ``schedule`` places the budget windows (default: phases of its own)."""
 
-    def __init__(self, tracer: Tracer, throttle: Throttle | None) -> None:
+    def __init__(self, tracer: Tracer, throttle: Throttle | None, schedule: Schedule | None = None) -> None:
         self.tracer = tracer
         self.throttle = throttle
+        self.schedule = schedule or FreeSchedule()
         self.opened = 0  # budget windows opened
         self.on_demand = 0  # on-demand windows opened
         self._requests: deque[tuple[float, int]] = deque()  # (seconds, request) from the collector
@@ -100,9 +104,9 @@ class Windows:
 
     def _run(self) -> None:
         throttle = self.throttle
-        due = time.monotonic() + (throttle.first_delay() if throttle is not None else 0.0)
+        due = 0.0
         if throttle is not None:
-            throttle.first()
+            due = time.monotonic() + self.schedule.first(throttle.first())
         while not self._stopping.is_set():
             if self._requests:
                 self._on_demand(*self._requests.popleft())
@@ -115,12 +119,13 @@ class Windows:
                 self._wait(due - now)
                 continue
             if not throttle.governor.claim(throttle.source):  # another source's window is open
-                due = now + CLAIM_RETRY_S
+                due = now + self.schedule.missed(throttle.plan)
                 continue
             try:
-                due = time.monotonic() + self._budget_window(throttle)
+                plan = self._budget_window(throttle)
             finally:
                 throttle.governor.release(throttle.source)
+            due = time.monotonic() + self.schedule.next(plan)
 
     def _wait(self, seconds: float | None) -> None:
         self._wake.wait(seconds)
@@ -134,14 +139,14 @@ class Windows:
         self._stopping.wait(seconds)
         self.tracer.end_window(window)
 
-    def _budget_window(self, throttle: Throttle) -> float:
-        """Open, hold and close one window; the pause before the next, from its measured cost."""
+    def _budget_window(self, throttle: Throttle) -> Plan:
+        """Open, hold and close one window; the plan its measured cost gives."""
         length = throttle.plan.window_s
         began = time.monotonic()
         host = time.thread_time()
         window = self.tracer.begin_window(False, 0)
         if window is None:  # CUPTI is another tool's now: try again after a pause
-            return throttle.plan.pause_s
+            return throttle.plan
         self.opened += 1
         opened = time.monotonic()
         host_s = time.thread_time() - host
@@ -153,7 +158,7 @@ class Windows:
         records = self._wait_priced(window)
         app_s = price(records) if records is not None else throttle.unit_cost * open_s
         cost = WindowCost(open_s=open_s, host_s=host_s, gpu_s=app_s, elapsed_s=time.monotonic() - began)
-        return throttle.window_done(cost).pause_s
+        return throttle.window_done(cost)
 
     def _wait_priced(self, window: int) -> WindowRecords | None:
         with self._priced_cv:
