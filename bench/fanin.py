@@ -471,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument(
         "--workers",
-        default="0",
-        help="comma-separated pipeline.decode_workers (N or auto), each run per N (default 0)",
+        default="auto",
+        help="comma-separated pipeline.decode_workers (N or auto), each run per N (default auto, as the default config)",
     )
     parser.add_argument(
         "--full-policy", choices=["drop_newest", "drop_oldest", "block"], default="drop_newest"
