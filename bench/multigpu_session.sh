@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 32's multi-GPU runs, for a host with 2-4 GPUs (nvidia-h200-x2 / nvidia-h100-x2 or larger).
-# Written before such a host was lent: not yet run.
+# Ran on 2 x H100 (A, B, C) and 4 x H100 (B) on 2026-11-27: docs/gpu-validation.md, "Multi-GPU runs".
 #
 #   bash bench/multigpu_session.sh [STEP|GROUP ...]      # default: all, in the order below
 #

@@ -12,8 +12,8 @@ API (3 cycles), rank 1 the same steps with no profiler. Three jobs:
    none, and its kernels are exactly those it records in job 3 (its probe never stepped aside);
 3. the same under ``cuptistream run`` with nobody profiling: rank 1's kernels, name for name.
 
-With ``CUPTISTREAM_GPU_RESULTS=DIR`` the counts go to ``DIR/coexist_torchrun.json``. Written before a
-multi-GPU machine was lent: not yet run.
+With ``CUPTISTREAM_GPU_RESULTS=DIR`` the counts go to ``DIR/coexist_torchrun.json``. Passed on 2 H100s
+on 2026-11-27 (docs/gpu-validation.md, "Multi-GPU runs").
 """
 
 from __future__ import annotations
