@@ -496,6 +496,7 @@ class Comparer:
             counts[row, : len(tally.kernel_count)] = tally.kernel_count[:n]
         median_ns = np.median(ns, axis=0)
         median_count = np.median(counts, axis=0)
+        pair = len(keys) == 2  # a pair's rank is compared with its peer (outliers.flag_pair)
         names = [self.display(name) for name in self.codes.keys_]
         out = []
         by_rank: dict[str, list[Flag]] = {}
@@ -503,9 +504,8 @@ class Comparer:
             by_rank.setdefault(f.rank, []).append(f)
         for label, rank_flags in sorted(by_rank.items(), key=lambda kv: _label_order(kv[0], keys)):
             row = next(i for i, k in enumerate(keys) if rank_label(k) == label)
-            longer, shorter = kernel_differences(
-                names, ns[row], counts[row], median_ns, median_count, self.top
-            )
+            ref_ns, ref_count = (ns[1 - row], counts[1 - row]) if pair else (median_ns, median_count)
+            longer, shorter = kernel_differences(names, ns[row], counts[row], ref_ns, ref_count, self.top)
             out.append(
                 {
                     "rank": label,

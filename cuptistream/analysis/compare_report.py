@@ -17,7 +17,7 @@ import json
 from typing import Any, Protocol, TextIO
 
 from cuptistream.analysis.compare import CompareResult, IntervalResult
-from cuptistream.analysis.outliers import Flag, Rule
+from cuptistream.analysis.outliers import Flag, Rule, reference_words
 from cuptistream.analysis.report import _duration, _size
 
 COLUMNS = [
@@ -42,8 +42,9 @@ class Writer(Protocol):
 
 
 def _flag_text(f: Flag) -> str:
-    rel = f"{100 * f.relative:+.1f} %" if f.relative is not None else f"{f.value:g} (median 0)"
-    z = f"z {f.z:+.1f}" if f.z is not None else "MAD 0"
+    peer = f.reference == "peer"
+    rel = f"{100 * f.relative:+.1f} %" if f.relative is not None else f"{f.value:g} ({f.reference} 0)"
+    z = "against its peer" if peer else f"z {f.z:+.1f}" if f.z is not None else "MAD 0"
     basis = ", work basis" if f.basis == "work" else ""
     return f"{f.rank} {f.metric} {rel} ({z}{basis})"
 
@@ -124,16 +125,18 @@ class TextWriter:
         if not result.outliers:
             out.write("   none: no rank differs from the median rank by the rule\n")
         for o in result.outliers:
+            flags = [Flag(**m) for m in o["metrics"]]
+            reference = reference_words(flags)
             out.write(f"{o['rank']}: {o['cause']}\n")
             out.write(
                 f"   flagged in {o['flagged_intervals']} of {o['intervals']} interval(s); "
-                + "; ".join(_flag_text(Flag(**m)) for m in o["metrics"])
+                + "; ".join(_flag_text(f) for f in flags)
                 + "\n"
             )
             for title, rows in (("longer", o["kernels_longer"]), ("shorter", o["kernels_shorter"])):
                 for k in rows:
                     out.write(
-                        f"   {title} by {_duration(abs(k['diff_ns']))} than the median rank "
+                        f"   {title} by {_duration(abs(k['diff_ns']))} than {reference} "
                         f"({k['rank_count']} vs {k['median_count']:g} launches): {_short(k['name'], 90)}\n"
                     )
         if meta.get("late_events"):

@@ -6,8 +6,16 @@ modified z-score of Iglewicz and Hoaglin; 1.4826 * MAD estimates the standard de
 data and ignores a minority of outliers). A rank is flagged on the metric when ``|z| > threshold``
 (3.5) **and** ``|x - m| >= min_relative * |m|`` (2 %): the second condition keeps ranks that agree
 to a fraction of a percent (MAD near 0, as on identical replicas) from being flagged for noise.
-With MAD = 0 any rank that differs by ``min_relative`` or more is flagged. Fewer than ``min_ranks``
-(3) ranks have no majority to compare with, and nothing is flagged.
+With MAD = 0 any rank that differs by ``min_relative`` or more is flagged.
+
+Two ranks have no majority, and the rule above would find both equally far from their median. A
+synchronous job's straggler is the rank with more GPU work while its peer waits, so of a pair
+(``flag_pair``) a rank is flagged when its compute-kernel time exceeds its peer's by ``min_relative``
+or more and it does not also spend more time in NCCL than its peer (then it waits too, and is not
+the cause); its NCCL time and kernel count are flagged with it where they differ by the same
+thresholds. Time in NCCL alone does not decide a pair: with no injection the two ranks of a DDP job
+on 2 H100s differed by 23 % in it. A pair's flags are measured against the peer (``reference``:
+``peer``), not the median. A single rank is flagged for nothing.
 
 Ranks that share a GPU (``shared``): the GPU time-slices their contexts, and a kernel's recorded
 duration includes the time the GPU ran other ranks' kernels while it was resident, unevenly (one
@@ -23,7 +31,8 @@ and are compared as measured.
 
 Failure modes: a metric that is 0 on every rank (no NCCL kernels under gloo, no copies) flags
 nothing; when half or more of the ranks are slow, the median is a slow rank and the fast ones are
-flagged as "low" instead.
+flagged as "low" instead; of a pair, a rank late for a reason the GPU does not show (input, CPU) is
+not found, since only more GPU work names a pair's straggler.
 """
 
 from __future__ import annotations
@@ -47,12 +56,17 @@ SHARED_RULE = (
     "estimate_tolerance for estimated counts) counts the median rank's time, others their own"
 )
 
+PAIR_RULE = (
+    "flag the rank whose compute_ns exceeds its peer's by min_relative and whose nccl_ns does not; "
+    "relative to the peer"
+)
+
 
 @dataclass(frozen=True)
 class Rule:
     threshold: float = 3.5
     min_relative: float = 0.02
-    min_ranks: int = 3
+    min_ranks: int = 3  # fewer: two ranks are compared as a pair (``flag_pair``), one not at all
     # Estimated counts (always-on mode) of identical work spread by up to 9 % across ranks (4 ranks
     # in lockstep on the H100, 4-8 % of the time traced): "launched as often" allows this much, and
     # an estimated rank's counts are flagged only past it.
@@ -65,6 +79,7 @@ class Rule:
             "flag_when": f"|z| > {self.threshold} and |x - median| >= {self.min_relative:g} * |median|",
             **asdict(self),
             "metrics": list(METRICS),
+            "pair": PAIR_RULE,
             "shared_device": SHARED_RULE,
         }
 
@@ -72,7 +87,7 @@ class Rule:
         return (
             f"rule: flag a rank when |z| > {self.threshold:g}, z = (x - median) / (1.4826 * MAD) across "
             f"ranks, and it differs from the median by >= {100 * self.min_relative:g} %; "
-            f"needs >= {self.min_ranks} ranks; ranks sharing a GPU: {SHARED_RULE}"
+            f"with >= {self.min_ranks} ranks; two ranks: {PAIR_RULE}; ranks sharing a GPU: {SHARED_RULE}"
         )
 
 
@@ -89,6 +104,7 @@ class Flag:
     relative: float | None  # (value - median) / median; None when the median is 0
     direction: str  # "high" or "low"
     basis: str = "measured"  # "work": on a shared GPU, kernel time on the work basis (``work_basis``)
+    reference: str = "median"  # "peer": one of two ranks, compared with the other (``flag_pair``)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,16 +157,59 @@ def flag_all(
     """
     work = work or {}
     estimated = {str(r["rank"]) for r in rows if str(r.get("basis", "")).startswith("statistics (estimated")}
+    values = {
+        metric: {str(r["rank"]): work.get(str(r["rank"]), {}).get(metric, r[metric]) for r in rows}
+        for metric in METRICS
+    }
+    if len(rows) == 2:
+        return [replace(f, basis="work") if f.rank in work and f.metric in WORK_BASIS else f
+                for f in flag_pair(values, rule, estimated)]  # fmt: skip
     flags: list[Flag] = []
     for metric in METRICS:
-        values = {str(r["rank"]): work.get(str(r["rank"]), {}).get(metric, r[metric]) for r in rows}
-        for f in flag(metric, values, rule, estimated if metric in COUNTS else ()):
+        for f in flag(metric, values[metric], rule, estimated if metric in COUNTS else ()):
             if f.rank not in work:
                 flags.append(f)
             elif metric in WORK_BASIS:
                 flags.append(replace(f, basis="work"))
             elif metric not in SLICED:
                 flags.append(f)
+    return flags
+
+
+def flag_pair(
+    values: Mapping[str, Mapping[str, float]], rule: Rule, estimated: Collection[str] = ()
+) -> list[Flag]:
+    """The flags of a pair of ranks (``values``: metric -> rank label -> value, two labels): those of
+    its straggler, if one rank has more compute-kernel time by ``rule.min_relative`` and not more NCCL
+    time; each measured against the peer. Kernel counts differ past ``rule.estimate_tolerance`` where
+    either rank's are estimates."""
+    compute = values["compute_ns"]
+    if len(compute) != 2:
+        return []
+    slow, peer = sorted(compute, key=lambda label: compute[label], reverse=True)
+    nccl = values["nccl_ns"]
+    if (
+        compute[slow] <= 0
+        or compute[slow] < (1 + rule.min_relative) * compute[peer]
+        or nccl[slow] > nccl[peer]
+    ):
+        return []
+    flags = []
+    for metric, least in (
+        ("compute_ns", rule.min_relative),
+        ("nccl_ns", rule.min_relative),
+        ("kernels", rule.estimate_tolerance if estimated else rule.min_relative),
+    ):
+        mine, theirs = float(values[metric][slow]), float(values[metric][peer])
+        if abs(mine - theirs) < least * abs(theirs) or mine == theirs:
+            continue
+        flags.append(
+            Flag(
+                rank=slow, metric=metric, value=mine, median=theirs, mad=0.0, z=None,
+                relative=round((mine - theirs) / theirs, 4) if theirs else None,
+                direction="high" if mine > theirs else "low", reference="peer",
+            )
+        )  # fmt: skip
     return flags
 
 
@@ -184,6 +243,11 @@ def _pct(f: Flag) -> str:
     return text + (", work basis: shared GPU" if f.basis == "work" else "")
 
 
+def reference_words(flags: Sequence[Flag]) -> str:
+    """What ``flags`` were measured against, in words: "the median rank", or "its peer" for a pair."""
+    return "its peer" if any(f.reference == "peer" for f in flags) else "the median rank"
+
+
 def cause(flags: Sequence[Flag]) -> str:
     """A likely cause for one rank's flags, in words (the metrics decide, in this order)."""
     by = {f.metric: f for f in flags}
@@ -194,7 +258,7 @@ def cause(flags: Sequence[Flag]) -> str:
         what = " and ".join(
             f"{'compute-kernel' if f.metric == 'compute_ns' else 'copy'} time ({_pct(f)})" for f in slow
         )
-        said.append(f"straggler: more {what} than the median rank, so its peers wait for it")
+        said.append(f"straggler: more {what} than {reference_words(flags)}, so its peers wait for it")
         if nccl is not None and nccl.direction == "low":
             said.append(f"it spends less time in NCCL ({_pct(nccl)}): the others wait for it there")
     elif nccl is not None and nccl.direction == "low":

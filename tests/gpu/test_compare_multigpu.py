@@ -16,7 +16,8 @@ always-on ``configs/production.yaml``, as in the one-GPU test):
 
 With ``CUPTISTREAM_GPU_RESULTS=DIR`` each run's ``compare`` JSON, the workload's calibration and the
 export's alignment are written to ``DIR``. Ran on 2 and 4 H100s on 2026-11-27 (docs/gpu-validation.md,
-"Multi-GPU runs"): `full` mode passed on 4; 2 ranks flag nothing (the rule needs 3).
+"Multi-GPU runs"): `full` mode passed on 4. Two ranks then flagged nothing
+(the median rule needs 3); they are compared as a pair since (``outliers.flag_pair``).
 """
 
 from __future__ import annotations
