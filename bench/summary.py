@@ -8,6 +8,13 @@ a fresh process pinned to one CPU core; os.wait4 gives its peak RSS and CPU time
 
     python bench/summary.py                      # 10M events, summary + export
     python bench/summary.py --events 1000000 --skip-export
+    python bench/summary.py --against /tmp/old-checkout --rounds 5 --skip-export   # reader A/B
+
+With ``--against DIR`` every summary round runs this checkout's reader and DIR's on the same
+recording, interleaved (each in a fresh process on the same core), and the report gives both, and
+this checkout's events per CPU second over DIR's per round (median, min, max). DIR must import as
+a checkout does (``cuptistream/sources`` and ``cuptistream/sinks`` reachable, as
+``tests/gpu/entry_points.py`` links them).
 
 Targets (issue 13): peak RSS < 300 MB for both; summary >= 1M events/s per core.
 """
@@ -98,10 +105,10 @@ def build(directory: Path, events: int, batch_events: int = 8192) -> int:
     return written
 
 
-def measure(argv: list[str], cpu: int) -> dict:
+def measure(argv: list[str], cpu: int, root: Path = ROOT) -> dict:
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(cpu), *argv],
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -117,6 +124,12 @@ def measure(argv: list[str], cpu: int) -> dict:
     }
 
 
+def spread(values: list) -> dict:
+    """Median, min and max."""
+    ordered = sorted(values)
+    return {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=10_000_000)
@@ -129,6 +142,7 @@ def main() -> None:
         help="summary runs (median, min and max events/s per CPU second reported)",
     )
     parser.add_argument("--skip-export", action="store_true")
+    parser.add_argument("--against", type=Path, help="another checkout whose reader runs in every round too")
     parser.add_argument("--keep", action="store_true", help="keep the recording (reused if present)")
     args = parser.parse_args()
 
@@ -144,20 +158,29 @@ def main() -> None:
     n = int(marker.read_text())
     size = sum(p.stat().st_size for p in rec.iterdir())
     results: dict = {"events": n, "recording_mb": round(size / 2**20, 1), "files": len(list(rec.iterdir()))}
-    runs = [
-        measure(["summary", str(rec), "--format", "json", "-o", str(directory / "summary.json")], args.cpu)
-        for _ in range(args.rounds)
-    ]
-    for r in runs:
+    roots = {"this": ROOT, **({"against": args.against.resolve()} if args.against else {})}
+    runs: dict[str, list[dict]] = {name: [] for name in roots}
+    for _ in range(args.rounds):
+        for name, root in roots.items():  # interleaved: both readers see the same machine state
+            out = directory / f"summary-{name}.json"
+            runs[name].append(
+                measure(["summary", str(rec), "--format", "json", "-o", str(out)], args.cpu, root)
+            )
+    for r in (r for rs in runs.values() for r in rs):
         r["events_per_s_wall"] = round(n / r["wall_s"])
         r["events_per_cpu_s"] = round(n / r["cpu_s"])
-    results["summary"] = runs
-    rates = sorted(r["events_per_cpu_s"] for r in runs)
-    results["summary_events_per_cpu_s"] = {
-        "median": rates[len(rates) // 2],
-        "min": rates[0],
-        "max": rates[-1],
-    }
+    results["summary"] = runs["this"]
+    results["summary_events_per_cpu_s"] = spread([r["events_per_cpu_s"] for r in runs["this"]])
+    if args.against:
+        results["against"] = {"dir": str(args.against), "summary": runs["against"]}
+        results["against"]["summary_events_per_cpu_s"] = spread(
+            [r["events_per_cpu_s"] for r in runs["against"]]
+        )
+        ratios = [
+            a["events_per_cpu_s"] / b["events_per_cpu_s"]
+            for a, b in zip(runs["this"], runs["against"], strict=True)
+        ]
+        results["this_over_against"] = spread([round(x, 3) for x in ratios])
     if not args.skip_export:
         export = measure(["export", str(rec), "-o", str(directory / "trace.json.gz")], args.cpu)
         export["trace_mb"] = round((directory / "trace.json.gz").stat().st_size / 2**20, 1)
