@@ -221,6 +221,9 @@ def test_a_remote_stream_answers_as_a_decode_stream_does(tmp_path: Path, records
                 view = pool.view(slot, len(buf.data))
                 if isinstance(stream, RemoteStream):
                     stream.decode_slot(0, slot, view, len(buf.data), buf.dropped)
+                    # Its chunks are the pipeline's now: kept by the stream until the next reply,
+                    # they outlived the sinks' release, outside memory_budget (23 MiB per probe).
+                    assert stream._counts.calls == [], "the stream keeps the reply's chunks"
                 else:
                     stream.decode(view, len(buf.data), buf.dropped)
                 del view
