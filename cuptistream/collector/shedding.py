@@ -11,6 +11,13 @@ the slot:
 - every running lane is saturated (``SinkLane.saturated``: full under a dropping policy, the
   intake's backlog counted, since all of it is bound for every lane).
 
+Buffers decoded in the collector's own threads (no decode worker) are decoded one at a time
+(``FrontDoor.decode_turn``), and the front door is asked when a buffer's turn comes. Under one GIL
+concurrent decodes gained nothing: each held its buffer's events (~14 MiB for a GPU's 4 MiB buffer)
+while the others ran, and together they starved the pipeline thread, so decoded events were dropped
+at the lanes (16 replay probes on 2 cores: 0.22-0.36 M events/s delivered and 5-6 M dropped after
+decoding, against 0.71-0.75 M and none with one turn, docs/benchmarks.md).
+
 Nothing is shed under ``block`` (the connection waits instead, and so does the probe's hand-off) or
 while some lane has room. The loss is ``Loss(stage="intake", reason="shed_before_decode",
 unit="records")``: records, not events (a shed buffer never becomes events, so ``events_in`` and
@@ -55,6 +62,8 @@ class FrontDoor:
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
         self._gate = threading.Lock()
+        # Held while a connection decodes a buffer in the collector's own threads (not in a worker).
+        self.decode_turn = threading.Lock()
 
     def admit(
         self, data: memoryview, valid: int, dropped: int, layouts: RecordLayouts, emitter: Emitter
