@@ -31,6 +31,8 @@
 #                              torchrun job (2,000 DDP steps, ~10 s): bench/fanin.py --mode ddp
 #   compare   ~7.5 min   560   tests/gpu/test_compare_multigpu.py: 2 modes x (clean, 5, 10, 20 %);
 #                              20 s (full) or 40 s (always-on) per job + ~20 s start, compare, export
+#   compare2  ~6.5 min   560   the same on the first 2 GPUs only (CUDA_VISIBLE_DEVICES=0,1): two ranks,
+#                              judged as a pair; for a host of 3 or more GPUs, where `compare` runs 4
 #   coexist   ~1.5 min   140   tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~25 s
 #   accuracy  ~3   min   230   NCCL statistics, production.yaml against full mode:
 #                              bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60
@@ -44,6 +46,7 @@
 #   bash bench/multigpu_session.sh A     # setup lost node                (~6.5 min; limits 540 s)
 #   bash bench/multigpu_session.sh B     # setup compare                  (~7.5 min; limits 560 s)
 #   bash bench/multigpu_session.sh C     # setup coexist accuracy fanin   (~6.5 min; limits 570 s)
+#   bash bench/multigpu_session.sh B2    # setup compare2 (4-GPU hosts)   (~6.5 min; limits 560 s)
 #
 # (`all` runs the six steps in one go, ~21 min: for a machine without a per-call limit, or started in
 # the background with nohup and collected by a later call.)
@@ -63,10 +66,11 @@ for arg in "${@:-all}"; do
         all) steps+=(lost node compare coexist accuracy fanin) ;;
         A) steps+=(lost node) ;;
         B) steps+=(compare) ;;
+        B2) steps+=(compare2) ;;
         C) steps+=(coexist accuracy fanin) ;;
         setup) ;;
-        lost|node|compare|coexist|accuracy|fanin) steps+=("$arg") ;;
-        *) echo "multigpu_session.sh: unknown step $arg (steps: setup lost node compare coexist accuracy fanin; groups: all A B C)" >&2; exit 2 ;;
+        lost|node|compare|compare2|coexist|accuracy|fanin) steps+=("$arg") ;;
+        *) echo "multigpu_session.sh: unknown step $arg (steps: setup lost node compare compare2 coexist accuracy fanin; groups: all A B C B2)" >&2; exit 2 ;;
     esac
 done
 session_begin
@@ -76,7 +80,7 @@ summarize() {
     case $name in
         lost) grep -E '^D1 (rank [0-9]+ \(|session [0-9]+( rank [0-9]+)?: )' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
         node|fanin) summarize_fanin "$RESULTS/$name.log" ;;
-        compare|coexist) grep -E '^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)' "$RESULTS/$name.log" | tail -12 | tee -a "$SUMMARY" ;;
+        compare|compare2|coexist) grep -E '^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)' "$RESULTS/$name.log" | tail -12 | tee -a "$SUMMARY" ;;
         accuracy) grep -E '^D1' "$RESULTS/accuracy.log" | tee -a "$SUMMARY" ;;
     esac
 }
@@ -94,6 +98,9 @@ for s in "${steps[@]}"; do
         compare)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step compare 560 $PY -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_compare_multigpu.py --junitxml "$RESULTS/compare.xml" ;;
+        compare2)
+            CUDA_VISIBLE_DEVICES=0,1 CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu2 step compare2 560 $PY -m pytest -v \
+                -p no:cacheprovider tests/gpu/test_compare_multigpu.py --junitxml "$RESULTS/compare2.xml" ;;
         coexist)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step coexist 140 $PY -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_coexist_multigpu.py --junitxml "$RESULTS/coexist.xml" ;;
