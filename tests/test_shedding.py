@@ -160,3 +160,62 @@ def test_a_large_buffer_waits_longer_before_it_is_shed() -> None:
     records = shedding.count_records(memoryview(bytearray(one)), len(one), layouts)
     assert records is not None
     assert intake.losses[shedding.STAGE, shedding.REASON, "records"] == copies * records
+
+
+def test_buffers_decoded_in_the_collectors_threads_are_decoded_one_at_a_time(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """Three replay probes (real processes) send their buffers to an in-process collector with no
+    decode worker: their connection threads take turns, so no two buffers are ever decoded at once,
+    and every buffer is decoded. The decode itself is the real one, timed around."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from cuptistream.collector.decoding import DecodeStream
+
+    inside, most, decoded = [0], [0], [0]
+    lock = threading.Lock()
+    real_decode = DecodeStream.decode
+
+    def timed_decode(self: DecodeStream, view: memoryview, valid: int, dropped: int) -> None:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        try:
+            time.sleep(0.002)  # long enough for the other connections to arrive meanwhile
+            real_decode(self, view, valid, dropped)
+        finally:
+            with lock:
+                inside[0] -= 1
+                decoded[0] += 1
+
+    monkeypatch.setattr(DecodeStream, "decode", timed_decode)
+    config = cuptistream.load_config(
+        {
+            "pipeline": {"decode_workers": 0, "full_policy": "block"},
+            "sources": [],
+            "sinks": [{"type": "null"}],
+        }
+    )
+    collector = Collector(config).start()
+    sock = str(tmp_path / "c.sock")
+    collector.listen(sock)
+    program = (
+        "import sys, cuptistream\n"
+        "cfg = {'sources': [{'type': 'replay', 'path': sys.argv[2], 'loops': 3}], 'sinks': [{'type': 'null'}]}\n"
+        "with cuptistream.session(cfg, collector=sys.argv[1], quiet=True): pass\n"
+    )
+    path = str(CAPTURES / "exact_counts.cupti")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        probes = [subprocess.Popen([sys.executable, "-c", program, sock, path], env=env) for _ in range(3)]
+        assert [p.wait(120) for p in probes] == [0, 0, 0]
+    finally:
+        report = collector.finish(probe_timeout=30)
+    buffers = len(capture.read(path).buffers)
+    assert report is not None and report.probes == 3
+    assert decoded[0] == report.activity_buffers == 3 * 3 * buffers
+    assert most[0] == 1, f"{most[0]} buffers were decoded at once"
