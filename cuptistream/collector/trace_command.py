@@ -15,13 +15,16 @@ import datetime
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from cuptistream.collector import registry
-from cuptistream.collector.control import SUFFIX, ProbeResult, TraceReply, TraceRequest, ask
 from cuptistream.config.units import parse_duration
 from cuptistream.errors import UserError
+
+if TYPE_CHECKING:  # the control socket's code (and numpy) loads when `trace` runs, not with every command
+    from cuptistream.collector.control import ProbeResult, TraceReply
 
 _ANSWER_GRACE_S = 10.0  # the collector's own waits end before ours
 
@@ -82,6 +85,8 @@ def _duration(value: str, option: str, positive: bool) -> float:
 def find_control(collector: str | None) -> str:
     """The control socket of the collector ``collector`` names (a pid, or its socket path), or of
     the only registered one. Raises ``UserError`` (one line) when there is none or several."""
+    from cuptistream.collector.control import SUFFIX
+
     if collector is not None and not collector.isdigit():
         path = collector if collector.endswith(SUFFIX) else collector + SUFFIX
         if os.path.exists(path):
@@ -118,6 +123,8 @@ def find_control(collector: str | None) -> str:
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
+    from cuptistream.collector.control import TraceRequest, ask
+
     if args.format not in ("text", "json"):
         raise UserError(f"trace: --format must be text or json, not {args.format!r}")
     request = TraceRequest(
