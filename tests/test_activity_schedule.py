@@ -13,7 +13,7 @@ import pytest
 from cuptistream.config import load
 from cuptistream.errors import ConfigError
 from cuptistream.probe.governor import Governor, Plan, Throttle
-from sources.activity.schedule import FreeSchedule, JobSchedule, job_key, schedule_for
+from sources.activity.schedule import _MAX_SEARCH, FreeSchedule, JobSchedule, job_key, schedule_for
 from sources.activity.windows import Windows
 from tests.test_activity_windows import RecordingTracer
 
@@ -81,6 +81,8 @@ def test_the_next_window_waits_for_the_next_open_slot_on_the_wall_clock() -> Non
     assert schedule.next(plan) == pytest.approx(slot * 0.2 - now[0])
     now[0] = slot * 0.2 + 0.01  # that slot has begun: a missed start is never taken late
     assert schedule.missed(plan) > 0.19
+    # A plan that would open almost never searches a bounded number of slots (~0.5 s of hashing).
+    assert schedule.next_slot(Plan(0.2, 1e12), 0.0) == 1 + _MAX_SEARCH
 
 
 def _rank(budget: float) -> tuple[Windows, RecordingTracer, list[float]]:

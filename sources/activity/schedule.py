@@ -43,6 +43,11 @@ _JOB_KEYS = (
 )
 
 
+# Slots searched for the next window at most (a hash each, ~1 us): 10x the expected gap of a window
+# every 2 hours of 0.2 s slots. Past it the window opens in the last slot searched.
+_MAX_SEARCH = 360_000
+
+
 def job_key(environ: Mapping[str, str] = os.environ) -> str | None:
     """A key every rank of this process's job shares, or None when the process is no rank of a job of
     two or more processes (nothing to align with)."""
@@ -110,7 +115,8 @@ class JobSchedule:
     def next_slot(self, plan: Plan, after: float) -> int:
         """The first slot that starts after ``after`` (wall-clock seconds) in which ``plan`` opens."""
         slot = math.floor(after / self.slot_s) + 1
-        while not self.opens(slot, plan):
+        last = slot + _MAX_SEARCH
+        while not self.opens(slot, plan) and slot < last:
             slot += 1
         return slot
 
