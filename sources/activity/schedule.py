@@ -37,8 +37,9 @@ from cuptistream.probe.governor import CLAIM_RETRY_S, Plan
 _JOB_KEYS = (
     ("TORCHELASTIC_RUN_ID",),  # torchrun's --rdzv-id ("none" unless set: then the next line)
     ("SLURM_JOB_ID", "SLURM_STEP_ID"),
-    ("OMPI_MCA_orte_hnp_uri",),  # Open MPI: the launcher's contact, one per mpirun
-    ("PMI_ID", "PMI_PORT"),  # MPICH / Intel MPI's process manager
+    ("PMIX_NAMESPACE",),  # PMIx launchers (Open MPI 5, srun --mpi=pmix): the job's namespace
+    ("OMPI_MCA_orte_hnp_uri",),  # Open MPI 4 and older: the launcher's contact, one per mpirun
+    ("PMI_PORT",),  # MPICH / Intel MPI's process manager, one per mpiexec
     ("MASTER_ADDR", "MASTER_PORT"),  # torch.distributed's rendezvous, torchrun or by hand
 )
 
