@@ -77,10 +77,14 @@ class Schedule(Protocol):
 
 class FreeSchedule:
     """Phases of the process's own: the first window at a random point of the first pause (so a run's
-    cost does not depend on when it is measured), then one pause after each window."""
+    cost does not depend on when it is measured), or at once when no budget governs the windows
+    (``governed`` False: ``overhead.budget: off``), then one pause after each window."""
+
+    def __init__(self, governed: bool = True) -> None:
+        self.governed = governed
 
     def first(self, plan: Plan) -> float:
-        return random.uniform(0.0, plan.pause_s)
+        return random.uniform(0.0, plan.pause_s) if self.governed else 0.0
 
     def next(self, plan: Plan) -> float:
         return plan.pause_s
@@ -135,8 +139,11 @@ class JobSchedule:
         return self.next_slot(plan, now) * self.slot_s - now
 
 
-def schedule_for(slot_s: float, align: str, environ: Mapping[str, str] = os.environ) -> Schedule:
+def schedule_for(
+    slot_s: float, align: str, governed: bool = True, environ: Mapping[str, str] = os.environ
+) -> Schedule:
     """The schedule of a source whose longest window is ``slot_s``: ``align: job`` aligns the ranks of
-    a job of two or more processes (``job_key``); any other process, or ``align: none``, runs free."""
+    a job of two or more processes (``job_key``); any other process, or ``align: none``, runs free
+    (``FreeSchedule(governed)``)."""
     key = job_key(environ) if align == "job" else None
-    return FreeSchedule() if key is None else JobSchedule(key, slot_s)
+    return FreeSchedule(governed) if key is None else JobSchedule(key, slot_s)

@@ -191,7 +191,9 @@ class ActivitySource(Source):
         self._correlating = "external_correlation" in cfg.kinds
         if self._correlating:
             activate_correlation()
-        self.windows = Windows(self, self._throttle(cfg), schedule_for(float(cfg.window), cfg.align))
+        throttle = self._throttle(cfg)
+        governed = throttle is not None and throttle.governor.budget is not None
+        self.windows = Windows(self, throttle, schedule_for(float(cfg.window), cfg.align, governed))
         self.windows.start()
 
     def _throttle(self, cfg: ActivitySourceConfig) -> Throttle | None:
