@@ -114,7 +114,7 @@ for line in sys.stdin:
     if not line.startswith("{"):
         print(line.rstrip()); continue
     r = json.loads(line)
-    keep = ("probes", "nproc", "job_s", "window_s", "offered_records_per_s", "delivered_events_per_s", "dropped_events", "drops",
+    keep = ("probes", "nproc", "job_s", "window_s", "offered_records_per_s", "delivered_events_per_s", "dropped_events", "drops", "errors_on_disk",
             "shed_records", "cores_used", "peak_rss_anon_mib", "programs_by_device", "kernels_by_device", "ranks", "check")
     print(json.dumps({k: r[k] for k in keep if k in r}))
 ' | tee -a "$SUMMARY"

@@ -237,18 +237,24 @@ def per_loop_events() -> collections.Counter[str]:
     return events
 
 
-def read_back(out: Path) -> tuple[collections.Counter[str], collections.Counter[str]]:
-    """Events on disk by type, and kernels by device index."""
+def read_back(
+    out: Path,
+) -> tuple[collections.Counter[str], collections.Counter[str], collections.Counter[str]]:
+    """Events on disk by type, kernels by device index, and Error events by origin and message (the
+    probes' and CUPTI's own reports: a storm of them under overload is worth seeing)."""
     import cuptistream
 
     types: collections.Counter[str] = collections.Counter()
     kernels: collections.Counter[str] = collections.Counter()
+    errors: collections.Counter[str] = collections.Counter()
     for e in cuptistream.read(out):
         name = type(e).__name__
         types[name] += 1
         if name == "Kernel":
             kernels[str(e.device_id)] += 1
-    return types, kernels
+        elif name == "Error":
+            errors[f"{e.origin}: {e.message[:160]}"] += 1
+    return types, kernels, errors
 
 
 def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, workdir: Path) -> dict[str, Any]:
@@ -306,8 +312,9 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
     if args.mode == "gpu":
         result["programs_by_device"] = device_plan(n, args.gpus)
     if args.check:
-        on_disk, kernels = read_back(out)
+        on_disk, kernels, errors = read_back(out)
         result["check"] = check(args, n, report, on_disk)
+        result["errors_on_disk"] = dict(errors.most_common(5))
         if args.mode == "gpu":
             result["kernels_by_device"] = dict(sorted(kernels.items(), key=lambda kv: int(kv[0])))
             result["check"]["every_device_traced"] = all(kernels[d] > 0 for d in result["programs_by_device"])
