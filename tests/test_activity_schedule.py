@@ -40,17 +40,26 @@ def test_job_key_names_the_job_every_rank_shares() -> None:
     assert job_key({}) is None
 
 
+def _throttle_for(budget: float | None) -> Throttle:
+    governor = Governor(budget, lambda decision: None)
+    return Throttle(
+        governor, "activity", window_s=0.2, pause_s=10.0, prior_unit_cost=0.6, timestamp=time.monotonic_ns
+    )
+
+
 def test_schedule_for_aligns_only_ranks_of_a_job_and_only_when_asked() -> None:
-    assert isinstance(schedule_for(0.2, "job", environ=TORCHRUN), JobSchedule)
-    assert isinstance(schedule_for(0.2, "none", environ=TORCHRUN), FreeSchedule)
-    free = schedule_for(0.2, "job", environ={})
+    governed = _throttle_for(0.01)
+    assert isinstance(schedule_for(governed, 0.2, "job", environ=TORCHRUN), JobSchedule)
+    assert isinstance(schedule_for(governed, 0.2, "none", environ=TORCHRUN), FreeSchedule)
+    free = schedule_for(governed, 0.2, "job", environ={})
     assert isinstance(free, FreeSchedule)
     # Under a budget the first window waits a random part of the first pause; with none it opens at once.
-    plan = Plan(0.2, 10.0)
+    plan = governed.plan
     assert len({free.first(plan) for _ in range(5)}) == 5 and all(
-        0 <= free.first(plan) <= 10 for _ in range(50)
+        0 <= free.first(plan) <= plan.pause_s for _ in range(50)
     )
-    assert schedule_for(0.2, "job", governed=False, environ={}).first(plan) == 0.0
+    ungoverned = _throttle_for(None)
+    assert schedule_for(ungoverned, 0.2, "job", environ={}).first(ungoverned.plan) == 0.0
 
 
 def test_ranks_with_one_plan_open_the_same_slots_at_the_planned_duty() -> None:

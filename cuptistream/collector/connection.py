@@ -241,14 +241,16 @@ class ProbeConnection:
     ) -> None:
         """Decode the buffer (here, or in the stream's worker), unless the pipeline has no room for
         its events: then count its records as shed, undecoded (``shedding``)."""
-        if isinstance(stream, RemoteStream):
-            if self.collector.front_door.admit(view, valid, dropped, stream.layouts, self.emitter):
-                stream.decode_slot(pool, slot, view, valid, dropped)
-            return
+        front_door = self.collector.front_door
+        remote = isinstance(stream, RemoteStream)
         # One buffer decoded in the collector's threads at a time: the GIL runs one anyway, and each
         # decode holds its buffer's events (~14 MiB for a GPU's 4 MiB buffer) until they are encoded.
-        with self.collector.front_door.decode_turn:
-            if self.collector.front_door.admit(view, valid, dropped, stream.layouts, self.emitter):
+        with contextlib.nullcontext() if remote else front_door.decode_turn:
+            if not front_door.admit(view, valid, dropped, stream.layouts, self.emitter):
+                return
+            if isinstance(stream, RemoteStream):
+                stream.decode_slot(pool, slot, view, valid, dropped)
+            else:
                 stream.decode(view, valid, dropped)
 
     def _emit_chunks(self, view: memoryview) -> None:

@@ -24,13 +24,12 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from cuptistream.pipeline.resource import job_rank
-from cuptistream.probe.governor import CLAIM_RETRY_S, Plan
+from cuptistream.probe.governor import CLAIM_RETRY_S, Plan, Throttle
 
 # Environment variables that name one job, the most specific first: every rank of the job sees the
 # same values, and two jobs on one host see different ones.
@@ -76,15 +75,14 @@ class Schedule(Protocol):
 
 
 class FreeSchedule:
-    """Phases of the process's own: the first window at a random point of the first pause (so a run's
-    cost does not depend on when it is measured), or at once when no budget governs the windows
-    (``governed`` False: ``overhead.budget: off``), then one pause after each window."""
+    """Phases of the process's own: the first window after ``first_delay`` (the throttle's: a random
+    point of the first pause under a budget, none without one), then one pause after each window."""
 
-    def __init__(self, governed: bool = True) -> None:
-        self.governed = governed
+    def __init__(self, first_delay: Callable[[], float]) -> None:
+        self._first_delay = first_delay
 
     def first(self, plan: Plan) -> float:
-        return random.uniform(0.0, plan.pause_s) if self.governed else 0.0
+        return self._first_delay()
 
     def next(self, plan: Plan) -> float:
         return plan.pause_s
@@ -140,10 +138,10 @@ class JobSchedule:
 
 
 def schedule_for(
-    slot_s: float, align: str, governed: bool = True, environ: Mapping[str, str] = os.environ
+    throttle: Throttle, slot_s: float, align: str, environ: Mapping[str, str] = os.environ
 ) -> Schedule:
-    """The schedule of a source whose longest window is ``slot_s``: ``align: job`` aligns the ranks of
-    a job of two or more processes (``job_key``); any other process, or ``align: none``, runs free
-    (``FreeSchedule(governed)``)."""
+    """The schedule of ``throttle``'s windows, the longest ``slot_s``: ``align: job`` aligns the ranks
+    of a job of two or more processes (``job_key``); any other process, or ``align: none``, runs free
+    (``FreeSchedule``, first after ``throttle.first_delay``)."""
     key = job_key(environ) if align == "job" else None
-    return FreeSchedule(governed) if key is None else JobSchedule(key, slot_s)
+    return FreeSchedule(throttle.first_delay) if key is None else JobSchedule(key, slot_s)

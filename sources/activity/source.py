@@ -192,8 +192,8 @@ class ActivitySource(Source):
         if self._correlating:
             activate_correlation()
         throttle = self._throttle(cfg)
-        governed = throttle is not None and throttle.governor.budget is not None
-        self.windows = Windows(self, throttle, schedule_for(float(cfg.window), cfg.align, governed))
+        schedule = schedule_for(throttle, float(cfg.window), cfg.align) if throttle is not None else None
+        self.windows = Windows(self, throttle, schedule)
         self.windows.start()
 
     def _throttle(self, cfg: ActivitySourceConfig) -> Throttle | None:

@@ -60,12 +60,13 @@ class Tracer(Protocol):
 
 class Windows:
     """The window thread of one activity source. ``throttle`` is None for on-demand windows only
-    (``activity.mode: full``); ``schedule`` places the budget windows (default: phases of its own)."""
+    (``activity.mode: full``); ``schedule`` places the budget windows (default: phases of its own,
+    ``FreeSchedule``)."""
 
     def __init__(self, tracer: Tracer, throttle: Throttle | None, schedule: Schedule | None = None) -> None:
         self.tracer = tracer
         self.throttle = throttle
-        self.schedule = schedule or FreeSchedule()
+        self.schedule = schedule or FreeSchedule(throttle.first_delay if throttle else lambda: 0.0)
         self.opened = 0  # budget windows opened
         self.on_demand = 0  # on-demand windows opened
         self._requests: deque[tuple[float, int]] = deque()  # (seconds, request) from the collector
