@@ -27,10 +27,12 @@ basis is decided per rank when an interval or the span is compared: its raw reco
 any, else its statistics (a ``full`` recording with statistics on holds both, and they must not
 count twice). Nothing after ``Tally`` depends on which. Statistics count their ``estimated_*``
 values; each row's ``basis`` says where the numbers came from and, for estimates, how much of the
-time was traced. A statistics interval counts whole in the compare interval its start falls in, so
-the compare interval must be a multiple of it (``compare_stats.StatisticsIntervalError`` otherwise:
-the numbers cannot be split), for the ranks compared on their statistics: it is raised when the
-first interval closes or at ``finish``, and not for a rank that has raw records.
+time was traced. A rank compared on estimates is an outlier over the whole span only where its
+intervals bear the flag out (``outliers.borne_out``). A statistics interval counts whole in the
+compare interval its start falls in, so the compare interval must be a multiple of it
+(``compare_stats.StatisticsIntervalError`` otherwise: the numbers cannot be split), for the ranks
+compared on their statistics: it is raised when the first interval closes or at ``finish``, and not
+for a rank that has raw records.
 
 Failure modes: a batch whose work starts before an interval that was already closed is "late": it
 counts in the whole-span totals and in ``late_events``, not in its interval's row.
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -55,6 +57,7 @@ from cuptistream.analysis.outliers import (
     SHARED_RULE,
     Flag,
     Rule,
+    borne_out,
     cause,
     flag_all,
     kernel_differences,
@@ -154,6 +157,7 @@ class Comparer:
         self.stats_interval_ns: int | None = None
         self.ranks: dict[RankKey, _RankInfo] = {}
         self.flagged_intervals: dict[RankKey, int] = {}
+        self.compared_intervals: dict[RankKey, int] = {}  # intervals with a row for the rank
         self.intervals = 0
         self.late_events = 0
         self.batches = 0
@@ -347,6 +351,8 @@ class Comparer:
         tallies = {key: tally for key, tally in picked.items() if tally is not None}
         lo, hi = _reach(tallies.values())
         result = self._result(interval.start, interval.end, hi - lo, tallies)
+        for key in tallies:
+            self.compared_intervals[key] = self.compared_intervals.get(key, 0) + 1
         for flagged in {f.rank for f in result.flags}:
             key = next(k for k in self.ranks if rank_label(k) == flagged)
             self.flagged_intervals[key] = self.flagged_intervals.get(key, 0) + 1
@@ -471,6 +477,7 @@ class Comparer:
         whole = {key: self._whole(key) for key in keys}
         lo, hi = _reach(whole.values())
         total = self._result(lo, hi, hi - lo, whole)
+        total = replace(total, flags=self._held(total))
         return CompareResult(
             total=total,
             outliers=self._outliers(total.flags, keys),
@@ -483,6 +490,21 @@ class Comparer:
             shared_devices=self.shared_devices(keys),
             statistics_interval_ns=None if all(self.ranks[k].raw for k in keys) else self.stats_interval_ns,
         )
+
+    def _held(self, total: IntervalResult) -> list[Flag]:
+        """The whole span's flags, less those of an estimated rank that its intervals do not bear
+        out (``outliers.borne_out``)."""
+        estimated = {r["rank"] for r in total.rows if str(r["basis"]).startswith("statistics (estimated")}
+        by_label = {rank_label(key): key for key in self.compared()}
+        return [
+            f
+            for f in total.flags
+            if f.rank not in estimated
+            or borne_out(
+                self.flagged_intervals.get(by_label[f.rank], 0),
+                self.compared_intervals.get(by_label[f.rank], 0),
+            )
+        ]
 
     def _outliers(self, flags: Sequence[Flag], keys: list[RankKey]) -> list[dict[str, Any]]:
         if not flags:

@@ -17,6 +17,12 @@ thresholds. Time in NCCL alone does not decide a pair: with no injection the two
 on 2 H100s differed by 23 % in it. A pair's flags are measured against the peer (``reference``:
 ``peer``), not the median. A single rank is flagged for nothing.
 
+A rank compared on estimates (always-on statistics, a few percent of the time traced) is flagged
+over the whole span only when it was also flagged in at least half of the intervals it was compared
+in (``borne_out``): one thinly traced interval can carry a whole-span total past the thresholds. On
+4 H100s under NCCL every spurious flag of the always-on runs (a rank's busy fraction, copy or NCCL
+time) held in 0 or 1 of 2-5 intervals, and every slowed rank in all but a partial last one.
+
 Ranks that share a GPU (``shared``): the GPU time-slices their contexts, and a kernel's recorded
 duration includes the time the GPU ran other ranks' kernels while it was resident, unevenly (one
 rank's kernels can absorb 25 % more than another's doing the same work). For those ranks
@@ -61,6 +67,14 @@ PAIR_RULE = (
     "relative to the peer"
 )
 
+ESTIMATED_RULE = "over the whole span, only where also flagged in at least half of the intervals compared"
+
+
+def borne_out(flagged_intervals: int, compared_intervals: int) -> bool:
+    """Whether an estimated rank's whole-span flags hold: it was flagged in at least half of the
+    intervals it was compared in."""
+    return 2 * flagged_intervals >= compared_intervals
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -81,13 +95,15 @@ class Rule:
             "metrics": list(METRICS),
             "pair": PAIR_RULE,
             "shared_device": SHARED_RULE,
+            "estimated": ESTIMATED_RULE,
         }
 
     def text(self) -> str:
         return (
             f"rule: flag a rank when |z| > {self.threshold:g}, z = (x - median) / (1.4826 * MAD) across "
             f"ranks, and it differs from the median by >= {100 * self.min_relative:g} %; "
-            f"with >= {self.min_ranks} ranks; two ranks: {PAIR_RULE}; ranks sharing a GPU: {SHARED_RULE}"
+            f"with >= {self.min_ranks} ranks; two ranks: {PAIR_RULE}; ranks sharing a GPU: {SHARED_RULE}; "
+            f"estimated ranks: {ESTIMATED_RULE}"
         )
 
 
