@@ -115,7 +115,8 @@ for line in sys.stdin:
         print(line.rstrip()); continue
     r = json.loads(line)
     keep = ("probes", "nproc", "job_s", "window_s", "offered_records_per_s", "delivered_events_per_s", "dropped_events", "drops", "errors_on_disk",
-            "shed_records", "cores_used", "peak_rss_anon_mib", "programs_by_device", "kernels_by_device", "ranks", "check")
+            "shed_records", "collector_cpu_s", "workers_cpu_s", "cpu_s_per_m_records", "cores_used", "peak_rss_anon_mib",
+            "programs_by_device", "kernels_by_device", "ranks", "check")
     print(json.dumps({k: r[k] for k in keep if k in r}))
 ' | tee -a "$SUMMARY"
 }
@@ -124,7 +125,11 @@ for line in sys.stdin:
 session_end() {
     local tarball
     if [ -n "${OUT:-}" ]; then tarball=$OUT/$SESSION-$LABEL.tar.gz; else tarball=$RESULTS.tar.gz; fi
-    tar czf "$tarball" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
+    # Recordings a cut step left behind (a fanin run killed before its clean-up) stay here: a file
+    # over 8 MB would make the tarball too big to come back, and nothing reads them at home.
+    find "$RESULTS" -type f -size +8M > "$RESULTS.big"
+    while read -r big; do note "left out of the tarball: ${big#"$RESULTS"/} ($(du -h "$big" | cut -f1))"; done < "$RESULTS.big"
+    tar czf "$tarball" -X "$RESULTS.big" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
     [ -n "${OUT:-}" ] && cp "$SUMMARY" "$OUT/summary-$LABEL.txt"
     echo "== results: $tarball ($(du -h "$tarball" | cut -f1))"
     echo "== summary"

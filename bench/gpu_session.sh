@@ -54,6 +54,9 @@
 #   fanin-profile  ~1   min    90   --probes 4 --seconds 12 --profile --profile-gil --no-check; needs
 #                                   py-spy (not on the lent image: carry its wheel in .whl/), else
 #                                   skipped with one line
+#   fanin-gpu-profile ~1.5 min 150  where the collector's time goes on the GPU: --mode gpu --probes 1,4
+#                                   --seconds 10 --profile --no-check (py-spy, as fanin-profile), then
+#                                   bench/profile_stages.py on each run's stacks
 #   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes 1,4,8,16 --seconds 15
 #                                   --runs $FANIN_GPU_RUNS (default 1; the docs' 3 is ~7.5 min)
 #
@@ -87,7 +90,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -99,7 +102,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -208,6 +211,16 @@ for s in "${steps[@]}"; do
             else
                 step fanin-profile 90 "$PY" bench/fanin.py --mode cpu --probes 4 --seconds 12 --profile \
                     --profile-gil --no-check --out "$RESULTS/fanin_profile"
+            fi ;;
+        fanin-gpu-profile)
+            if [ -z "$DRY_RUN" ] && ! command -v py-spy > /dev/null; then
+                note "-- fanin-gpu-profile: SKIPPED, no py-spy (carry its wheel in .whl/)"
+            else
+                step fanin-gpu-profile 150 "$PY" bench/fanin.py --mode gpu --probes 1,4 --seconds 10 --profile \
+                    --no-check --out "$RESULTS/fanin_gpu_profile"
+                for p in "$RESULTS"/fanin_gpu_profile/*/profile.txt; do
+                    [ -f "$p" ] && { note "$p:"; $PY bench/profile_stages.py "$p" | tee -a "$SUMMARY"; }
+                done
             fi ;;
         fanin-gpu)
             # shellcheck disable=SC2086  # FANIN_EXTRA is words
