@@ -57,8 +57,9 @@
 #   fanin-gpu-profile ~1.5 min 150  where the collector's time goes on the GPU: --mode gpu --probes 1,4
 #                                   --seconds 10 --profile --no-check (py-spy, as fanin-profile), then
 #                                   bench/profile_stages.py on each run's stacks
-#   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes 1,4,8,16 --seconds 15
-#                                   --runs $FANIN_GPU_RUNS (default 1; the docs' 3 is ~7.5 min)
+#   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes $FANIN_GPU_PROBES (default
+#                                   1,4,8,16; ~40 s each with start and read-back: 16 was cut at 170 s
+#                                   on 2026-11-27) --seconds 15 --runs $FANIN_GPU_RUNS (default 1)
 #
 # fanin-block packs the captured buffers into 4 MiB ones (BLOCK_BUFFER_SIZE; what the activity
 # source hands over on a busy GPU: docs/benchmarks.md, "Buffers the size a GPU fills"); fanin-cpu
@@ -224,7 +225,7 @@ for s in "${steps[@]}"; do
             fi ;;
         fanin-gpu)
             # shellcheck disable=SC2086  # FANIN_EXTRA is words
-            step fanin-gpu 170 "$PY" bench/fanin.py --mode gpu --probes 1,4,8,16 --seconds 15 \
+            step fanin-gpu 170 "$PY" bench/fanin.py --mode gpu --probes "${FANIN_GPU_PROBES:-1,4,8,16}" --seconds 15 \
                 --runs "${FANIN_GPU_RUNS:-1}" $FANIN_EXTRA --out "$RESULTS/fanin_gpu" ;;
     esac
     [ "$s" = setup ] || summarize "$s"
