@@ -82,6 +82,11 @@ setup() {
     export PYTHONPATH=$ROOT:$SHIM:$SITE${PYTHONPATH:+:$PYTHONPATH}
     export PATH=$SITE/bin:$PATH  # console scripts of carried wheels (py-spy)
     GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # the GPUs the steps may use, not the host's (fanin's G)
+        local visible
+        visible=$(tr ',' '\n' <<< "$CUDA_VISIBLE_DEVICES" | grep -c .)
+        [ "$visible" -lt "$GPUS" ] && GPUS=$visible
+    fi
     {
         date -u; git rev-parse --short HEAD 2>/dev/null; git status --short 2>/dev/null | head -20
         nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader
