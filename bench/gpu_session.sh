@@ -55,7 +55,8 @@
 #                                   py-spy (not on the lent image: carry its wheel in .whl/), else
 #                                   skipped with one line
 #   fanin-gpu-profile ~1.5 min 150  where the collector's time goes on the GPU: --mode gpu --probes 1,4
-#                                   --seconds 10 --profile --no-check (py-spy, as fanin-profile), then
+#                                   --seconds 10 --profile --no-check (py-spy, as fanin-profile; the
+#                                   probes and e.g. --profile-gil from FANIN_PROFILE_ARGS), then
 #                                   bench/profile_stages.py on each run's stacks
 #   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes $FANIN_GPU_PROBES (default
 #                                   1,4,8,16; ~40 s each with start and read-back: 16 was cut at 170 s
@@ -217,8 +218,9 @@ for s in "${steps[@]}"; do
             if [ -z "$DRY_RUN" ] && ! command -v py-spy > /dev/null; then
                 note "-- fanin-gpu-profile: SKIPPED, no py-spy (carry its wheel in .whl/)"
             else
-                step fanin-gpu-profile 150 "$PY" bench/fanin.py --mode gpu --probes 1,4 --seconds 10 --profile \
-                    --no-check --out "$RESULTS/fanin_gpu_profile"
+                # shellcheck disable=SC2086  # FANIN_PROFILE_ARGS is words
+                step fanin-gpu-profile 150 "$PY" bench/fanin.py --mode gpu ${FANIN_PROFILE_ARGS:---probes 1,4} \
+                    --seconds 10 --profile --no-check --out "$RESULTS/fanin_gpu_profile"
                 for p in "$RESULTS"/fanin_gpu_profile/*/profile.txt; do
                     [ -f "$p" ] && { note "$p:"; $PY bench/profile_stages.py "$p" | tee -a "$SUMMARY"; }
                 done
