@@ -124,6 +124,45 @@ def test_front_door_decodes_when_there_is_room_and_sheds_one_connection_at_a_tim
     assert intake.losses[shedding.STAGE, shedding.REASON, "records"] > 0
 
 
+def test_buffers_being_decoded_count_against_the_lanes() -> None:
+    """Each admitted buffer reserves ``RESERVE_PER_BYTE`` times its bytes until ``decoded``: with
+    decode workers several are decoded at once, and the lanes must have room for all their events
+    (16 programs on one H100 dropped 1.37 M events after decoding them without this). A buffer that
+    only those in flight leave without room waits for one to be decoded, and is then admitted, not
+    shed. Its own events are not counted against it: an idle pipeline admits one of any size."""
+    import threading
+
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    one = bytes(cap.buffers[0].data)
+    data = memoryview(bytearray(one * (1 + MIB // len(one))))  # ~1 MiB: reserves ~3 MiB
+    collector = _collector(policy="drop_oldest", lane_bytes="4MiB")  # the lane decides: room 3.75 MiB
+    door = shedding.FrontDoor(collector.pipeline)
+    intake = collector.pipeline.intake
+    assert door.admit(data, len(data), 0, layouts, intake)
+    assert door.in_flight == shedding.RESERVE_PER_BYTE * len(data)
+    assert door.admit(data, len(data), 0, layouts, intake), "3 MiB on their way: room for more"
+    results: list[bool] = []
+    third = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
+    third.start()
+    third.join(0.3)
+    assert third.is_alive() and not results, "6 MiB on their way: it waits for them"
+    door.decoded(len(data))
+    third.join(5)
+    assert results == [True] and not intake.losses, "one was decoded: admitted, nothing shed"
+    assert door.in_flight == 2 * shedding.RESERVE_PER_BYTE * len(data)
+    door.decoded(len(data))
+    door.decoded(len(data))
+    huge = memoryview(bytearray(one * (1 + 4 * MIB // len(one))))  # its own 12 MiB exceed the lane
+    assert door.admit(huge, len(huge), 0, layouts, intake), "an idle pipeline admits any buffer"
+    door.decoded(len(huge))
+    assert door.in_flight == 0
+    # Under drop_newest the memory budget counts them too.
+    budgeted = _collector(lane_bytes="64MiB")
+    assert not shedding.overloaded(budgeted.pipeline)
+    assert shedding.overloaded(budgeted.pipeline, in_flight=budgeted.pipeline.intake.budget_bytes)
+
+
 def test_counting_a_shed_buffer_agrees_with_the_walk_on_every_capture() -> None:
     """``count_records`` (a step per record, nothing kept) counts what ``records.walk`` finds, and
     gives up (None: decode it instead) on an unknown kind or records that overrun the buffer."""

@@ -248,10 +248,13 @@ class ProbeConnection:
         with contextlib.nullcontext() if remote else front_door.decode_turn:
             if not front_door.admit(view, valid, dropped, stream.layouts, self.emitter):
                 return
-            if isinstance(stream, RemoteStream):
-                stream.decode_slot(pool, slot, view, valid, dropped)
-            else:
-                stream.decode(view, valid, dropped)
+            try:
+                if isinstance(stream, RemoteStream):
+                    stream.decode_slot(pool, slot, view, valid, dropped)
+                else:
+                    stream.decode(view, valid, dropped)
+            finally:
+                front_door.decoded(valid)
 
     def _emit_chunks(self, view: memoryview) -> None:
         offset = 0

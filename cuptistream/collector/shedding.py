@@ -18,6 +18,15 @@ while the others ran, and together they starved the pipeline thread, so decoded 
 at the lanes (16 replay probes on 2 cores: 0.22-0.36 M events/s delivered and 5-6 M dropped after
 decoding, against 0.71-0.75 M and none with one turn, docs/benchmarks.md).
 
+Buffers being decoded count too: from ``admit`` until the caller's ``decoded``, each is reserved
+``RESERVE_PER_BYTE`` times its bytes on its way to the lanes. With decode workers several buffers
+are decoded at once, and each looked at lanes that did not yet hold the others' events: 16 programs
+on one H100 (8 workers) dropped 1.37 M events at a full file sink after decoding them, against 399k
+records shed before (docs/benchmarks.md). A buffer that only those in flight would leave without
+room waits for them (its slot holds it meanwhile) and is not shed: shedding it too cut what a
+2-core collector delivered under 16 replay probes from 0.95 M to 0.64 M events/s. A buffer's own
+events are not counted against it, so an idle pipeline always admits one, whatever its size.
+
 Nothing is shed under ``block`` (the connection waits instead, and so does the probe's hand-off) or
 while some lane has room. The loss is ``Loss(stage="intake", reason="shed_before_decode",
 unit="records")``: records, not events (a shed buffer never becomes events, so ``events_in`` and
@@ -41,6 +50,9 @@ if TYPE_CHECKING:
 STAGE, REASON = "intake", "shed_before_decode"
 PAUSE_S = 0.002
 PAUSE_PER_BYTES = 256 * 1024  # a larger buffer waits PAUSE_S per this many bytes before it is shed
+# Bytes of events per byte of activity buffer: 2.1 for an H100's kernel records (216 bytes each, 462
+# of events), 2.5-3.8 for the shipped captures' mixes (API records are small and their events not).
+RESERVE_PER_BYTE = 3
 
 
 class FrontDoor:
@@ -64,27 +76,50 @@ class FrontDoor:
         self._gate = threading.Lock()
         # Held while a connection decodes a buffer in the collector's own threads (not in a worker).
         self.decode_turn = threading.Lock()
+        self._decoded = threading.Condition()  # notified as each admitted buffer is decoded
+        self.in_flight = 0  # bytes reserved for the events of buffers admitted and not yet decoded
 
     def admit(
         self, data: memoryview, valid: int, dropped: int, layouts: RecordLayouts, emitter: Emitter
     ) -> bool:
-        """True: decode the buffer. False: it was shed and counted."""
-        if not overloaded(self.pipeline):
-            return True
-        with self._gate:
-            time.sleep(PAUSE_S * max(1, valid // PAUSE_PER_BYTES))
-            return not (overloaded(self.pipeline) and shed(data, valid, dropped, layouts, emitter))
+        """True: decode the buffer, then call ``decoded(valid)``. False: it was shed and counted."""
+        if overloaded(self.pipeline, self.in_flight):
+            with self._gate:
+                deadline = time.monotonic() + PAUSE_S * max(1, valid // PAUSE_PER_BYTES)
+                with self._decoded:  # off the GIL while waiting
+                    while overloaded(self.pipeline, self.in_flight):
+                        if not overloaded(self.pipeline):
+                            # Only the buffers being decoded would fill the lanes: wait for them
+                            # (each one ends), keeping this buffer in its slot, rather than shed it.
+                            self._decoded.wait(PAUSE_S)
+                            continue
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._decoded.wait(min(left, PAUSE_S))  # the lanes' writes make room too
+                if overloaded(self.pipeline) and shed(data, valid, dropped, layouts, emitter):
+                    return False
+        with self._decoded:
+            self.in_flight += RESERVE_PER_BYTE * valid
+        return True
+
+    def decoded(self, valid: int) -> None:
+        """The admitted buffer of ``valid`` bytes was decoded (its events are in the intake) or lost."""
+        with self._decoded:
+            self.in_flight -= RESERVE_PER_BYTE * valid
+            self._decoded.notify_all()
 
 
-def overloaded(pipeline: Pipeline) -> bool:
-    """Whether the events of one more buffer would only be dropped downstream (see above)."""
+def overloaded(pipeline: Pipeline, in_flight: int = 0) -> bool:
+    """Whether the events of one more buffer would only be dropped downstream (see above), with
+    ``in_flight`` bytes of events on their way from buffers being decoded."""
     intake = pipeline.intake
     if intake.policy == "block":
         return False
-    if intake.policy == "drop_newest" and intake.held_bytes >= intake.budget_bytes:
+    if intake.policy == "drop_newest" and intake.held_bytes + in_flight >= intake.budget_bytes:
         return True
     running = [lane for lane in pipeline.lanes if not lane.stopped]
-    backlog = intake.queued_bytes  # decoded already, and bound for every lane
+    backlog = intake.queued_bytes + in_flight  # decoded already or being decoded: for every lane
     return bool(running) and all(lane.saturated(backlog) for lane in running)
 
 
