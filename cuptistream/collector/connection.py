@@ -101,6 +101,9 @@ class ProbeConnection:
                     break
                 message, fds = received
                 self._handle(message, fds)
+        except ConnectionResetError as error:
+            if not self.said_goodbye:  # after Goodbye it lost nothing: everything before was read
+                self.intake.report_error(self.origin, f"probe connection failed: {error}")
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as error:
             self.intake.report_error(self.origin, f"probe connection failed: {error}")
         finally:
@@ -146,6 +149,10 @@ class ProbeConnection:
             self._window(message)
         elif isinstance(message, messages.Goodbye):
             self.said_goodbye = True
+            # Nothing more goes to the probe: it waits for this shutdown before closing its end
+            # (``probe.link.await_hangup``), so it never closes with a reply unread.
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_WR)
             self._drain_all()
 
     def _worker(self) -> Link | None:

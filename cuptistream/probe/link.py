@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import select
 import socket
 import threading
 import time
@@ -22,6 +23,7 @@ from cuptistream.libc import libc
 
 _PR_SET_PTRACER = 0x59616D61
 _CONTROL_WAIT_S = 2.0  # pool and stream announcements: rare, and the collector needs them
+_HANGUP_WAIT_S = 1.0  # after Goodbye, how long to wait for the collector to have read everything
 
 
 def allow_reading_by(pid: int) -> None:
@@ -176,6 +178,22 @@ class ProbeLink:
                 sock.setblocking(True)
                 sock.settimeout(2.0)
                 sockets.send(sock, messages.Goodbye(stats=stats or {}))
+                await_hangup(sock, _HANGUP_WAIT_S)
             self._disconnected(sock)
         for pool in self.pools:
             pool.close()
+
+
+def await_hangup(sock: socket.socket, seconds: float) -> None:
+    """Read and drop what the collector still sends until it shuts its side (it does on Goodbye,
+    once it has read everything before it), for ``seconds`` at most. A socket closed with messages
+    unread resets the connection, and the collector's next read fails before the messages still
+    queued for it (Goodbye among them) are read: on one H100, 16 programs exiting at once left 4-5
+    connections "reset by peer". The collector only answers the probe (a window's record count),
+    so nothing arrives after its shutdown."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([sock], [], [], left)[0]:
+            return
+        if not sock.recv(messages.MAX_MESSAGE):
+            return  # the collector shut its side
