@@ -114,6 +114,8 @@ def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str,
         sources: list[dict[str, Any]] = [{"type": "replay", "loops": args.loops}]
         if args.replay_buffer_size:  # the captures' ~1k-record buffers packed into GPU-sized ones
             sources[0]["buffer_size"] = args.replay_buffer_size
+        if getattr(args, "replay_path", ""):  # e.g. a GPU's own buffers (bench/capture_stream.py)
+            sources[0]["path"] = args.replay_path
     else:
         default = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
         sources = default["sources"]
@@ -218,8 +220,9 @@ class ProcWatch:
         return at(end) - at(start)
 
 
-def per_loop_events() -> collections.Counter[str]:
-    """Events by type that one loop over the shipped captures decodes to, by the collector's decoder."""
+def per_loop_events(path: str = "") -> collections.Counter[str]:
+    """Events by type that one loop over the captures at ``path`` ("": the shipped ones) decodes to,
+    by the collector's decoder."""
     from cuptistream.cupti import capture
     from cuptistream.cupti.decode import Decoder
     from cuptistream.cupti.names import TableNames
@@ -227,8 +230,8 @@ def per_loop_events() -> collections.Counter[str]:
     from cuptistream.sources.replay import capture_files
 
     events: collections.Counter[str] = collections.Counter()
-    for path in capture_files(""):
-        cap = capture.read(path)
+    for file in capture_files(path):
+        cap = capture.read(file)
         decoder = Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)), False)
         for buf in cap.buffers:
             events.update(
@@ -337,7 +340,7 @@ def check(
     if args.mode == "cpu" and args.loops:
         # Per type of record event: the collector's statistics (ActivityStats, GpuStats) are derived
         # from the records, not records, and their count depends on the intervals the run spanned.
-        per_loop = per_loop_events()
+        per_loop = per_loop_events(args.replay_path)
         expected = {name: n * args.loops * count for name, count in per_loop.items()}
         found["expected_data_events"] = sum(expected.values())
         found["record_events_on_disk"] = sum(on_disk[name] for name in expected)
@@ -483,6 +486,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--full-policy", choices=["drop_newest", "drop_oldest", "block"], default="drop_newest"
+    )
+    parser.add_argument(
+        "--replay-path",
+        type=lambda p: str(Path(p).resolve()) if p else "",
+        default="",
+        help="cpu: replay these captures (a file or folder; default the shipped ones), e.g. a GPU's "
+        "own buffers from bench/capture_stream.py",
     )
     parser.add_argument(
         "--replay-buffer-size",

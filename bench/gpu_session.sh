@@ -58,6 +58,10 @@
 #                                   --seconds 10 --profile --no-check (py-spy, as fanin-profile; the
 #                                   probes and e.g. --profile-gil from FANIN_PROFILE_ARGS), then
 #                                   bench/profile_stages.py on each run's stacks
+#   capture-stream ~0.5 min    90   W3's own activity buffers as the default config hands them over
+#                                   (bench/capture_stream.py --seconds 0.2: a few MB), into
+#                                   $RESULTS/w3_stream.cupti; back home, CPU benches replay them with
+#                                   bench/fanin.py --replay-path
 #   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes $FANIN_GPU_PROBES (default
 #                                   1,4,8,16; ~40 s each with start and read-back: 16 was cut at 170 s
 #                                   on 2026-11-27) --seconds 15 --runs $FANIN_GPU_RUNS (default 1)
@@ -92,7 +96,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -104,7 +108,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -162,6 +166,7 @@ summarize() {
         full13|full24) sed -n '/^wrote /,$p' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         volume-wait) grep -E '^W4 ' "$RESULTS/volume-wait.log" | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
+        capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
     esac
 }
 
@@ -225,6 +230,9 @@ for s in "${steps[@]}"; do
                     [ -f "$p" ] && { note "$p:"; $PY bench/profile_stages.py "$p" | tee -a "$SUMMARY"; }
                 done
             fi ;;
+        capture-stream)
+            step capture-stream 90 "$PY" bench/capture_stream.py --workload W3 --seconds 0.2 \
+                --out "$RESULTS/w3_stream.cupti" ;;
         fanin-gpu)
             # shellcheck disable=SC2086  # FANIN_EXTRA is words
             step fanin-gpu 170 "$PY" bench/fanin.py --mode gpu --probes "${FANIN_GPU_PROBES:-1,4,8,16}" --seconds 15 \

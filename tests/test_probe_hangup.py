@@ -72,3 +72,11 @@ def test_await_hangup_drops_what_arrives_and_is_bounded() -> None:
     began = time.monotonic()
     await_hangup(probe, 5.0)
     assert time.monotonic() - began < 1.0, "a hang-up ends the wait at once"
+
+
+def test_await_hangup_returns_when_another_thread_closed_the_socket() -> None:
+    """The probe's control thread reads the same socket, sees the collector's shutdown and closes
+    it: the wait ends quietly (it ran at exit, where nothing may raise)."""
+    probe, _collector_end = _pair()
+    probe.close()
+    await_hangup(probe, 5.0)

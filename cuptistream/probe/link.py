@@ -192,8 +192,11 @@ def await_hangup(sock: socket.socket, seconds: float) -> None:
     connections "reset by peer". The collector only answers the probe (a window's record count),
     so nothing arrives after its shutdown."""
     deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        if not select.select([sock], [], [], left)[0]:
-            return
-        if not sock.recv(messages.MAX_MESSAGE):
-            return  # the collector shut its side
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([sock], [], [], left)[0]:
+                return
+            if not sock.recv(messages.MAX_MESSAGE):
+                return  # the collector shut its side
+    except (OSError, ValueError):  # ValueError: the control thread saw the hang-up and closed it
+        return

@@ -1,0 +1,73 @@
+"""Capture what a busy GPU hands the collector: a workload's activity buffers as the default config's
+activity source completes them (4 MiB buffers, the default kinds and API filters), as a capture file.
+
+    python bench/capture_stream.py --workload W3 --seconds 0.5 --out w3_stream.cupti
+
+The shipped captures hold ~930 records per buffer, mostly small API records; a GPU running W3 fills
+4 MiB buffers with ~19,000 records, nearly all 216-byte kernel records, which cost the collector
+3-5x as much per record (docs/benchmarks.md, "Fan-in with decode workers on the H100 hosts"). With
+this file the CPU benches decode GPU-shaped buffers: ``python bench/fanin.py --replay-path FILE``.
+
+Prints one JSON line: buffers, records by activity kind, bytes of buffers, the file's bytes, and the
+records CUPTI dropped. Needs a GPU, torch and CUPTI (the lent hosts); not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="W3", help="a bench/workloads.py workload (default W3)")
+    parser.add_argument("--seconds", type=float, default=0.5, help="how long it runs traced")
+    parser.add_argument("--out", required=True, help="the capture file to write")
+    args = parser.parse_args()
+
+    import torch
+
+    from bench.workloads import WORKLOADS
+    from cuptistream.cupti import capture
+    from cuptistream.cupti.records import RecordLayouts, walk
+    from sources.activity import ActivitySource, ActivitySourceConfig
+    from tests.gpu.workloads.collect import Collect
+
+    if args.workload not in WORKLOADS:
+        raise SystemExit(f"capture_stream: unknown workload {args.workload}; one of {', '.join(WORKLOADS)}")
+    out = Path(args.out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    block = WORKLOADS[args.workload]()
+    block(10)  # built and warm before tracing starts
+    torch.cuda.synchronize()
+    sink = Collect()
+    source = ActivitySource(ActivitySourceConfig(type="activity", capture=str(out)), sink)
+    source.start()
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        block(20)
+        torch.cuda.synchronize()
+    source.stop()
+    cap = capture.read(out)
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    by_kind: collections.Counter[int] = collections.Counter()
+    for buf in cap.buffers:
+        data = memoryview(bytearray(buf.data))
+        by_kind.update({kind: len(offsets) for kind, offsets in walk(data, len(data), layouts, None).items()})
+    print(json.dumps({
+        "workload": args.workload, "seconds": args.seconds, "buffers": len(cap.buffers),
+        "records_by_kind": {str(k): n for k, n in sorted(by_kind.items())},
+        "buffer_bytes": sum(len(b.data) for b in cap.buffers), "file_bytes": out.stat().st_size,
+        "losses": sink.losses, "errors": sink.errors[:5],
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
