@@ -36,6 +36,8 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from spread import spread  # noqa: E402 - bench/, first on the path of a script run from it
+
 CHILD = r"""
 import os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
@@ -145,11 +147,6 @@ def _cpu_model() -> str:
     )
 
 
-def _stats(values: list[float]) -> dict:
-    ordered = sorted(values)
-    return {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1]}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=8)
@@ -188,8 +185,8 @@ def main() -> None:
             "records": n, "recording_mb": round(sum(p.stat().st_size for p in directory.iterdir()) / 2**20, 1),
             "span_s": round(report["total"]["span_ns"] / 1e9, 1), "intervals": report["meta"]["intervals"],
             "outliers": len(report["outliers"]), "runs": runs,
-            "records_per_cpu_s": _stats([r["records_per_cpu_s"] for r in runs]),
-            "peak_rss_mb": _stats([r["peak_rss_mb"] for r in runs]),
+            "records_per_cpu_s": spread([r["records_per_cpu_s"] for r in runs]),
+            "peak_rss_mb": spread([r["peak_rss_mb"] for r in runs]),
         }  # fmt: skip
         print(json.dumps({span: results["spans"][span]}), file=sys.stderr)
     results["load_after"] = os.getloadavg()

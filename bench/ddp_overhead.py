@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead_gpu import ROOT, build_bare, cuptistream_command, find_cupti, select_api_cbids
+from spread import spread_text
 
 SCRIPT = ROOT / "examples" / "train_ddp.py"
 CONFIG = ROOT / "configs" / "default.yaml"
@@ -62,10 +63,6 @@ def run_mode(mode: str, args: argparse.Namespace, work: Path, bare: dict[str, st
         rank: statistics.median(json.loads((out / "ranks" / f"rank{rank}.json").read_text())["step_ms"])
         for rank in range(args.nproc)
     }
-
-
-def spread(values: list[float], fmt: str) -> str:
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
 
 
 def main() -> None:
@@ -105,8 +102,8 @@ def main() -> None:
         to_none = [r["cuptistream"][rank] / r["none"][rank] for r in rounds]
         to_bare = [r["cuptistream"][rank] / r["bare"][rank] for r in rounds]
         summary[str(rank)] = {**per_mode, "cuptistream_to_none": to_none, "cuptistream_to_bare": to_bare}
-        print(f"| {rank} | {spread(per_mode['none'], '.3f')} | {spread(per_mode['bare'], '.3f')} | "
-              f"{spread(per_mode['cuptistream'], '.3f')} | {spread(to_none, '.3f')} | {spread(to_bare, '.3f')} |")  # fmt: skip
+        print(f"| {rank} | {spread_text(per_mode['none'], '.3f')} | {spread_text(per_mode['bare'], '.3f')} | "
+              f"{spread_text(per_mode['cuptistream'], '.3f')} | {spread_text(to_none, '.3f')} | {spread_text(to_bare, '.3f')} |")  # fmt: skip
     if args.out:
         args.out.write_text(
             json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "ranks": summary})

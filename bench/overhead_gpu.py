@@ -55,7 +55,6 @@ import os
 import re
 import shutil
 import site
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +62,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from spread import spread_text
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS_PY = ROOT / "bench" / "workloads.py"
@@ -411,12 +412,6 @@ class Runner:
 # --- summary -------------------------------------------------------------------------------------
 
 
-def _spread(values: list[float], fmt: str) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
-
-
 def summarize(runs: list[dict[str, Any]], workloads: list[str], modes: list[str]) -> dict[str, Any]:
     by_key: dict[tuple[int, str, str], dict[str, Any]] = {
         (r["round"], r["workload"], r["mode"]): r for r in runs if r["ok"]
@@ -461,9 +456,9 @@ def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> s
     for w in workloads:
         for m in modes:
             s = summary[f"{w}/{m}"]
-            to_none = _spread(s["ratio_to_none"], ".2f") if m != "none" else "1"
-            to_bare = _spread(s["ratio_to_bare"], ".2f") if is_cuptistream(m) or m == "kineto" else ""
-            lines.append(f"| {w} | {m} | {_spread(s['per_iteration_us'], '.2f')} | {to_none} | {to_bare} "
+            to_none = spread_text(s["ratio_to_none"], ".2f") if m != "none" else "1"
+            to_bare = spread_text(s["ratio_to_bare"], ".2f") if is_cuptistream(m) or m == "kineto" else ""
+            lines.append(f"| {w} | {m} | {spread_text(s['per_iteration_us'], '.2f')} | {to_none} | {to_bare} "
                          f"| {s['failed'] or ''} |")  # fmt: skip
     detail = []
     for w in workloads:
@@ -486,14 +481,14 @@ def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> s
                     for r in reports
                     if isinstance(r.get("losses"), dict)
                 ]
-                detail.append(f"| {w} | {m} | {_spread(records, '.0f')} | {_spread(losses, '.0f')} "
-                              f"| {_spread(cpu_per_m, '.2f')} | {_spread(coll_rss, '.0f')} "
-                              f"| {_spread(rss_mib, '.0f')} |")  # fmt: skip
+                detail.append(f"| {w} | {m} | {spread_text(records, '.0f')} | {spread_text(losses, '.0f')} "
+                              f"| {spread_text(cpu_per_m, '.2f')} | {spread_text(coll_rss, '.0f')} "
+                              f"| {spread_text(rss_mib, '.0f')} |")  # fmt: skip
             else:
                 records = [v for r in reports if (v := _num(r, "records")) is not None]
                 dropped = [v for r in reports if (v := _num(r, "dropped")) is not None]
-                detail.append(f"| {w} | bare | {_spread(records, '.0f')} | {_spread(dropped, '.0f')} | | "
-                              f"| {_spread(rss_mib, '.0f')} |")  # fmt: skip
+                detail.append(f"| {w} | bare | {spread_text(records, '.0f')} | {spread_text(dropped, '.0f')} | | "
+                              f"| {spread_text(rss_mib, '.0f')} |")  # fmt: skip
     if detail:
         lines += [
             "",

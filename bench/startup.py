@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from spread import spread_text
 
 from cuptistream.probe.bootstrap import BOOT_DIR, ENV_PROBE_CONFIG, ENV_PROBE_START
 
@@ -52,10 +53,6 @@ def time_once(code: str, env: dict[str, str]) -> float:
     return elapsed
 
 
-def spread(values: list[float], fmt: str) -> str:
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
@@ -78,9 +75,9 @@ def main() -> None:
                     times[name].append(time_once(code, envs[name]))
             ratios = [h / b for h, b in zip(times["hooked"], times["bare"], strict=True)]
             results[code] = {**times, "ratio": ratios}
-            print(f"python -c {code!r}: bare {spread(times['bare'], '.1f')} ms, "
-                  f"hooked {spread(times['hooked'], '.1f')} ms, "
-                  f"hooked/bare {spread(ratios, '.3f')} over {args.rounds} rounds")  # fmt: skip
+            print(f"python -c {code!r}: bare {spread_text(times['bare'], '.1f')} ms, "
+                  f"hooked {spread_text(times['hooked'], '.1f')} ms, "
+                  f"hooked/bare {spread_text(ratios, '.3f')} over {args.rounds} rounds")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(results))
 

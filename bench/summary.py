@@ -35,6 +35,8 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from spread import spread  # noqa: E402 - bench/, first on the path of a script run from it
+
 CHILD = r"""
 import os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
@@ -122,12 +124,6 @@ def measure(argv: list[str], cpu: int, root: Path = ROOT) -> dict:
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "wall_s": wall,
     }
-
-
-def spread(values: list) -> dict:
-    """Median, min and max."""
-    ordered = sorted(values)
-    return {"median": ordered[len(ordered) // 2], "min": ordered[0], "max": ordered[-1]}
 
 
 def main() -> None:
