@@ -114,7 +114,7 @@ def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str,
         sources: list[dict[str, Any]] = [{"type": "replay", "loops": args.loops}]
         if args.replay_buffer_size:  # the captures' ~1k-record buffers packed into GPU-sized ones
             sources[0]["buffer_size"] = args.replay_buffer_size
-        if getattr(args, "replay_path", ""):  # e.g. a GPU's own buffers (bench/capture_stream.py)
+        if args.replay_path:  # e.g. a GPU's own buffers (bench/capture_stream.py)
             sources[0]["path"] = args.replay_path
     else:
         default = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
