@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from cuptistream.config import SourceConfig
@@ -55,6 +56,12 @@ def result_name(code: int) -> str:
         return f"CUPTI result {code}"
 
 
+@dataclass
+class _Reported:
+    at: float  # monotonic time of the last report
+    repeats: int = 0  # counted since, not sent
+
+
 class StateSource(Source):
     config_type = StateConfig
     config: StateConfig
@@ -66,8 +73,7 @@ class StateSource(Source):
         self._subscriber = sub or subscriber.get()
         self._registration: Registration | None = None
         self.notifications = 0
-        # (severity, result, message) -> [monotonic time of its last report, repeats since]
-        self._reported: dict[tuple[str, int, str], list[float]] = {}
+        self._reported: dict[tuple[str, int, str], _Reported] = {}  # by (severity, result, message)
         self._lock = threading.Lock()  # CUPTI may notify from several threads
 
     def start(self) -> None:
@@ -101,11 +107,11 @@ class StateSource(Source):
         with self._lock:
             self.notifications += 1
             seen = self._reported.get(key)
-            if severity != "fatal" and seen is not None and now - seen[0] < REPEAT_WINDOW_S:
-                seen[1] += 1
+            if severity != "fatal" and seen is not None and now - seen.at < REPEAT_WINDOW_S:
+                seen.repeats += 1
                 return
-            repeats = int(seen[1]) if seen is not None else 0
-            self._reported[key] = [now, 0]
+            repeats = seen.repeats if seen is not None else 0
+            self._reported[key] = _Reported(now)
         self._report(key, repeats, "since its last report")
 
     def _report(self, key: tuple[str, int, str], repeats: int, when: str) -> None:
@@ -120,7 +126,7 @@ class StateSource(Source):
             self._registration.remove()
             self._registration = None
         with self._lock:
-            pending = [(key, int(seen[1])) for key, seen in self._reported.items() if seen[1]]
+            pending = [(key, seen.repeats) for key, seen in self._reported.items() if seen.repeats]
             self._reported.clear()
         for key, repeats in pending:
             self._report(key, repeats, f"in the last {REPEAT_WINDOW_S:g} s, not sent one by one")
