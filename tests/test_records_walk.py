@@ -53,11 +53,24 @@ def _with_kind(data: bytes, offset: int, kind: int) -> bytes:
     return bytes(patched)
 
 
+def _deep_in_a_run(records: list[tuple[int, int]]) -> int:
+    """The index of a record 100 records into the capture's longest run of one kind (577 kernels):
+    where a walk that steps over runs in bulk would be (one was tried: issue 30)."""
+    start, best, length = 0, (0, 0), 0
+    for i, (_, kind) in enumerate(records):
+        length = length + 1 if i and kind == records[i - 1][1] else 1
+        start = i - length + 1
+        best = max(best, (length, start))
+    assert best[0] > 150
+    return best[1] + 100
+
+
+@pytest.mark.parametrize("where", ["middle", "deep in a run"])
 def test_unknown_kind_in_the_middle_is_learned_there_or_reported(
-    buffer: tuple[bytes, dict[int, int], list[tuple[int, int]]],
+    buffer: tuple[bytes, dict[int, int], list[tuple[int, int]]], where: str
 ) -> None:
     data, sizes, records = buffer
-    offset, kind = records[len(records) // 2]
+    offset, kind = records[len(records) // 2 if where == "middle" else _deep_in_a_run(records)]
     patched = _with_kind(data, offset, UNKNOWN)
 
     message, left, asked = _outcome(patched, len(patched), sizes)
@@ -76,11 +89,12 @@ def test_unknown_kind_in_the_middle_is_learned_there_or_reported(
     assert asked == [(UNKNOWN, offset)] and left == sizes
 
 
+@pytest.mark.parametrize("where", ["middle", "deep in a run"])
 def test_a_header_of_another_size_or_a_torn_end_is_reported(
-    buffer: tuple[bytes, dict[int, int], list[tuple[int, int]]],
+    buffer: tuple[bytes, dict[int, int], list[tuple[int, int]]], where: str
 ) -> None:
     data, sizes, records = buffer
-    offset, kind = records[len(records) // 2]
+    offset, kind = records[len(records) // 2 if where == "middle" else _deep_in_a_run(records)]
     longer = max(sizes, key=sizes.__getitem__)  # steps past the next record's header, into its fields
     assert sizes[longer] > sizes[kind]
     message, left, _ = _outcome(_with_kind(data, offset, longer), len(data), sizes)
@@ -90,3 +104,25 @@ def test_a_header_of_another_size_or_a_torn_end_is_reported(
     last = records[-1][0]
     message, _, _ = _outcome(data, last + 8, sizes)  # the last record torn after 8 bytes
     assert message == f"records overrun the buffer: walked to {len(data)}, valid bytes {last + 8}"
+
+    run_end, run_kind = records[_deep_in_a_run(records)]  # a buffer that ends inside a run, mid-record
+    message, _, _ = _outcome(data, run_end + 8, sizes)
+    walked = run_end + sizes[run_kind]
+    assert message == f"records overrun the buffer: walked to {walked}, valid bytes {run_end + 8}"
+
+
+@pytest.mark.parametrize("shift", [0, 4, 1])  # records at 8-byte, 4-byte and byte offsets
+def test_gather_picks_each_record_whole_wherever_it_starts(shift: int) -> None:
+    """``gather`` copies rows of machine words, not fields: every record it returns must hold
+    exactly the bytes at its offset, for offsets on 8-byte, 4-byte and odd boundaries."""
+    from cuptistream.cupti.records import gather
+
+    dtype = np.dtype({"names": ["kind", "start", "name"], "formats": ["<u4", "<u8", "<u8"],
+                      "offsets": [0, 8, 16], "itemsize": 24})  # fmt: skip
+    rng = np.random.default_rng(7)
+    data = bytearray(rng.integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    offsets = [shift + 24 * i + (8 * (i // 3)) for i in range(40)]  # gaps: not one contiguous run
+    picked = gather(memoryview(data), offsets, dtype)
+    assert picked.dtype == dtype and len(picked) == len(offsets)
+    for record, offset in zip(picked, offsets, strict=True):
+        assert record.tobytes() == bytes(data[offset : offset + 24])

@@ -112,11 +112,12 @@ def gather(data: memoryview, offsets: list[int], dtype: np.dtype[Any]) -> np.nda
     if offsets[-1] - first == size * (count - 1):  # one contiguous run: no copy
         return np.ndarray((count,), dtype=dtype, buffer=data, offset=first)
     starts = np.asarray(offsets, dtype=np.int64)
-    if size % 8 == 0 and not (starts % 8).any():
-        # A record could start at any 8-byte position: view the buffer that way, pick whole records.
-        positions = (len(data) - size) // 8 + 1
-        every = np.ndarray((positions,), dtype=dtype, buffer=data, offset=0, strides=(8,))
-        return every[starts // 8]
-    raw = np.frombuffer(data, dtype=np.uint8)
-    index = starts[:, None] + np.arange(size, dtype=np.int64)
-    return raw[index].view(dtype).reshape(count)
+    # View the buffer as overlapping rows of one record's length, one row starting at every word
+    # (8, 4 or 1 bytes: the widest that every offset and the size are multiples of), pick whole
+    # rows, then view them as records. Picking through the structured dtype itself copies field by
+    # field: ~7x slower for a 216-byte kernel record.
+    word = next(w for w in (8, 4, 1) if size % w == 0 and not (starts % w).any())
+    unit = np.dtype(f"<u{word}")
+    positions = (len(data) - size) // word + 1
+    rows = np.ndarray((positions, size // word), dtype=unit, buffer=data, offset=0, strides=(word, word))
+    return rows[starts // word].view(dtype).reshape(count)
