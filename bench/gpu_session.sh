@@ -62,6 +62,14 @@
 #                                   (bench/capture_stream.py --seconds 0.2: a few MB), into
 #                                   $RESULTS/w3_stream.cupti; back home, CPU benches replay them with
 #                                   bench/fanin.py --replay-path
+#   full3          ~5   min   320   W3 alone, full mode, with the variant `worker`
+#                                   (bench/configs/default-decode-worker.yaml: the lone probe decodes in a
+#                                   worker process): --rounds $FULL3_ROUNDS (default 6); W3 is where the
+#                                   collector falls behind in full mode (CUPTI drops, program slows)
+#   steady4        ~3.5 min   240   bench/steady_cost_gpu.py --workload W4 --configs
+#                                   none,configs/production.yaml --rounds 3 --base 8 --seconds 14: is the
+#                                   +3-8 % block time between budget windows (lost4's drift check) the
+#                                   session's or the machine's drift (`none` runs the same blocks)
 #   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes $FANIN_GPU_PROBES (default
 #                                   1,4,8,16; ~40 s each with start and read-back: 16 was cut at 170 s
 #                                   on 2026-11-27) --seconds 15 --runs $FANIN_GPU_RUNS (default 1)
@@ -96,7 +104,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -108,7 +116,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -163,7 +171,8 @@ summarize() {
     local name=$1
     case $name in
         lost[124]) grep -E '^W[124](:| session [0-9]+: )' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
-        full13|full24) sed -n '/^wrote /,$p' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        full13|full24|full3) sed -n '/^wrote /,$p' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        steady4) tail -n 12 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         volume-wait) grep -E '^W4 ' "$RESULTS/volume-wait.log" | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
         capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
@@ -196,6 +205,14 @@ for s in "${steps[@]}"; do
                     --out "$RESULTS/full_merged.json" > "$RESULTS/full-merged.log" 2>&1
                 note "-- full24: merged with full13's JSON into full_merged.json (full-merged.log)"
             fi ;;
+        full3)
+            lim=$(cap 320)
+            step full3 "$lim" "$PY" bench/overhead_gpu.py --rounds "${FULL3_ROUNDS:-6}" --workloads W3 \
+                --modes none,bare,cuptistream --variant worker=bench/configs/default-decode-worker.yaml \
+                --seconds 2 --budget $((lim - 20)) --out "$RESULTS/full_w3.json" ;;
+        steady4)
+            step steady4 "$(cap 240)" "$PY" bench/steady_cost_gpu.py --workload W4 --configs none,configs/production.yaml \
+                --rounds 3 --base 8 --seconds 14 --out "$RESULTS/steady_W4.json" ;;
         volume-start)
             volume_start ;;
         volume-wait)
