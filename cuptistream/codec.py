@@ -27,11 +27,12 @@ _json_encoder = msgspec.json.Encoder()
 
 class Chunk:
     """Events from one hand-off: their msgpack elements (without the array header) and count, and
-    the process they came from (``producer``; None: the collector's own)."""
+    the process they came from (``producer``; None: the collector's own). ``payload`` is bytes, or
+    a view into a decode worker's reply (``collector.worker_protocol``), which it keeps alive."""
 
     __slots__ = ("count", "holders", "payload", "producer", "seq")
 
-    def __init__(self, payload: bytes, count: int, producer: Producer | None = None) -> None:
+    def __init__(self, payload: bytes | memoryview, count: int, producer: Producer | None = None) -> None:
         self.payload = payload
         self.count = count
         self.producer = producer

@@ -5,7 +5,10 @@ waits for its reply, so a probe's buffers are decoded, and their events come bac
 descriptors (a slot pool's memfd, the program's ``/proc/PID/mem``) travel with their request
 (SCM_RIGHTS). A reply can be megabytes of encoded events, more than one datagram of a Unix socket
 holds (``wmem_max`` is 208 KiB on many hosts), so it goes as fragments, each led by one byte that
-says whether more follow.
+says whether more follow; the first also says the message's length. The receiver reads the
+fragments straight into one buffer (the kernel copies them, with the GIL released) and a reply's
+chunk payloads are views into it: the collector holds the GIL for neither a join nor a copy of the
+events (at 16 probes those two held it ~40 % of the time; docs/benchmarks.md, issue 30).
 
 A reply carries what the worker's ``DecodeStream`` did to its emitter, in call order (``Calls``),
 and its cumulative counters; the connection replays the calls on the real emitter.
@@ -14,6 +17,7 @@ and its cumulative counters; the connection replays the calls on the real emitte
 from __future__ import annotations
 
 import socket
+import struct
 
 import msgspec
 
@@ -67,7 +71,7 @@ Request = MapPool | Open | Decode | Span | Close
 
 
 class EmitChunk(msgspec.Struct, tag="chunk", frozen=True, array_like=True):
-    payload: bytes
+    payload: memoryview  # decoded as a view into the received reply: no copy
     count: int
 
 
@@ -108,6 +112,8 @@ class Reply(msgspec.Struct, frozen=True):
 
 _FRAGMENT = 128 * 1024  # fits one datagram under the smallest usual wmem_max (212,992 bytes)
 _MORE, _LAST = b"\x01", b"\x00"
+_LENGTH = struct.Struct("<Q")  # the whole message's length, after the first fragment's flag
+_FIRST = 1 + _LENGTH.size
 MAX_FDS = 2
 
 _encoder = msgspec.msgpack.Encoder()
@@ -129,27 +135,41 @@ def _send(sock: socket.socket, data: bytes, fds: list[int]) -> None:
     while first or view:
         part, view = view[:_FRAGMENT], view[_FRAGMENT:]
         flag = _MORE if view else _LAST
+        lead = flag + _LENGTH.pack(len(data)) if first else flag
         if first and fds:
-            socket.send_fds(sock, [flag, part], fds, socket.MSG_NOSIGNAL)
+            socket.send_fds(sock, [lead, part], fds, socket.MSG_NOSIGNAL)
         else:
-            sock.sendmsg([flag, part], [], socket.MSG_NOSIGNAL)
+            sock.sendmsg([lead, part], [], socket.MSG_NOSIGNAL)
         first = False
 
 
-def _receive(sock: socket.socket) -> tuple[bytes | memoryview, list[int]] | None:
-    """One whole message and its fds; None at end of stream. Raises OSError (a timeout too)."""
-    parts: list[memoryview] = []
-    fds: list[int] = []
-    while True:
-        data, got, _flags, _addr = socket.recv_fds(sock, _FRAGMENT + 1, MAX_FDS)
-        fds.extend(got)
-        if not data:
+def _receive(sock: socket.socket) -> tuple[bytes | bytearray | memoryview, list[int]] | None:
+    """One whole message and its fds; None at end of stream. Raises OSError (a timeout too, and a
+    message whose fragments do not add up to its length)."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST + _FRAGMENT, MAX_FDS)
+    if not data:
+        for fd in fds:
+            socket.close(fd)
+        return None
+    (length,) = _LENGTH.unpack_from(data, 1)
+    part = memoryview(data)[_FIRST:]
+    if data[:1] == _LAST:
+        return part, fds
+    message = bytearray(length)
+    message[: len(part)] = part
+    into, flag, at = memoryview(message), bytearray(_MORE), len(part)
+    while flag != _LAST:
+        got, _ancillary, _flags, _addr = sock.recvmsg_into([flag, into[at : at + _FRAGMENT]])
+        if not got:
             for fd in fds:
                 socket.close(fd)
             return None
-        parts.append(memoryview(data)[1:])
-        if data[:1] == _LAST:
-            return b"".join(parts) if len(parts) > 1 else parts[0], fds
+        at += got - 1
+    if at != length:
+        for fd in fds:
+            socket.close(fd)
+        raise OSError(f"decode worker message of {length} bytes arrived with {at}")
+    return message, fds
 
 
 def send_request(sock: socket.socket, request: Request, fds: list[int] | None = None) -> None:

@@ -42,7 +42,7 @@ class Recorder(Emitter):
         self.calls: list[wp.Call] = []
 
     def emit_chunk(self, chunk: Chunk) -> None:
-        self.calls.append(wp.EmitChunk(chunk.payload, chunk.count))
+        self.calls.append(wp.EmitChunk(memoryview(chunk.payload), chunk.count))
 
     def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         self.calls.append(wp.ReportLoss(stage, reason, count, unit))
