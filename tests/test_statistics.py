@@ -434,3 +434,20 @@ def test_a_window_with_few_calls_gives_no_launch_rate() -> None:
     rate.add(np.array([t0, t0 + 1000]), np.array([1, 3]))  # 2 records: no rate worth dividing by
     rate.add(np.array([t0 + 5 * SECOND, t0 + 5 * SECOND + 1000]), np.array([90_000, 90_002]))
     assert rate.correction(t0, t0 + 10 * SECOND) == 1.0
+
+
+def test_busy_segments_held_stay_bounded_when_the_clock_stands_still(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay of the same buffers never moves the newest time on, so nothing settles by the
+    lateness margin: the segments held stop at ``PENDING_MAX`` and the busy union still counts
+    each instant once (here every buffer covers the same 4 segments)."""
+    from cuptistream.statistics import busy as busy_module
+
+    monkeypatch.setattr(busy_module, "PENDING_MAX", 100)
+    device = busy_module.DeviceBusy(interval_ns=1_000)
+    starts = np.array([10, 30, 50, 70], dtype=np.int64)
+    ends = starts + 5
+    for _ in range(1000):  # the same buffer again and again
+        device.add(starts, ends)
+        assert device.pending_segments <= 100
+    device.settle(10_000)
+    assert device.take(0) == 20  # 4 segments of 5 ns, each counted once

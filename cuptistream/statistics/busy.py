@@ -4,12 +4,19 @@ CUPTI hands records over in buffers, and not in time order across them: kernel r
 buffer after the copies that ran later. So each buffer's segments are merged on their own (``add``)
 and kept as they are; only when time has moved on (``settle``) are the parts before a time merged
 across buffers and counted per interval. Every segment is sorted twice, once with its buffer and
-once when it settles; memory holds the segments of the last lateness margin.
+once when it settles; memory holds the segments of the last lateness margin, and at most
+``PENDING_MAX`` of them: past that the oldest time is settled early (a stream whose clock stands
+still, as a replay of the same buffers does, would otherwise grow without bound: 500 MiB in one
+decode worker within seconds, issue 30).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+# Unsettled segments one device may hold: 16 MiB of them. A busy H100 ends ~1M kernels a second, and
+# the 3 s lateness margin keeps about 3 s of segments (fewer where kernels run back to back).
+PENDING_MAX = 1 << 20
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -32,6 +39,7 @@ class DeviceBusy:
     def __init__(self, interval_ns: int) -> None:
         self.interval_ns = interval_ns
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []  # per buffer: sorted, disjoint
+        self.pending_segments = 0
         self.settled_until = 0  # everything before it is in ``per_interval``
         self.per_interval: dict[int, int] = {}
 
@@ -41,7 +49,14 @@ class DeviceBusy:
         starts = np.maximum(starts, self.settled_until)
         keep = ends > starts
         if keep.any():
-            self.pending.append(merge(starts[keep], ends[keep]))
+            merged = merge(starts[keep], ends[keep])
+            self.pending.append(merged)
+            self.pending_segments += len(merged[0])
+        while self.pending_segments > PENDING_MAX:
+            # Settle up to the median end of what is held: at least half of it goes, whatever the
+            # clock says (a later record before that point is left out of the busy time).
+            ends_held = np.concatenate([e for _, e in self.pending])
+            self.settle(int(np.partition(ends_held, len(ends_held) // 2)[len(ends_held) // 2]))
 
     def settle(self, before: int) -> None:
         """Count the union before ``before`` into its intervals and forget it."""
@@ -64,6 +79,7 @@ class DeviceBusy:
             if len(s):
                 kept.append((s, e))
         self.pending = kept
+        self.pending_segments = sum(len(s) for s, _ in kept)
         if done_s:
             self._count(*merge(np.concatenate(done_s), np.concatenate(done_e)))
 
