@@ -1,8 +1,9 @@
 """Cost per record of the walk (each record's offset and kind in an activity buffer), issue 30.
 
-    taskset -c 1 python bench/walk_cost.py [--rounds 5] [--seconds 0.5] [--against DIR]
+    taskset -c 1 python bench/walk_cost.py [--rounds 5] [--seconds 0.5] [--against DIR] [--captures PATH]
 
-Over every buffer of the shipped real-GPU captures (``sources/captures/*.cupti``), times
+Over every buffer of the shipped real-GPU captures (``sources/captures/*.cupti``; ``--captures``: a
+capture file or folder instead, e.g. a busy GPU's own 4 MiB buffers from bench/capture_stream.py), times
 ``records.walk`` alone, ``Decoder._records`` (walk + gather) and ``Decoder.decode_packed`` (what the
 collector runs per buffer). Each sample runs in a fresh interpreter and is the best of 5 stretches
 of passes over all buffers, about ``--seconds`` in all, in that thread's CPU time (time other
@@ -46,15 +47,19 @@ def _timed(run: Callable[[], object], seconds: float, repeats: int = 5) -> float
     return best
 
 
-def sample(seconds: float) -> dict[str, object]:
-    """One sample of every stage, in this interpreter (whichever ``cuptistream`` it imports)."""
+def sample(seconds: float, where: str = "") -> dict[str, object]:
+    """One sample of every stage, in this interpreter (whichever ``cuptistream`` it imports), over
+    the captures at ``where`` (a file or folder; "": this checkout's shipped ones)."""
     import cuptistream
     from cuptistream.cupti import capture, records
     from cuptistream.cupti.decode import Decoder
     from cuptistream.cupti.names import TableNames
 
-    captures = Path(cuptistream.__file__).resolve().parent.parent / "sources" / "captures"  # this checkout's
-    caps = [capture.read(path) for path in sorted(captures.glob("*.cupti"))]
+    captures = (
+        Path(where) if where else Path(cuptistream.__file__).resolve().parent.parent / "sources" / "captures"
+    )
+    paths = [captures] if captures.is_file() else sorted(captures.glob("*.cupti"))
+    caps = [capture.read(path) for path in paths]
     buffers = [(cap, memoryview(bytes(buf.data))) for cap in caps for buf in cap.buffers]
 
     def layouts(cap: capture.Capture) -> records.RecordLayouts:
@@ -94,11 +99,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.5, help="per stage and sample")
     parser.add_argument("--against", type=Path, action="append", default=[], help="another checkout")
+    parser.add_argument("--captures", default="", help="a capture file or folder (default: the shipped ones)")
     parser.add_argument("--sample", action="store_true", help=argparse.SUPPRESS)  # one child's run
     args = parser.parse_args()
     if args.sample:
-        print(json.dumps(sample(args.seconds)))
+        print(json.dumps(sample(args.seconds, args.captures)))
         return
+    args.captures = str(Path(args.captures).resolve()) if args.captures else ""
 
     checkouts = [ROOT, *(path.resolve() for path in args.against)]
     samples: dict[Path, list[dict]] = {path: [] for path in checkouts}
@@ -111,6 +118,8 @@ def main() -> None:
                 "--sample",
                 "--seconds",
                 str(args.seconds),
+                "--captures",
+                args.captures,
             ]
             done = subprocess.run(child, env=env, cwd=path, capture_output=True, text=True, check=True)
             samples[path].append(json.loads(done.stdout))
