@@ -4,15 +4,14 @@ One ``SOCK_SEQPACKET`` socket pair per probe connection: the connection sends on
 waits for its reply, so a probe's buffers are decoded, and their events come back, in order. File
 descriptors (a slot pool's memfd, the program's ``/proc/PID/mem``) travel with their request
 (SCM_RIGHTS). A reply can be megabytes of encoded events, more than one datagram of a Unix socket
-holds (``wmem_max`` is 208 KiB on many hosts), so it goes as fragments, each led by one byte that
-says whether more follow; the first also says the message's length. The receiver reads the
-fragments straight into one buffer (the kernel copies them, with the GIL released) and a reply's
-chunk payloads are views into it: the collector holds the GIL for neither a join nor a copy of the
-events (at 16 probes those two held it ~40 % of the time; docs/benchmarks.md, issue 30).
-
-A reply carries what the worker's ``DecodeStream`` did to its emitter, in call order (``Calls``),
-and its cumulative counters; the connection replays the calls on the real emitter.
-"""
+holds (``wmem_max`` is 208 KiB on many hosts), so a message goes as fragments, each led by one byte
+that says whether more follow; the first also says the message's length and its header's. The
+header is the msgspec-encoded message; a reply's chunk payloads follow it raw, in call order, sent
+from where they lie (scatter-gather) rather than copied into one encoding. The receiver reads the
+fragments straight into one buffer (the kernel copies them, with the GIL released) and the payloads
+become views into it: neither side copies the events in Python (at 16 probes, joining fragments
+and copying payloads out of replies held the collector's GIL ~40 % of the time, and encoding the
+reply was ~20 % of a worker's time; docs/benchmarks.md, issue 30)."""
 
 from __future__ import annotations
 
@@ -71,7 +70,7 @@ Request = MapPool | Open | Decode | Span | Close
 
 
 class EmitChunk(msgspec.Struct, tag="chunk", frozen=True, array_like=True):
-    payload: memoryview  # decoded as a view into the received reply: no copy
+    payload: memoryview  # on the wire: empty, its bytes after the header (``Reply.payload_sizes``)
     count: int
 
 
@@ -108,12 +107,14 @@ class Reply(msgspec.Struct, frozen=True):
     events: int = 0
     window: WindowRecords | None = None
     sizes: dict[int, int] | None = None  # record sizes, when the worker learned new ones
+    payload_sizes: list[int] = []  # on the wire: each EmitChunk's payload length, in call order
 
 
 _FRAGMENT = 128 * 1024  # fits one datagram under the smallest usual wmem_max (212,992 bytes)
 _MORE, _LAST = b"\x01", b"\x00"
-_LENGTH = struct.Struct("<Q")  # the whole message's length, after the first fragment's flag
-_FIRST = 1 + _LENGTH.size
+_LENGTHS = struct.Struct("<QQ")  # the whole message's length and its header's, after the first flag
+_FIRST = 1 + _LENGTHS.size
+_EMPTY = memoryview(b"")
 MAX_FDS = 2
 
 _encoder = msgspec.msgpack.Encoder()
@@ -129,32 +130,45 @@ def pair() -> tuple[socket.socket, socket.socket]:
     return ours, theirs
 
 
-def _send(sock: socket.socket, data: bytes, fds: list[int]) -> None:
-    view = memoryview(data)
-    first = True
-    while first or view:
-        part, view = view[:_FRAGMENT], view[_FRAGMENT:]
-        flag = _MORE if view else _LAST
-        lead = flag + _LENGTH.pack(len(data)) if first else flag
-        if first and fds:
-            socket.send_fds(sock, [lead, part], fds, socket.MSG_NOSIGNAL)
+def _send(sock: socket.socket, parts: list[bytes | memoryview], fds: list[int]) -> None:
+    """``parts[0]`` is the header; the rest follow it raw. Each fragment is slices of the parts as
+    they lie (``sendmsg`` gathers them), so nothing is joined."""
+    views = [memoryview(part).cast("B") for part in parts]
+    total = sum(len(view) for view in views)
+    fragments: list[list[memoryview]] = [[]]
+    room = _FRAGMENT
+    for view in views:
+        while view:
+            if not room:
+                fragments.append([])
+                room = _FRAGMENT
+            piece, view = view[:room], view[room:]
+            fragments[-1].append(piece)
+            room -= len(piece)
+    for index, pieces in enumerate(fragments):
+        flag = _LAST if index == len(fragments) - 1 else _MORE
+        if index == 0:
+            lead = flag + _LENGTHS.pack(total, len(views[0]))
+            if fds:
+                socket.send_fds(sock, [lead, *pieces], fds, socket.MSG_NOSIGNAL)
+                continue
+            sock.sendmsg([lead, *pieces], [], socket.MSG_NOSIGNAL)
         else:
-            sock.sendmsg([lead, part], [], socket.MSG_NOSIGNAL)
-        first = False
+            sock.sendmsg([flag, *pieces], [], socket.MSG_NOSIGNAL)
 
 
-def _receive(sock: socket.socket) -> tuple[bytes | bytearray | memoryview, list[int]] | None:
-    """One whole message and its fds; None at end of stream. Raises OSError (a timeout too, and a
-    message whose fragments do not add up to its length)."""
+def _receive(sock: socket.socket) -> tuple[memoryview, int, list[int]] | None:
+    """One whole message, its header's length and its fds; None at end of stream. Raises OSError
+    (a timeout too, and a message whose fragments do not add up to its length)."""
     data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST + _FRAGMENT, MAX_FDS)
     if not data:
         for fd in fds:
             socket.close(fd)
         return None
-    (length,) = _LENGTH.unpack_from(data, 1)
+    length, header = _LENGTHS.unpack_from(data, 1)
     part = memoryview(data)[_FIRST:]
     if data[:1] == _LAST:
-        return part, fds
+        return part, header, fds
     message = bytearray(length)
     message[: len(part)] = part
     into, flag, at = memoryview(message), bytearray(_MORE), len(part)
@@ -169,28 +183,48 @@ def _receive(sock: socket.socket) -> tuple[bytes | bytearray | memoryview, list[
         for fd in fds:
             socket.close(fd)
         raise OSError(f"decode worker message of {length} bytes arrived with {at}")
-    return message, fds
+    return into, header, fds
 
 
 def send_request(sock: socket.socket, request: Request, fds: list[int] | None = None) -> None:
-    _send(sock, _encoder.encode(request), fds or [])
+    _send(sock, [_encoder.encode(request)], fds or [])
 
 
 def receive_request(sock: socket.socket) -> tuple[Request, list[int]] | None:
     got = _receive(sock)
     if got is None:
         return None
-    return _requests.decode(got[0]), got[1]
+    message, header, fds = got
+    return _requests.decode(message[:header]), fds
 
 
 def send_reply(sock: socket.socket, reply: Reply) -> None:
-    _send(sock, _encoder.encode(reply), [])
+    """The reply with its chunks' payloads emptied as the header, then the payloads themselves."""
+    payloads = [call.payload for call in reply.calls if isinstance(call, EmitChunk)]
+    calls = [EmitChunk(_EMPTY, call.count) if isinstance(call, EmitChunk) else call for call in reply.calls]
+    header = msgspec.structs.replace(reply, calls=calls, payload_sizes=[len(p) for p in payloads])
+    _send(sock, [_encoder.encode(header), *payloads], [])
 
 
 def receive_reply(sock: socket.socket) -> Reply | None:
     got = _receive(sock)
     if got is None:
         return None
-    for fd in got[1]:  # replies carry none; never leak one
+    message, header, fds = got
+    for fd in fds:  # replies carry none; never leak one
         socket.close(fd)
-    return _replies.decode(got[0])
+    reply = _replies.decode(message[:header])
+    if not reply.payload_sizes:
+        return reply
+    if len(reply.payload_sizes) != sum(isinstance(call, EmitChunk) for call in reply.calls):
+        raise OSError("decode worker reply: its payload sizes do not match its chunks")
+    sizes, at, calls = iter(reply.payload_sizes), header, []
+    for call in reply.calls:
+        if isinstance(call, EmitChunk):
+            size = next(sizes)
+            call = EmitChunk(message[at : at + size], call.count)
+            at += size
+        calls.append(call)
+    if at != len(message):
+        raise OSError(f"decode worker reply: payloads end at {at} of {len(message)} bytes")
+    return msgspec.structs.replace(reply, calls=calls, payload_sizes=[])
