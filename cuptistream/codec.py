@@ -79,12 +79,18 @@ assert EncodedBatch.__struct_fields__[-1] == "events"
 def encode_batch(header: EncodedBatch, chunks: Iterable[Chunk]) -> bytes:
     """Encode a batch whose ``events`` field is filled from ``chunks``. ``header.events`` is
     ignored, and left as an empty array."""
+    return b"".join(encode_batch_parts(header, chunks))
+
+
+def encode_batch_parts(header: EncodedBatch, chunks: Iterable[Chunk]) -> list[bytes | memoryview]:
+    """``encode_batch`` in pieces whose concatenation is the batch: the chunks' payloads are not
+    copied (a sink that can take pieces, the file sink's zstd, reads them where they lie)."""
     parts = list(chunks)
     count = sum(c.count for c in parts)
     header.events = msgspec.Raw(b"")
     head = _encoder.encode(header)
     header.events = msgspec.Raw(b"\x90")
-    return b"".join((head, array_header(count), *(c.payload for c in parts)))
+    return [head, array_header(count), *(c.payload for c in parts)]
 
 
 def batch_with_events(header: BatchHeader, events: list[AnyEvent]) -> Batch:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
@@ -152,21 +151,48 @@ class OnDemand(Protocol):
     def open_window(self, seconds: float, request: int) -> int: ...
 
 
-@dataclass
 class OutgoingBatch:
-    """One batch on its way to a sink: the msgpack encoding plus what sinks need to route it."""
+    """One batch on its way to a sink: the msgpack encoding plus what sinks need to route it.
 
-    data: bytes  # msgpack of a Batch; the file sink writes it as is
-    seq: int
-    event_count: int
-    first_chunk_ns: int = 0  # monotonic ns when its first events entered the pipeline
-    resource: Resource | None = None  # the envelope's: which process the events came from
-    _extra: dict[str, object] = field(default_factory=dict, repr=False)
+    The encoding is ``data`` (bytes), or ``parts`` whose concatenation it is: the lane hands over
+    the header and the chunks' payloads as they lie, and ``data`` joins them the first time a sink
+    asks (the file sink compresses the parts without joining them)."""
+
+    def __init__(
+        self,
+        data: bytes | None = None,
+        seq: int = 0,
+        event_count: int = 0,
+        first_chunk_ns: int = 0,  # monotonic ns when its first events entered the pipeline
+        resource: Resource | None = None,  # the envelope's: which process the events came from
+        *,
+        parts: Sequence[bytes | memoryview] | None = None,
+    ) -> None:
+        if (data is None) == (parts is None):
+            raise ValueError("OutgoingBatch takes data or parts, not both")
+        self._data = data
+        self.parts: Sequence[bytes | memoryview] = (data,) if data is not None else tuple(parts or ())
+        self.seq, self.event_count = seq, event_count
+        self.first_chunk_ns, self.resource = first_chunk_ns, resource
+
+    @property
+    def data(self) -> bytes:
+        """The msgpack of a Batch, in one piece."""
+        if self._data is None:
+            self._data = b"".join(self.parts)
+        return self._data
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(part) for part in self.parts)
 
     @cached_property
     def batch(self) -> Batch:
         """The decoded Batch, for sinks that map events one by one (decoded once, on demand)."""
         return decode_batch(self.data)
+
+    def __repr__(self) -> str:
+        return f"OutgoingBatch(seq={self.seq}, event_count={self.event_count}, nbytes={self.nbytes})"
 
 
 class Sink(abc.ABC):

@@ -193,7 +193,7 @@ class FileSink(Sink):
     def _write(self, batch: OutgoingBatch) -> None:
         if self._directory is None or self._closed:
             raise DeliveryError(f"{self.where()}: write while the sink is not open")
-        payload = batch.data if self.config.format == "msgpack" else jsonl.encode_batch(batch.batch)
+        payload = batch.parts if self.config.format == "msgpack" else jsonl.encode_batch(batch.batch)
         now = time.monotonic()
         try:
             self._finish_idle(now)

@@ -22,7 +22,7 @@ class NullSink(Sink):
     async def write(self, batch: OutgoingBatch) -> None:
         self.batches += 1
         self.events += batch.event_count
-        self.bytes += len(batch.data)
+        self.bytes += batch.nbytes
 
     def stats(self) -> dict[str, int]:
         return {"batches": self.batches, "events": self.events, "bytes": self.bytes}

@@ -336,3 +336,22 @@ def test_a_cleared_checksum_flag_cannot_smuggle_a_changed_frame_through() -> Non
         found = list(scan_frames(data))
         assert all(isinstance(item, Damage) or item.payload == b"\x00" * 5 for item in found), found
         assert any(isinstance(item, Damage) and item.problem.startswith("corrupt frame") for item in found)
+
+
+def test_a_batch_in_pieces_is_framed_as_its_joined_bytes_would_be(tmp_path: Path) -> None:
+    """The lane hands the file sink a batch's header and chunk payloads as they lie; the frame
+    they make must be the one the joined bytes make: one checked frame with its content size,
+    read back whole by the tolerant reader."""
+    data = batch_bytes(3, 500)
+    pieces = [data[:7], memoryview(data)[7:1000], b"", memoryview(data)[1000:]]
+    encoder = FrameEncoder(level=3)
+    framed = encoder.frame(pieces)
+    assert zstandard.get_frame_parameters(framed).content_size == len(data)
+    assert zstandard.get_frame_parameters(framed).has_checksum
+    assert zstandard.ZstdDecompressor().decompress(framed) == data
+    writer = SegmentWriter(tmp_path, prefix="p", suffix=".msgpack.zst", rotate_age=0, zstd_level=3)
+    writer.append(pieces)
+    writer.append(data)
+    writer.close()
+    frames = [item for path in sorted(tmp_path.iterdir()) for item in scan_frames(path.read_bytes())]
+    assert [f.payload for f in frames if isinstance(f, Frame)] == [data, data]

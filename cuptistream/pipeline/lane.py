@@ -22,7 +22,7 @@ from typing import Protocol
 
 import trio
 
-from cuptistream.codec import Chunk, encode_batch
+from cuptistream.codec import Chunk, encode_batch_parts
 from cuptistream.config import BatchConfig, QueueConfig
 from cuptistream.errors import PermanentSinkError, RetriesExhausted, RetryableError
 from cuptistream.events import EncodedBatch, StageStats
@@ -215,10 +215,10 @@ class SinkLane:
         chunks, first_ns = taken
         count = sum(c.count for c in chunks)
         header = self._make_header(self._seq, chunks[0].producer)
-        data = encode_batch(header, chunks)
         batch = OutgoingBatch(
-            data=data, seq=self._seq, event_count=count, first_chunk_ns=first_ns, resource=header.resource
-        )
+            parts=encode_batch_parts(header, chunks), seq=self._seq, event_count=count,
+            first_chunk_ns=first_ns, resource=header.resource,
+        )  # fmt: skip
         self._seq += 1
         self._writing = count
         self._writing_seq = min((c.seq for c in chunks if c.seq), default=0)
@@ -238,14 +238,14 @@ class SinkLane:
             self.health.stopped(f"{problem} (its data is counted lost as {error.reason})")
         except DeliveryError as error:
             lost = error.lost if error.lost is not None else {"delivery_failed": count}
-            self._failed(count, lost, len(data))
+            self._failed(count, lost, batch.nbytes)
             not_delivered = f"{sum(lost.values())} of {count}" if error.lost is not None else f"all {count}"
             self._report_error(
                 self.stage, f"batch {batch.seq}: {not_delivered} events not delivered: {error}"
             )
             self.health.failing(_without_where(str(error), self.sink.where()))
         except Exception as error:  # a sink bug must not take the pipeline down
-            self._failed(count, {"sink_error": count}, len(data))
+            self._failed(count, {"sink_error": count}, batch.nbytes)
             problem = f"sink failed on batch {batch.seq}: {type(error).__name__}: {error}"
             self._report_error(self.stage, problem)
             self.health.failing(problem)
@@ -253,7 +253,7 @@ class SinkLane:
             if self._written_off:  # abandoned at the deadline, yet the write finished (a sink thread)
                 self._undrop(self._written_off, self._abandon_reason)
             self.counters.events_out += count
-            self.counters.bytes_out += len(data)
+            self.counters.bytes_out += batch.nbytes
             if self.up:
                 self.health.ok()
         finally:

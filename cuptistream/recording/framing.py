@@ -20,7 +20,7 @@ before checksums existed have none and still read.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -82,8 +82,15 @@ class FrameEncoder:
             level=level, threads=threads, write_content_size=True, write_checksum=True
         )
 
-    def frame(self, payload: bytes) -> bytes:
-        return self._compressor.compress(payload)
+    def frame(self, payload: bytes | Sequence[bytes | memoryview]) -> bytes:
+        """One frame of ``payload``, or of the concatenation of its pieces (compressed as they
+        lie, with the GIL released, into the same frame the joined bytes would make)."""
+        if isinstance(payload, bytes):
+            return self._compressor.compress(payload)
+        if len(payload) == 1:
+            return self._compressor.compress(payload[0])
+        stream = self._compressor.compressobj(size=sum(len(piece) for piece in payload))
+        return b"".join([*(stream.compress(piece) for piece in payload), stream.flush()])
 
 
 def write_frame(out: BinaryIO, frame: bytes) -> None:

@@ -39,6 +39,7 @@ import os
 import socket
 import stat
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -248,11 +249,15 @@ class SegmentWriter:
         """The file being written now (``<final>.tmp``), or None between segments."""
         return self._final.with_name(self._final.name + TEMP_SUFFIX) if self._final else None
 
-    def append(self, payload: bytes) -> int:
-        """Write one payload (one frame) and return the bytes written. Rotates first if due."""
+    def append(self, payload: bytes | Sequence[bytes | memoryview]) -> int:
+        """Write one payload (one frame; pieces: their concatenation) and return the bytes
+        written. Rotates first if due."""
         if self._fd is not None and self._due():
             self.rotate()
-        data = self._encoder.frame(payload) if self._encoder else payload
+        if self._encoder:
+            data = self._encoder.frame(payload)
+        else:
+            data = payload if isinstance(payload, bytes) else b"".join(payload)
         if self._fd is None:
             self._open()
         assert self._fd is not None
