@@ -30,6 +30,13 @@ issue 26's statistics volume over one long recording (``bench/gpu_session.sh``'s
 
     python bench/budget_accuracy.py --modes budget --workloads W4 --seconds 660 --out volume.json
 
+``--rate R`` holds the workload to R iterations per second in both runs (``bench/pacing.py``; R
+below what the ``full`` run sustains, e.g. 80 for W4's ~85/s under full tracing): unpaced, full
+tracing slows the program and its GPU idles more, so busy compares only at equal work per second.
+Each run says whether it kept pace::
+
+    python bench/budget_accuracy.py --workloads W4 --seconds 300 --rate 70 --out accuracy_paced.json
+
 It reports the recording's bytes per GPU-hour (per hour of the run, over the ranks' GPUs under
 ``--ddp``), its windows and traced fraction.
 
@@ -49,6 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddp_overhead import torchrun
+from pacing import kept_pace
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {"full": ROOT / "configs" / "default.yaml", "budget": ROOT / "configs" / "production.yaml"}
@@ -177,12 +185,14 @@ def workload_lines(stdout: str) -> list[dict[str, Any]]:
     return found
 
 
-def run(workload: str, mode: str, seconds: float, work: Path, ddp: int = 0) -> tuple[dict[str, Any], int]:
+def run(
+    workload: str, mode: str, seconds: float, work: Path, ddp: int = 0, rate: float = 0.0
+) -> tuple[dict[str, Any], int]:
     from cuptistream.recording.reader import read
 
     out = work / f"{workload}-{mode}"
     program = [str(ROOT / "bench" / "workloads.py"), "--workload", workload, "--seconds", str(seconds),
-               "--warmup-seconds", "1"]  # fmt: skip
+               "--warmup-seconds", "1", "--rate", str(rate)]  # fmt: skip
     launch = [*torchrun(), "--standalone", f"--nproc_per_node={ddp}"] if ddp else [sys.executable]
     cmd = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(CONFIGS[mode]), "-o", str(out), "--quiet",
            "--", *launch, *program]  # fmt: skip
@@ -202,6 +212,7 @@ def run(workload: str, mode: str, seconds: float, work: Path, ddp: int = 0) -> t
     stats["recording_bytes"] = stored
     stats["recording_mb_per_hour"] = stored / seconds * 3600 / 1e6
     stats["recording_mb_per_gpu_hour"] = stats["recording_mb_per_hour"] / max(1, ddp)
+    stats["kept_pace"] = all(kept_pace(int(r["iterations"]), float(r["timed_wall_s"]), rate) for r in lines)
     return stats, iterations
 
 
@@ -250,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         default="full,budget",
         help="budget: the production.yaml recording alone (its bytes per GPU-hour), no comparison",
     )
+    parser.add_argument(
+        "--rate", type=float, default=0.0, metavar="R",
+        help="hold the workload to R iterations per second in both modes (below what full mode "
+        "sustains), so their GPU busy compares at equal work per second",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -257,18 +273,25 @@ def main(argv: list[str] | None = None) -> int:
             stats, iterations = {}, {}
             if args.modes == "budget":
                 stats["budget"], iterations["budget"] = run(
-                    workload, "budget", args.seconds, Path(tmp), args.ddp
+                    workload, "budget", args.seconds, Path(tmp), args.ddp, args.rate
                 )
                 results.append(volume(workload, args.seconds, stats["budget"], iterations["budget"]))
                 print(volume_line(results[-1]), flush=True)
                 args.out.write_text(json.dumps(results, indent=1))
                 continue
             for mode in ("full", "budget"):
-                stats[mode], iterations[mode] = run(workload, mode, args.seconds, Path(tmp), args.ddp)
+                stats[mode], iterations[mode] = run(
+                    workload, mode, args.seconds, Path(tmp), args.ddp, args.rate
+                )
             verdict = compare(stats["full"], stats["budget"], iterations)
+            paced = {mode: stats[mode]["kept_pace"] for mode in ("full", "budget")} if args.rate else None
             results.append(
-                {"workload": workload, "seconds": args.seconds, "iterations": iterations, **verdict}
-            )
+                {"workload": workload, "seconds": args.seconds, "iterations": iterations, "rate": args.rate,
+                 "kept_pace": paced, **verdict}
+            )  # fmt: skip
+            if paced is not None and not all(paced.values()):
+                print(f"{workload}: a run fell behind {args.rate:g} iterations/s ({paced}): its busy is not "
+                      "comparable; lower --rate", flush=True)  # fmt: skip
             print(f"{workload}: top-10 worst {verdict['top10_worst_points']:.2f} pts, kernels/iteration "
                   f"{100 * verdict['kernel_count_error']:+.2f}%, busy {verdict['busy_points']['full']:.1f} vs "
                   f"{verdict['busy_points']['budget']:.1f}% ({verdict['busy_points']['full_at_budget_rate']:.1f}% at equal rate), traced {100 * verdict['budget_traced_fraction']:.2f}% "

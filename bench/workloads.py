@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from pacing import pace_delay
 from torch import nn
 
 Block = Callable[[int], None]
@@ -209,11 +210,13 @@ WORKLOADS: dict[str, Callable[[], Block]] = {
 }
 
 
-def run_blocks(block: Block, n: int, seconds: float, min_blocks: int = 1) -> list[float]:
-    """Run blocks of ``n`` iterations until ``seconds`` have passed; each block's seconds."""
+def run_blocks(block: Block, n: int, seconds: float, min_blocks: int = 1, rate: float = 0.0) -> list[float]:
+    """Run blocks of ``n`` iterations until ``seconds`` have passed; each block's seconds (its
+    work, not the wait). ``rate`` > 0: at most that many iterations per second (``pacing``)."""
     times: list[float] = []
     start = time.perf_counter()
     while True:
+        time.sleep(pace_delay(start, n * len(times), rate, time.perf_counter()))
         t0 = time.perf_counter()
         block(n)
         torch.cuda.synchronize()
@@ -230,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-seconds", type=float, default=0.5, help="untimed warm-up (default 0.5)")
     parser.add_argument("--profiler", action="store_true", help="run inside torch.profiler (Kineto), CUDA")
     parser.add_argument("--block", type=int, default=0, help="iterations per block (default per workload)")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="at most this many iterations per second (pacing)"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("workloads.py: no CUDA device", file=sys.stderr)
@@ -251,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
 
     region.__enter__()
     try:
-        warm = run_blocks(block, n, args.warmup_seconds)
-        times = run_blocks(block, n, args.seconds)
+        warm = run_blocks(block, n, args.warmup_seconds, rate=args.rate)
+        t_timed = time.perf_counter()
+        times = run_blocks(block, n, args.seconds, rate=args.rate)
+        timed_wall_s = time.perf_counter() - t_timed
     finally:
         t_stop = time.perf_counter()
         region.__exit__(None, None, None)
@@ -268,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         "block_iterations": n,
         "block_per_iteration_us": [round(t / n * 1e6, 4) for t in times],
         "timed_s": total,
+        "timed_wall_s": timed_wall_s,  # with the waits of --rate
+        "rate": args.rate,
         "warmup_iterations": n * len(warm),
         "setup_s": setup_s,
         "profiler_stop_s": stop_s if args.profiler else None,

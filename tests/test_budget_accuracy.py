@@ -158,3 +158,13 @@ def test_budget_mode_runs_the_budget_recording_alone_and_reports_its_bytes(
     assert "W4 budget recording over 3600 s: 1,200,000 bytes, 1.20 MB per GPU-hour (bound 2: within)" in (
         capsys.readouterr().out
     )
+
+
+def test_pacing_waits_only_when_ahead_and_tells_a_run_that_fell_behind() -> None:
+    from pacing import kept_pace, pace_delay
+
+    assert pace_delay(started=100.0, iterations_done=50, rate=100.0, now=100.2) == pytest.approx(0.3)
+    assert pace_delay(started=100.0, iterations_done=50, rate=100.0, now=100.9) == 0.0  # behind: no wait
+    assert pace_delay(started=100.0, iterations_done=50, rate=0.0, now=100.0) == 0.0  # unpaced
+    assert kept_pace(iterations=2990, seconds=30.0, rate=100.0)
+    assert not kept_pace(iterations=2500, seconds=30.0, rate=100.0)
