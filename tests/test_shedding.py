@@ -258,3 +258,30 @@ def test_buffers_decoded_in_the_collectors_threads_are_decoded_one_at_a_time(
     assert report is not None and report.probes == 3
     assert decoded[0] == report.activity_buffers == 3 * 3 * buffers
     assert most[0] == 1, f"{most[0]} buffers were decoded at once"
+
+
+def test_under_block_a_buffer_waits_while_those_being_decoded_fill_the_budget() -> None:
+    """Under ``block`` nothing is shed, but a buffer whose events, with those of the buffers being
+    decoded, would pass the memory budget waits in its slot until one is decoded: each connection
+    blocked in the intake held its decoded buffer (16 probes: 593-655 MiB at a 256 MiB budget).
+    With none being decoded a buffer goes at once, whatever its size."""
+    import threading
+
+    cap = capture.read(CAPTURES / "exact_counts.cupti")
+    layouts = RecordLayouts(dict(cap.struct_sizes))
+    one = bytes(cap.buffers[0].data)
+    data = memoryview(bytearray(one * 2))  # ~330 KiB: reserves ~1 MiB, the whole 1 MiB budget
+    collector = _collector(policy="block", lane_bytes="64MiB")
+    door = shedding.FrontDoor(collector.pipeline)
+    intake = collector.pipeline.intake
+    assert door.admit(data, len(data), 0, layouts, intake), "nothing in flight: it goes"
+    results: list[bool] = []
+    second = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and not results, "the first one's events fill the budget: it waits"
+    door.decoded(len(data))
+    second.join(5)
+    assert results == [True] and not intake.losses, "the first was decoded: admitted, nothing shed"
+    door.decoded(len(data))
+    assert door.in_flight == 0

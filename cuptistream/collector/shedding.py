@@ -28,7 +28,10 @@ room waits for them (its slot holds it meanwhile) and is not shed: shedding it t
 events are not counted against it, so an idle pipeline always admits one, whatever its size.
 
 Nothing is shed under ``block`` (the connection waits instead, and so does the probe's hand-off) or
-while some lane has room. The loss is ``Loss(stage="intake", reason="shed_before_decode",
+while some lane has room. Under ``block`` a buffer also waits, in its slot, while its events and those
+being decoded would pass the memory budget (unless none is being decoded): each connection blocked
+in the intake held its decoded buffer, so 16 probes held the collector at 593-655 MiB against a
+256 MiB budget (docs/benchmarks.md). The loss is ``Loss(stage="intake", reason="shed_before_decode",
 unit="records")``: records, not events (a shed buffer never becomes events, so ``events_in`` and
 the per-stage event accounting are untouched). Under ``drop_oldest`` lanes this keeps the older
 queued events and sheds the newest buffer: under sustained overload one of the two is lost either
@@ -83,6 +86,9 @@ class FrontDoor:
         self, data: memoryview, valid: int, dropped: int, layouts: RecordLayouts, emitter: Emitter
     ) -> bool:
         """True: decode the buffer, then call ``decoded(valid)``. False: it was shed and counted."""
+        if self.pipeline.intake.policy == "block":
+            self._reserve_within_budget(RESERVE_PER_BYTE * valid)
+            return True
         if overloaded(self.pipeline, self.in_flight):
             with self._gate:
                 deadline = time.monotonic() + PAUSE_S * max(1, valid // PAUSE_PER_BYTES)
@@ -102,6 +108,16 @@ class FrontDoor:
         with self._decoded:
             self.in_flight += RESERVE_PER_BYTE * valid
         return True
+
+    def _reserve_within_budget(self, need: int) -> None:
+        """Under ``block``: wait (off the GIL) until the buffers being decoded leave room for this
+        one's events under the memory budget, then reserve them. With none being decoded it goes
+        at once, so the collector holds at most one buffer's events over its budget."""
+        intake = self.pipeline.intake
+        with self._decoded:
+            while self.in_flight and intake.held_bytes + self.in_flight + need > intake.budget_bytes:
+                self._decoded.wait(PAUSE_S)  # lanes' writes make room too: look again
+            self.in_flight += need
 
     def decoded(self, valid: int) -> None:
         """The admitted buffer of ``valid`` bytes was decoded (its events are in the intake) or lost."""
