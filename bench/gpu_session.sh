@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The remaining one-GPU runs of issue 26 (always-on cost, full mode against bare CUPTI, statistics
-# volume) and issue 30's fan-in on the 16-core host, for one H100/H200 (nvidia-h100-x1). Written
-# before the runs: not yet run.
+# volume) and issue 30's fan-in on the 16-core host, for one H100/H200 (nvidia-h100-x1). Run on
+# 2026-11-27 (docs/gpu-validation.md lists the calls and their commits).
 #
 #   bash bench/gpu_session.sh [STEP|GROUP ...]      # default: all, in the order below
 #

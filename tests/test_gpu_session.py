@@ -21,7 +21,27 @@ GROUPS = {
 
 
 def test_the_driver_parses_and_names_its_steps() -> None:
-    check_parses_and_names_its_steps(SCRIPT, "setup lost1 lost2 lost4 full13 full24 volume-start")
+    check_parses_and_names_its_steps(
+        SCRIPT, "setup lost1 lost2 lost4 full13 full24 full3 steady4 volume-start"
+    )
+
+
+def test_the_w3_and_w4_follow_ups_run_their_benches(tmp_path: Path) -> None:
+    """``full3`` runs W3 alone with the decode-worker variant, ``steady4`` W4 with and without a
+    session (the steps added after the first runs, 2026-11-27)."""
+    done = run_driver(tmp_path, "gpu_session.sh", "full3", "steady4", dry=True)
+    assert done.returncode == 0, done.stderr
+    results = tmp_path / "results"
+    full3 = (results / "full3.log").read_text()
+    assert (
+        "--workloads W3 --modes none,bare,cuptistream --variant worker=bench/configs/default-decode-worker.yaml"
+        in full3
+    )
+    assert (ROOT / "bench" / "configs" / "default-decode-worker.yaml").is_file()
+    assert (
+        "steady_cost_gpu.py --workload W4 --configs none,configs/production.yaml"
+        in (results / "steady4.log").read_text()
+    )
 
 
 def test_a_dry_run_logs_every_command_and_returns_the_tarball(tmp_path: Path) -> None:
