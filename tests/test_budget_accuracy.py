@@ -135,7 +135,9 @@ def test_budget_mode_runs_the_budget_recording_alone_and_reports_its_bytes(
     bytes per GPU-hour of the one recording and its windows, from ``run``'s figures."""
     ran: list[str] = []
 
-    def fake_run(workload: str, mode: str, seconds: float, work: Path, ddp: int = 0) -> tuple[dict, int]:
+    def fake_run(
+        workload: str, mode: str, seconds: float, work: Path, ddp: int = 0, rate: float = 0.0
+    ) -> tuple[dict, int]:
         ran.append(mode)
         stats = statistics_of(replayed)
         stats["recording_bytes"] = 1_200_000
