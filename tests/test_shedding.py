@@ -39,6 +39,23 @@ def _fill_lane(collector: Collector, index: int, nbytes: int) -> None:
     trio.run(collector.pipeline.lanes[index].offer, Chunk(b"\0" * nbytes, 1))
 
 
+def _waits_until_one_is_decoded(
+    door: shedding.FrontDoor, data: memoryview, layouts: RecordLayouts, intake: Any, why: str
+) -> None:
+    """``admit`` of ``data`` blocks (``why``) until one buffer in flight is decoded, then admits it
+    with nothing shed."""
+    import threading
+
+    results: list[bool] = []
+    waiting = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and not results, why
+    door.decoded(len(data))
+    waiting.join(5)
+    assert results == [True] and not intake.losses, "one was decoded: admitted, nothing shed"
+
+
 def test_full_intake_sheds_under_drop_newest_only() -> None:
     for policy, sheds in [("drop_newest", True), ("drop_oldest", False), ("block", False)]:
         collector = _collector(policy, lane_bytes="64MiB")  # the lane has room: only the intake decides
@@ -130,7 +147,6 @@ def test_buffers_being_decoded_count_against_the_lanes() -> None:
     (16 programs on one H100 dropped 1.37 M events after decoding them without this). A buffer that
     only those in flight leave without room waits for one to be decoded, and is then admitted, not
     shed. Its own events are not counted against it: an idle pipeline admits one of any size."""
-    import threading
 
     cap = capture.read(CAPTURES / "exact_counts.cupti")
     layouts = RecordLayouts(dict(cap.struct_sizes))
@@ -142,14 +158,7 @@ def test_buffers_being_decoded_count_against_the_lanes() -> None:
     assert door.admit(data, len(data), 0, layouts, intake)
     assert door.in_flight == shedding.RESERVE_PER_BYTE * len(data)
     assert door.admit(data, len(data), 0, layouts, intake), "3 MiB on their way: room for more"
-    results: list[bool] = []
-    third = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
-    third.start()
-    third.join(0.3)
-    assert third.is_alive() and not results, "6 MiB on their way: it waits for them"
-    door.decoded(len(data))
-    third.join(5)
-    assert results == [True] and not intake.losses, "one was decoded: admitted, nothing shed"
+    _waits_until_one_is_decoded(door, data, layouts, intake, "6 MiB on their way: it waits for them")
     assert door.in_flight == 2 * shedding.RESERVE_PER_BYTE * len(data)
     door.decoded(len(data))
     door.decoded(len(data))
@@ -265,7 +274,6 @@ def test_under_block_a_buffer_waits_while_those_being_decoded_fill_the_budget() 
     decoded, would pass the memory budget waits in its slot until one is decoded: each connection
     blocked in the intake held its decoded buffer (16 probes: 593-655 MiB at a 256 MiB budget).
     With none being decoded a buffer goes at once, whatever its size."""
-    import threading
 
     cap = capture.read(CAPTURES / "exact_counts.cupti")
     layouts = RecordLayouts(dict(cap.struct_sizes))
@@ -275,13 +283,8 @@ def test_under_block_a_buffer_waits_while_those_being_decoded_fill_the_budget() 
     door = shedding.FrontDoor(collector.pipeline)
     intake = collector.pipeline.intake
     assert door.admit(data, len(data), 0, layouts, intake), "nothing in flight: it goes"
-    results: list[bool] = []
-    second = threading.Thread(target=lambda: results.append(door.admit(data, len(data), 0, layouts, intake)))
-    second.start()
-    second.join(0.3)
-    assert second.is_alive() and not results, "the first one's events fill the budget: it waits"
-    door.decoded(len(data))
-    second.join(5)
-    assert results == [True] and not intake.losses, "the first was decoded: admitted, nothing shed"
+    _waits_until_one_is_decoded(
+        door, data, layouts, intake, "the first one's events fill the budget: it waits"
+    )
     door.decoded(len(data))
     assert door.in_flight == 0
