@@ -168,10 +168,13 @@ class OutgoingBatch:
         *,
         parts: Sequence[bytes | memoryview] | None = None,
     ) -> None:
-        if (data is None) == (parts is None):
-            raise ValueError("OutgoingBatch takes data or parts, not both")
+        if data is not None and parts is None:
+            self.parts: Sequence[bytes | memoryview] = (data,)
+        elif data is None and parts is not None:
+            self.parts = tuple(parts)
+        else:
+            raise ValueError("OutgoingBatch takes exactly one of data and parts")
         self._data = data
-        self.parts: Sequence[bytes | memoryview] = (data,) if data is not None else tuple(parts or ())
         self.seq, self.event_count = seq, event_count
         self.first_chunk_ns, self.resource = first_chunk_ns, resource
 

@@ -11,7 +11,11 @@ from where they lie (scatter-gather) rather than copied into one encoding. The r
 fragments straight into one buffer (the kernel copies them, with the GIL released) and the payloads
 become views into it: neither side copies the events in Python (at 16 probes, joining fragments
 and copying payloads out of replies held the collector's GIL ~40 % of the time, and encoding the
-reply was ~20 % of a worker's time; docs/benchmarks.md, issue 30)."""
+reply was ~20 % of a worker's time; docs/benchmarks.md, issue 30).
+
+A reply carries what the worker's ``DecodeStream`` did to its emitter, in call order (``Calls``),
+and its cumulative counters; the connection replays the calls on the real emitter.
+"""
 
 from __future__ import annotations
 
@@ -147,14 +151,17 @@ def _send(sock: socket.socket, parts: list[bytes | memoryview], fds: list[int]) 
             room -= len(piece)
     for index, pieces in enumerate(fragments):
         flag = _LAST if index == len(fragments) - 1 else _MORE
-        if index == 0:
-            lead = flag + _LENGTHS.pack(total, len(views[0]))
-            if fds:
-                socket.send_fds(sock, [lead, *pieces], fds, socket.MSG_NOSIGNAL)
-                continue
-            sock.sendmsg([lead, *pieces], [], socket.MSG_NOSIGNAL)
+        lead = flag + _LENGTHS.pack(total, len(views[0])) if index == 0 else flag
+        if index == 0 and fds:
+            socket.send_fds(sock, [lead, *pieces], fds, socket.MSG_NOSIGNAL)
         else:
-            sock.sendmsg([flag, *pieces], [], socket.MSG_NOSIGNAL)
+            sock.sendmsg([lead, *pieces], [], socket.MSG_NOSIGNAL)
+
+
+def _close(fds: list[int]) -> None:
+    """Close file descriptors that arrived with a message nobody will use."""
+    for fd in fds:
+        socket.close(fd)
 
 
 def _receive(sock: socket.socket) -> tuple[memoryview, int, list[int]] | None:
@@ -162,8 +169,7 @@ def _receive(sock: socket.socket) -> tuple[memoryview, int, list[int]] | None:
     (a timeout too, and a message whose fragments do not add up to its length)."""
     data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST + _FRAGMENT, MAX_FDS)
     if not data:
-        for fd in fds:
-            socket.close(fd)
+        _close(fds)
         return None
     length, header = _LENGTHS.unpack_from(data, 1)
     part = memoryview(data)[_FIRST:]
@@ -175,13 +181,11 @@ def _receive(sock: socket.socket) -> tuple[memoryview, int, list[int]] | None:
     while flag != _LAST:
         got, _ancillary, _flags, _addr = sock.recvmsg_into([flag, into[at : at + _FRAGMENT]])
         if not got:
-            for fd in fds:
-                socket.close(fd)
+            _close(fds)
             return None
         at += got - 1
     if at != length:
-        for fd in fds:
-            socket.close(fd)
+        _close(fds)
         raise OSError(f"decode worker message of {length} bytes arrived with {at}")
     return into, header, fds
 
@@ -211,8 +215,7 @@ def receive_reply(sock: socket.socket) -> Reply | None:
     if got is None:
         return None
     message, header, fds = got
-    for fd in fds:  # replies carry none; never leak one
-        socket.close(fd)
+    _close(fds)  # replies carry none; never leak one
     reply = _replies.decode(message[:header])
     if not reply.payload_sizes:
         return reply
