@@ -70,6 +70,15 @@
 #                                   none,configs/production.yaml --rounds 3 --base 8 --seconds 14: is the
 #                                   +3-8 % block time between budget windows (lost4's drift check) the
 #                                   session's or the machine's drift (`none` runs the same blocks)
+#   steady1        ~6   min   420   steady4's question for W1 (launch-bound, the program's thread
+#                                   pinned to STEADY_PIN, default core 3): none, state-only,
+#                                   windows-idle, production; --rounds $STEADY_ROUNDS (default 3)
+#   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
+#                                   each WORKLOAD:RATE of ACCURACY_RUNS (default "W4:50 W2:250 W5:250",
+#                                   below what full tracing sustains: W4 ~64/s, W2 ~303/s, W5's W4
+#                                   phase ~320 of its units/s) bench/budget_accuracy.py --workloads W
+#                                   --rate R --seconds 300 (~11 min each); GPU steps wait for it
+#   accuracy-wait  <= rest      -   waits for it, as volume-wait
 #   fanin-gpu      ~2.5 min   170   issue 30 on the GPU: --mode gpu --probes $FANIN_GPU_PROBES (default
 #                                   1,4,8,16; ~40 s each with start and read-back: 16 was cut at 170 s
 #                                   on 2026-11-27) --seconds 15 --runs $FANIN_GPU_RUNS (default 1)
@@ -104,7 +113,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 volume-start volume-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -116,7 +125,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -124,47 +133,63 @@ done
 session_begin
 mkdir -p "$STATE"
 
-# Starts the volume recording in its own process session (a device call kills what it leaves
-# running, except such a one) and returns; volume-wait collects it in a later call.
+# A long GPU run in its own process session (a device call kills what it leaves running, except
+# such a one): background_start NAME COMMAND... returns at once; background_wait NAME, in a later
+# call on the same warm machine, waits for it and keeps its log and $STATE/NAME*.json.
+background_start() {
+    local name=$1; shift
+    echo "== $name-start: $*" >> "$RESULTS/$name-start.log"
+    if [ -n "$DRY_RUN" ]; then note "-- $name-start: dry run"; return 0; fi
+    if [ -f "$STATE/$name.pid" ] && [ ! -f "$STATE/$name.rc" ] && kill -0 "$(cat "$STATE/$name.pid")" 2>/dev/null; then
+        note "-- $name-start: already running (pid $(cat "$STATE/$name.pid"))"; return 0
+    fi
+    rm -f "$STATE/$name".*
+    # shellcheck disable=SC2016  # $0 and $$ are the inner shell's
+    setsid nohup bash -c 'echo $$ > "$0.pid"; "$@"; echo $? > "$0.rc"' "$STATE/$name" "$@" \
+        > "$STATE/$name.log" 2>&1 < /dev/null &
+    sleep 2
+    note "-- $name-start: pid $(cat "$STATE/$name.pid" 2>/dev/null || echo '?'): $*"
+}
+
+background_wait() {
+    local name=$1 began=$SECONDS limit
+    limit=$(cap 3600)
+    echo "== $name-wait (up to ${limit}s)" >> "$RESULTS/$name-wait.log"
+    if [ -n "$DRY_RUN" ]; then note "-- $name-wait: dry run (up to ${limit}s)"; return 0; fi
+    if [ ! -f "$STATE/$name.pid" ]; then
+        note "-- $name-wait: nothing was started on this machine ($name-start, in an earlier call on the same warm machine)"
+        return 0
+    fi
+    while [ ! -f "$STATE/$name.rc" ] && kill -0 "$(cat "$STATE/$name.pid")" 2>/dev/null \
+        && [ $((SECONDS - began)) -lt "$limit" ]; do
+        sleep 5
+    done
+    cat "$STATE/$name.log" >> "$RESULTS/$name-wait.log"
+    cp "$STATE/$name"*.json "$RESULTS/" 2>/dev/null
+    if [ -f "$STATE/$name.rc" ]; then
+        note "-- $name-wait: exited $(cat "$STATE/$name.rc") after $(( $(date +%s) - $(stat -c %Y "$STATE/$name.pid") ))s; waited $((SECONDS - began))s"
+    elif kill -0 "$(cat "$STATE/$name.pid")" 2>/dev/null; then
+        note "-- $name-wait: still running after ${limit}s of waiting: call $name-wait again (CPU-only steps meanwhile)"
+    else
+        note "-- $name-wait: the process is gone with no exit status"
+    fi
+}
+
 volume_start() {
     local cmd=("$PY" bench/budget_accuracy.py --modes budget --workloads W4 --seconds "${VOLUME_SECONDS:-660}"
                --out "$STATE/volume.json")
     [ -n "$VOLUME_CPUS" ] && cmd=(taskset -c "$VOLUME_CPUS" "${cmd[@]}")
-    echo "== volume-start: ${cmd[*]}" >> "$RESULTS/volume-start.log"
-    if [ -n "$DRY_RUN" ]; then note "-- volume-start: dry run"; return 0; fi
-    if [ -f "$STATE/volume.pid" ] && [ ! -f "$STATE/volume.rc" ] && kill -0 "$(cat "$STATE/volume.pid")" 2>/dev/null; then
-        note "-- volume-start: already running (pid $(cat "$STATE/volume.pid"))"; return 0
-    fi
-    rm -f "$STATE"/volume.*
-    # shellcheck disable=SC2016  # $0 and $$ are the inner shell's
-    setsid nohup bash -c 'echo $$ > "$0.pid"; "$@"; echo $? > "$0.rc"' "$STATE/volume" "${cmd[@]}" \
-        > "$STATE/volume.log" 2>&1 < /dev/null &
-    sleep 2
-    note "-- volume-start: pid $(cat "$STATE/volume.pid" 2>/dev/null || echo '?'), W4 under configs/production.yaml for ${VOLUME_SECONDS:-660}s on CPUs $VOLUME_CPUS; CPU-only steps only until volume-wait"
+    background_start volume "${cmd[@]}"
 }
 
-volume_wait() {
-    local began=$SECONDS limit
-    limit=$(cap 3600)
-    echo "== volume-wait (up to ${limit}s)" >> "$RESULTS/volume-wait.log"
-    if [ -n "$DRY_RUN" ]; then note "-- volume-wait: dry run (up to ${limit}s)"; return 0; fi
-    if [ ! -f "$STATE/volume.pid" ]; then
-        note "-- volume-wait: no recording was started on this machine (volume-start, in an earlier call on the same warm machine)"
-        return 0
-    fi
-    while [ ! -f "$STATE/volume.rc" ] && kill -0 "$(cat "$STATE/volume.pid")" 2>/dev/null \
-        && [ $((SECONDS - began)) -lt "$limit" ]; do
-        sleep 5
+# One 5-minute full run and one budget run per workload, each held to its rate (ACCURACY_RUNS:
+# WORKLOAD:RATE words, one after the other, ~11 min each).
+accuracy_start() {
+    local chain="" run
+    for run in ${ACCURACY_RUNS:-W4:50 W2:250 W5:250}; do
+        chain+="$PY bench/budget_accuracy.py --workloads ${run%%:*} --rate ${run#*:} --seconds ${ACCURACY_SECONDS:-300} --out $STATE/accuracy_${run%%:*}.json; "
     done
-    cat "$STATE/volume.log" >> "$RESULTS/volume-wait.log"
-    cp "$STATE/volume.json" "$RESULTS/volume.json" 2>/dev/null
-    if [ -f "$STATE/volume.rc" ]; then
-        note "-- volume-wait: the recording's bench exited $(cat "$STATE/volume.rc") after $(( $(date +%s) - $(stat -c %Y "$STATE/volume.pid") ))s; waited $((SECONDS - began))s"
-    elif kill -0 "$(cat "$STATE/volume.pid")" 2>/dev/null; then
-        note "-- volume-wait: still running after ${limit}s of waiting: call volume-wait again (CPU-only steps meanwhile)"
-    else
-        note "-- volume-wait: the recording's process is gone with no exit status"
-    fi
+    background_start accuracy bash -c "$chain"
 }
 
 summarize() {
@@ -174,6 +199,8 @@ summarize() {
         full13|full24|full3) sed -n '/^wrote /,$p' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         steady4) tail -n 12 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         volume-wait) grep -E '^W4 ' "$RESULTS/volume-wait.log" | tee -a "$SUMMARY" ;;
+        accuracy-wait) grep -E '^W[0-9] ' "$RESULTS/accuracy-wait.log" | tee -a "$SUMMARY" ;;
+        steady1) tail -n 14 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
         capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
     esac
@@ -216,7 +243,15 @@ for s in "${steps[@]}"; do
         volume-start)
             volume_start ;;
         volume-wait)
-            volume_wait ;;
+            background_wait volume ;;
+        accuracy-start)
+            accuracy_start ;;
+        accuracy-wait)
+            background_wait accuracy ;;
+        steady1)
+            step steady1 "$(cap 420)" "$PY" bench/steady_cost_gpu.py --workload W1 --pin "${STEADY_PIN:-3}" \
+                --configs none,bench/configs/state-only.yaml,bench/configs/windows-idle.yaml,configs/production.yaml \
+                --rounds "${STEADY_ROUNDS:-3}" --base 6 --seconds 8 --out "$RESULTS/steady_W1.json" ;;
         fanin-cpu)
             # shellcheck disable=SC2086  # FANIN_EXTRA is words
             step fanin-cpu 360 "$PY" bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 \

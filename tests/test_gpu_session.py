@@ -22,7 +22,7 @@ GROUPS = {
 
 def test_the_driver_parses_and_names_its_steps() -> None:
     check_parses_and_names_its_steps(
-        SCRIPT, "setup lost1 lost2 lost4 full13 full24 full3 steady4 volume-start"
+        SCRIPT, "setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 volume-start"
     )
 
 
@@ -42,6 +42,20 @@ def test_the_w3_and_w4_follow_ups_run_their_benches(tmp_path: Path) -> None:
         "steady_cost_gpu.py --workload W4 --configs none,configs/production.yaml"
         in (results / "steady4.log").read_text()
     )
+
+
+def test_the_pinned_w1_and_the_paced_accuracy_runs_run_their_benches(tmp_path: Path) -> None:
+    """``steady1`` pins W1's thread and runs the four configs; ``accuracy-start`` chains one paced
+    ``budget_accuracy.py`` run per WORKLOAD:RATE (added 2026-11-27, second session)."""
+    done = run_driver(tmp_path, "gpu_session.sh", "steady1", "accuracy-start", dry=True)
+    assert done.returncode == 0, done.stderr
+    results = tmp_path / "results"
+    steady = (results / "steady1.log").read_text()
+    assert "steady_cost_gpu.py --workload W1 --pin 3" in steady
+    assert "bench/configs/windows-idle.yaml,configs/production.yaml" in steady
+    chain = (results / "accuracy-start.log").read_text()
+    for workload, rate in (("W4", 50), ("W2", 250), ("W5", 250)):
+        assert f"budget_accuracy.py --workloads {workload} --rate {rate} --seconds 300" in chain
 
 
 def test_a_dry_run_logs_every_command_and_returns_the_tarball(tmp_path: Path) -> None:
@@ -87,7 +101,7 @@ def test_the_recording_started_in_one_call_is_collected_in_the_next(tmp_path: Pa
     assert second.returncode == 0, second.stderr
     [summary_path] = (tmp_path / "b" / "out").glob("summary-*.txt")
     summary = summary_path.read_text()
-    assert "-- volume-wait: the recording's bench exited 0" in summary
+    assert "-- volume-wait: exited 0" in summary
     assert "W4 budget recording over 660 s: 100 bytes, 1.00 MB per GPU-hour (bound 2: within)" in summary
     for workload in ("W1", "W2", "W4"):
         assert f"{workload} session 0: cost +0.100%" in summary
