@@ -39,8 +39,12 @@ import time
 from collections.abc import Callable
 
 import torch
-from pacing import pace_delay
 from torch import nn
+
+try:
+    from pacing import pace_delay
+except ImportError:  # imported as ``bench.workloads`` (bench/fanin.py's GPU programs)
+    from bench.pacing import pace_delay
 
 Block = Callable[[int], None]
 
