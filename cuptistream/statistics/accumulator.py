@@ -19,7 +19,7 @@ import numpy as np
 from cuptistream.cupti.activity_enums import COPY_KINDS, MEMORY_KINDS, enum_name
 from cuptistream.events import ActivityStats, Event, GpuStats
 from cuptistream.statistics.busy import DeviceBusy
-from cuptistream.statistics.coverage import CATEGORIES, Coverage
+from cuptistream.statistics.coverage import CATEGORIES, Coverage, categories_of
 from cuptistream.statistics.histogram import DENSE, slots, to_histogram
 from cuptistream.statistics.launch_rate import LaunchRate
 
@@ -234,6 +234,8 @@ class Accumulator:
     def span(self, window: int, start: int, end: int, kinds: list[str]) -> list[Event]:
         """A ``TraceSpan`` of the stream: coverage, and time moving on."""
         self.coverage.span(window, start, end, kinds)
+        if categories_of(kinds):  # budget mode's presence span traces nothing
+            self.launches.span(window, start, end)
         return self._close(self.coverage.newest - self.lateness_ns)
 
     def close(self) -> list[Event]:
@@ -324,9 +326,9 @@ class Accumulator:
             out.append((OTHER, np.array([table.rows[n] for n in folded])))
         scale = observed / traced
         estimated = traced < observed
-        # Counts (and bytes, per operation) scale by calls made, not time: the untraced time ran at
-        # the rate between windows (``LaunchRate``), which a launch-bound program makes higher.
-        count_scale = (traced + self.launches.correction(low, high) * (observed - traced)) / traced
+        # Counts (and bytes, per operation) scale by calls made, not time: the program makes calls
+        # faster overall than inside its windows when tracing slows it (``LaunchRate``).
+        count_scale = 1.0 if traced >= observed else self.launches.correction(low, high) * observed / traced
         events = []
         for name, at in out:
             count, total, nbytes = (int(a[at].sum()) for a in (table.count, table.total, table.nbytes))

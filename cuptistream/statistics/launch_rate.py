@@ -1,78 +1,100 @@
-"""How fast a stream issued CUDA calls inside its trace windows and between them, from the
-correlation ids of the records the windows hold.
+"""How fast a stream issued CUDA calls inside its trace windows and over the whole run, from the
+windows' spans and the correlation ids of the records they hold.
 
 A budget window sees the program while CUPTI records its work, and a launch-bound program launches
 more slowly then (W2 on the H100: 29k kernels/s inside its windows, 31k between them), so counts
 scaled by time alone come out low. CUPTI numbers every runtime and driver API call of the process
 with the next correlation id whether or not anything is traced (measured on the H100: W1's ids
-advanced by 376k in the 4.9 s between two windows, one per launch, as inside them), so the ids
-of a window's first records against the previous window's last ones count the calls made between
-the two. ``correction`` is the rate between windows over the rate inside them.
+advanced by 376k in the 4.9 s between two windows, one per launch, as inside them). So:
 
-Failure modes: with fewer than two windows, or ids that do not increase (another process's ids
-cannot mix in: one stream is one process), the correction is 1 (time scaling alone). A program
-that changes phase between two windows gets the mean rate of the two phases for that gap.
+- **inside** the windows, the program made (last id - first id + 1) calls in each window's open
+  time (its ``TraceSpan``, not its records' span: a program that works in bursts and waits between
+  them has records over part of a window only, and their span overstates the rate; W2 and W4 held
+  to a fixed rate read -7.5 % and -7.8 % kernels that way, 2026-11-27);
+- **overall**, from one window's first id to the next's, over the time between their openings: a
+  whole cycle of window and gap, so a burst's position in either window cancels.
+
+``correction`` is the overall rate over the rate inside: the calls of the whole observed time per
+call traced, over the time scale alone.
+
+Failure modes: with fewer than two windows holding records, fewer than ``_LEAST_IDS`` calls inside,
+or ids that do not increase (another process's ids cannot mix in: one stream is one process), the
+correction is 1 (time scaling alone). A program that changes phase between two windows gets the mean
+rate of the cycle.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
-# Records further apart than this belong to different windows (budget windows are >= 20 ms and
-# their pauses seconds; within a window the records of one buffer are microseconds apart).
-_SAME_WINDOW_NS = 500_000_000
 _KEPT = 64  # windows remembered: intervals close a few seconds late, windows come every few seconds
-_LEAST_IDS = 32  # a window with fewer calls in it gives no rate worth dividing by
+_LEAST_IDS = 32  # fewer calls inside the windows give no rate worth dividing by
+# A window's kernels run after their launches: those queued at its close start up to this much later.
+# Records that start later than this after the window closed are not its (``continuous`` kinds).
+_QUEUED_NS = 1_000_000_000
 
 
 @dataclass
 class _Window:
-    t_first: int  # ns: the earliest record start seen in it, and that record's id
-    id_first: int
-    t_last: int
-    id_last: int
+    start: int  # ns: the span's opening and closing (0 while open)
+    end: int = 0
+    id_first: int = 0  # the smallest and largest correlation id of its records (0: none yet)
+    id_last: int = 0
 
 
 class LaunchRate:
-    """The windows of one stream, as (time, correlation id) at their first and last records."""
+    """The trace windows of one stream: their spans, and the correlation ids recorded in each."""
 
     def __init__(self) -> None:
-        self._windows: list[_Window] = []
+        self._windows: dict[int, _Window] = {}  # by window number, in the order they opened
+
+    def span(self, window: int, start: int, end: int) -> None:
+        """A window that traces GPU work opened (``end`` 0) or closed."""
+        known = self._windows.get(window)
+        if known is None:
+            self._windows[window] = _Window(start, end)
+            for old in list(self._windows)[:-_KEPT]:
+                del self._windows[old]
+        elif end:
+            known.end = end
 
     def add(self, start: np.ndarray, correlation: np.ndarray) -> None:
-        """One buffer's records: start times (ns) and correlation ids (0 for records without one)."""
+        """One buffer's records: start times (ns) and correlation ids (0 for records without one).
+        They belong to the latest window that opened before the earliest of them (a window's
+        records are flushed before the next one opens), unless it had closed well before."""
         has_id = correlation > 0
         if not has_id.any():
             return
-        start, correlation = start[has_id], correlation[has_id]
-        first, last = int(correlation.argmin()), int(correlation.argmax())
-        t_first, t_last = int(start[first]), int(start[last])
-        id_first, id_last = int(correlation[first]), int(correlation[last])
-        current = self._windows[-1] if self._windows else None
-        if current is not None and abs(t_first - current.t_last) < _SAME_WINDOW_NS:
-            if id_first < current.id_first:
-                current.t_first, current.id_first = t_first, id_first
-            if id_last > current.id_last:
-                current.t_last, current.id_last = t_last, id_last
+        t_first = int(start[has_id].min())
+        owner = None
+        for window in self._windows.values():
+            if window.start <= t_first and (owner is None or window.start > owner.start):
+                owner = window
+        if owner is None or (owner.end and t_first > owner.end + _QUEUED_NS):
             return
-        self._windows.append(_Window(t_first, id_first, t_last, id_last))
-        del self._windows[:-_KEPT]
+        ids = correlation[has_id]
+        low, high = int(ids.min()), int(ids.max())
+        owner.id_first = low if not owner.id_first else min(owner.id_first, low)
+        owner.id_last = max(owner.id_last, high)
 
     def correction(self, low: int, high: int) -> float:
-        """Calls per second between windows over calls per second inside them, for the windows that
-        began in ``[low, high)`` (each with the gap before it); 1.0 when that cannot be measured."""
-        inside_ids = inside_ns = between_ids = between_ns = 0
-        for before, window in zip(self._windows, self._windows[1:], strict=False):
-            if not low <= window.t_first < high:
-                continue
-            gap_ids, gap_ns = window.id_first - before.id_last, window.t_first - before.t_last
-            ids, ns = window.id_last - window.id_first, window.t_last - window.t_first
-            if gap_ids <= 0 or gap_ns <= 0 or ids < _LEAST_IDS or ns <= 0:
-                continue
-            inside_ids, inside_ns = inside_ids + ids, inside_ns + ns
-            between_ids, between_ns = between_ids + gap_ids, between_ns + gap_ns
-        if not inside_ids or not between_ns:
+        """Calls per second over the cycles of the windows that opened in ``[low, high)``, over
+        calls per second inside those windows; 1.0 when that cannot be measured."""
+        closed = sorted((w for w in self._windows.values() if w.end > w.start), key=lambda w: w.start)
+        inside_ids = inside_ns = cycle_ids = cycle_ns = 0
+        for window in closed:
+            if low <= window.start < high:
+                inside_ns += window.end - window.start
+                if window.id_first:
+                    inside_ids += window.id_last - window.id_first + 1
+        held = [w for w in closed if w.id_first]
+        for before, window in pairwise(held):
+            if low <= window.start < high and window.id_first > before.id_first:
+                cycle_ids += window.id_first - before.id_first
+                cycle_ns += window.start - before.start
+        if inside_ids < _LEAST_IDS or not inside_ns or not cycle_ns:
             return 1.0
-        return (between_ids / between_ns) / (inside_ids / inside_ns)
+        return (cycle_ids / cycle_ns) / (inside_ids / inside_ns)
