@@ -108,10 +108,8 @@ def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str,
         "batch": {"max_events": 8192, "max_bytes": "4MiB", "max_latency": "1s"},
         "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
     }  # fmt: skip
-    default = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
     sink = {"type": "file", "directory": str(out), "format": "msgpack", "fsync": "rotate",
-            "rotate_bytes": "256MiB", "zstd_level": default["sinks"][0].get("zstd_level", 3),
-            "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
+            "rotate_bytes": "256MiB", "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
     if args.mode == "cpu":
         sources: list[dict[str, Any]] = [{"type": "replay", "loops": args.loops}]
         if args.replay_buffer_size:  # the captures' ~1k-record buffers packed into GPU-sized ones
@@ -119,6 +117,7 @@ def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str,
         if args.replay_path:  # e.g. a GPU's own buffers (bench/capture_stream.py)
             sources[0]["path"] = args.replay_path
     else:
+        default = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())
         sources = default["sources"]
     return {"pipeline": pipeline, "sources": sources, "sinks": [sink]}
 
