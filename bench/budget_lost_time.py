@@ -37,7 +37,12 @@ what the job pays. Per rank: median, min and max over sessions of both, and of b
 The method sees what happens near windows. Between windows the probe holds CUPTI with no activity
 kind enabled and the collector runs on other cores; a cost spread evenly over the session would not
 show here, so the JSON also keeps the block time between windows over the base part's (same
-process, a minute apart: a drift check, not a resolved cost).
+process, a minute apart: a drift check, not a resolved cost). ``--drift`` resolves it: after each
+session, the same process runs again with no session at all (``--no-session``), and the summary
+sets the sessions' between-windows/base against these no-session runs' later/base (a DDP job's
+block time moved 10-17 % between its base part and the session's gaps on 2 x H100, 2026-11-27)::
+
+    python bench/budget_lost_time.py --ddp 2 --workloads D1 --sessions 4 --seconds 40 --base 40 --drift
 """
 
 from __future__ import annotations
@@ -152,15 +157,15 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     block, n = WORKLOADS[args.workloads](), DEFAULT_BLOCK[args.workloads]
     timed_blocks(block, n, args.warmup)
     base = timed_blocks(block, n, args.base)
-    session = cuptistream.session(load(args.config), quiet=True).start()
+    session = None if args.no_session else cuptistream.session(load(args.config), quiet=True).start()
     timed_blocks(block, n, args.settle)
     blocks = timed_blocks(block, n, args.seconds)
     torch.cuda.synchronize()
-    governor = session.governor
+    governor = session.governor if session is not None else None
     throttles = [t for t in (governor.throttles if governor else ()) if t.source.startswith("activity")]
     history = [(closed, cost) for t in throttles for closed, cost in t.history]
     plan = throttles[0].plan if throttles else None
-    report = session.stop()
+    report = session.stop() if session is not None else None
     if args.ddp:
         leave_ddp()
     first = blocks[0][0] - blocks[0][1]
@@ -201,11 +206,12 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def child_command(workload: str, args: argparse.Namespace, out: Path) -> list[str]:
-    """One session's command: this script as a child, or under torchrun as N of them."""
+def child_command(workload: str, args: argparse.Namespace, out: Path, no_session: bool = False) -> list[str]:
+    """One session's command: this script as a child, or under torchrun as N of them; with
+    ``no_session`` the same blocks with no cuptistream session (``--drift``)."""
     cmd = [__file__, "--child", "--workloads", workload, "--seconds", str(args.seconds),
            "--base", str(args.base), "--settle", str(args.settle), "--warmup", str(args.warmup),
-           "--config", str(args.config), "--out", str(out)]  # fmt: skip
+           "--config", str(args.config), "--out", str(out), *(["--no-session"] if no_session else [])]  # fmt: skip
     if args.ddp:
         return [*torchrun(), "--standalone", f"--nproc_per_node={args.ddp}", *cmd, "--ddp", str(args.ddp)]
     return [sys.executable, *cmd]
@@ -247,32 +253,50 @@ def job_view(ranks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_sessions(workload: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    out = []
+def run_one(
+    workload: str, args: argparse.Namespace, label: str, no_session: bool = False
+) -> dict[str, Any] | None:
+    """One session's process (or torchrun job) and what it wrote; None, said in one line, if it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = Path(tmp) / ("ranks" if args.ddp else "result.json")
+        done = subprocess.run(
+            child_command(workload, args, result_path, no_session), cwd=tmp, capture_output=True,
+            text=True, timeout=args.seconds + args.base + 180 + (120 if args.ddp else 0),
+        )  # fmt: skip
+        if args.ddp:
+            ranks = read_ranks(result_path, args.ddp)
+            if done.returncode != 0 or ranks is None:
+                print(f"{label}: exit {done.returncode}: {done.stderr[-2500:]}", flush=True)
+                return None
+            return {"ranks": ranks, "job": job_view(ranks)}
+        if done.returncode != 0 or not result_path.exists():
+            print(f"{label}: exit {done.returncode}: {done.stderr[-1500:]}", flush=True)
+            return None
+        loaded: dict[str, Any] = json.loads(result_path.read_text())
+        return loaded
+
+
+def run_sessions(
+    workload: str, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The sessions, and with ``--drift`` the no-session run after each (interleaved)."""
+    out: list[dict[str, Any]] = []
+    drift: list[dict[str, Any]] = []
     for i in range(args.sessions):
-        with tempfile.TemporaryDirectory() as tmp:
-            result_path = Path(tmp) / ("ranks" if args.ddp else "result.json")
-            done = subprocess.run(
-                child_command(workload, args, result_path), cwd=tmp, capture_output=True, text=True,
-                timeout=args.seconds + args.base + 180 + (120 if args.ddp else 0),
-            )  # fmt: skip
-            if args.ddp:
-                ranks = read_ranks(result_path, args.ddp)
-                if done.returncode != 0 or ranks is None:
-                    print(
-                        f"{workload} session {i}: exit {done.returncode}: {done.stderr[-2500:]}", flush=True
-                    )
-                    continue
-                result: dict[str, Any] = {"ranks": ranks, "job": job_view(ranks)}
-            elif done.returncode != 0 or not result_path.exists():
-                print(f"{workload} session {i}: exit {done.returncode}: {done.stderr[-1500:]}", flush=True)
-                continue
-            else:
-                result = json.loads(result_path.read_text())
+        result = run_one(workload, args, f"{workload} session {i}")
+        if args.drift and (alone := run_one(workload, args, f"{workload} no session {i}", True)) is not None:
+            drift.append(alone)
+            for r in alone["ranks"] if args.ddp else [alone]:
+                where = f" rank {r['rank']}" if args.ddp else ""
+                print(
+                    f"{workload} no session {i}{where}: later/base {_pct(r['between_over_base'])}", flush=True
+                )
+        if result is None:
+            continue
         out.append(result)
         # Kept after every session: a run cut short (a device call's time limit) keeps what it did.
         partial = args.out.with_name(f"{args.out.stem}.{workload}.partial.json")
-        partial.write_text(json.dumps({"workload": workload, "sessions": out}, default=str))
+        partial.write_text(json.dumps({"workload": workload, "sessions": out, "drift": drift}, default=str))
         if args.ddp:
             for r in result["ranks"]:
                 job, label = result["job"][str(r["rank"])], f"{workload} session {i} rank {r['rank']}"
@@ -281,6 +305,32 @@ def run_sessions(workload: str, args: argparse.Namespace) -> list[dict[str, Any]
                       f"{100 * job['null_base']:+.3f}% gaps {100 * job['null_gaps']:+.3f}%)", flush=True)  # fmt: skip
         else:
             print(_line(f"{workload} session {i}", result), flush=True)
+    return out, drift
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:+.2f}%"
+
+
+def drift_summary(sessions: list[dict[str, Any]], drift: list[dict[str, Any]], ddp: int) -> dict[str, Any]:
+    """Per rank ("0" without DDP): the sessions' block time between windows over their base part,
+    and the no-session runs' later blocks over theirs (median, min, max). Their difference is what
+    holding a session costs between windows, with the process's own drift taken out."""
+
+    def rows(results: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        by_rank: dict[str, list[dict[str, Any]]] = {}
+        for res in results:
+            for r in res["ranks"] if ddp else [res]:
+                by_rank.setdefault(str(r.get("rank") or 0), []).append(r)
+        return by_rank
+
+    with_session, alone = rows(sessions), rows(drift)
+    out = {}
+    for rank in sorted(set(with_session) | set(alone), key=int):
+        a = summarize(with_session.get(rank, []), ("between_over_base",))["between_over_base"]
+        b = summarize(alone.get(rank, []), ("between_over_base",))["between_over_base"]
+        out[rank] = {"session": a, "no_session": b,
+                     "difference_of_medians": a["median"] - b["median"] if a and b else None}  # fmt: skip
     return out
 
 
@@ -354,7 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ddp", type=int, default=0, metavar="N", help="each session a torchrun job of N ranks (a GPU each)"
     )
+    parser.add_argument(
+        "--drift",
+        action="store_true",
+        help="after each session, the same run with no session (drift between windows)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-session", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.config = args.config.resolve()
     if args.child:
@@ -368,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = {}
     for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
-        sessions = run_sessions(workload, args)
+        sessions, drift = run_sessions(workload, args)
         if args.ddp:
             results[workload] = {"per_rank": summarize_ranks(sessions), "sessions": sessions}
             for rank, s in results[workload]["per_rank"].items():
@@ -382,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
             if sessions:
                 print(f"{workload}: cost {_mmm(s['window_cost'])}, null base {_mmm(s['null_base'])} "
                       f"gaps {_mmm(s['null_gaps'])}", flush=True)  # fmt: skip
+        if args.drift:
+            results[workload]["drift"] = {"per_rank": drift_summary(sessions, drift, args.ddp), "runs": drift}
+            for rank, d in results[workload]["drift"]["per_rank"].items():
+                print(f"{workload} rank {rank} between windows over base: session {_mmm(d['session'])}, "
+                      f"no session {_mmm(d['no_session'])}: difference {_pct(d['difference_of_medians'])}",
+                      flush=True)  # fmt: skip
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
                                        indent=1, default=str))  # fmt: skip
     return 0

@@ -25,8 +25,9 @@
 #   lost      ~5.5 min   420   always-on cost under DDP: bench/budget_lost_time.py --ddp 2 --workloads
 #                              D1, 5 sessions x (~15 s torchrun + NCCL start, 2 s warm-up, 12 s base,
 #                              1 s settle, 30 s timed, ~5 s stop); each session kept as it ends.
-#                              LOST_SESSIONS, LOST_SECONDS, LOST_LIMIT change them (a null that
-#                              does not resolve wants longer sessions: e.g. 4 x 60 s in a call of its own)
+#                              LOST_SESSIONS, LOST_SECONDS, LOST_BASE, LOST_LIMIT change them (a null
+#                              that does not resolve wants longer sessions: e.g. 4 x 60 s in a call of its
+#                              own); LOST_DRIFT=1 adds --drift (a no-session run after each session)
 #   node      ~0.7 min   120   a node collector (`cuptistream collector --socket`) in front of a 2-rank
 #                              torchrun job (2,000 DDP steps, ~10 s): bench/fanin.py --mode ddp
 #   compare   ~7.5 min   560   tests/gpu/test_compare_multigpu.py: 2 modes x (clean, 5, 10, 20 %);
@@ -91,8 +92,8 @@ for s in "${steps[@]}"; do
             setup || break ;;
         lost)
             step lost "${LOST_LIMIT:-420}" $PY bench/budget_lost_time.py --ddp 2 --workloads D1 \
-                --sessions "${LOST_SESSIONS:-5}" --seconds "${LOST_SECONDS:-30}" --base 12 \
-                --out "$RESULTS/lost_time_ddp.json" ;;
+                --sessions "${LOST_SESSIONS:-5}" --seconds "${LOST_SECONDS:-30}" --base "${LOST_BASE:-12}" \
+                ${LOST_DRIFT:+--drift} --out "$RESULTS/lost_time_ddp.json" ;;
         node)
             step node 120 $PY bench/fanin.py --mode ddp --nproc 2 --steps 2000 --out "$RESULTS/node" ;;
         compare)

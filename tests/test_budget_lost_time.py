@@ -171,7 +171,7 @@ def test_main_under_ddp_summarizes_what_the_ranks_wrote(
     (tmp_path / "ranks.json").write_text(json.dumps(ranks))
     calls = []
 
-    def stand_in(workload: str, args: argparse.Namespace, out: Path) -> list[str]:
+    def stand_in(workload: str, args: argparse.Namespace, out: Path, no_session: bool = False) -> list[str]:
         calls.append(out)
         if len(calls) == 2:
             return [sys.executable, "-c", "import sys; sys.exit('rank 1 failed')"]
@@ -212,3 +212,37 @@ def test_gap_windows_stay_clear_of_overlapping_ranks_windows() -> None:
         lo, hi = closed - length - BEFORE_S, closed + AFTER_S
         assert all(hi <= t_lo or lo >= t_hi for t_lo, t_hi in touched), (lo, hi)
         assert length == 0.09  # as long as the longest window of the pair before it
+
+
+def test_drift_runs_the_same_blocks_with_no_session_after_each_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--drift``: after each session the child runs with ``--no-session``; the summary sets the
+    sessions' between-windows/base against the no-session runs' later/base, per rank."""
+    import budget_lost_time
+
+    commands: list[list[str]] = []
+    real = budget_lost_time.child_command
+
+    def stand_in(workload: str, args: argparse.Namespace, out: Path, no_session: bool = False) -> list[str]:
+        commands.append(real(workload, args, out, no_session))
+        later = 0.02 if no_session else 0.05  # the process drifts 2 %; a session adds 3 % between windows
+        result = {"rank": None, "windows": 0 if no_session else 5, "window_cost": 0.001, "null_base": 0.0,
+                  "null_gaps": 0.0, "expected_cost": 0.009, "between_over_base": later + 0.001 * len(commands)}  # fmt: skip
+        program = "import sys; open(sys.argv[1], 'w').write(sys.argv[2])"
+        return [sys.executable, "-c", program, str(out), json.dumps(result)]
+
+    monkeypatch.setattr(budget_lost_time, "child_command", stand_in)
+    out = tmp_path / "lost.json"
+    argv = ["--workloads", "W1", "--sessions", "2", "--drift", "--out", str(out)]
+    assert budget_lost_time.main(argv) == 0
+    assert ["--no-session" in c for c in commands] == [False, True, False, True]
+    drift = json.loads(out.read_text())["results"]["W1"]["drift"]
+    assert len(drift["runs"]) == 2
+    row = drift["per_rank"]["0"]
+    assert row["session"]["median"] == pytest.approx(0.052)  # 0.051 and 0.053
+    assert row["no_session"]["median"] == pytest.approx(0.023)  # 0.022 and 0.024
+    assert row["difference_of_medians"] == pytest.approx(0.029)
+    printed = capsys.readouterr().out
+    assert "W1 no session 1: later/base +2.40%" in printed
+    assert "W1 rank 0 between windows over base: session" in printed and "difference +2.90%" in printed
