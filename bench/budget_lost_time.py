@@ -37,7 +37,7 @@ what the job pays. Per rank: median, min and max over sessions of both, and of b
 The method sees what happens near windows. Between windows the probe holds CUPTI with no activity
 kind enabled and the collector runs on other cores; a cost spread evenly over the session would not
 show here, so the JSON also keeps the block time between windows over the base part's (same
-process, a minute apart: a drift check, not a resolved cost). ``--drift`` resolves it: after each
+process, a minute apart: a drift check, not a resolved cost). ``--drift`` is there to settle it: after each
 session, the same process runs again with no session at all (``--no-session``), and the summary
 sets the sessions' between-windows/base against these no-session runs' later/base (a DDP job's
 block time moved 10-17 % between its base part and the session's gaps on 2 x H100, 2026-11-27)::
@@ -282,8 +282,11 @@ def run_sessions(
     """The sessions, and with ``--drift`` the no-session run after each (interleaved)."""
     out: list[dict[str, Any]] = []
     drift: list[dict[str, Any]] = []
+    partial = args.out.with_name(f"{args.out.stem}.{workload}.partial.json")
     for i in range(args.sessions):
-        result = run_one(workload, args, f"{workload} session {i}")
+        if (result := run_one(workload, args, f"{workload} session {i}")) is not None:
+            out.append(result)
+            _print_session(workload, i, result, args.ddp)
         if args.drift and (alone := run_one(workload, args, f"{workload} no session {i}", True)) is not None:
             drift.append(alone)
             for r in alone["ranks"] if args.ddp else [alone]:
@@ -291,21 +294,20 @@ def run_sessions(
                 print(
                     f"{workload} no session {i}{where}: later/base {_pct(r['between_over_base'])}", flush=True
                 )
-        if result is None:
-            continue
-        out.append(result)
         # Kept after every session: a run cut short (a device call's time limit) keeps what it did.
-        partial = args.out.with_name(f"{args.out.stem}.{workload}.partial.json")
         partial.write_text(json.dumps({"workload": workload, "sessions": out, "drift": drift}, default=str))
-        if args.ddp:
-            for r in result["ranks"]:
-                job, label = result["job"][str(r["rank"])], f"{workload} session {i} rank {r['rank']}"
-                print(f"{_line(label, r)}; against every rank's "
-                      f"{job['windows']} windows {100 * job['window_cost']:+.3f}% (null base "
-                      f"{100 * job['null_base']:+.3f}% gaps {100 * job['null_gaps']:+.3f}%)", flush=True)  # fmt: skip
-        else:
-            print(_line(f"{workload} session {i}", result), flush=True)
     return out, drift
+
+
+def _print_session(workload: str, i: int, result: dict[str, Any], ddp: int) -> None:
+    if not ddp:
+        print(_line(f"{workload} session {i}", result), flush=True)
+        return
+    for r in result["ranks"]:
+        job, label = result["job"][str(r["rank"])], f"{workload} session {i} rank {r['rank']}"
+        print(f"{_line(label, r)}; against every rank's "
+              f"{job['windows']} windows {100 * job['window_cost']:+.3f}% (null base "
+              f"{100 * job['null_base']:+.3f}% gaps {100 * job['null_gaps']:+.3f}%)", flush=True)  # fmt: skip
 
 
 def _pct(value: float | None) -> str:
