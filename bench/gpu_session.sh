@@ -72,7 +72,9 @@
 #                                   session's or the machine's drift (`none` runs the same blocks)
 #   steady1        ~6   min   420   steady4's question for W1 (launch-bound, the program's thread
 #                                   pinned to STEADY_PIN, default core 3): none, state-only,
-#                                   windows-idle, production; --rounds $STEADY_ROUNDS (default 3)
+#                                   windows-idle, production; --rounds $STEADY_ROUNDS (default 3).
+#                                   Pinned, W1 still flipped between ~18 and ~25 ms a block with no
+#                                   session (2026-11-27): prefer budget_lost_time.py --drift
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
 #                                   each WORKLOAD:RATE of ACCURACY_RUNS (default "W4:50 W2:250 W5:250",
 #                                   below what full tracing sustains: W4 ~64/s, W2 ~303/s, W5's W4
