@@ -43,6 +43,7 @@ sets the sessions' between-windows/base against these no-session runs' later/bas
 block time moved 10-17 % between its base part and the session's gaps on 2 x H100, 2026-11-27)::
 
     python bench/budget_lost_time.py --ddp 2 --workloads D1 --sessions 4 --seconds 40 --base 40 --drift
+    python bench/budget_lost_time.py --workloads W1 --sessions 5 --seconds 25 --drift   # gpu_session.sh drift1
 """
 
 from __future__ import annotations
