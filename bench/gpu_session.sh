@@ -204,9 +204,9 @@ summarize() {
         full13|full24|full3) sed -n '/^wrote /,$p' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         steady4) tail -n 12 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         volume-wait) grep -E '^W4 ' "$RESULTS/volume-wait.log" | tee -a "$SUMMARY" ;;
-        accuracy-wait) grep -E '^W[0-9] ' "$RESULTS/accuracy-wait.log" | tee -a "$SUMMARY" ;;
+        accuracy-wait) grep -E '^W[0-9]+[: ]' "$RESULTS/accuracy-wait.log" | tee -a "$SUMMARY" ;;
         steady1) tail -n 14 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
-        drift1) grep -E '^W1 ' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        drift1) grep -E '^W1[: ]' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
         capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
     esac

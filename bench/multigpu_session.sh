@@ -79,7 +79,7 @@ session_begin
 summarize() {
     local name=$1
     case $name in
-        lost) grep -E '^D1 (rank [0-9]+ \(|session [0-9]+( rank [0-9]+)?: )' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
+        lost) grep -E '^D1 (rank [0-9]+ (\(|between)|(no )?session [0-9]+( rank [0-9]+)?: )' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
         node|fanin) summarize_fanin "$RESULTS/$name.log" ;;
         compare|compare2|coexist) grep -E '^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)' "$RESULTS/$name.log" | tail -12 | tee -a "$SUMMARY" ;;
         accuracy) grep -E '^D1' "$RESULTS/accuracy.log" | tee -a "$SUMMARY" ;;
