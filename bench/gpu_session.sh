@@ -78,6 +78,10 @@
 #   drift1         ~7.5 min   480   issue 26, W1 between windows: bench/budget_lost_time.py --workloads
 #                                   W1 --sessions $DRIFT_SESSIONS (default 5) --seconds 25 --drift (each
 #                                   session, then the same process with no session: ~45 s each)
+#   between1       ~5   min   330   W1 between windows, piece by piece: bench/between_windows.py --rounds
+#                                   $BETWEEN_ROUNDS (default 3) --seconds 5: none, a bare subscriber, the
+#                                   STATE domain, one activity window's aftermath, production.yaml with
+#                                   and without the state source, one process each, shuffled per round
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
 #                                   each WORKLOAD:RATE of ACCURACY_RUNS (default "W4:50 W2:250 W5:250",
 #                                   below what full tracing sustains: W4 ~64/s, W2 ~303/s, W5's W4
@@ -118,7 +122,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -130,7 +134,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -207,6 +211,7 @@ summarize() {
         accuracy-wait) grep -E '^W[0-9]+[: ]' "$RESULTS/accuracy-wait.log" | tee -a "$SUMMARY" ;;
         steady1) tail -n 14 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         drift1) grep -E '^W1[: ]' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        between1) grep -E '^(W1 |round )' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
         capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
     esac
@@ -257,6 +262,9 @@ for s in "${steps[@]}"; do
         drift1)
             step drift1 "$(cap 480)" "$PY" bench/budget_lost_time.py --workloads W1 --sessions "${DRIFT_SESSIONS:-5}" \
                 --seconds 25 --drift --out "$RESULTS/drift_W1.json" ;;
+        between1)
+            step between1 "$(cap 330)" "$PY" bench/between_windows.py --rounds "${BETWEEN_ROUNDS:-3}" --seconds 5 \
+                --out "$RESULTS/between_W1.json" ;;
         steady1)
             step steady1 "$(cap 420)" "$PY" bench/steady_cost_gpu.py --workload W1 --pin "${STEADY_PIN:-3}" \
                 --configs none,bench/configs/state-only.yaml,bench/configs/windows-idle.yaml,configs/production.yaml \
