@@ -1,113 +1,69 @@
-"""What the probe costs a launch-bound program between activity windows, piece by piece (issue 26).
+"""What holding CUPTI costs a launch-bound program between activity windows, piece by piece,
+toggled inside one process (issue 26).
 
 ``budget_lost_time.py --drift`` found W1's blocks between windows 10-27 % slower than before its
-session started, while the same process with no session got faster over the same minute. Between
-windows the probe holds CUPTI's subscriber (the state source's STATE domain), keeps the activity API
-initialized with its buffer callbacks registered, and runs its own threads. This runs W1 (one tiny
-kernel per iteration: what pays most per launch) in one process per variant, the variants shuffled
-in each round, and reports each variant's blocks against ``none`` of the same round::
+session started (p10 +7-16 %), while the same process with no session got faster over the same
+minute. Between windows the probe holds CUPTI's subscriber (the state source's STATE domain) and
+keeps the activity API initialized; its own threads used no measurable CPU (``steady_cost_gpu.py``).
 
-    python bench/between_windows.py --rounds 3 --seconds 5 [--workload W1] [--out between.json]
+W1's speed differs between processes (its p10 read 14.4-25.4 ms in 18 processes on the H100,
+2026-11-27, at 7c68e4a), so one process per variant cannot resolve 10 %. Here each variant toggles
+its piece on and off every ``--phase`` seconds in one process (the first phase's state at random),
+and each on phase is set against the mean of the off phases either side; the first block after a
+toggle is left out. ``none`` toggles nothing and is labelled the same way: the method's null::
 
-Variants (each set up after the warm-up, then ``--settle`` seconds, then the timed blocks):
+    python bench/between_windows.py --variants none,subscribe,state --seconds 60 --phase 2
 
-- ``none``: nothing.
-- ``subscribe``: ``cuptiSubscribe`` with no domain enabled.
-- ``state``: the subscriber with the STATE domain enabled (what the state source does).
-- ``activity_once``: buffer callbacks registered, CONCURRENT_KERNEL enabled for 0.2 s, disabled,
-  flushed: CUPTI's state after one budget window, with no subscriber.
-- ``production``: ``cuptistream.session(configs/production.yaml)``; its windows fall inside the timed
-  part (about 1 % of it by design).
-- ``production_nostate``: the same without the state source.
+- ``subscribe``: ``cuptiSubscribe`` (no domain) on, ``cuptiUnsubscribe`` off.
+- ``state``: a subscriber throughout; its STATE domain (what the state source enables) on and off.
 
-Per process: block-time p10 (the fast mode's floor: W1 flips between two speeds, 17 and 25 ms on the
-H100, whatever runs), median and mean, and the CPU seconds of each thread of the process over the
-timed part (Python threads by name), so that a probe thread that spins shows.
+Per variant: the on/off ratio of the block means (median, min, max over on phases) and of the
+blocks' p10 (the fast mode's floor: W1 flips between about 17 and 25 ms a block).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("none", "subscribe", "state", "activity_once", "production", "production_nostate")
-PRODUCTION = ROOT / "configs" / "production.yaml"
+VARIANTS = ("none", "subscribe", "state")
 
 
-def thread_cpu() -> dict[int, float]:
-    """CPU seconds (user + system) of each thread of this process, by its kernel thread id."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # the thread ended meanwhile
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return out
+class Toggle:
+    """One variant's piece of CUPTI, switched on and off on the program's own thread."""
 
+    def __init__(self, variant: str) -> None:
+        self.variant = variant
+        self.handle: int | None = None
+        if variant == "none":
+            return
+        from cupti import cupti
 
-def thread_names() -> dict[int, str]:
-    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-    for tid in os.listdir("/proc/self/task"):
-        if int(tid) not in names:
-            try:
-                names[int(tid)] = "native:" + Path(f"/proc/self/task/{tid}/comm").read_text().strip()
-            except OSError:
-                pass
-    return names
-
-
-def set_up(variant: str) -> Any:
-    """Apply ``variant``; what must stay referenced (or stopped) until the timed part ends."""
-    if variant == "none":
-        return None
-    if variant in ("production", "production_nostate"):
-        import cuptistream
-        from cuptistream.config import load
-
-        config = load(PRODUCTION)
-        if variant == "production_nostate":
-            config.sources = [s for s in config.sources if s.type != "state"]
-        return cuptistream.session(config, quiet=True).start()
-    from cupti import cupti
-
-    if variant in ("subscribe", "state"):
-
-        def on_callback(userdata: Any, domain: int, cbid: int, data: Any) -> None:
-            pass
-
-        handle = cupti.subscribe(on_callback, None)
+        self.cupti = cupti
         if variant == "state":
-            cupti.enable_domain(1, handle, cupti.CallbackDomain.STATE)
-        return on_callback, handle
-    if variant == "activity_once":
-        import torch
+            self.handle = cupti.subscribe(self._callback, None)
 
-        def requested() -> tuple[int, int]:
-            return 8 << 20, 0
+    @staticmethod
+    def _callback(userdata: Any, domain: int, cbid: int, data: Any) -> None:
+        pass
 
-        def completed(activities: list[Any]) -> None:
-            pass
-
-        cupti.activity_register_callbacks(requested, completed)
-        cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
-        time.sleep(0.2)
-        cupti.activity_disable(cupti.ActivityKind.CONCURRENT_KERNEL)
-        torch.cuda.synchronize()
-        cupti.activity_flush_all(1)
-        return requested, completed
-    raise ValueError(variant)
+    def set(self, on: bool) -> None:
+        if self.variant == "subscribe":
+            if on:
+                self.handle = self.cupti.subscribe(self._callback, None)
+            elif self.handle is not None:
+                self.cupti.unsubscribe(self.handle)
+                self.handle = None
+        elif self.variant == "state":
+            self.cupti.enable_domain(int(on), self.handle, self.cupti.CallbackDomain.STATE)
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,89 +84,72 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         return times
 
     run(args.warmup)
-    held = set_up(args.child)
-    run(args.settle)
-    cpu_before = thread_cpu()
-    times = run(args.seconds)
-    cpu_after = thread_cpu()
-    names = thread_names()
-    main_tid = threading.main_thread().native_id
-    threads = {
-        ("main" if tid == main_tid else names.get(tid, f"tid {tid}")): round(
-            cpu - cpu_before.get(tid, 0.0), 3
-        )
-        for tid, cpu in cpu_after.items()
-    }
-    if args.child.startswith("production"):
-        held.stop()
-    ordered = sorted(times)
-    return {
-        "variant": args.child,
-        "blocks": len(times),
-        "p10_s": ordered[len(ordered) // 10],
-        "median_s": statistics.median(times),
-        "mean_s": statistics.fmean(times),
-        "threads_cpu_s": {k: v for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0},
-    }
+    toggle = Toggle(args.child)
+    on = random.random() < 0.5
+    phases: list[tuple[bool, list[float]]] = []
+    for _ in range(max(3, round(args.seconds / args.phase))):
+        toggle.set(on)
+        phases.append((on, run(args.phase)[1:]))  # the block the toggle fell in is left out
+        on = not on
+    toggle.set(False)
+    return {"variant": args.child, "phases": phases}
+
+
+def on_over_off(phases: list[tuple[bool, list[float]]], stat: str) -> list[float]:
+    """Each on phase's statistic over the mean of the off phases either side."""
+
+    def value(times: list[float]) -> float:
+        return statistics.fmean(times) if stat == "mean" else sorted(times)[len(times) // 10]
+
+    out = []
+    for i, (on, times) in enumerate(phases):
+        beside = [phases[j][1] for j in (i - 1, i + 1) if 0 <= j < len(phases)]
+        if on and times and all(beside):
+            out.append(value(times) / statistics.fmean(value(b) for b in beside) - 1)
+    return out
 
 
 def parent(args: argparse.Namespace) -> dict[str, Any]:
-    rounds: list[dict[str, dict[str, Any]]] = []
-    for r in range(args.rounds):
-        order = list(args.variants)
-        random.shuffle(order)
-        results: dict[str, dict[str, Any]] = {}
-        for variant in order:
-            command = [sys.executable, __file__, "--child", variant, "--workload", args.workload,
-                       "--seconds", str(args.seconds), "--warmup", str(args.warmup),
-                       "--settle", str(args.settle)]  # fmt: skip
-            done = subprocess.run(command, capture_output=True, text=True, timeout=args.seconds + 120)
-            if done.returncode != 0:
-                print(
-                    f"round {r} {variant}: exit {done.returncode}: {done.stderr.strip()[-400:]}", flush=True
-                )
-                continue
-            results[variant] = json.loads(done.stdout.strip().splitlines()[-1])
-            res = results[variant]
-            print(f"round {r} {variant}: p10 {res['p10_s'] * 1e3:.2f} ms, median {res['median_s'] * 1e3:.2f} ms, "
-                  f"mean {res['mean_s'] * 1e3:.2f} ms; thread CPU-s {res['threads_cpu_s']}", flush=True)  # fmt: skip
-        rounds.append(results)
-    summary: dict[str, dict[str, list[float]]] = {}
-    for variant in args.variants:
-        for stat in ("p10_s", "median_s", "mean_s"):
-            ratios = [r[variant][stat] / r["none"][stat] - 1 for r in rounds if variant in r and "none" in r]
-            summary.setdefault(variant, {})[stat] = ratios
-        if variant == "none":
+    order = list(args.variants)
+    random.shuffle(order)
+    results: dict[str, Any] = {}
+    for variant in order:
+        command = [sys.executable, __file__, "--child", variant, "--workload", args.workload,
+                   "--seconds", str(args.seconds), "--phase", str(args.phase), "--warmup", str(args.warmup)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.seconds + 120)
+        if done.returncode != 0:
+            print(
+                f"{args.workload} {variant}: exit {done.returncode}: {done.stderr.strip()[-400:]}", flush=True
+            )
             continue
-        s = summary[variant]
-        print(f"{args.workload} {variant} over none: " + ", ".join(
-            f"{stat[:-2]} {statistics.median(v) * 100:+.1f}% [{min(v) * 100:+.1f} .. {max(v) * 100:+.1f}]"
-            for stat, v in s.items() if v), flush=True)  # fmt: skip
-    return {"args": vars(args), "rounds": rounds, "over_none": summary}
+        phases = json.loads(done.stdout.strip().splitlines()[-1])["phases"]
+        ratios = {stat: on_over_off(phases, stat) for stat in ("mean", "p10")}
+        results[variant] = {"phases": phases, "on_over_off": ratios}
+        print(f"{args.workload} {variant} on/off over {len(ratios['mean'])} on phases: " + ", ".join(
+            f"{stat} {statistics.median(v) * 100:+.2f}% [{min(v) * 100:+.2f} .. {max(v) * 100:+.2f}]"
+            for stat, v in ratios.items() if v), flush=True)  # fmt: skip
+    return {"args": {k: str(v) for k, v in vars(args).items()}, "variants": results}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="W1")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0, help="timed seconds per process")
+    parser.add_argument("--seconds", type=float, default=60.0, help="toggled seconds per variant")
+    parser.add_argument("--phase", type=float, default=2.0, help="seconds on, then as many off")
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--settle", type=float, default=1.0)
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS))
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
-    if unknown or "none" not in args.variants:
-        parser.error(
-            f"--variants: {unknown or 'none missing'} (known: {', '.join(VARIANTS)}; 'none' is the reference)"
-        )
+    if unknown:
+        parser.error(f"--variants: unknown {unknown} (known: {', '.join(VARIANTS)}; 'none' is the null)")
     if args.child:
         print(json.dumps(child(args)))
         return 0
     result = parent(args)
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+        args.out.write_text(json.dumps(result))
     return 0
 
 

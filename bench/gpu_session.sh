@@ -78,10 +78,9 @@
 #   drift1         ~7.5 min   480   issue 26, W1 between windows: bench/budget_lost_time.py --workloads
 #                                   W1 --sessions $DRIFT_SESSIONS (default 5) --seconds 25 --drift (each
 #                                   session, then the same process with no session: ~45 s each)
-#   between1       ~5   min   330   W1 between windows, piece by piece: bench/between_windows.py --rounds
-#                                   $BETWEEN_ROUNDS (default 3) --seconds 5: none, a bare subscriber, the
-#                                   STATE domain, one activity window's aftermath, production.yaml with
-#                                   and without the state source, one process each, shuffled per round
+#   between1       ~4   min   300   W1 between windows, piece by piece, toggled in one process per piece:
+#                                   bench/between_windows.py --variants none,subscribe,state --seconds
+#                                   $BETWEEN_SECONDS (default 60) --phase 2 (~70 s a variant)
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
 #                                   each WORKLOAD:RATE of ACCURACY_RUNS (default "W4:50 W2:250 W5:250",
 #                                   below what full tracing sustains: W4 ~64/s, W2 ~303/s, W5's W4
@@ -211,7 +210,7 @@ summarize() {
         accuracy-wait) grep -E '^W[0-9]+[: ]' "$RESULTS/accuracy-wait.log" | tee -a "$SUMMARY" ;;
         steady1) tail -n 14 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         drift1) grep -E '^W1[: ]' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
-        between1) grep -E '^(W1 |round )' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        between1) grep -E '^W1 ' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
         capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
     esac
@@ -263,7 +262,7 @@ for s in "${steps[@]}"; do
             step drift1 "$(cap 480)" "$PY" bench/budget_lost_time.py --workloads W1 --sessions "${DRIFT_SESSIONS:-5}" \
                 --seconds 25 --drift --out "$RESULTS/drift_W1.json" ;;
         between1)
-            step between1 "$(cap 330)" "$PY" bench/between_windows.py --rounds "${BETWEEN_ROUNDS:-3}" --seconds 5 \
+            step between1 "$(cap 300)" "$PY" bench/between_windows.py --seconds "${BETWEEN_SECONDS:-60}" --phase 2 \
                 --out "$RESULTS/between_W1.json" ;;
         steady1)
             step steady1 "$(cap 420)" "$PY" bench/steady_cost_gpu.py --workload W1 --pin "${STEADY_PIN:-3}" \
