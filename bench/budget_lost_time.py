@@ -328,13 +328,32 @@ def drift_summary(sessions: list[dict[str, Any]], drift: list[dict[str, Any]], d
         return by_rank
 
     with_session, alone = rows(sessions), rows(drift)
+    for result in [r for rs in (*with_session.values(), *alone.values()) for r in rs]:
+        result.setdefault("floor_over_base", floor_over_base(result))
     out = {}
     for rank in sorted(set(with_session) | set(alone), key=int):
-        a = summarize(with_session.get(rank, []), ("between_over_base",))["between_over_base"]
-        b = summarize(alone.get(rank, []), ("between_over_base",))["between_over_base"]
-        out[rank] = {"session": a, "no_session": b,
-                     "difference_of_medians": a["median"] - b["median"] if a and b else None}  # fmt: skip
+        out[rank] = {}
+        for key, label in (("between_over_base", ""), ("floor_over_base", "floor_")):
+            a = summarize(with_session.get(rank, []), (key,))[key]
+            b = summarize(alone.get(rank, []), (key,))[key]
+            out[rank] |= {f"{label}session": a, f"{label}no_session": b,
+                          f"{label}difference_of_medians": a["median"] - b["median"] if a and b else None}  # fmt: skip
     return out
+
+
+def floor_over_base(result: dict[str, Any]) -> float | None:
+    """The p10 of the blocks between windows over the base part's p10, from the raw series. A
+    launch-bound loop (W1) flips between a fast and a slow speed for seconds at a time, with or
+    without a session; the medians then tell which speed a part happened to be in, the fast floor
+    tells whether the fast speed itself moved."""
+    raw = result.get("raw") or {}
+    base = sorted(d for _, d in raw.get("base", []))
+    quiet = sorted(
+        between([tuple(b) for b in raw.get("session", [])], [tuple(w) for w in raw.get("windows", [])])
+    )
+    if not base or not quiet:
+        return None
+    return quiet[len(quiet) // 10] / base[len(base) // 10] - 1
 
 
 KEYS = ("window_cost", "null_base", "null_gaps", "expected_cost", "between_over_base", "windows")
@@ -444,9 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.drift:
             results[workload]["drift"] = {"per_rank": drift_summary(sessions, drift, args.ddp), "runs": drift}
             for rank, d in results[workload]["drift"]["per_rank"].items():
-                print(f"{workload} rank {rank} between windows over base: session {_mmm(d['session'])}, "
-                      f"no session {_mmm(d['no_session'])}: difference {_pct(d['difference_of_medians'])}",
-                      flush=True)  # fmt: skip
+                for label, what in (("", "median"), ("floor_", "p10")):
+                    print(f"{workload} rank {rank} between windows over base ({what}): session "
+                          f"{_mmm(d[label + 'session'])}, no session {_mmm(d[label + 'no_session'])}: "
+                          f"difference {_pct(d[label + 'difference_of_medians'])}", flush=True)  # fmt: skip
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
                                        indent=1, default=str))  # fmt: skip
     return 0

@@ -227,8 +227,13 @@ def test_drift_runs_the_same_blocks_with_no_session_after_each_session(
     def stand_in(workload: str, args: argparse.Namespace, out: Path, no_session: bool = False) -> list[str]:
         commands.append(real(workload, args, out, no_session))
         later = 0.02 if no_session else 0.05  # the process drifts 2 %; a session adds 3 % between windows
+        # The fast floor (p10 of the raw blocks): 2 % slower later with no session, 10 % with one.
+        floor = 0.0102 if no_session else 0.011
+        raw = {"base": [[i * 0.01, 0.010] for i in range(20)], "windows": [],
+               "session": [[1 + i * 0.02, floor + (0.01 if i % 2 else 0.0)] for i in range(20)]}  # fmt: skip
         result = {"rank": None, "windows": 0 if no_session else 5, "window_cost": 0.001, "null_base": 0.0,
-                  "null_gaps": 0.0, "expected_cost": 0.009, "between_over_base": later + 0.001 * len(commands)}  # fmt: skip
+                  "null_gaps": 0.0, "expected_cost": 0.009, "between_over_base": later + 0.001 * len(commands),
+                  "raw": raw}  # fmt: skip
         program = "import sys; open(sys.argv[1], 'w').write(sys.argv[2])"
         return [sys.executable, "-c", program, str(out), json.dumps(result)]
 
@@ -245,4 +250,9 @@ def test_drift_runs_the_same_blocks_with_no_session_after_each_session(
     assert row["difference_of_medians"] == pytest.approx(0.029)
     printed = capsys.readouterr().out
     assert "W1 no session 1: later/base +2.40%" in printed
-    assert "W1 rank 0 between windows over base: session" in printed and "difference +2.90%" in printed
+    assert (
+        "W1 rank 0 between windows over base (median): session" in printed and "difference +2.90%" in printed
+    )
+    assert row["floor_session"]["median"] == pytest.approx(0.10)
+    assert row["floor_no_session"]["median"] == pytest.approx(0.02)
+    assert "W1 rank 0 between windows over base (p10): session" in printed and "difference +8.00%" in printed
