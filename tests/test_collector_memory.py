@@ -79,3 +79,40 @@ def test_arena_cap_applies_in_a_fresh_process_and_yields_to_the_users_setting() 
         [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+def test_the_watch_gives_freed_heap_pages_back_once_over_its_threshold() -> None:
+    """Freed chunks between live ones stay resident in glibc's heap (free() can only give back its
+    top); over ``trim_above_kib`` the watch trims them. In a fresh process, so that this test's heap
+    is its own."""
+    import subprocess
+    import sys
+
+    program = """
+import time
+from cuptistream.collector import memory
+chunks = [bytearray(100 << 10) for _ in range(800)]  # under the mmap threshold: the heap
+del chunks[::2]  # 40 MiB of holes between live chunks
+held = memory.read().anon_kib
+idle = memory.MemoryWatch(interval=0.01, trim_above_kib=held * 4).start()
+time.sleep(0.2)
+untrimmed = idle.stop().anon_kib
+watch = memory.MemoryWatch(interval=0.01, trim_above_kib=1).start()
+deadline = time.monotonic() + 5
+while watch.trims == 0 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(idle.trims, watch.trims, held, untrimmed, watch.stop().anon_kib)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+    idle_trims, trims, held, untrimmed, after = map(int, done.stdout.split())
+    assert idle_trims == 0 and untrimmed >= held - 4 * MIB  # under its threshold: nothing given back
+    assert trims >= 1
+    assert held - after >= 30 * MIB, (held, after)  # most of the 40 MiB of holes went back
+
+
+def test_the_collector_trims_its_heap_over_the_memory_budget() -> None:
+    cfg = cuptistream.load_config(
+        {"sources": [], "sinks": [{"type": "null"}], "pipeline": {"memory_budget": "96MiB"}}
+    )
+    collector = Collector(cfg)
+    assert collector.memory.trim_above_kib == 96 * MIB

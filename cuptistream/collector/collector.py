@@ -85,7 +85,9 @@ class Collector:
         self.records = 0
         self.records_withheld = 0
         self.report: ShutdownReport | None = None
-        self.memory = MemoryWatch()  # own heap apart from the probes' pools (report, status line)
+        # Own heap apart from the probes' pools (report, status line); freed heap pages go back to
+        # the kernel while it is over the memory budget.
+        self.memory = MemoryWatch(trim_above_kib=int(config.pipeline.memory_budget) // 1024)
 
     def start(self) -> Collector:
         self.memory.start()

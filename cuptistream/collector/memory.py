@@ -40,11 +40,20 @@ def read(pid: int | str = "self") -> MemoryReading | None:
 
 class MemoryWatch:
     """Samples this process's RssAnon and RssShmem every ``interval`` seconds on a daemon thread
-    (one read of a small /proc file, ~20 µs) and keeps the peak of each."""
+    (one read of a small /proc file, ~20 µs) and keeps the peak of each.
 
-    def __init__(self, interval: float = 0.2, pid: int | str = "self") -> None:
+    With ``trim_above_kib``, a sample over it hands the heap's free pages back to the kernel
+    (``malloc_trim``). The collector's big allocations (a decode worker's reply of megabytes, whose
+    events stay views into it until the sinks let go) come and go in glibc's heap, which keeps the
+    pages of freed chunks: under 16 probes the collector held 100-150 MiB of them over its budget
+    (docs/benchmarks.md, issue 30). Trimming only then keeps the heap's reuse (fresh pages cost a
+    fault each: mapping every reply on its own cost ~10 % of the collector's throughput)."""
+
+    def __init__(self, interval: float = 0.2, pid: int | str = "self", trim_above_kib: int = 0) -> None:
         self.interval = interval
         self.pid = pid
+        self.trim_above_kib = trim_above_kib
+        self.trims = 0
         self.current = MemoryReading()
         self.peak = MemoryReading()
         self._stop = threading.Event()
@@ -67,7 +76,9 @@ class MemoryWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.sample()
+            reading = self.sample()
+            if self.trim_above_kib and reading.anon_kib > self.trim_above_kib and trim_heap():
+                self.trims += 1
 
     def stop(self) -> MemoryReading:
         """Stop sampling; the reading at the end (the peak includes it)."""
@@ -96,3 +107,13 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_ARENA_MAX, arenas))
+
+
+def trim_heap() -> bool:
+    """Give the pages of freed heap chunks back to the kernel (glibc's ``malloc_trim(0)``, which
+    runs with the GIL released). False where this is not glibc or nothing was given back."""
+    try:
+        malloc_trim = libc().malloc_trim
+    except (OSError, AttributeError):
+        return False
+    return bool(malloc_trim(0))
