@@ -12,10 +12,14 @@ its piece on and off every ``--phase`` seconds in one process (the first phase's
 and each on phase is set against the mean of the off phases either side; the first block after a
 toggle is left out. ``none`` toggles nothing and is labelled the same way: the method's null::
 
-    python bench/between_windows.py --variants none,subscribe,state --seconds 60 --phase 2
+    python bench/between_windows.py --variants none,subscribe,state,attach --seconds 60 --phase 2
 
 - ``subscribe``: ``cuptiSubscribe`` (no domain) on, ``cuptiUnsubscribe`` off.
 - ``state``: a subscriber throughout; its STATE domain (what the state source enables) on and off.
+- ``attach``: the activity API attached with nothing traced (buffer callbacks registered, one kind
+  enabled and disabled at once: CUPTI between two budget windows) on; ``cuptiFinalize`` off. The
+  probe never detaches mid-run (a W3 process once failed a graph launch after repeated detaches,
+  docs/gpu-validation.md); W1 launches no graph. A process that fails says so and the rest go on.
 
 Per variant: the on/off ratio of the block means (median, min, max over on phases) and of the
 blocks' p10 (the fast mode's floor: W1 flips between about 17 and 25 ms a block).
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("none", "subscribe", "state")
+VARIANTS = ("none", "subscribe", "state", "attach")
 
 
 class Toggle:
@@ -43,6 +47,7 @@ class Toggle:
     def __init__(self, variant: str) -> None:
         self.variant = variant
         self.handle: int | None = None
+        self.attached = False
         if variant == "none":
             return
         from cupti import cupti
@@ -55,8 +60,26 @@ class Toggle:
     def _callback(userdata: Any, domain: int, cbid: int, data: Any) -> None:
         pass
 
+    @staticmethod
+    def _requested() -> tuple[int, int]:
+        return 1 << 20, 0
+
+    @staticmethod
+    def _completed(activities: list[Any]) -> None:
+        pass
+
     def set(self, on: bool) -> None:
-        if self.variant == "subscribe":
+        if self.variant == "attach":
+            if on:
+                self.cupti.activity_register_callbacks(self._requested, self._completed)
+                self.cupti.activity_enable(self.cupti.ActivityKind.CONCURRENT_KERNEL)
+                self.cupti.activity_disable(self.cupti.ActivityKind.CONCURRENT_KERNEL)
+                self.attached = True
+            elif self.attached:
+                self.cupti.activity_flush_all(1)
+                self.cupti.finalize()
+                self.attached = False
+        elif self.variant == "subscribe":
             if on:
                 self.handle = self.cupti.subscribe(self._callback, None)
             elif self.handle is not None:

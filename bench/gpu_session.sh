@@ -78,8 +78,8 @@
 #   drift1         ~7.5 min   480   issue 26, W1 between windows: bench/budget_lost_time.py --workloads
 #                                   W1 --sessions $DRIFT_SESSIONS (default 5) --seconds 25 --drift (each
 #                                   session, then the same process with no session: ~45 s each)
-#   between1       ~4   min   300   W1 between windows, piece by piece, toggled in one process per piece:
-#                                   bench/between_windows.py --variants none,subscribe,state --seconds
+#   between1       ~5   min   330   W1 between windows, piece by piece, toggled in one process per piece:
+#                                   bench/between_windows.py --variants none,subscribe,state,attach --seconds
 #                                   $BETWEEN_SECONDS (default 60) --phase 2 (~70 s a variant)
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
 #                                   each WORKLOAD:RATE of ACCURACY_RUNS (default "W4:50 W2:250 W5:250",
@@ -262,7 +262,7 @@ for s in "${steps[@]}"; do
             step drift1 "$(cap 480)" "$PY" bench/budget_lost_time.py --workloads W1 --sessions "${DRIFT_SESSIONS:-5}" \
                 --seconds 25 --drift --out "$RESULTS/drift_W1.json" ;;
         between1)
-            step between1 "$(cap 300)" "$PY" bench/between_windows.py --seconds "${BETWEEN_SECONDS:-60}" --phase 2 \
+            step between1 "$(cap 330)" "$PY" bench/between_windows.py --seconds "${BETWEEN_SECONDS:-60}" --phase 2 \
                 --out "$RESULTS/between_W1.json" ;;
         steady1)
             step steady1 "$(cap 420)" "$PY" bench/steady_cost_gpu.py --workload W1 --pin "${STEADY_PIN:-3}" \
