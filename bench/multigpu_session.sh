@@ -27,7 +27,9 @@
 #                              1 s settle, 30 s timed, ~5 s stop); each session kept as it ends.
 #                              LOST_SESSIONS, LOST_SECONDS, LOST_BASE, LOST_LIMIT change them (a null
 #                              that does not resolve wants longer sessions: e.g. 4 x 60 s in a call of its
-#                              own); LOST_DRIFT=1 adds --drift (a no-session run after each session)
+#                              own); LOST_DRIFT=1 adds --drift (a no-session run after each session:
+#                              with LOST_BASE=40 LOST_SECONDS=40 a session and its run take ~3 min on
+#                              2 x H100, so LOST_SESSIONS=3 fits LOST_LIMIT=580; 4 were cut, 2026-11-27)
 #   node      ~0.7 min   120   a node collector (`cuptistream collector --socket`) in front of a 2-rank
 #                              torchrun job (2,000 DDP steps, ~10 s): bench/fanin.py --mode ddp
 #   compare   ~7.5 min   560   tests/gpu/test_compare_multigpu.py: 2 modes x (clean, 5, 10, 20 %);
