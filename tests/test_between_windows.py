@@ -1,5 +1,6 @@
-"""bench/between_windows.py's arithmetic and its refusals (its GPU run: docs/benchmarks.md, "Issue 26's
-last runs"; the toggles themselves need CUPTI and a GPU)."""
+"""bench/between_windows.py's arithmetic and its refusals, and bench/launch_cost.py's (which shares the
+arithmetic); their GPU runs: docs/benchmarks.md, "Issue 26's last runs". The toggles themselves need
+CUPTI and a GPU."""
 
 from __future__ import annotations
 
@@ -39,4 +40,12 @@ def test_an_unknown_variant_is_one_line_and_exit_2() -> None:
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2
     assert "--variants: unknown ['bogus']" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_launch_cost_refuses_an_unknown_mode_in_one_line() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "launch_cost.py"), "--modes", "none,bogus"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2
+    assert "--modes: unknown ['bogus']" in done.stderr
     assert "Traceback" not in done.stderr

@@ -22,7 +22,8 @@ GROUPS = {
 
 def test_the_driver_parses_and_names_its_steps() -> None:
     check_parses_and_names_its_steps(
-        SCRIPT, "setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 volume-start"
+        SCRIPT,
+        "setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 volume-start",
     )
 
 
@@ -47,7 +48,9 @@ def test_the_w3_and_w4_follow_ups_run_their_benches(tmp_path: Path) -> None:
 def test_the_pinned_w1_and_the_paced_accuracy_runs_run_their_benches(tmp_path: Path) -> None:
     """``steady1`` pins W1's thread and runs the four configs; ``accuracy-start`` chains one paced
     ``budget_accuracy.py`` run per WORKLOAD:RATE (added 2026-11-27, second session)."""
-    done = run_driver(tmp_path, "gpu_session.sh", "steady1", "accuracy-start", "drift1", "between1", dry=True)
+    done = run_driver(
+        tmp_path, "gpu_session.sh", "steady1", "accuracy-start", "drift1", "between1", "launch1", dry=True
+    )
     assert done.returncode == 0, done.stderr
     results = tmp_path / "results"
     steady = (results / "steady1.log").read_text()
@@ -60,6 +63,7 @@ def test_the_pinned_w1_and_the_paced_accuracy_runs_run_their_benches(tmp_path: P
     assert (
         "between_windows.py --seconds 60 --phase 2" in (results / "between1.log").read_text()
     )  # each piece toggled inside one process (added 2026-11-27, third session)
+    assert "bench/launch_cost.py --out" in (results / "launch1.log").read_text()
     chain = (results / "accuracy-start.log").read_text()
     for workload, rate in (("W4", 50), ("W2", 250), ("W5", 250)):
         assert f"budget_accuracy.py --workloads {workload} --rate {rate} --seconds 300" in chain
