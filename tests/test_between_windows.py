@@ -35,17 +35,12 @@ def test_the_floor_is_the_fast_speed_not_the_mix() -> None:
     assert on_over_off(phases, "mean")[0] > 0.2
 
 
-def test_an_unknown_variant_is_one_line_and_exit_2() -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "between_windows.py"), "--variants", "none,bogus"],
+@pytest.mark.parametrize(
+    ("script", "flag"), [("between_windows.py", "--variants"), ("launch_cost.py", "--modes")]
+)
+def test_an_unknown_piece_is_one_line_and_exit_2(script: str, flag: str) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / script), flag, "none,bogus"],
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2
-    assert "--variants: unknown ['bogus']" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
-def test_launch_cost_refuses_an_unknown_mode_in_one_line() -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "launch_cost.py"), "--modes", "none,bogus"],
-                          capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 2
-    assert "--modes: unknown ['bogus']" in done.stderr
+    assert f"{flag}: unknown ['bogus']" in done.stderr
     assert "Traceback" not in done.stderr
