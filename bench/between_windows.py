@@ -33,11 +33,11 @@ import random
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from lost_time import p10
+
 VARIANTS = ("none", "subscribe", "state", "attach")
 
 
@@ -90,29 +90,17 @@ class Toggle:
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import torch
-    from workloads import DEFAULT_BLOCK, WORKLOADS
+    from workloads import DEFAULT_BLOCK, WORKLOADS, run_blocks
 
     block, n = WORKLOADS[args.workload](), DEFAULT_BLOCK[args.workload]
 
-    def run(seconds: float) -> list[float]:
-        times: list[float] = []
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            t0 = time.perf_counter()
-            block(n)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return times
-
-    run(args.warmup)
+    run_blocks(block, n, args.warmup)
     toggle = Toggle(args.child)
     on = random.random() < 0.5
     phases: list[tuple[bool, list[float]]] = []
     for _ in range(max(3, round(args.seconds / args.phase))):
         toggle.set(on)
-        phases.append((on, run(args.phase)[1:]))  # the block the toggle fell in is left out
+        phases.append((on, run_blocks(block, n, args.phase)[1:]))  # the block the toggle fell in is left out
         on = not on
     toggle.set(False)
     return {"variant": args.child, "phases": phases}
@@ -122,7 +110,7 @@ def on_over_off(phases: list[tuple[bool, list[float]]], stat: str) -> list[float
     """Each on phase's statistic over the mean of the off phases either side."""
 
     def value(times: list[float]) -> float:
-        return statistics.fmean(times) if stat == "mean" else sorted(times)[len(times) // 10]
+        return statistics.fmean(times) if stat == "mean" else p10(times)
 
     out = []
     for i, (on, times) in enumerate(phases):

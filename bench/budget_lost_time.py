@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from ddp_overhead import torchrun
-from lost_time import window_cost
+from lost_time import p10, window_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 # window_cost's span around each window: its records are flushed and priced before its cost is
@@ -347,13 +347,11 @@ def floor_over_base(result: dict[str, Any]) -> float | None:
     without a session; the medians then tell which speed a part happened to be in, the fast floor
     tells whether the fast speed itself moved."""
     raw = result.get("raw") or {}
-    base = sorted(d for _, d in raw.get("base", []))
-    quiet = sorted(
-        between([tuple(b) for b in raw.get("session", [])], [tuple(w) for w in raw.get("windows", [])])
-    )
+    base = [d for _, d in raw.get("base", [])]
+    quiet = between([tuple(b) for b in raw.get("session", [])], [tuple(w) for w in raw.get("windows", [])])
     if not base or not quiet:
         return None
-    return quiet[len(quiet) // 10] / base[len(base) // 10] - 1
+    return p10(quiet) / p10(base) - 1
 
 
 KEYS = ("window_cost", "null_base", "null_gaps", "expected_cost", "between_over_base", "windows")

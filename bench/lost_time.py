@@ -18,6 +18,12 @@ import sys
 from typing import Any
 
 
+def p10(values: list[float]) -> float:
+    """The 10th percentile (nearest rank below) of ``values``: a loop's fast floor. W1's blocks flip
+    between two speeds for seconds at a time; the floor moves only if the fast speed does."""
+    return sorted(values)[len(values) // 10]
+
+
 def window_cost(
     blocks: list[tuple[float, float]],
     windows: list[tuple[float, float]],
