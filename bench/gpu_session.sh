@@ -85,6 +85,10 @@
 #                                   bench/launch_cost.py (builds bench/launch_cost.cu with nvcc; each piece
 #                                   toggled every 0.25 s, 80 phases; then 3 pairs alone / under
 #                                   configs/production.yaml)
+#   budget-tests   ~1.5 min   200   tests/gpu/test_budget_gpu.py: production.yaml's windows (CUPTI detached
+#                                   between them), an on-demand window, graphs replayed across detaches
+#   launch-session ~2.5 min   200   bench/launch_cost.py --modes none: the C launch loop alone against under
+#                                   production.yaml, LAUNCH_ROUNDS pairs (default 3)
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
 #                                   each WORKLOAD:RATE of ACCURACY_RUNS (default "W4:50 W2:250 W5:250",
 #                                   below what full tracing sustains: W4 ~64/s, W2 ~303/s, W5's W4
@@ -125,7 +129,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -137,7 +141,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|launch-session|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -215,7 +219,8 @@ summarize() {
         steady1) tail -n 14 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         drift1) grep -E '^W1[: ]' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         between1) grep -E '^W1 ' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
-        launch1) grep -E '^(launch|built) ' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        launch1|launch-session) grep -E '^(launch|built) ' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        budget-tests) grep -E '(PASSED|FAILED|ERROR|SKIPPED|passed|failed|^E )' "$RESULTS/$name.log" | head -60 | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
         capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
     esac
@@ -271,6 +276,12 @@ for s in "${steps[@]}"; do
                 --out "$RESULTS/between_W1.json" ;;
         launch1)
             step launch1 "$(cap 300)" "$PY" bench/launch_cost.py --out "$RESULTS/launch.json" ;;
+        budget-tests)
+            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step budget-tests "$(cap 200)" "$PY" -m pytest -v -p no:cacheprovider \
+                tests/gpu/test_budget_gpu.py ;;
+        launch-session)
+            step launch-session "$(cap 200)" "$PY" bench/launch_cost.py --modes none \
+                --session-rounds "${LAUNCH_ROUNDS:-3}" --out "$RESULTS/launch-session.json" ;;
         steady1)
             step steady1 "$(cap 420)" "$PY" bench/steady_cost_gpu.py --workload W1 --pin "${STEADY_PIN:-3}" \
                 --configs none,bench/configs/state-only.yaml,bench/configs/windows-idle.yaml,configs/production.yaml \

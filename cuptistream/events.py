@@ -361,6 +361,7 @@ class TraceWindow(Event, tag="trace_window"):
     records: int  # activity records the collector decoded from the window's buffers
     on_demand: bool = False
     request: int = 0  # the collector's number for the ``cuptistream trace`` request (on demand)
+    fresh: bool = False  # CUPTI was attached anew for it (``between_windows: detach``)
 
 
 # --- statistics (computed by the collector from the records it decodes) ---------------------

@@ -144,6 +144,13 @@ BUDGET_SETTINGS_THAT_CANNOT_WORK = [
      "sources[0]: continuous applies to mode: budget only; remove it or set mode: budget"),
     ({"min_window": "500ms", "window": "200ms"}, "sources[0]: min_window must be above 0 and at most window"),
     ({"max_pause": "100ms"}, "sources[0]: max_pause must be at least window, and pause above 0"),
+    ({"kinds": ["concurrent_kernel", "memcpy"], "mode": "budget", "continuous": ["memcpy"],
+      "between_windows": "detach"},
+     "sources[0]: between_windows: detach leaves CUPTI between windows, which continuous kinds and "
+     "detach: false need; set between_windows: attach, or remove continuous / detach: false"),
+    ({"mode": "budget", "detach": False, "between_windows": "detach"},
+     "sources[0]: between_windows: detach leaves CUPTI between windows, which continuous kinds and "
+     "detach: false need; set between_windows: attach, or remove continuous / detach: false"),
 ]  # fmt: skip
 
 
@@ -169,3 +176,29 @@ def test_mode_and_records_take_only_their_values() -> None:
     )
     source = config.sources[0]
     assert (source.mode, source.records) == ("budget", "on_demand")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("fields", "detaches"),
+    [
+        ({"mode": "budget"}, True),  # budget mode's default: the launch path untouched between windows
+        ({"mode": "budget", "between_windows": "attach"}, False),
+        ({"kinds": ["concurrent_kernel", "memcpy"], "mode": "budget", "continuous": ["memcpy"]}, False),
+        ({"mode": "budget", "detach": False}, False),
+        ({"mode": "full"}, False),
+        ({"mode": "full", "between_windows": "detach"}, False),  # full mode has no gaps
+    ],
+)
+def test_between_windows_resolves_to_detach_only_where_nothing_needs_cupti_between(
+    fields: dict[str, object], detaches: bool
+) -> None:
+    config = load({"sinks": [{"type": "null"}], "sources": [{"type": "activity", **fields}]})
+    assert config.sources[0].detaches_between_windows is detaches  # type: ignore[attr-defined]
+
+
+def test_production_config_detaches_between_windows() -> None:
+    from pathlib import Path
+
+    config = load(Path(__file__).resolve().parent.parent / "configs" / "production.yaml")
+    activity = next(s for s in config.sources if s.type == "activity")
+    assert activity.detaches_between_windows  # type: ignore[attr-defined]

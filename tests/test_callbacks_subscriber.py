@@ -169,3 +169,43 @@ def test_no_driver_is_one_clear_line() -> None:
     assert "NVIDIA GPU and driver" in message and "\n" not in message
     assert not sub.active
     assert describe_cupti_failure(RuntimeError("x\ny")) == "CUPTI call failed: x"
+
+
+def test_resubscribe_after_finalize_keeps_every_registration() -> None:
+    """``driver.park`` ran ``cuptiFinalize``, which destroyed the handle: the registrations are
+    subscribed again at once, each domain and single callback enabled as before, and still routed."""
+    cupti = FakeCupti()
+    sub = Subscriber(cupti)
+    seen: list[tuple[int, int]] = []
+    sub.register(Domain.STATE, lambda d, c, data: seen.append((d, c)))
+    sub.register(Domain.RESOURCE, lambda d, c, data: seen.append((d, c)), cbid=7)
+    cupti.calls.clear()
+    cupti.enabled_domains.clear()  # what cuptiFinalize leaves
+    cupti.enabled_cbids.clear()
+    sub.resubscribe()
+    assert cupti.calls == [
+        ("subscribe", b"cuptistream"),
+        ("domain", 1, Domain.STATE),
+        ("cbid", 1, Domain.RESOURCE, 7),
+    ]
+    assert sub.active
+    cupti.callback(None, Domain.STATE, 3, 0)
+    cupti.callback(None, Domain.RESOURCE, 7, 0)
+    assert seen == [(Domain.STATE, 3), (Domain.RESOURCE, 7)]
+
+
+def test_resubscribe_refused_drops_the_registrations_and_counts_it() -> None:
+    """Another tool took the slot while CUPTI was detached: nothing stays registered, no raise."""
+    cupti = FakeCupti()
+    sub = Subscriber(cupti)
+    reg = sub.register(Domain.STATE, lambda d, c, data: None)
+    cupti.holder = "nsys"
+    sub.resubscribe()
+    assert not sub.active and sub.handler_errors() == 1
+    reg.remove()  # removing a dropped registration is a no-op
+
+
+def test_resubscribe_with_nothing_registered_subscribes_nothing() -> None:
+    cupti = FakeCupti()
+    Subscriber(cupti).resubscribe()
+    assert cupti.calls == []

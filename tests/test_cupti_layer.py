@@ -138,3 +138,24 @@ def test_driver_names_without_the_v2_suffix_select_every_version() -> None:
     assert len(selected) == 3 and {names[c] for c in selected} == {"cuMemcpyHtoD", "cuMemcpyHtoD_v2_ptds"}
     with pytest.raises(ValueError, match=r"^driver_api pattern 'cuFoo\*' matches no driver API function"):
         api_functions.check_patterns("driver", ["cuLaunch*", "cuFoo*"])
+
+
+def test_park_detaches_only_when_the_caller_alone_holds_cupti(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``driver.park`` between budget windows: ``cuptiFinalize`` once, then the callback subscriber
+    subscribed again; never while another source of ours holds CUPTI. No libcupti here, so the one
+    ``call`` is recorded instead of made (the GPU tests run the real one)."""
+    from cuptistream.cupti import driver, subscriber
+
+    calls: list[str] = []
+    resubscribed: list[bool] = []
+    monkeypatch.setattr(driver, "call", lambda name, *args: calls.append(name))
+    monkeypatch.setattr(subscriber.get(), "resubscribe", lambda: resubscribed.append(True))
+    monkeypatch.setattr(driver, "_users", {"activity": 1, "pc_sampling": 1})
+    monkeypatch.setattr(driver, "detached_once", False)
+    assert driver.park("activity") is False and calls == [] and not driver.detached_once
+    monkeypatch.setattr(driver, "_users", {"activity": 2})
+    assert driver.park("activity") is False and calls == []
+    monkeypatch.setattr(driver, "_users", {"activity": 1})
+    assert driver.park("activity") is True
+    assert calls == ["cuptiFinalize"] and resubscribed == [True] and driver.detached_once
+    assert driver._users == {"activity": 1}  # still the source's: the next window attaches afresh

@@ -379,6 +379,32 @@ def test_launch_rate_compares_the_calls_of_whole_cycles_with_the_calls_inside_wi
     assert one.correction(t0, t0 + 10 * SECOND) == 1.0  # one window: no cycle to measure
 
 
+def test_a_window_after_a_detached_gap_starts_no_cycle() -> None:
+    """``between_windows: detach``: CUPTI numbered no call between the windows, so the ids of a
+    window attached afresh say nothing about the gap; only cycles into windows that found CUPTI
+    attached are measured, and with none the counts are scaled by time alone."""
+    t0 = 1000 * SECOND
+    starts = t0 + 1000 + np.arange(2900, dtype=np.int64) * (100_000_000 // 2900)
+
+    def windows(fresh: list[bool], gap_ids: int) -> LaunchRate:
+        rate = LaunchRate()
+        first = 1 - 2900
+        for window, is_fresh in enumerate(fresh, start=1):
+            first += 2900 + (0 if is_fresh else gap_ids)  # the gap before it was numbered only if attached
+            at = t0 + (window - 1) * 5 * SECOND
+            rate.span(window, at, 0, is_fresh)
+            rate.add(starts + (at - t0), np.arange(first, first + 2900, dtype=np.int64))
+            rate.span(window, at, at + 100_000_000)
+        return rate
+
+    # Every gap detached: ids run on from window to window as if no call was made between them.
+    assert windows([True, True, True], gap_ids=155_000).correction(t0, t0 + 20 * SECOND) == 1.0
+    # One gap attached (window 3 found CUPTI attached): that cycle alone gives the call rate.
+    mixed = windows([True, True, False], gap_ids=155_000)
+    inside = 3 * 2900 / (3 * 100_000_000)
+    assert mixed.correction(t0, t0 + 20 * SECOND) == pytest.approx(((2900 + 155_000) / (5 * SECOND)) / inside)
+
+
 def _bursty_program(seed: int) -> tuple[LaunchRate, LaunchRate]:
     """A program held to a rate: a 50 ms burst of calls every 80 ms (one every 20 us), then a wait;
     150 ms windows at random phases, one every 1-3 s, for 120 s. It calls at the same rate traced or

@@ -100,6 +100,9 @@ class TraceSpan(Message, tag="trace_span"):
     kinds: list[str] = []  # activity kind names traced in the span
     on_demand: bool = False
     request: int = 0  # the collector's OpenWindow.request this window answers
+    # CUPTI was attached anew for this window (``between_windows: detach``): its correlation ids do
+    # not count the calls made since the last window, so no call rate spans that gap.
+    fresh: bool = False
 
 
 class OpenWindow(Message, tag="open_window"):

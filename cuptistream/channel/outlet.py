@@ -78,6 +78,10 @@ class PoolOutlet(ActivityOutlet):
         if slot is not None:
             self.pool.unpublish(slot)
 
+    def reclaim(self) -> int:
+        """After ``cuptiFinalize``: the buffers CUPTI still held are free again; how many."""
+        return self.pool.reclaim_filling()
+
     def write(self, data: bytes, dropped: int = 0, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         while (address := self.take()) is None:

@@ -127,6 +127,15 @@ class SlotPool:
         """Take back a slot the collector will never see (it is gone): FREE again."""
         self.headers["state"][slot] = FREE
 
+    def reclaim_filling(self) -> int:
+        """Free every FILLING slot: the buffers CUPTI held when it detached (``cuptiFinalize``), which
+        it never completes. How many there were."""
+        with self._lock:
+            states = self.headers["state"]
+            filling = states == FILLING
+            states[filling] = FREE
+            return int(np.count_nonzero(filling))
+
     def in_use(self) -> int:
         return int(np.count_nonzero(self.headers["state"] != FREE))
 

@@ -206,7 +206,7 @@ class DecodeStream:
     def trace_span(self, span: TraceSpan) -> WindowRecords | None:
         """A window opened or closed (call it after draining what the probe published before it).
         On a close, what the window decoded, for the probe; else None."""
-        self._emit_statistics(lambda acc: acc.span(span.window, span.start, span.end, span.kinds))
+        self._emit_statistics(lambda acc: acc.span(span.window, span.start, span.end, span.kinds, span.fresh))
         if not span.end:
             self._windows[span.window] = _Window(span.on_demand)
             return None

@@ -36,6 +36,7 @@ class SpanBook:
         return TraceWindow(
             source=source, window=span.window, start=span.start, end=span.end, kinds=list(span.kinds),
             records=max(0, records - at_open), on_demand=span.on_demand, request=span.request,
+            fresh=span.fresh,
         )  # fmt: skip
 
 

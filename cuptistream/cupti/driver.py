@@ -158,6 +158,26 @@ def release(user: str, finalize: bool = True) -> bool:
     return True
 
 
+def park(user: str) -> bool:
+    """Detach CUPTI between ``user``'s trace windows (``activity.between_windows: detach``): attached,
+    CUPTI costs every kernel launch about 1 µs even with nothing traced (bench/launch_cost.py), and
+    only ``cuptiFinalize`` takes that off. The callback subscriber (the state source's) is subscribed
+    again at once with its registrations: a bare subscriber costs the launch path nothing measurable.
+    The next CUPTI call attaches afresh. Returns False, detaching nothing, while another source holds
+    CUPTI. The caller must have flushed CUPTI's buffers first; ``cuptiFinalize`` synchronizes every
+    context itself (guide §2.3.7)."""
+    global detached_once
+    with _users_lock:
+        if any(name != user or count > 1 for name, count in _users.items()):
+            return False
+        call("cuptiFinalize")
+        detached_once = True
+    from cuptistream.cupti import subscriber
+
+    subscriber.get().resubscribe()
+    return True
+
+
 def _forget_subscriber() -> None:
     try:  # the callback subscriber's handle died with CUPTI; let it know without calling CUPTI
         from cuptistream.cupti import subscriber

@@ -230,6 +230,28 @@ class Subscriber:
             self._routes = {}
             self._handle = None
 
+    def resubscribe(self) -> None:
+        """Subscribe again with every registration kept, after ``cuptiFinalize`` destroyed the handle
+        (``driver.park``). Never raises: where CUPTI refuses (another tool took the slot meanwhile),
+        the registrations are dropped as ``forget`` drops them and the failure is counted."""
+        with self._lock:
+            self._handle = None
+            if not self._registrations:
+                return
+            domains, cbids = list(self._domain_refs), list(self._cbid_refs)
+            try:
+                self._subscribe()
+                cupti = self._module()
+                for domain in domains:
+                    cupti.enable_domain(1, self._handle, domain)
+                for domain, cbid in cbids:
+                    if domain not in self._domain_refs:
+                        cupti.enable_callback(1, self._handle, domain, cbid)
+                return
+            except Exception as error:
+                self._count_error(error)
+        self.forget()
+
     # --- the callback -------------------------------------------------------------------------
 
     def _dispatch(self, userdata: Any, domain: int, cbid: int, data: Any) -> None:

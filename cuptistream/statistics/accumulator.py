@@ -231,11 +231,11 @@ class Accumulator:
                 busy.settle(self.coverage.newest - self.lateness_ns)
         return self._close(self.coverage.newest - self.lateness_ns)
 
-    def span(self, window: int, start: int, end: int, kinds: list[str]) -> list[Event]:
+    def span(self, window: int, start: int, end: int, kinds: list[str], fresh: bool = False) -> list[Event]:
         """A ``TraceSpan`` of the stream: coverage, and time moving on."""
         self.coverage.span(window, start, end, kinds)
         if categories_of(kinds):  # budget mode's presence span traces nothing
-            self.launches.span(window, start, end)
+            self.launches.span(window, start, end, fresh)
         return self._close(self.coverage.newest - self.lateness_ns)
 
     def close(self) -> list[Event]:

@@ -17,6 +17,11 @@ advanced by 376k in the 4.9 s between two windows, one per launch, as inside the
 ``correction`` is the overall rate over the rate inside: the calls of the whole observed time per
 call traced, over the time scale alone.
 
+CUPTI numbers calls only while it is attached: a window after a detached gap (``TraceSpan.fresh``,
+``activity.between_windows: detach``) starts no cycle from the window before it. With every gap
+detached, counts are scaled by time alone, which reads a launch-bound program low by the slowdown
+tracing causes inside its windows (a paced or GPU-bound program is read right).
+
 Failure modes: with fewer than two windows holding records, fewer than ``_LEAST_IDS`` calls inside,
 or ids that do not increase (another process's ids cannot mix in: one stream is one process), the
 correction is 1 (time scaling alone). A program that changes phase between two windows gets the mean
@@ -43,6 +48,7 @@ class _Window:
     end: int = 0
     id_first: int = 0  # the smallest and largest correlation id of its records (0: none yet)
     id_last: int = 0
+    fresh: bool = False  # CUPTI attached anew for it: no cycle from the window before
 
 
 class LaunchRate:
@@ -51,11 +57,12 @@ class LaunchRate:
     def __init__(self) -> None:
         self._windows: dict[int, _Window] = {}  # by window number, in the order they opened
 
-    def span(self, window: int, start: int, end: int) -> None:
-        """A window that traces GPU work opened (``end`` 0) or closed."""
+    def span(self, window: int, start: int, end: int, fresh: bool = False) -> None:
+        """A window that traces GPU work opened (``end`` 0) or closed; ``fresh``: CUPTI attached anew
+        for it (detached since the last window)."""
         known = self._windows.get(window)
         if known is None:
-            self._windows[window] = _Window(start, end)
+            self._windows[window] = _Window(start, end, fresh=fresh)
             for old in list(self._windows)[:-_KEPT]:
                 del self._windows[old]
         elif end:
@@ -92,7 +99,7 @@ class LaunchRate:
                     inside_ids += window.id_last - window.id_first + 1
         held = [w for w in closed if w.id_first]
         for before, window in pairwise(held):
-            if low <= window.start < high and window.id_first > before.id_first:
+            if low <= window.start < high and not window.fresh and window.id_first > before.id_first:
                 cycle_ids += window.id_first - before.id_first
                 cycle_ns += window.start - before.start
         if inside_ids < _LEAST_IDS or not inside_ns or not cycle_ns:

@@ -19,8 +19,14 @@ user remains and ``detach`` is set, calls ``cuptiFinalize``.
 
 ``activity.mode: budget`` traces the kinds only in windows that the overhead governor sizes
 (``windows``); the kinds in ``continuous`` and the resource kinds (device, context, stream) stay on
-between them. In either mode ``open_window`` traces an on-demand window (``cuptistream trace``).
-Every span in which kinds were traced is announced to the collector (``TraceSpan``): the statistics
+between them. With ``between_windows: detach`` (the default without ``continuous``) CUPTI is
+detached after each window once the collector has read its buffers (``driver.park``) and attached
+again at the next: attached with nothing traced, CUPTI still costs every kernel launch about 1 µs
+(``bench/launch_cost.py``: +25 % per empty-kernel launch on the H100), and only ``cuptiFinalize``
+takes that off. The resource kinds are then dumped at each window's start instead.
+
+In either mode ``open_window`` traces an on-demand window (``cuptistream trace``). Every span in
+which kinds were traced is announced to the collector (``TraceSpan``): the statistics
 use the spans as their coverage.
 
 ``pause()`` and ``resume()`` let another tool (torch.profiler) have CUPTI for a while
@@ -111,6 +117,11 @@ class ActivitySourceConfig(SourceConfig):
     # "all": the raw records go to the sinks; "on_demand": only those of on-demand windows (the
     # collector's statistics still see every record).
     records: Literal["all", "on_demand"] = "all"
+    # Budget mode, between windows: "detach" (cuptiFinalize after each window, attach at the next:
+    # the launch path runs untouched between windows) or "attach" (CUPTI numbers every API call, so
+    # the statistics' call counts come from whole cycles; ``continuous`` kinds need it). Default:
+    # "attach" with ``continuous`` kinds or ``detach: false``, else "detach".
+    between_windows: Literal["detach", "attach"] | None = None
 
     def __post_init__(self) -> None:
         # Messages start with the key (the caller adds "sources[N]: "), so each names its key path.
@@ -138,6 +149,11 @@ class ActivitySourceConfig(SourceConfig):
                 raise ValueError(f"{key}: {outside[0]!r} is not in kinds; add it to kinds or remove it here")
         if self.continuous and self.mode != "budget":
             raise ValueError("continuous applies to mode: budget only; remove it or set mode: budget")
+        if self.between_windows == "detach" and (self.continuous or not self.detach):
+            raise ValueError(
+                "between_windows: detach leaves CUPTI between windows, which continuous kinds and "
+                "detach: false need; set between_windows: attach, or remove continuous / detach: false"
+            )
         if not 0 < self.min_window <= self.window:
             raise ValueError("min_window must be above 0 and at most window")
         if self.max_pause < self.window or self.pause <= 0:
@@ -146,6 +162,15 @@ class ActivitySourceConfig(SourceConfig):
             raise ValueError(
                 "buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)"
             )
+
+    @property
+    def detaches_between_windows(self) -> bool:
+        """Budget mode whose windows attach CUPTI afresh (``between_windows``, resolved)."""
+        if self.mode != "budget":
+            return False
+        if self.between_windows is not None:
+            return self.between_windows == "detach"
+        return not self.continuous and self.detach
 
 
 class ActivitySource(Source):
@@ -170,6 +195,10 @@ class ActivitySource(Source):
         self._window_extra: dict[int, list[str]] = {}  # kinds each open window enabled
         self._governor: Governor | None = None
         self.windows: Windows | None = None
+        self._attached = False  # CUPTI attached by us (budget mode with detach: only in windows)
+        self.detached = 0  # times CUPTI was detached between windows
+        self._correlating = False  # external_correlation is traced
+        self._correlation_on = False
 
     def use_governor(self, governor: Governor) -> None:
         """The session's governor (before ``start``): budget mode's windows are its to size."""
@@ -189,12 +218,17 @@ class ActivitySource(Source):
                 raise
         # cuptistream.correlate() pushes ids only while a source records them.
         self._correlating = "external_correlation" in cfg.kinds
-        if self._correlating:
-            activate_correlation()
+        self._correlate(True)  # budget mode's first detach follows its first window: every source has started
         throttle = self._throttle(cfg)
         schedule = schedule_for(throttle, float(cfg.window), cfg.align) if throttle is not None else None
         self.windows = Windows(self, throttle, schedule)
         self.windows.start()
+
+    def _correlate(self, on: bool) -> None:
+        """Let ``cuptistream.correlate()`` push ids (only while CUPTI is attached: a push attaches it)."""
+        if self._correlating and on != self._correlation_on:
+            (activate_correlation if on else deactivate_correlation)()
+            self._correlation_on = on
 
     def _throttle(self, cfg: ActivitySourceConfig) -> Throttle | None:
         if cfg.mode != "budget":
@@ -226,11 +260,7 @@ class ActivitySource(Source):
     def _take_cupti(self, cfg: ActivitySourceConfig) -> None:
         """Register the buffer callbacks, enable the kinds (in budget mode those traced between
         windows), then their API filters, start flushing."""
-        assert self.callbacks is not None
-        self.callbacks.register()
-        self._enable(self._base_kinds(cfg))
-        if cfg.flush_period > 0:
-            library.call("cuptiActivityFlushPeriod", max(int(cfg.flush_period * 1000), 1))
+        self._attach(self._base_kinds(cfg))
         self.clock = driver.timestamp
         self._started = True
         if cfg.mode == "full":
@@ -247,9 +277,20 @@ class ActivitySource(Source):
             )
             self._flusher.start()
 
+    def _attach(self, names: list[str]) -> None:
+        """Register the buffer callbacks and enable ``names``: CUPTI attaches on the first call."""
+        assert self.callbacks is not None
+        self.callbacks.register()
+        self._enable(names)
+        if self.config.flush_period > 0:
+            library.call("cuptiActivityFlushPeriod", max(int(self.config.flush_period * 1000), 1))
+        self._attached = True
+
     def _base_kinds(self, cfg: ActivitySourceConfig) -> list[str]:
         if cfg.mode == "full":
             return list(cfg.kinds)
+        if cfg.detaches_between_windows:  # nothing stays on: the resource kinds are dumped per window
+            return []
         return [k for k in cfg.kinds if k in DUMPED_KINDS or k in cfg.continuous]
 
     def _window_kinds(self, on_demand: bool) -> list[str]:
@@ -260,7 +301,9 @@ class ActivitySource(Source):
             return []
         gpu_work = [k for k in cfg.kinds if k in GPU_WORK_KINDS]
         wanted = cfg.kinds if on_demand else (cfg.window_kinds or gpu_work)
-        return [k for k in wanted if k not in self._base_kinds(cfg)]
+        if cfg.detaches_between_windows:
+            wanted = [*(k for k in cfg.kinds if k in DUMPED_KINDS), *wanted]
+        return [k for k in dict.fromkeys(wanted) if k not in self._base_kinds(cfg)]
 
     def _enable(self, names: list[str]) -> None:
         """Enable ``names`` (then the API filters, which enabling resets). Raises ``UserError``."""
@@ -291,11 +334,17 @@ class ActivitySource(Source):
             if not self._started or self._paused:
                 return None
             extra = self._window_kinds(on_demand)
+            fresh = not self._attached
             start = driver.timestamp()  # before enabling: what launches meanwhile is recorded
             with driver.translate_errors():
-                self._enable(extra)
+                if fresh:
+                    self._set_attributes(self.config)  # cuptiFinalize reset them
+                    self._attach(extra)
+                    self._correlate(True)
+                else:
+                    self._enable(extra)
             traced = [k for k in self.config.kinds if k in extra or k in self._base_kinds(self.config)]
-            window = self._open_span(traced, on_demand, request, start)
+            window = self._open_span(traced, on_demand, request, start, fresh)
             self._window_extra[window] = extra
             return window
 
@@ -319,6 +368,31 @@ class ActivitySource(Source):
                 return
             lib.cuptiActivityFlushAll(driver.FLAG_FLUSH_FORCED)
             self._close_span(window, end)
+        if self.config.detaches_between_windows:
+            self._park()
+
+    def _park(self) -> None:
+        """Detach CUPTI until the next window, once the collector has read the window's buffers
+        (their names point into CUPTI's memory). Stays attached while CUPTI is shared: another tool
+        has used it in this process, or another source of ours holds it."""
+        consumed = self.outlet.wait_consumed(_CONSUMED_WAIT_S)
+        with self._lock:
+            if not consumed or not self._started or self._paused or self._shared or not self._attached:
+                return
+            self._correlate(False)  # a pushed id would attach CUPTI again
+            try:
+                parked = driver.park("activity")
+            except library.CuptiError as error:
+                message = f"detach between windows failed: {error}"
+                self.emitter.report_error(f"source:{self.name}", message, severity="warning")
+                parked = False
+            if not parked:
+                self._correlate(True)
+                return
+            self._attached = False
+            self._enabled.clear()
+            self.outlet.reclaim()  # the empty buffers CUPTI held die with it, never completed
+            self.detached += 1
 
     def open_window(self, seconds: float, request: int) -> int:
         """An on-demand window of ``seconds`` (``cuptistream trace --for``, ``plugin.OnDemand``),
@@ -334,11 +408,13 @@ class ActivitySource(Source):
         if self.windows is not None and records.stream == getattr(self.outlet, "stream", records.stream):
             self.windows.priced(records)
 
-    def _open_span(self, names: list[str], on_demand: bool, request: int, start: int = 0) -> int:
+    def _open_span(
+        self, names: list[str], on_demand: bool, request: int, start: int = 0, fresh: bool = False
+    ) -> int:
         window = next(self._window_ids)
         span = TraceSpan(
             stream=0, window=window, start=start or driver.timestamp(), kinds=list(names),
-            on_demand=on_demand, request=request,
+            on_demand=on_demand, request=request, fresh=fresh,
         )  # fmt: skip
         self._spans[window] = span
         self.outlet.send_trace_span(span, wait=_SPAN_WAIT_S)
@@ -456,9 +532,8 @@ class ActivitySource(Source):
         self._release()
 
     def _release(self) -> None:
-        if getattr(self, "_correlating", False):
-            self._correlating = False
-            deactivate_correlation()
+        self._correlate(False)
+        self._correlating = False
         try:
             driver.release("activity", finalize=self.config.detach and not self._shared)
         except library.CuptiError as error:

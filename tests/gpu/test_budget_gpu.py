@@ -142,3 +142,71 @@ def test_trace_for_opens_a_full_window_on_a_running_job(tmp_path: Path) -> None:
                                       "launched_inside": inside, "launched_touching": touching,
                                       "opened_after_s": (start_unix - asked) / 1e9,
                                       "took_s": (returned - asked) / 1e9})  # fmt: skip
+
+
+# CUDA graphs captured and replayed while budget windows attach and detach CUPTI (between_windows:
+# detach): an in-process session stopped mid-run once ended a graph workload in
+# cudaErrorLaunchFailure (docs/gpu-validation.md), so every replay's work is checked here. float64:
+# the sum stays exact past 2**24 adds.
+GRAPHS = r"""
+import json, sys, time, torch
+seconds = float(sys.argv[1])
+x = torch.zeros(1, dtype=torch.float64, device="cuda")
+expected = 0
+def capture():
+    global expected
+    g, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as torch asks
+        for _ in range(3):
+            x.add_(1)
+    torch.cuda.current_stream().wait_stream(side)
+    expected += 3
+    with torch.cuda.graph(g):
+        for _ in range(50):
+            x.add_(1)
+    return g
+graphs, replays, step = [capture()], 0, 0
+end = time.time() + seconds
+while time.time() < end:
+    if step % 100 == 0 and len(graphs) < 60:
+        graphs.append(capture())  # captured inside windows and between them
+    for g in graphs[-4:]:
+        g.replay()
+        replays += 1
+    step += 1
+    if step % 50 == 0:
+        torch.cuda.synchronize()
+torch.cuda.synchronize()
+print(json.dumps({"graphs": len(graphs), "replays": replays, "value": x.item(), "expected": expected + 50 * replays}))
+"""
+
+
+def test_graphs_replay_exactly_while_windows_detach_cupti(tmp_path: Path) -> None:
+    _gpu()
+    import yaml
+
+    config = yaml.safe_load(PRODUCTION.read_text())
+    activity = next(s for s in config["sources"] if s["type"] == "activity")
+    assert activity["between_windows"] == "detach"
+    activity["max_pause"] = "1s"  # a window (an attach and a detach) at least every second
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "g.py").write_text(GRAPHS)
+    out = tmp_path / "rec"
+    run = subprocess.run(
+        [*CLI, "run", "-c", str(tmp_path / "cfg.yaml"), "-o", str(out), "--quiet", "--", sys.executable,
+         str(tmp_path / "g.py"), "20"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["value"] == got["expected"], got  # every replay ran every node, none ran twice
+    events = _read(out)
+    windows = [e for e in events if type(e).__name__ == "TraceWindow" and e.kinds]
+    fresh = [w for w in windows if w.fresh]
+    assert len(windows) >= 10 and len(fresh) >= len(windows) - 1, [(w.window, w.fresh) for w in windows]
+    assert all(w.records for w in windows), [(w.window, w.records) for w in windows]  # each traced kernels
+    errors = [e.message for e in events if type(e).__name__ == "Error" and e.severity != "info"]
+    assert not errors, errors
+    _record("budget_graphs_detach.json", {**got, "windows": len(windows), "fresh": len(fresh),
+                                           "records": [w.records for w in windows]})  # fmt: skip
