@@ -181,15 +181,14 @@ def test_mode_and_records_take_only_their_values() -> None:
 @pytest.mark.parametrize(
     ("fields", "detaches"),
     [
-        ({"mode": "budget"}, True),  # budget mode's default: the launch path untouched between windows
-        ({"mode": "budget", "between_windows": "attach"}, False),
+        ({"mode": "budget"}, False),  # the default stays attached: detaching is production.yaml's choice
+        ({"mode": "budget", "between_windows": "detach"}, True),
         ({"kinds": ["concurrent_kernel", "memcpy"], "mode": "budget", "continuous": ["memcpy"]}, False),
-        ({"mode": "budget", "detach": False}, False),
         ({"mode": "full"}, False),
         ({"mode": "full", "between_windows": "detach"}, False),  # full mode has no gaps
     ],
 )
-def test_between_windows_resolves_to_detach_only_where_nothing_needs_cupti_between(
+def test_between_windows_detaches_only_in_budget_mode_when_asked(
     fields: dict[str, object], detaches: bool
 ) -> None:
     config = load({"sinks": [{"type": "null"}], "sources": [{"type": "activity", **fields}]})

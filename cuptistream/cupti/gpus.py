@@ -63,3 +63,24 @@ def visible_devices() -> list[DeviceInfo]:
             DeviceInfo(device_id=ordinal, name=name.value.decode(errors="replace"), uuid=_uuid_text(uuid.raw))
         )
     return found
+
+
+def any_context_active() -> bool:
+    """Whether any GPU's primary context is active (``cuDevicePrimaryCtxGetState``): CUDA work, and
+    so CUDA graphs, may exist already. True where it cannot be told."""
+    try:
+        cuda = libcuda()
+    except OSError:
+        return True
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return True
+    for ordinal in range(count.value):
+        device, flags, active = ctypes.c_int(0), ctypes.c_uint(0), ctypes.c_int(0)
+        if cuda.cuDeviceGet(ctypes.byref(device), ordinal) != 0:
+            return True
+        if cuda.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active)) != 0:
+            return True
+        if active.value:
+            return True
+    return False

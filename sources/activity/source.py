@@ -19,11 +19,14 @@ user remains and ``detach`` is set, calls ``cuptiFinalize``.
 
 ``activity.mode: budget`` traces the kinds only in windows that the overhead governor sizes
 (``windows``); the kinds in ``continuous`` and the resource kinds (device, context, stream) stay on
-between them. With ``between_windows: detach`` (the default without ``continuous``) CUPTI is
-detached after each window once the collector has read its buffers (``driver.park``) and attached
-again at the next: attached with nothing traced, CUPTI still costs every kernel launch about 1 µs
-(``bench/launch_cost.py``: +25 % per empty-kernel launch on the H100), and only ``cuptiFinalize``
-takes that off. The resource kinds are then dumped at each window's start instead.
+between them. With ``between_windows: detach`` CUPTI is detached after each window once the
+collector has read its buffers (``driver.park``) and attached again at the next: attached with
+nothing traced, CUPTI still costs every kernel launch about 1 µs (``bench/launch_cost.py``: +25 %
+per empty-kernel launch on the H100), and only ``cuptiFinalize`` takes that off. The resource kinds
+are then dumped at each window's start instead. Detaching while the process has a CUDA graph made
+its replays fail (``cudaErrorLaunchFailure`` on the H100), so the source detaches only where it
+started before any CUDA context (it has seen every graph) and stops for good at the first graph
+(a resource callback on graph creation and instantiation), with one warning event.
 
 In either mode ``open_window`` traces an on-demand window (``cuptistream trace``). Every span in
 which kinds were traced is announced to the collector (``TraceSpan``): the statistics
@@ -49,7 +52,7 @@ from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
 from cuptistream.config import Duration, Size, SourceConfig, require_at_least
 from cuptistream.correlate import activate as activate_correlation
 from cuptistream.correlate import deactivate as deactivate_correlation
-from cuptistream.cupti import api_functions, driver, gpus, kinds, library
+from cuptistream.cupti import api_functions, driver, gpus, kinds, library, subscriber
 from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
@@ -79,6 +82,8 @@ _DRAIN_S = 0.1  # after a window's kinds are off, before its forced flush: the G
 _SPAN_WAIT_S = 0.5  # the window thread waits this long for room in the channel rather than lose a span
 # Kinds whose records describe resources that may predate CUPTI: enabled with a dump of the existing ones.
 DUMPED_KINDS = frozenset({"device", "context", "stream"})
+# CUPTI_CBID_RESOURCE_GRAPH_CREATED, _GRAPH_CLONED, _GRAPHEXEC_CREATED (cupti_callbacks.h).
+GRAPH_CBIDS = (9, 11, 18)
 # The kinds of GPU work: what the collector's statistics are computed from.
 GPU_WORK_KINDS = frozenset({"concurrent_kernel", "kernel", "memcpy", "memcpy2", "memset"})
 
@@ -117,11 +122,11 @@ class ActivitySourceConfig(SourceConfig):
     # "all": the raw records go to the sinks; "on_demand": only those of on-demand windows (the
     # collector's statistics still see every record).
     records: Literal["all", "on_demand"] = "all"
-    # Budget mode, between windows: "detach" (cuptiFinalize after each window, attach at the next:
-    # the launch path runs untouched between windows) or "attach" (CUPTI numbers every API call, so
-    # the statistics' call counts come from whole cycles; ``continuous`` kinds need it). Default:
-    # "attach" with ``continuous`` kinds or ``detach: false``, else "detach".
-    between_windows: Literal["detach", "attach"] | None = None
+    # Budget mode, between windows: "attach" (CUPTI numbers every API call, so the statistics' call
+    # counts come from whole cycles; ``continuous`` kinds need it) or "detach" (cuptiFinalize after
+    # each window, attach at the next: the launch path runs untouched between windows, until the
+    # process makes a CUDA graph).
+    between_windows: Literal["detach", "attach"] = "attach"
 
     def __post_init__(self) -> None:
         # Messages start with the key (the caller adds "sources[N]: "), so each names its key path.
@@ -165,12 +170,8 @@ class ActivitySourceConfig(SourceConfig):
 
     @property
     def detaches_between_windows(self) -> bool:
-        """Budget mode whose windows attach CUPTI afresh (``between_windows``, resolved)."""
-        if self.mode != "budget":
-            return False
-        if self.between_windows is not None:
-            return self.between_windows == "detach"
-        return not self.continuous and self.detach
+        """Budget mode whose windows attach CUPTI afresh."""
+        return self.mode == "budget" and self.between_windows == "detach"
 
 
 class ActivitySource(Source):
@@ -198,6 +199,8 @@ class ActivitySource(Source):
         self._attached = False  # CUPTI attached by us (budget mode with detach: only in windows)
         self.detached = 0  # times CUPTI was detached between windows
         self._correlating = False  # external_correlation is traced
+        self._may_detach = False  # between_windows: detach, and no CUDA graph (nor any context) before us
+        self._graph_watch: list[subscriber.Registration] = []
         self._correlation_on = False
 
     def use_governor(self, governor: Governor) -> None:
@@ -219,10 +222,39 @@ class ActivitySource(Source):
         # cuptistream.correlate() pushes ids only while a source records them.
         self._correlating = "external_correlation" in cfg.kinds
         self._correlate(True)  # budget mode's first detach follows its first window: every source has started
+        if cfg.detaches_between_windows:
+            self._watch_for_graphs()
         throttle = self._throttle(cfg)
         schedule = schedule_for(throttle, float(cfg.window), cfg.align) if throttle is not None else None
         self.windows = Windows(self, throttle, schedule)
         self.windows.start()
+
+    def _watch_for_graphs(self) -> None:
+        """Detach between windows only while the process has no CUDA graph that we may not have seen."""
+        if gpus.any_context_active():
+            self._no_detach("CUDA was in use before the source started (a CUDA graph may exist)")
+            return
+        resource = subscriber.Domain.RESOURCE
+        try:
+            for cbid in GRAPH_CBIDS:
+                self._graph_watch.append(subscriber.register(resource, self._on_graph, cbid))
+        except Exception as error:  # the subscriber is another tool's, or CUPTI refused
+            self._unwatch_graphs()
+            self._no_detach(f"no resource callbacks to watch for CUDA graphs ({error})")
+            return
+        self._may_detach = True
+
+    def _on_graph(self, domain: int, cbid: int, data: Any) -> None:
+        # CUPTI's thread or the program's, inside the CUDA call: a flag and, once, a queued event.
+        if self._may_detach:
+            self._may_detach = False
+            self._no_detach("the process made a CUDA graph (a detach made graph replays fail on the H100)")
+
+    def _no_detach(self, why: str) -> None:
+        self.emitter.report_error(
+            f"source:{self.name}", f"between_windows: detach is off for this process: {why}; CUPTI stays "
+            "attached between windows", severity="warning",
+        )  # fmt: skip
 
     def _correlate(self, on: bool) -> None:
         """Let ``cuptistream.correlate()`` push ids (only while CUPTI is attached: a push attaches it)."""
@@ -377,7 +409,9 @@ class ActivitySource(Source):
         has used it in this process, or another source of ours holds it."""
         consumed = self.outlet.wait_consumed(_CONSUMED_WAIT_S)
         with self._lock:
-            if not consumed or not self._started or self._paused or self._shared or not self._attached:
+            if not (consumed and self._may_detach and self._started and self._attached):
+                return
+            if self._paused or self._shared:
                 return
             self._correlate(False)  # a pushed id would attach CUPTI again
             try:
@@ -466,7 +500,9 @@ class ActivitySource(Source):
             if not self._started:
                 return
             self._hand_over()
-            self._paused = self._shared = True
+            self._paused = self._shared = True  # shared CUPTI is never detached again
+            self._may_detach = False
+            self._unwatch_graphs()  # no callback of ours stays registered
 
     def resume(self) -> None:
         """Take CUPTI back after ``pause()``."""
@@ -531,7 +567,13 @@ class ActivitySource(Source):
         self._disable_kinds()
         self._release()
 
+    def _unwatch_graphs(self) -> None:
+        for registration in self._graph_watch:
+            registration.remove()
+        self._graph_watch = []
+
     def _release(self) -> None:
+        self._unwatch_graphs()
         self._correlate(False)
         self._correlating = False
         try:
