@@ -105,6 +105,7 @@ def worker_counts(spec: str) -> list[int | str]:
 def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str, Any]:
     pipeline = {
         "memory_budget": args.memory_budget, "full_policy": args.full_policy, "decode_workers": workers,
+        "heap_trim": args.heap_trim,
         "batch": {"max_events": 8192, "max_bytes": "4MiB", "max_latency": "1s"},
         "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
     }  # fmt: skip
@@ -502,6 +503,12 @@ def main(argv: list[str] | None = None) -> int:
         "(e.g. 4MiB, the activity source's default); default: as captured",
     )
     parser.add_argument("--memory-budget", default="256MiB")
+    parser.add_argument(
+        "--no-heap-trim",
+        dest="heap_trim",
+        action="store_false",
+        help="pipeline.heap_trim: false (A/B the trim)",
+    )
     parser.add_argument("--sink-queue", default="64MiB", help="the file lane's queue.max_bytes")
     parser.add_argument(
         "--zstd-level",

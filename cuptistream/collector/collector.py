@@ -87,7 +87,8 @@ class Collector:
         self.report: ShutdownReport | None = None
         # Own heap apart from the probes' pools (report, status line); freed heap pages go back to
         # the kernel while it is over the memory budget.
-        self.memory = MemoryWatch(trim_above_kib=int(config.pipeline.memory_budget) // 1024)
+        trim_above = int(config.pipeline.memory_budget) // 1024 if config.pipeline.heap_trim else 0
+        self.memory = MemoryWatch(trim_above_kib=trim_above)
 
     def start(self) -> Collector:
         self.memory.start()

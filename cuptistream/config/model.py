@@ -108,6 +108,9 @@ class PipelineConfig(Strict):
     # cores (``collector.workers``); 0 decodes on the probes' connection threads, in the collector
     # process; "auto": one per core but one, at most 8, started one per probe (docs/config.md).
     decode_workers: int | Literal["auto"] = "auto"
+    # The collector gives freed heap pages back (malloc_trim) while its anonymous memory is over
+    # memory_budget, at most every 0.5 s (``collector.memory``).
+    heap_trim: bool = True
 
     def __post_init__(self) -> None:
         require_at_least("memory_budget", self.memory_budget, 1)
