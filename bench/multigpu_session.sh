@@ -37,6 +37,8 @@
 #   compare2  ~6.5 min   560   the same on the first 2 GPUs only (CUDA_VISIBLE_DEVICES=0,1): two ranks,
 #                              judged as a pair; for a host of 3 or more GPUs, where `compare` runs 4
 #   coexist   ~1.5 min   140   tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~25 s
+#   detach    ~1.5 min   180   tests/gpu/test_detach_multigpu.py: a 2-rank DDP job under budget windows that
+#                              detach CUPTI (between_windows: detach) while NCCL's threads call CUDA
 #   accuracy  ~3   min   230   NCCL statistics, production.yaml against full mode:
 #                              bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60
 #   fanin     ~2   min   200   one collector, programs spread over the GPUs: bench/fanin.py --mode gpu
@@ -72,8 +74,8 @@ for arg in "${@:-all}"; do
         B2) steps+=(compare2) ;;
         C) steps+=(coexist accuracy fanin) ;;
         setup) ;;
-        lost|node|compare|compare2|coexist|accuracy|fanin) steps+=("$arg") ;;
-        *) echo "multigpu_session.sh: unknown step $arg (steps: setup lost node compare compare2 coexist accuracy fanin; groups: all A B C B2)" >&2; exit 2 ;;
+        lost|node|compare|compare2|coexist|detach|accuracy|fanin) steps+=("$arg") ;;
+        *) echo "multigpu_session.sh: unknown step $arg (steps: setup lost node compare compare2 coexist detach accuracy fanin; groups: all A B C B2)" >&2; exit 2 ;;
     esac
 done
 session_begin
@@ -83,7 +85,7 @@ summarize() {
     case $name in
         lost) grep -E '^D1 (rank [0-9]+ (\(|between)|(no )?session [0-9]+( rank [0-9]+)?: )' "$RESULTS/lost.log" | tee -a "$SUMMARY" ;;
         node|fanin) summarize_fanin "$RESULTS/$name.log" ;;
-        compare|compare2|coexist) grep -E '^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)' "$RESULTS/$name.log" | tail -12 | tee -a "$SUMMARY" ;;
+        compare|compare2|coexist|detach) grep -E '^(FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|skipped)' "$RESULTS/$name.log" | tail -12 | tee -a "$SUMMARY" ;;
         accuracy) grep -E '^D1' "$RESULTS/accuracy.log" | tee -a "$SUMMARY" ;;
     esac
 }
@@ -107,6 +109,9 @@ for s in "${steps[@]}"; do
         coexist)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step coexist 140 $PY -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_coexist_multigpu.py --junitxml "$RESULTS/coexist.xml" ;;
+        detach)
+            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step detach 180 $PY -m pytest -v -p no:cacheprovider \
+                tests/gpu/test_detach_multigpu.py ;;
         accuracy)
             step accuracy 230 $PY bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 \
                 --out "$RESULTS/accuracy_ddp.json" ;;

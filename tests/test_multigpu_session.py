@@ -11,7 +11,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "multigpu_session.sh
 
 
 def test_the_driver_parses_and_names_its_steps() -> None:
-    check_parses_and_names_its_steps(SCRIPT, "setup lost node compare compare2 coexist accuracy fanin")
+    check_parses_and_names_its_steps(SCRIPT, "setup lost node compare compare2 coexist detach accuracy fanin")
 
 
 def test_a_dry_run_through_the_shared_plumbing(tmp_path: Path) -> None:
