@@ -201,20 +201,24 @@ def detach_config(tmp_path: Path, **activity_fields: Any) -> Path:
     return path
 
 
-def test_windows_detach_cupti_until_the_first_cuda_graph(tmp_path: Path) -> None:
-    _gpu()
-    config = detach_config(tmp_path, records="all")
-    (tmp_path / "g.py").write_text(GRAPHS)
+def _run_under(config: Path, tmp_path: Path, script: str, *args: str) -> tuple[dict[str, Any], list[Any]]:
+    """``script`` run with ``args`` under ``cuptistream run -c config``: the JSON of its last line
+    and the recording's events. Fails the test unless everything exits 0."""
+    (tmp_path / "script.py").write_text(script)
     out = tmp_path / "rec"
     run = subprocess.run(
         [*CLI, "run", "-c", str(config), "-o", str(out), "--quiet", "--", sys.executable,
-         str(tmp_path / "g.py"), "10", "15"],
+         str(tmp_path / "script.py"), *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    return json.loads(run.stdout.strip().splitlines()[-1]), _read(out)
+
+
+def test_windows_detach_cupti_until_the_first_cuda_graph(tmp_path: Path) -> None:
+    _gpu()
+    got, events = _run_under(detach_config(tmp_path, records="all"), tmp_path, GRAPHS, "10", "15")
     assert got["value"] == got["expected"], got  # every launch and replay ran once
-    events = _read(out)
     windows = sorted(
         (e for e in events if type(e).__name__ == "TraceWindow" and e.kinds), key=lambda w: w.start
     )
@@ -268,18 +272,8 @@ print(json.dumps({"launched": sum(done), "errors": errors}))
 
 def test_windows_detach_cupti_while_threads_launch(tmp_path: Path) -> None:
     _gpu()
-    config = detach_config(tmp_path)
-    (tmp_path / "t.py").write_text(THREADS)
-    out = tmp_path / "rec"
-    run = subprocess.run(
-        [*CLI, "run", "-c", str(config), "-o", str(out), "--quiet", "--", sys.executable,
-         str(tmp_path / "t.py"), "20", "4"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got, events = _run_under(detach_config(tmp_path), tmp_path, THREADS, "20", "4")
     assert got["launched"] and not got["errors"], got  # every thread's every launch ran once
-    events = _read(out)
     windows = [e for e in events if type(e).__name__ == "TraceWindow" and e.kinds]
     assert sum(w.fresh for w in windows) >= 10, [(w.window, w.fresh) for w in windows]
     problems = [e.message for e in events if type(e).__name__ == "Error" and e.severity != "info"]
