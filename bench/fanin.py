@@ -105,7 +105,7 @@ def worker_counts(spec: str) -> list[int | str]:
 def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str, Any]:
     pipeline = {
         "memory_budget": args.memory_budget, "full_policy": args.full_policy, "decode_workers": workers,
-        "heap_trim": args.heap_trim,
+        "heap_trim": args.heap_trim, "worker_replies": args.worker_replies,
         "batch": {"max_events": 8192, "max_bytes": "4MiB", "max_latency": "1s"},
         "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
     }  # fmt: skip
@@ -508,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
         dest="heap_trim",
         action="store_false",
         help="pipeline.heap_trim: false (A/B the trim)",
+    )
+    parser.add_argument(
+        "--worker-replies", choices=["heap", "mapped"], default="heap", help="pipeline.worker_replies"
     )
     parser.add_argument("--sink-queue", default="64MiB", help="the file lane's queue.max_bytes")
     parser.add_argument(

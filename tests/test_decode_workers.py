@@ -11,6 +11,7 @@ collectors with replay probes over the shipped captures, real worker processes, 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -32,9 +33,9 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("P
 CONTROL = (SelfStats, Loss, Error)  # the collector's accounting; its timing differs run to run
 
 
-def _config(tmp: Path, workers: int, loops: int, path: str = "") -> Path:
+def _config(tmp: Path, workers: int, loops: int, path: str = "", replies: str = "heap") -> Path:
     cfg = {
-        "pipeline": {"decode_workers": workers, "full_policy": "block"},
+        "pipeline": {"decode_workers": workers, "full_policy": "block", "worker_replies": replies},
         "sources": [{"type": "replay", "loops": loops, "path": path}],
         "statistics": {"interval": "1s", "max_names": 4},
         "sinks": [{"type": "file", "directory": str(tmp / "out")}],
@@ -44,8 +45,10 @@ def _config(tmp: Path, workers: int, loops: int, path: str = "") -> Path:
     return path
 
 
-def _run(tmp: Path, workers: int, program: list[str], loops: int, path: str = "") -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(_config(tmp, workers, loops, path)),
+def _run(
+    tmp: Path, workers: int, program: list[str], loops: int, path: str = "", replies: str = "heap"
+) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(_config(tmp, workers, loops, path, replies)),
                "--report-json", str(tmp / "report.json"), "--quiet", "--", *program]  # fmt: skip
     return subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -82,16 +85,16 @@ def _accounting(tmp: Path, report: dict[str, Any]) -> list[Any]:
     return events
 
 
-def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("replies", ["heap", "mapped"])
+def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path, replies: str) -> None:
     runs = {}
     for workers in (0, 2):
         tmp = tmp_path / f"w{workers}"
         tmp.mkdir()
         # One capture, so one stream: the order is a stream's (captures replay into pools of their
         # own, and the order across pools is the probe's timing, with or without workers).
-        run = _run(
-            tmp, workers, [sys.executable, "-c", "0"], loops=3, path=str(DEFAULT_PATH / "torch_train.cupti")
-        )
+        capture = str(DEFAULT_PATH / "torch_train.cupti")
+        run = _run(tmp, workers, [sys.executable, "-c", "0"], loops=3, path=capture, replies=replies)
         report = _finished(run, tmp)
         assert report["decode_workers"] == (1 if workers else 0)  # one probe: one worker started
         assert report["decode_workers_died"] == 0
@@ -421,3 +424,28 @@ def test_under_auto_the_first_probe_decodes_in_its_own_thread() -> None:
         second.close()
     finally:
         workers.stop()
+
+
+@pytest.mark.parametrize(("mapped", "kind"), [(False, bytearray), (True, mmap.mmap)])
+def test_a_reply_of_several_fragments_lands_in_the_heap_or_a_private_mapping(
+    mapped: bool, kind: type
+) -> None:
+    """``pipeline.worker_replies``: the payloads arrive intact either way; ``mapped`` puts them in a
+    private mapping of their own (freed with its last view), the default in one heap buffer."""
+    import threading
+
+    from cuptistream.collector import worker_protocol as wp
+
+    ours, theirs = wp.pair()
+    payloads = [os.urandom(300_000), b"", os.urandom(70_000)]  # several 128 KiB fragments
+    reply = wp.Reply(calls=[wp.EmitChunk(p, i + 1) for i, p in enumerate(payloads)], events=3)
+    sender = threading.Thread(target=wp.send_reply, args=(theirs, reply))
+    sender.start()
+    got = wp.receive_reply(ours, mapped)
+    sender.join()
+    ours.close()
+    theirs.close()
+    assert got is not None and got.events == 3
+    chunks = [call for call in got.calls if isinstance(call, wp.EmitChunk)]
+    assert [bytes(c.payload) for c in chunks] == payloads and [c.count for c in chunks] == [1, 2, 3]
+    assert isinstance(chunks[0].payload.obj, kind)

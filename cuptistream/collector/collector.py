@@ -70,7 +70,8 @@ class Collector:
         self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
         workers = config.pipeline.decode_worker_count(in_program=in_program)
         auto = config.pipeline.decode_workers == "auto"  # the first probe decodes in a thread
-        self.workers = WorkerPool(workers, in_thread=int(auto)) if workers else None  # as probes come
+        mapped = config.pipeline.worker_replies == "mapped"
+        self.workers = WorkerPool(workers, int(auto), mapped) if workers else None  # as probes come
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()

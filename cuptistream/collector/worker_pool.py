@@ -128,10 +128,12 @@ def _cpu_s(pid: int) -> float:
 class WorkerPool:
     """Up to ``size`` decode workers, shared by the probe connections."""
 
-    def __init__(self, size: int, in_thread: int = 0) -> None:
-        """``in_thread``: how many connections at a time decode on their own threads first."""
+    def __init__(self, size: int, in_thread: int = 0, mapped_replies: bool = False) -> None:
+        """``in_thread``: how many connections at a time decode on their own threads first;
+        ``mapped_replies``: each reply in a mapping of its own (``pipeline.worker_replies: mapped``)."""
         self.size = size
         self.in_thread = in_thread
+        self.mapped_replies = mapped_replies
         self._in_thread_now = 0
         self._workers: list[Worker] = []
         self._retired: list[Worker] = []  # died, or stopped: their CPU time counts
@@ -248,7 +250,7 @@ class Link:
                 self.worker.kill()  # its other connections fall back too: it serves none of them
                 raise OSError(f"no reply within {REQUEST_TIMEOUT_S:.0f}s; killed it")
         sock.settimeout(REQUEST_TIMEOUT_S)  # the rest of the reply follows at once
-        return wp.receive_reply(sock)
+        return wp.receive_reply(sock, self._pool.mapped_replies)
 
     def _exit_status(self) -> str:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -19,6 +19,7 @@ and its cumulative counters; the connection replays the calls on the real emitte
 
 from __future__ import annotations
 
+import mmap
 import socket
 import struct
 
@@ -164,9 +165,12 @@ def _close(fds: list[int]) -> None:
         socket.close(fd)
 
 
-def _receive(sock: socket.socket) -> tuple[memoryview, int, list[int]] | None:
+def _receive(sock: socket.socket, mapped: bool = False) -> tuple[memoryview, int, list[int]] | None:
     """One whole message, its header's length and its fds; None at end of stream. Raises OSError
-    (a timeout too, and a message whose fragments do not add up to its length)."""
+    (a timeout too, and a message whose fragments do not add up to its length). ``mapped``: a
+    message of several fragments lands in a private anonymous mapping of its own, unmapped when its
+    last view dies, rather than in the heap, whose pages glibc keeps after a reply of megabytes is
+    freed (``pipeline.worker_replies``)."""
     data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST + _FRAGMENT, MAX_FDS)
     if not data:
         _close(fds)
@@ -175,7 +179,7 @@ def _receive(sock: socket.socket) -> tuple[memoryview, int, list[int]] | None:
     part = memoryview(data)[_FIRST:]
     if data[:1] == _LAST:
         return part, header, fds
-    message = bytearray(length)
+    message = _private_map(length) if mapped else bytearray(length)
     message[: len(part)] = part
     into, flag, at = memoryview(message), bytearray(_MORE), len(part)
     while flag != _LAST:
@@ -188,6 +192,12 @@ def _receive(sock: socket.socket) -> tuple[memoryview, int, list[int]] | None:
         _close(fds)
         raise OSError(f"decode worker message of {length} bytes arrived with {at}")
     return into, header, fds
+
+
+def _private_map(length: int) -> mmap.mmap:
+    # MAP_PRIVATE: Python's default anonymous mapping is shared, which only moves the pages from
+    # RssAnon to RssShmem.
+    return mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 def send_request(sock: socket.socket, request: Request, fds: list[int] | None = None) -> None:
@@ -210,8 +220,9 @@ def send_reply(sock: socket.socket, reply: Reply) -> None:
     _send(sock, [_encoder.encode(header), *payloads], [])
 
 
-def receive_reply(sock: socket.socket) -> Reply | None:
-    got = _receive(sock)
+def receive_reply(sock: socket.socket, mapped: bool = False) -> Reply | None:
+    """The next reply; ``mapped`` as for ``_receive``."""
+    got = _receive(sock, mapped)
     if got is None:
         return None
     message, header, fds = got
