@@ -1,0 +1,176 @@
+"""Budget mode's ``between_windows: detach`` in the activity source: CUPTI detached after each
+window, attached afresh at the next, never again after a CUDA graph.
+
+No CUDA driver or libcupti can run on this machine, so two stand-ins answer for them, and only them:
+``FakeLibcupti`` answers every libcupti function with success and records the call, and
+``FakeCupti`` (tests/test_callbacks_subscriber.py) stands in for cupti-python's subscriber calls.
+The source, its window logic, the process-wide subscriber, ``driver.park`` and the shared-memory
+outlet are the real ones. The GPU runs the same paths for real (tests/gpu/test_budget_gpu.py)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from cuptistream.channel.messages import OpenStream, TraceSpan
+from cuptistream.channel.outlet import ActivityOutlet
+from cuptistream.collector.inline import InlineOutlet
+from cuptistream.cupti import driver, gpus, library, subscriber
+from cuptistream.cupti.subscriber import Domain, Subscriber
+from sources.activity import ActivitySource, ActivitySourceConfig
+from sources.activity.source import GRAPH_CBIDS
+from sources.activity.windows import Windows
+from tests.gpu.workloads.collect import Collect
+from tests.test_callbacks_subscriber import FakeCupti
+
+
+class FakeLibcupti:
+    """Every ``cupti*`` function returns CUPTI_SUCCESS; ``calls`` counts them by name."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("cupti"):
+            raise AttributeError(name)
+
+        def function(*args: Any) -> int:
+            self.calls[name] += 1
+            return 0
+
+        return function
+
+
+class Spans(Collect):
+    """The in-memory emitter, keeping the spans the source announces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: list[TraceSpan] = []
+
+    def open_activity_stream(self, stream: OpenStream, buffer_size: int, buffers: int) -> ActivityOutlet:
+        outlet = InlineOutlet(stream, buffer_size, buffers, self)
+        spans = self.spans
+
+        def send_trace_span(span: TraceSpan, wait: float = 2.0) -> bool:
+            spans.append(span)
+            return True
+
+        outlet.send_trace_span = send_trace_span  # type: ignore[method-assign]
+        return outlet
+
+
+@pytest.fixture
+def cupti(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeLibcupti, FakeCupti]:
+    lib, callbacks = FakeLibcupti(), FakeCupti()
+    monkeypatch.setattr(library, "libcupti", lambda: lib)
+    monkeypatch.setattr(driver, "require_gpu", lambda: None)
+    monkeypatch.setattr(driver, "timestamp", itertools.count(1_000_000).__next__)
+    monkeypatch.setattr(driver, "_users", {})
+    monkeypatch.setattr(driver, "detached_once", False)
+    monkeypatch.setattr(gpus, "any_context_active", lambda: False)  # started before CUDA, as under `run`
+    monkeypatch.setattr(subscriber, "_process_subscriber", Subscriber(callbacks))
+    monkeypatch.setattr(Windows, "start", lambda self: None)  # the test opens and closes the windows
+    return lib, callbacks
+
+
+def _source(emitter: Collect, **fields: Any) -> ActivitySource:
+    config = ActivitySourceConfig(
+        type="activity",
+        kinds=["concurrent_kernel", "device"],
+        mode="budget",
+        between_windows="detach",
+        **fields,
+    )
+    source = ActivitySource(config, emitter)
+    source.start()
+    return source
+
+
+def _window(source: ActivitySource) -> None:
+    window = source.begin_window(False, 0)
+    assert window is not None
+    source.end_window(window)
+
+
+def test_windows_detach_cupti_and_attach_it_afresh(cupti: tuple[FakeLibcupti, FakeCupti]) -> None:
+    lib, callbacks = cupti
+    emitter = Spans()
+    source = _source(emitter)
+    _window(source)  # attached since the start: detached after it
+    assert lib.calls["cuptiFinalize"] == 1 and source.detached == 1
+    assert callbacks.callback is not None  # the subscriber (graph watch here, the state source's too) is back
+    registered, dumped = lib.calls["cuptiActivityRegisterCallbacks"], lib.calls["cuptiActivityEnableAndDump"]
+    _window(source)  # attached afresh: callbacks registered again, the resource kind dumped again
+    assert lib.calls["cuptiActivityRegisterCallbacks"] == registered + 1
+    assert lib.calls["cuptiActivityEnableAndDump"] == dumped + 1
+    assert lib.calls["cuptiFinalize"] == 2
+    opened = [span for span in emitter.spans if span.kinds and not span.end]
+    assert [span.fresh for span in opened] == [False, True]
+    assert opened[0].kinds == ["concurrent_kernel", "device"]
+    source.stop()
+    assert not emitter.errors
+
+
+def test_a_cuda_graph_keeps_cupti_attached_for_good(cupti: tuple[FakeLibcupti, FakeCupti]) -> None:
+    lib, callbacks = cupti
+    emitter = Spans()
+    source = _source(emitter)
+    _window(source)
+    assert lib.calls["cuptiFinalize"] == 1
+    callbacks.callback(None, Domain.RESOURCE, GRAPH_CBIDS[0], 0)  # the program made a graph
+    _window(source)  # attached afresh, then not detached again
+    _window(source)
+    assert lib.calls["cuptiFinalize"] == 1 and source.detached == 1
+    opened = [span.fresh for span in emitter.spans if span.kinds and not span.end]
+    assert opened == [False, True, False]
+    ((origin, message, severity, _),) = emitter.errors
+    assert severity == "warning" and "made a CUDA graph" in message and origin == "source:activity"
+    source.stop()
+
+
+def test_cupti_in_use_before_the_source_started_is_never_detached(
+    cupti: tuple[FakeLibcupti, FakeCupti], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib, _ = cupti
+    monkeypatch.setattr(gpus, "any_context_active", lambda: True)  # a session started mid-program
+    emitter = Spans()
+    source = _source(emitter)
+    _window(source)
+    _window(source)
+    assert lib.calls["cuptiFinalize"] == 0
+    ((_, message, severity, _),) = emitter.errors
+    assert severity == "warning" and "CUDA was in use before the source started" in message
+    source.stop()
+    assert lib.calls["cuptiFinalize"] == 1  # at stop, as ever
+
+
+def test_another_source_holding_cupti_keeps_it_attached(cupti: tuple[FakeLibcupti, FakeCupti]) -> None:
+    lib, _ = cupti
+    driver.acquire("pc_sampling")
+    emitter = Spans()
+    source = _source(emitter)
+    _window(source)
+    assert lib.calls["cuptiFinalize"] == 0
+    source.stop()
+    driver.release("pc_sampling", finalize=False)
+    assert not emitter.errors
+
+
+def test_a_paused_source_stops_watching_for_graphs_and_never_detaches(
+    cupti: tuple[FakeLibcupti, FakeCupti],
+) -> None:
+    """Another tool (torch.profiler) takes CUPTI: no callback of ours may stay registered."""
+    lib, callbacks = cupti
+    emitter = Spans()
+    source = _source(emitter)
+    assert callbacks.enabled_cbids == {(Domain.RESOURCE, cbid) for cbid in GRAPH_CBIDS}
+    source.pause()
+    assert callbacks.callback is None  # unsubscribed: the slot is free for the other tool
+    source.resume()
+    _window(source)
+    assert lib.calls["cuptiFinalize"] == 0
+    source.stop()
