@@ -49,6 +49,9 @@
 #                                   $BLOCK_RUNS (default 1000 and 1: 16 x 1000 x 3,716 = 59 M records
 #                                   at one collector core's ~0.6-0.8 M/s, then read back. The docs'
 #                                   --loops 2000 --runs 3 is ~15 min without decode workers)
+#   fanin-replies  ~6   min   400   fanin-block's run with pipeline.worker_replies heap, then mapped, twice
+#                                   (alternating, --loops 500 each; --workers auto): mapped's memory
+#                                   against its rate on this host (issue 30; 8-13 % slower on the VM)
 #   fanin-onecore  ~5   min   360   fanin-cpu with --collector-cpus 0 --program-cpus 1-15 (the
 #                                   background recording is pinned to 12-15, off the collector's core)
 #   fanin-profile  ~1   min    90   --probes 4 --seconds 12 --profile --profile-gil --no-check; needs
@@ -129,7 +132,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -141,7 +144,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|launch-session|fanin-cpu|fanin-block|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -295,6 +298,14 @@ for s in "${steps[@]}"; do
             step fanin-block 240 "$PY" bench/fanin.py --mode cpu --probes 16 --loops "${BLOCK_LOOPS:-1000}" \
                 --full-policy block --runs "${BLOCK_RUNS:-1}" --replay-buffer-size "${BLOCK_BUFFER_SIZE:-4MiB}" \
                 $FANIN_EXTRA --out "$RESULTS/fanin_block" ;;
+        fanin-replies)
+            for round in 1 2; do
+                for replies in heap mapped; do
+                    step "fanin-replies" "$(cap 100)" "$PY" bench/fanin.py --mode cpu --probes 16 --loops 500 \
+                        --full-policy block --runs 1 --replay-buffer-size 4MiB --workers auto \
+                        --worker-replies "$replies" --out "$RESULTS/fanin_replies_${replies}_$round"
+                done
+            done ;;
         fanin-onecore)
             step fanin-onecore 360 "$PY" bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 \
                 --runs "${FANIN_RUNS:-3}" --workers 0 --collector-cpus 0 --program-cpus 1-15 --out "$RESULTS/fanin_onecore" ;;

@@ -70,6 +70,27 @@ def test_the_pinned_w1_and_the_paced_accuracy_runs_run_their_benches(tmp_path: P
         assert f"budget_accuracy.py --workloads {workload} --rate {rate} --seconds 300" in chain
 
 
+def test_the_detach_tests_and_the_reply_buffer_ab_run_their_commands(tmp_path: Path) -> None:
+    """``budget-tests`` runs the budget GPU tests, ``launch-session`` the C loop alone against under
+    production.yaml, and ``fanin-replies`` alternates ``--worker-replies heap`` and ``mapped`` twice
+    (added 2026-11-28)."""
+    done = run_driver(tmp_path, "gpu_session.sh", "budget-tests", "launch-session", "fanin-replies", dry=True)
+    assert done.returncode == 0, done.stderr
+    results = tmp_path / "results"
+    assert (
+        "pytest -v -p no:cacheprovider tests/gpu/test_budget_gpu.py"
+        in (results / "budget-tests.log").read_text()
+    )
+    assert "launch_cost.py --modes none --session-rounds 3" in (results / "launch-session.log").read_text()
+    replies = (results / "fanin-replies.log").read_text()
+    order = [
+        line.split("--worker-replies ")[1].split()[0]
+        for line in replies.splitlines()
+        if "--worker-replies" in line
+    ]
+    assert order == ["heap", "mapped", "heap", "mapped"]
+
+
 def test_a_dry_run_logs_every_command_and_returns_the_tarball(tmp_path: Path) -> None:
     done = run_driver(tmp_path, "gpu_session.sh", "all", dry=True)
     assert done.returncode == 0, done.stderr
