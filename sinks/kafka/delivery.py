@@ -422,11 +422,12 @@ class Delivery:
         item.attempts += 1
         self.counters["retried_messages"] += 1
         heapq.heappush(self._retry, (item.order, next(self._order), time.monotonic() + delay, item))
-        if item.attempts == 1:
-            log.warning(
-                "%s: the broker did not ack a message to %s (%s); retrying with backoff",
-                self._where, item.message.topic, type(error).__name__,
-            )  # fmt: skip
+        # One line per kind of failure, not one per message: many in flight fail together.
+        self._warn_once(
+            f"retry:{type(error).__name__}",
+            f"{self._where}: the broker did not ack a message to {item.message.topic} "
+            f"({type(error).__name__}); retrying with backoff",
+        )
 
     def _release_readers(self) -> None:
         assert self.spool is not None or not self._readers
