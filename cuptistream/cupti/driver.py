@@ -125,7 +125,12 @@ def acquire(user: str) -> None:
 def held_by_others(user: str) -> bool:
     """Whether CUPTI stays attached after ``user`` lets go of its last use."""
     with _users_lock:
-        return any(name != user or count > 1 for name, count in _users.items())
+        return _others_hold(user)
+
+
+def _others_hold(user: str) -> bool:
+    """Under ``_users_lock``: another user, or ``user`` more than once, holds CUPTI."""
+    return any(name != user or count > 1 for name, count in _users.items())
 
 
 def detach_at_exit() -> None:
@@ -168,7 +173,7 @@ def park(user: str) -> bool:
     context itself (guide §2.3.7)."""
     global detached_once
     with _users_lock:
-        if any(name != user or count > 1 for name, count in _users.items()):
+        if _others_hold(user):
             return False
         call("cuptiFinalize")
         detached_once = True
