@@ -90,6 +90,7 @@
 #                                   configs/production.yaml)
 #   budget-tests   ~1.5 min   200   tests/gpu/test_budget_gpu.py: production.yaml's windows (CUPTI detached
 #                                   between them), an on-demand window, graphs replayed across detaches
+#                                   (BUDGET_TESTS_ARGS, e.g. "-k threads", picks tests)
 #   launch-session ~2.5 min   200   bench/launch_cost.py --modes none: the C launch loop alone against under
 #                                   production.yaml, LAUNCH_ROUNDS pairs (default 3)
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
@@ -281,7 +282,7 @@ for s in "${steps[@]}"; do
             step launch1 "$(cap 300)" "$PY" bench/launch_cost.py --out "$RESULTS/launch.json" ;;
         budget-tests)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step budget-tests "$(cap 200)" "$PY" -m pytest -v -p no:cacheprovider \
-                tests/gpu/test_budget_gpu.py ;;
+                tests/gpu/test_budget_gpu.py ${BUDGET_TESTS_ARGS:-} ;;
         launch-session)
             step launch-session "$(cap 200)" "$PY" bench/launch_cost.py --modes none \
                 --session-rounds "${LAUNCH_ROUNDS:-3}" --out "$RESULTS/launch-session.json" ;;

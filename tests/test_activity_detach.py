@@ -154,10 +154,13 @@ def test_another_source_holding_cupti_keeps_it_attached(cupti: tuple[FakeLibcupt
     emitter = Spans()
     source = _source(emitter)
     _window(source)
+    _window(source)
     assert lib.calls["cuptiFinalize"] == 0
     source.stop()
     driver.release("pc_sampling", finalize=False)
-    assert not emitter.errors
+    ((_, message, severity, _),) = emitter.errors  # said once, counted per window
+    assert severity == "info" and "another source of ours holds CUPTI" in message
+    assert source.stayed_attached == {"another source of ours holds CUPTI": 2}
 
 
 def test_a_paused_source_stops_watching_for_graphs_and_never_detaches(

@@ -198,6 +198,7 @@ class ActivitySource(Source):
         self.windows: Windows | None = None
         self._attached = False  # CUPTI attached by us (budget mode with detach: only in windows)
         self.detached = 0  # times CUPTI was detached between windows
+        self.stayed_attached: dict[str, int] = {}  # windows after which it could not be, by reason
         self._correlating = False  # external_correlation is traced
         self._may_detach = False  # between_windows: detach, and no CUDA graph (nor any context) before us
         self._graph_watch: list[subscriber.Registration] = []
@@ -409,17 +410,20 @@ class ActivitySource(Source):
         has used it in this process, or another source of ours holds it."""
         consumed = self.outlet.wait_consumed(_CONSUMED_WAIT_S)
         with self._lock:
-            if not (consumed and self._may_detach and self._started and self._attached):
-                return
-            if self._paused or self._shared:
+            if not (self._may_detach and self._started and self._attached) or self._paused or self._shared:
+                return  # the reason was said once when it arose (a graph, another tool, a stop)
+            if not consumed:
+                self._stayed_attached(f"the collector had not read the window's buffers in {_CONSUMED_WAIT_S:g} s")
                 return
             self._correlate(False)  # a pushed id would attach CUPTI again
             try:
                 parked = driver.park("activity")
             except library.CuptiError as error:
-                message = f"detach between windows failed: {error}"
-                self.emitter.report_error(f"source:{self.name}", message, severity="warning")
+                self._stayed_attached(f"cuptiFinalize failed: {error}", "warning")
                 parked = False
+            else:
+                if not parked:
+                    self._stayed_attached("another source of ours holds CUPTI")
             if not parked:
                 self._correlate(True)
                 return
@@ -427,6 +431,15 @@ class ActivitySource(Source):
             self._enabled.clear()
             self.outlet.reclaim()  # the empty buffers CUPTI held die with it, never completed
             self.detached += 1
+
+    def _stayed_attached(self, why: str, severity: str = "info") -> None:
+        """Count a window after which CUPTI stayed attached; say why once per reason (an operator
+        reading the recording learns why the between-windows cost did not drop)."""
+        self.stayed_attached[why] = self.stayed_attached.get(why, 0) + 1
+        if self.stayed_attached[why] == 1:
+            self.emitter.report_error(
+                f"source:{self.name}", f"CUPTI stayed attached after a window: {why}", severity=severity
+            )
 
     def open_window(self, seconds: float, request: int) -> int:
         """An on-demand window of ``seconds`` (``cuptistream trace --for``, ``plugin.OnDemand``),

@@ -275,7 +275,8 @@ def test_windows_detach_cupti_while_threads_launch(tmp_path: Path) -> None:
     got, events = _run_under(detach_config(tmp_path), tmp_path, THREADS, "20", "4")
     assert got["launched"] and not got["errors"], got  # every thread's every launch ran once
     windows = [e for e in events if type(e).__name__ == "TraceWindow" and e.kinds]
-    assert sum(w.fresh for w in windows) >= 10, [(w.window, w.fresh) for w in windows]
+    said = [(e.severity, e.message) for e in events if type(e).__name__ == "Error"]
+    assert sum(w.fresh for w in windows) >= 10, ([(w.window, w.fresh) for w in windows], said)
     problems = [e.message for e in events if type(e).__name__ == "Error" and e.severity != "info"]
     assert not problems, problems
     _record(
