@@ -258,3 +258,34 @@ def test_the_command_line_reaches_the_envelope_only_when_enabled(tmp_path: Path)
         assert result.returncode == 0, result.stderr
         lines = {arg for b in cuptistream.read(out).batches() for arg in b.resource.command_line}
         assert (marker in lines) is enabled
+
+
+def test_threads_that_reach_cuda_while_the_probe_starts_wait_for_it(tmp_path: Path) -> None:
+    # Eight threads initialize CUDA at once. Only one starts the probe; the others must not get past
+    # cuInit before it has started (their CUDA work would precede the probe, untraced, and the
+    # activity source would find a context it must assume holds CUDA graphs).
+    script = _script(
+        tmp_path,
+        "threads.py",
+        """
+        import sys, threading
+        barrier, early = threading.Barrier(8), []
+
+        def worker():
+            barrier.wait()
+            init_cuda()
+            bootstrap = sys.modules.get("cuptistream.probe.bootstrap")
+            early.append(bootstrap is None or bootstrap._probe is None)
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print(sum(early), len(early))
+    """,
+    )
+    result, report = _run(tmp_path, ["python", str(script)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "8"], result.stderr
+    assert report["probes"] == 1

@@ -29,17 +29,29 @@ _START = "CUPTISTREAM_PROBE_START"
 
 class _Trigger:
     """Starts the probe once per process; never after a fork from a process that used CUDA (the
-    child cannot use CUDA, and the parent's probe belongs to the parent)."""
+    child cannot use CUDA, and the parent's probe belongs to the parent).
+
+    Other threads that reach CUDA while the probe starts wait until it has: their CUDA work would
+    precede it, untraced, and the activity source would find a context made before it and have to
+    assume CUDA graphs it never saw (no detaching between budget windows). The starting thread's
+    own CUDA calls pass (the lock is re-entrant and ``fired`` is set)."""
 
     def __init__(self) -> None:
-        self.lock = _thread.allocate_lock()
-        self.fired = False
+        self.lock = _thread.RLock()
+        self.fired = False  # the start has begun
+        self.started = False  # ... and ended, whatever came of it
 
     def fire(self, why: str) -> None:
         with self.lock:
             if self.fired:
                 return
             self.fired = True
+            try:
+                self._start()
+            finally:
+                self.started = True
+
+    def _start(self) -> None:
         try:
             from cuptistream.probe.bootstrap import start_from_environment
         except Exception as error:  # not installed for this interpreter, or broken: run on without
@@ -49,7 +61,7 @@ class _Trigger:
         start_from_environment()
 
     def after_fork_in_child(self) -> None:
-        self.lock = _thread.allocate_lock()  # another thread may have held it at the fork
+        self.lock = _thread.RLock()  # another thread may have held it at the fork
         if self.fired:
             bootstrap = sys.modules.get("cuptistream.probe.bootstrap")
             if bootstrap is not None:
@@ -63,7 +75,7 @@ def _after_torch_cuda(module: Any) -> None:
     original = module._lazy_init
 
     def _lazy_init() -> None:  # torch calls it (from Python and C++) before any CUDA work
-        if not _trigger.fired:
+        if not _trigger.started:
             _trigger.fire("torch.cuda")
         original()
 
@@ -74,7 +86,7 @@ def _after_cuda_bindings(module: Any) -> None:
     original = module.cuInit
 
     def cuInit(flags: int) -> Any:  # the driver's name: callers look it up on the module
-        if not _trigger.fired:
+        if not _trigger.started:
             _trigger.fire("cuda.bindings")
         return original(flags)
 
