@@ -413,7 +413,7 @@ class ActivitySource(Source):
             if not (self._may_detach and self._started and self._attached) or self._paused or self._shared:
                 return  # the reason was said once when it arose (a graph, another tool, a stop)
             if not consumed:
-                self._stayed_attached(f"the collector had not read the window's buffers in {_CONSUMED_WAIT_S:g} s")
+                self._stayed_attached(f"the collector had not read its buffers in {_CONSUMED_WAIT_S:g} s")
                 return
             self._correlate(False)  # a pushed id would attach CUPTI again
             try:
