@@ -80,7 +80,8 @@
 #                                   session (2026-11-27): prefer budget_lost_time.py --drift
 #   drift1         ~7.5 min   480   issue 26, W1 between windows: bench/budget_lost_time.py --workloads
 #                                   W1 --sessions $DRIFT_SESSIONS (default 5) --seconds 25 --drift (each
-#                                   session, then the same process with no session: ~45 s each)
+#                                   session, then the same process with no session: ~45 s each);
+#                                   DRIFT_BETWEEN=detach runs production.yaml with that between_windows
 #   between1       ~5   min   330   W1 between windows, piece by piece, toggled in one process per piece:
 #                                   bench/between_windows.py --variants none,subscribe,state,attach --seconds
 #                                   $BETWEEN_SECONDS (default 60) --phase 2 (~70 s a variant)
@@ -273,8 +274,13 @@ for s in "${steps[@]}"; do
         accuracy-wait)
             background_wait accuracy ;;
         drift1)
+            config=configs/production.yaml
+            if [ -n "${DRIFT_BETWEEN:-}" ]; then  # production.yaml with another activity.between_windows
+                config=$RESULTS/production-$DRIFT_BETWEEN.yaml
+                sed "s/between_windows: attach/between_windows: $DRIFT_BETWEEN/" configs/production.yaml > "$config"
+            fi
             step drift1 "$(cap 480)" "$PY" bench/budget_lost_time.py --workloads W1 --sessions "${DRIFT_SESSIONS:-5}" \
-                --seconds 25 --drift --out "$RESULTS/drift_W1.json" ;;
+                --seconds 25 --drift --config "$config" --out "$RESULTS/drift_W1.json" ;;
         between1)
             step between1 "$(cap 330)" "$PY" bench/between_windows.py --seconds "${BETWEEN_SECONDS:-60}" --phase 2 \
                 --out "$RESULTS/between_W1.json" ;;
