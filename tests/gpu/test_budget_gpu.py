@@ -227,7 +227,8 @@ def test_windows_detach_cupti_until_the_first_cuda_graph(tmp_path: Path) -> None
     # windows, and attached for good from the first graph on.
     later = fresh[1:]
     assert sum(later) >= 3 and later == sorted(later, reverse=True) and later.count(False) >= 3, fresh
-    assert all(w.records for w in windows), [(w.window, w.records) for w in windows]
+    # The first window may fall in the program's CUDA start-up, before its first launch.
+    assert all(w.records for w in windows[1:]), [(w.window, w.records) for w in windows]
     warnings = [e.message for e in events if type(e).__name__ == "Error" and e.severity != "info"]
     assert len(warnings) == 1 and "made a CUDA graph" in warnings[0], warnings
     # Whether CUPTI's correlation ids run on across a detach (then the call-rate cycles need not skip
@@ -276,9 +277,10 @@ def test_windows_detach_cupti_while_threads_launch(tmp_path: Path) -> None:
     assert got["launched"] and not got["errors"], got  # every thread's every launch ran once
     windows = [e for e in events if type(e).__name__ == "TraceWindow" and e.kinds]
     said = [(e.severity, e.message) for e in events if type(e).__name__ == "Error"]
-    assert sum(w.fresh for w in windows) >= 10, ([(w.window, w.fresh) for w in windows], said)
+    # Attached since the start for the first window, then detached after every one: each later
+    # window attached afresh while the threads launched.
+    fresh = [w.fresh for w in sorted(windows, key=lambda w: w.start)]
+    assert len(fresh) >= 5 and not fresh[0] and all(fresh[1:]), (fresh, said)
     problems = [e.message for e in events if type(e).__name__ == "Error" and e.severity != "info"]
     assert not problems, problems
-    _record(
-        "budget_threads_detach.json", {**got, "windows": len(windows), "fresh": sum(w.fresh for w in windows)}
-    )
+    _record("budget_threads_detach.json", {**got, "windows": len(windows), "fresh": sum(fresh)})
