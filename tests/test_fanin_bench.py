@@ -95,7 +95,7 @@ def test_a_node_collector_in_front_of_a_two_rank_job(tmp_path: Path) -> None:
     args = argparse.Namespace(
         mode="cpu", loops=1, nproc=2, steps=0, seconds=5.0, shutdown_deadline=10.0, keep=False,
         memory_budget="64MiB", full_policy="block", sink_queue="16MiB", workers="0", replay_buffer_size="",
-        replay_path="", zstd_level=3, heap_trim=True, worker_replies="heap",
+        replay_path="", zstd_level=3, heap_trim=True, worker_replies="mapped",
     )  # fmt: skip
 
     def job(args: argparse.Namespace, where: Path) -> list[str]:

@@ -111,10 +111,10 @@ class PipelineConfig(Strict):
     # The collector gives freed heap pages back (malloc_trim) while its anonymous memory is over
     # memory_budget, at most every 0.5 s (``collector.memory``).
     heap_trim: bool = True
-    # Where the collector receives a decode worker's reply: "heap" (reused; glibc keeps the pages of
-    # freed replies, ~65-125 MiB over the budget at 16 probes) or "mapped" (a private mapping each,
-    # given back when the sinks let go of its last event, at a page fault per 4 KiB received).
-    worker_replies: Literal["heap", "mapped"] = "heap"
+    # Where the collector receives a decode worker's reply: "mapped" (a private mapping each, given
+    # back when the sinks let go of its last event: 306-333 MiB at 16 probes on the H100 host) or
+    # "heap" (reused buffers; glibc keeps the pages of freed replies: 392-404 MiB there).
+    worker_replies: Literal["heap", "mapped"] = "mapped"
 
     def __post_init__(self) -> None:
         require_at_least("memory_budget", self.memory_budget, 1)
