@@ -177,3 +177,24 @@ def test_a_paused_source_stops_watching_for_graphs_and_never_detaches(
     _window(source)
     assert lib.calls["cuptiFinalize"] == 0
     source.stop()
+
+
+def test_buffers_the_collector_has_not_read_keep_cupti_attached_and_say_so(
+    cupti: tuple[FakeLibcupti, FakeCupti],
+) -> None:
+    """The records' names point into CUPTI's memory: no detach before the collector read them."""
+    lib, _ = cupti
+    emitter = Spans()
+    source = _source(emitter)
+    read_in_time = source.outlet.wait_consumed
+    source.outlet.wait_consumed = lambda timeout: False  # a collector that lags
+    _window(source)
+    _window(source)
+    assert lib.calls["cuptiFinalize"] == 0 and source.detached == 0
+    source.outlet.wait_consumed = read_in_time  # it catches up: the next window detaches
+    _window(source)
+    assert lib.calls["cuptiFinalize"] == 1 and source.detached == 1
+    ((_, message, severity, _),) = emitter.errors
+    assert severity == "info" and "had not read its buffers" in message
+    assert source.stayed_attached == {"the collector had not read its buffers in 10 s": 2}
+    source.stop()
