@@ -90,6 +90,12 @@ def _source(emitter: Collect, **fields: Any) -> ActivitySource:
     return source
 
 
+def _said_once(emitter: Collect, severity: str, text: str) -> None:
+    """The activity source reported exactly one error event, of ``severity``, saying ``text``."""
+    ((origin, message, said, _),) = emitter.errors
+    assert origin == "source:activity" and said == severity and text in message, (origin, said, message)
+
+
 def _window(source: ActivitySource) -> None:
     window = source.begin_window(False, 0)
     assert window is not None
@@ -127,8 +133,7 @@ def test_a_cuda_graph_keeps_cupti_attached_for_good(cupti: tuple[FakeLibcupti, F
     assert lib.calls["cuptiFinalize"] == 1 and source.detached == 1
     opened = [span.fresh for span in emitter.spans if span.kinds and not span.end]
     assert opened == [False, True, False]
-    ((origin, message, severity, _),) = emitter.errors
-    assert severity == "warning" and "made a CUDA graph" in message and origin == "source:activity"
+    _said_once(emitter, "warning", "made a CUDA graph")
     source.stop()
 
 
@@ -142,8 +147,7 @@ def test_cupti_in_use_before_the_source_started_is_never_detached(
     _window(source)
     _window(source)
     assert lib.calls["cuptiFinalize"] == 0
-    ((_, message, severity, _),) = emitter.errors
-    assert severity == "warning" and "CUDA was in use before the source started" in message
+    _said_once(emitter, "warning", "CUDA was in use before the source started")
     source.stop()
     assert lib.calls["cuptiFinalize"] == 1  # at stop, as ever
 
@@ -158,8 +162,7 @@ def test_another_source_holding_cupti_keeps_it_attached(cupti: tuple[FakeLibcupt
     assert lib.calls["cuptiFinalize"] == 0
     source.stop()
     driver.release("pc_sampling", finalize=False)
-    ((_, message, severity, _),) = emitter.errors  # said once, counted per window
-    assert severity == "info" and "another source of ours holds CUPTI" in message
+    _said_once(emitter, "info", "another source of ours holds CUPTI")  # counted per window:
     assert source.stayed_attached == {"another source of ours holds CUPTI": 2}
 
 
@@ -194,7 +197,6 @@ def test_buffers_the_collector_has_not_read_keep_cupti_attached_and_say_so(
     source.outlet.wait_consumed = read_in_time  # it catches up: the next window detaches
     _window(source)
     assert lib.calls["cuptiFinalize"] == 1 and source.detached == 1
-    ((_, message, severity, _),) = emitter.errors
-    assert severity == "info" and "had not read its buffers" in message
+    _said_once(emitter, "info", "had not read its buffers")
     assert source.stayed_attached == {"the collector had not read its buffers in 10 s": 2}
     source.stop()
