@@ -75,8 +75,10 @@ class FileSinkConfig(SinkConfig, kw_only=True):
         # Errors raised here reach the user as "sinks[N]: <message>".
         if self.format == "msgpack" and self.compression == "none":
             raise ValueError("compression: none is only allowed with format: jsonl; use compression: zstd")
-        if not 1 <= self.zstd_level <= 22:
-            raise ValueError(f"zstd_level: expected 1..22, got {self.zstd_level}")
+        if not (1 <= self.zstd_level <= 22 or -7 <= self.zstd_level <= -1):
+            raise ValueError(
+                f"zstd_level: expected 1..22, or -1..-7 for zstd's fast levels, got {self.zstd_level}"
+            )
         if not self.prefix or "/" in self.prefix:
             raise ValueError(f"prefix: expected a non-empty name without '/', got {self.prefix!r}")
         self.file_mode = _parse_mode(self.file_mode)

@@ -59,6 +59,21 @@ def test_million_events_round_trip_byte_exact(tmp_path: Path) -> None:
     assert stats["batches_written"] == len(originals)
 
 
+def test_a_fast_zstd_level_writes_frames_the_reader_reads(tmp_path: Path) -> None:
+    originals = [batch_bytes(seq, 2000) for seq in range(3)]
+    sink = FileSink(make_config(directory=str(tmp_path), zstd_level=-3))
+    run_sink(sink, [OutgoingBatch(data, seq, 2000) for seq, data in enumerate(originals)])
+    reader = read(tmp_path)
+    assert [encode_batch_object(batch) for batch in reader.batches()] == originals
+    fast = sum(f.stat().st_size for f in tmp_path.iterdir())
+    (tmp_path / "l3").mkdir()
+    run_sink(
+        FileSink(make_config(directory=str(tmp_path / "l3"))),
+        [OutgoingBatch(d, s, 2000) for s, d in enumerate(originals)],
+    )
+    assert fast > sum(f.stat().st_size for f in (tmp_path / "l3").iterdir())  # the level took effect
+
+
 @pytest.mark.parametrize(("fmt", "compression"), [("jsonl", "zstd"), ("jsonl", "none")])
 def test_jsonl_reads_back_the_same_events_as_msgpack(tmp_path: Path, fmt: str, compression: str) -> None:
     batches = [outgoing(seq, 300, kinds=True) for seq in range(5)] + [outgoing(5, 0)]
@@ -239,6 +254,8 @@ def test_msgpack_without_compression_is_a_one_line_config_error() -> None:
         ({"fsync": "always"}, "sinks[0].fsync"),
         ({"rotate_bytes": "lots"}, "sinks[0].rotate_bytes"),
         ({"zstd_level": 40}, "zstd_level"),
+        ({"zstd_level": 0}, "zstd_level"),
+        ({"zstd_level": -8}, "zstd_level"),
         ({"directry": "x"}, "sinks[0].directry"),
     ],
 )
