@@ -61,6 +61,9 @@
 #                                   --seconds 10 --profile --no-check (py-spy, as fanin-profile; the
 #                                   probes and e.g. --profile-gil from FANIN_PROFILE_ARGS), then
 #                                   bench/profile_stages.py on each run's stacks
+#   fanin-gpu-levels ~3.5 min 440   issue 30's GPU item: fanin-gpu's 16 programs with the file sink at zstd level 3,
+#                                   then -1, twice (alternating): what the fast level saves in collector CPU per
+#                                   million records (half of zstd's time on the VM, bench/zstd_levels.py)
 #   capture-stream ~0.5 min    90   W3's own activity buffers as the default config hands them over
 #                                   (bench/capture_stream.py --seconds 0.2: a few MB), into
 #                                   $RESULTS/w3_stream.cupti; back home, CPU benches replay them with
@@ -134,7 +137,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu-levels capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -146,7 +149,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|capture-stream|fanin-gpu)
+        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu-levels|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -334,6 +337,14 @@ for s in "${steps[@]}"; do
                     [ -f "$p" ] && { note "$p:"; $PY bench/profile_stages.py "$p" | tee -a "$SUMMARY"; }
                 done
             fi ;;
+        fanin-gpu-levels)
+            for round in 1 2; do
+                for level in 3 -1; do
+                    # shellcheck disable=SC2086  # FANIN_EXTRA is words
+                    step fanin-gpu-levels "$(cap 110)" "$PY" bench/fanin.py --mode gpu --probes 16 --seconds 15 --runs 1 \
+                        --zstd-level "$level" $FANIN_EXTRA --out "$RESULTS/fanin_gpu_zstd${level}_$round"
+                done
+            done ;;
         capture-stream)
             step capture-stream 90 "$PY" bench/capture_stream.py --workload W3 --seconds 0.2 \
                 --out "$RESULTS/w3_stream.cupti" ;;
