@@ -54,9 +54,10 @@ class Packer:
         triples: Mapping[str, Sequence[np.ndarray]],
         groups: np.ndarray,
         group_strings: Sequence[Sequence[str]],
-    ) -> bytes:
+    ) -> bytes | memoryview:
         """Elements for ``len(groups)`` records. ``groups[i]`` indexes ``group_strings``: the values
-        of the string fields that record i has."""
+        of the string fields that record i has. The elements are written into one buffer, returned
+        as a view of it."""
         count = len(groups)
         if count == 0:
             return b""
@@ -73,17 +74,24 @@ class Packer:
         names = fields.dtype.names or ()
         for name, column in zip(names, self._columns(ints, triples), strict=True):
             fields[name] = np.asarray(column)[order]
-        parts: list[bytes] = []
-        for group, strings in enumerate(group_strings):
+        # Each group's rows go straight into the one output buffer (a copy per group and a join of
+        # them cost ~7 % of a decode worker's time on W3's kernels).
+        suffixes = [
+            b"".join(key + _encode(text) for key, text in zip(self._keys, strings, strict=True))
+            for strings in group_strings
+        ]
+        sizes = np.diff(bounds)
+        out = np.empty(int(sizes @ (width + np.array([len(s) for s in suffixes], dtype=np.int64))), np.uint8)
+        at = 0
+        for group, suffix in enumerate(suffixes):
             lo, hi = int(bounds[group]), int(bounds[group + 1])
             if lo == hi:
                 continue
-            suffix = b"".join(key + _encode(text) for key, text in zip(self._keys, strings, strict=True))
-            rows = np.empty((hi - lo, width + len(suffix)), dtype=np.uint8)
+            rows = out[at : at + (hi - lo) * (width + len(suffix))].reshape(hi - lo, width + len(suffix))
             rows[:, :width] = head[lo:hi]
             rows[:, width:] = np.frombuffer(suffix, dtype=np.uint8)
-            parts.append(rows.tobytes())
-        return b"".join(parts)
+            at += rows.nbytes
+        return out.data
 
     def _columns(
         self, ints: Mapping[str, np.ndarray], triples: Mapping[str, Sequence[np.ndarray]]

@@ -55,12 +55,12 @@ class PackedConverters:
 
     def __init__(self, names: Names) -> None:
         self.names = names
-        self.by_event: dict[str, Callable[[int, np.ndarray], bytes]] = {
+        self.by_event: dict[str, Callable[[int, np.ndarray], bytes | memoryview]] = {
             "kernel": self._pack_kernels, "memcpy": self._pack_memcpys, "memset": self._pack_memsets,
             "api": self._pack_api,
         }  # fmt: skip
 
-    def _pack_kernels(self, kind: int, r: np.ndarray) -> bytes:
+    def _pack_kernels(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         groups, first = group_by(r["name"])
         names = [(self.names(int(p)),) for p in r["name"][first].tolist()]
         ints = {
@@ -78,7 +78,7 @@ class PackedConverters:
         }
         return _KERNEL_PACKER.pack(ints, triples, groups, names)
 
-    def _pack_memcpys(self, kind: int, r: np.ndarray) -> bytes:
+    def _pack_memcpys(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         peer = "src_device_id" in (r.dtype.names or ())
         groups, first = group_by(r["copy_kind"], r["src_kind"], r["dst_kind"])
         strings = [
@@ -91,13 +91,13 @@ class PackedConverters:
             ints |= {"src_device_id": r["src_device_id"], "dst_device_id": r["dst_device_id"]}
         return _MEMCPY_PACKERS[peer].pack(ints, {}, groups, strings)
 
-    def _pack_memsets(self, kind: int, r: np.ndarray) -> bytes:
+    def _pack_memsets(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         groups, first = group_by(r["memory_kind"])
         strings = [(_name(MEMORY_KINDS, int(mk)),) for mk in r["memory_kind"][first].tolist()]
         ints = {name: _arr(r, name) for name in _MEMSET_PACKER.ints}
         return _MEMSET_PACKER.pack(ints, {}, groups, strings)
 
-    def _pack_api(self, kind: int, r: np.ndarray) -> bytes:
+    def _pack_api(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         domain = {4: "driver", 5: "runtime"}.get(kind, "internal")
         table = api_names(domain) if domain != "internal" else {}
         groups, first = group_by(r["cbid"])
