@@ -84,7 +84,7 @@
 #   drift1         ~7.5 min   480   issue 26, W1 between windows: bench/budget_lost_time.py --workloads
 #                                   W1 --sessions $DRIFT_SESSIONS (default 5) --seconds 25 --drift (each
 #                                   session, then the same process with no session: ~45 s each);
-#                                   DRIFT_BETWEEN=detach runs production.yaml with that between_windows
+#                                   DRIFT_BETWEEN=attach (or detach) runs production.yaml with that between_windows
 #   between1       ~5   min   330   W1 between windows, piece by piece, toggled in one process per piece:
 #                                   bench/between_windows.py --variants none,subscribe,state,attach --seconds
 #                                   $BETWEEN_SECONDS (default 60) --phase 2 (~70 s a variant)
@@ -280,7 +280,8 @@ for s in "${steps[@]}"; do
             config=configs/production.yaml
             if [ -n "${DRIFT_BETWEEN:-}" ]; then  # production.yaml with another activity.between_windows
                 config=$RESULTS/production-$DRIFT_BETWEEN.yaml
-                sed "s/between_windows: attach/between_windows: $DRIFT_BETWEEN/" configs/production.yaml > "$config"
+                sed -E "s/between_windows: [a-z]+/between_windows: $DRIFT_BETWEEN/" configs/production.yaml > "$config"
+                grep -q "between_windows: $DRIFT_BETWEEN" "$config" || { note "-- drift1: no between_windows in production.yaml"; continue; }
             fi
             step drift1 "$(cap 480)" "$PY" bench/budget_lost_time.py --workloads W1 --sessions "${DRIFT_SESSIONS:-5}" \
                 --seconds 25 --drift --config "$config" --out "$RESULTS/drift_W1.json" ;;
