@@ -25,10 +25,15 @@ W3 = ROOT / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"
 LEVELS = (-5, -1, 1, 3)
 
 
+def _decoder(path: Path) -> tuple[capture.Capture, Decoder]:
+    """A capture and a decoder for its buffers, as a session's stream has one."""
+    cap = capture.read(path)
+    return cap, Decoder(TableNames(cap.strings), records.RecordLayouts(dict(cap.struct_sizes)))
+
+
 def payload(path: Path) -> tuple[bytes, int]:
     """The encoded events of every buffer of a capture, and how many."""
-    cap = capture.read(path)
-    decoder = Decoder(TableNames(cap.strings), records.RecordLayouts(dict(cap.struct_sizes)))
+    cap, decoder = _decoder(path)
     data, count = bytearray(), 0
     for buf in cap.buffers:
         for chunk in decoder.decode_packed(memoryview(bytes(buf.data)), len(buf.data)):
@@ -39,8 +44,7 @@ def payload(path: Path) -> tuple[bytes, int]:
 
 def as_arrays(path: Path) -> bytes:
     """The same events as msgpack arrays: the tag, then each field's value in order."""
-    cap = capture.read(path)
-    decoder = Decoder(TableNames(cap.strings), records.RecordLayouts(dict(cap.struct_sizes)))
+    cap, decoder = _decoder(path)
     encode = msgspec.msgpack.Encoder().encode
     return b"".join(
         encode((type(event).__struct_config__.tag, *msgspec.structs.astuple(event)))

@@ -418,13 +418,11 @@ class ActivitySource(Source):
             self._correlate(False)  # a pushed id would attach CUPTI again
             try:
                 parked = driver.park("activity")
+                why, severity = "another source of ours holds CUPTI", "info"
             except library.CuptiError as error:
-                self._stayed_attached(f"cuptiFinalize failed: {error}", "warning")
-                parked = False
-            else:
-                if not parked:
-                    self._stayed_attached("another source of ours holds CUPTI")
+                parked, why, severity = False, f"cuptiFinalize failed: {error}", "warning"
             if not parked:
+                self._stayed_attached(why, severity)
                 self._correlate(True)
                 return
             self._attached = False
