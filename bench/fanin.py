@@ -40,7 +40,8 @@ was dropped (``--full-policy block``; the collector's statistics events are deri
 ``--workers W[,W2...]`` sets ``pipeline.decode_workers`` (each W is run for each N, interleaved);
 CPU, cores and RSS then count the collector's decode worker processes too (``workers_*`` apart).
 
-``--profile`` records the collector with py-spy (``bench/profile_stages.py`` reads the stacks);
+``--profile`` records the collector and its decode workers with py-spy (``bench/profile_stages.py``
+reads the stacks; the programs, also the collector's children, are sampled and left out there);
 ``--collector-cpus`` / ``--program-cpus`` pin the collector and the programs apart.
 """
 
@@ -278,7 +279,8 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
     spy = None
     if args.profile:  # sampled from outside: py-spy reads the collector's memory, no GIL taken
         spy = subprocess.Popen(["py-spy", "record", "--pid", str(collector.pid), "--rate", str(args.profile_rate),
-                                "--format", "raw", "--threads", "--nonblocking", *(["--gil"] if args.profile_gil else []),
+                                "--format", "raw", "--threads", "--subprocesses", "--nonblocking",
+                                *(["--gil"] if args.profile_gil else []),
                                 "-o", str(where / "profile.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     code = collector.wait(timeout=args.seconds * 20 + 120)
     wall = _now() - began
@@ -523,7 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: a temporary one)")
     parser.add_argument("--no-check", dest="check", action="store_false", help="skip reading the files back")
     parser.add_argument(
-        "--profile", action="store_true", help="py-spy the collector (raw stacks: n*/profile.txt)"
+        "--profile",
+        action="store_true",
+        help="py-spy the collector and its decode workers (raw stacks: n*/profile.txt)",
     )
     parser.add_argument("--profile-rate", type=int, default=200)
     parser.add_argument(

@@ -4,8 +4,8 @@
 
 Each sample goes to the stage of its deepest frame that a rule names (rules below, leaf first), so
 ``zstd`` inside the file sink's write counts as zstd, not as the write. Prints one row per stage:
-its share of all samples (``--profile``: on-CPU samples, every thread; ``--profile-gil``: the
-thread holding the GIL) and the thread it ran on.
+its share of all samples (``--profile``: on-CPU samples, every thread of the collector and its
+decode workers; ``--profile-gil``: the thread holding the GIL) and the process and thread it ran on.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-# (stage, function-name pattern): the first rule matching a frame, scanning from the leaf, wins.
+# (stage, pattern over a frame's function name or file): the first rule matching a frame, scanning from the leaf, wins.
 RULES: list[tuple[str, str]] = [
     ("zstd compress", r"^(FrameEncoder\.frame|ZstdCompressor)"),
     ("file write (os.write, fsync, rotate)", r"^(SegmentWriter\.|FileSink\._write)"),
@@ -37,8 +37,11 @@ RULES: list[tuple[str, str]] = [
         r"^(run|unrolled_run|EpollIOManager|WakeupSocketpair|to_thread_run_sync|WorkerThread)",
     ),
     ("memory sampling", r"^MemoryWatch\."),
+    ("statistics", r"^cuptistream/statistics/"),
+    ("worker wire: send reply", r"^(send_reply|Session\._reply|Session\.serve)$"),
+    ("worker wire: receive", r"^(receive_request|_receive)$"),
 ]
-_FRAME = re.compile(r"^(\S+) \(")
+_FRAME = re.compile(r"^(\S+) \(([^:)]*)")  # "name (file:line)": a rule matches the name or the file
 
 
 def stage_of(frames: list[str]) -> str:
@@ -46,11 +49,15 @@ def stage_of(frames: list[str]) -> str:
         match = _FRAME.match(frame)
         if match is None:
             continue
-        name = match.group(1)
+        name, file = match.groups()
         for stage, pattern in RULES:
-            if re.search(pattern, name):
+            if re.search(pattern, name) or re.search(pattern, file):
                 return stage
     return "other"
+
+
+# py-spy --subprocesses puts each process of the chain first: `process PID:"cmdline";`
+_PROCESS = re.compile(r'process \d+:"(.*?)";(?=process \d+:"|thread \()')
 
 
 def thread_of(head: str) -> str:
@@ -58,12 +65,28 @@ def thread_of(head: str) -> str:
     return re.sub(r" \d+$", "", name)  # "Trio thread 3" -> "Trio thread"
 
 
+def split_process(line: str) -> tuple[str | None, str]:
+    """The sample's process (collector, worker, or None for a program) and the rest of its line."""
+    chain = []
+    while (match := _PROCESS.match(line)) is not None:
+        chain.append(match.group(1))
+        line = line[match.end() :]
+    if not chain:  # recorded without --subprocesses: the collector alone
+        return "collector", line
+    if "cuptistream.collector.workers" in chain[-1]:
+        return "worker", line
+    return ("collector", line) if len(chain) == 1 else (None, line)
+
+
 def stages(path: Path) -> tuple[collections.Counter[tuple[str, str]], int]:
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
     for line in path.read_text().splitlines():
+        process, line = split_process(line)
+        if process is None:
+            continue  # a program under the collector, not the collector's own time
         stack, _, n = line.rpartition(" ")
         frames = stack.split(";")
-        counts[stage_of(frames[1:]), thread_of(frames[0])] += int(n)
+        counts[stage_of(frames[1:]), f"{process}: {thread_of(frames[0])}"] += int(n)
     return counts, sum(counts.values())
 
 
