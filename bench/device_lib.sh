@@ -93,7 +93,7 @@ setup() {
         nvidia-smi topo -m 2>/dev/null
         $PY -c "import torch, torch.distributed as d; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count(), 'nccl available', d.is_nccl_available())"
         $PY -c "import cuptistream, cuptistream.sources.activity, cuptistream.launch as l; print('cuptistream from', cuptistream.__file__, 'probe_environment' in dir(l))"
-        nproc; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
+        nproc; lscpu 2>/dev/null | grep -E "^(Model name|Thread|Core|Socket|NUMA node[0-9]* CPU)"; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
     } > "$RESULTS/env.txt" 2>&1
     local missing need=${MIN_GPUS:-$MIN_GPUS_DEFAULT}
     missing=$($PY -c "
@@ -132,8 +132,11 @@ session_end() {
     if [ -n "${OUT:-}" ]; then tarball=$OUT/$SESSION-$LABEL.tar.gz; else tarball=$RESULTS.tar.gz; fi
     # Recordings a cut step left behind (a fanin run killed before its clean-up) stay here: a file
     # over 8 MB would make the tarball too big to come back, and nothing reads them at home.
-    find "$RESULTS" -type f -size +8M > "$RESULTS.big"
-    while read -r big; do note "left out of the tarball: ${big#"$RESULTS"/} ($(du -h "$big" | cut -f1))"; done < "$RESULTS.big"
+    # (paths as tar names them, relative to the folder above: -X matched no absolute path)
+    (cd "$(dirname "$RESULTS")" && find "$(basename "$RESULTS")" -type f -size +8M) > "$RESULTS.big"
+    while read -r big; do
+        note "left out of the tarball: ${big#*/} ($(du -h "$(dirname "$RESULTS")/$big" | cut -f1))"
+    done < "$RESULTS.big"
     tar czf "$tarball" -X "$RESULTS.big" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
     [ -n "${OUT:-}" ] && cp "$SUMMARY" "$OUT/summary-$LABEL.txt"
     echo "== results: $tarball ($(du -h "$tarball" | cut -f1))"

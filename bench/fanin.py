@@ -65,6 +65,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import profile_stages  # bench/ is no package: its own folder on the path
+
 ROOT = Path(__file__).resolve().parent.parent
 CONTROL = {"Loss", "SelfStats", "Error"}  # the collector's accounting, not the probes' data
 SHED = "intake/shed_before_decode"  # whole buffers dropped before decoding: counted in records
@@ -287,6 +290,8 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
     watch.stop()
     if spy is not None:
         spy.wait(timeout=60)
+        if (where / "profile.txt").exists():
+            profile_stages.keep_collector(where / "profile.txt")
     if code != 0:
         raise SystemExit(f"fanin: `cuptistream run` exited {code} for N={n} (see {where})")
     report = json.loads(report_path.read_text())

@@ -262,8 +262,10 @@ for s in "${steps[@]}"; do
             fi ;;
         full3)
             lim=$(cap 320)
+            # FULL3_VARIANT=worker=bench/configs/default-decode-worker.yaml adds that config as a mode
+            # shellcheck disable=SC2046  # no variant: no words
             step full3 "$lim" "$PY" bench/overhead_gpu.py --rounds "${FULL3_ROUNDS:-6}" --workloads W3 \
-                --modes none,bare,cuptistream --variant worker=bench/configs/default-decode-worker.yaml \
+                --modes none,bare,cuptistream $([ -n "${FULL3_VARIANT:-}" ] && echo --variant "$FULL3_VARIANT") \
                 --seconds 2 --budget $((lim - 20)) --out "$RESULTS/full_w3.json" ;;
         steady4)
             step steady4 "$(cap 240)" "$PY" bench/steady_cost_gpu.py --workload W4 --configs none,configs/production.yaml \
