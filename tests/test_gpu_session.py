@@ -29,16 +29,18 @@ def test_the_driver_parses_and_names_its_steps() -> None:
 
 
 def test_the_w3_and_w4_follow_ups_run_their_benches(tmp_path: Path) -> None:
-    """``full3`` runs W3 alone with the decode-worker variant, ``steady4`` W4 with and without a
-    session (the steps added after the first runs, 2026-11-27)."""
+    """``full3`` runs W3 alone (with the decode-worker variant only if FULL3_VARIANT names it),
+    ``steady4`` W4 with and without a session (the steps added after the first runs, 2026-11-27)."""
     done = run_driver(tmp_path, "gpu_session.sh", "full3", "steady4", dry=True)
     assert done.returncode == 0, done.stderr
     results = tmp_path / "results"
     full3 = (results / "full3.log").read_text()
-    assert (
-        "--workloads W3 --modes none,bare,cuptistream --variant worker=bench/configs/default-decode-worker.yaml"
-        in full3
-    )
+    assert "--workloads W3 --modes none,bare,cuptistream --seconds 2" in full3 and "--variant" not in full3
+    variant = "worker=bench/configs/default-decode-worker.yaml"
+    done = run_driver(tmp_path / "variant", "gpu_session.sh", "full3", dry=True, FULL3_VARIANT=variant)
+    assert done.returncode == 0, done.stderr
+    full3 = (tmp_path / "variant" / "results" / "full3.log").read_text()
+    assert f"--workloads W3 --modes none,bare,cuptistream --variant {variant} --seconds 2" in full3
     assert (ROOT / "bench" / "configs" / "default-decode-worker.yaml").is_file()
     assert (
         "steady_cost_gpu.py --workload W4 --configs none,configs/production.yaml"
@@ -114,6 +116,17 @@ def test_a_dry_run_logs_every_command_and_returns_the_tarball(tmp_path: Path) ->
     assert "--modes budget --workloads W4 --seconds 660" in (results / "volume-start.log").read_text()
     with tarfile.open(tmp_path / "out" / f"gpu-{label}.tar.gz") as tar:
         assert "results/env.txt" in tar.getnames()
+
+
+def test_a_file_over_8_mb_stays_out_of_the_tarball_and_is_named(tmp_path: Path) -> None:
+    done = run_driver(tmp_path, "gpu_session.sh", "fanin-gpu", dry=False, FAKE_BENCH_BIG=str(9 * 2**20))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "results" / "fanin_gpu" / "n16" / "big").stat().st_size == 9 * 2**20
+    summary = (tmp_path / "out" / "summary-fanin-gpu.txt").read_text()
+    assert "left out of the tarball: fanin_gpu/n16/big (9.0M)" in summary
+    with tarfile.open(tmp_path / "out" / "gpu-fanin-gpu.tar.gz") as tar:
+        names = tar.getnames()
+    assert "results/env.txt" in names and "results/fanin_gpu/n16/big" not in names
 
 
 def test_the_recording_started_in_one_call_is_collected_in_the_next(tmp_path: Path) -> None:

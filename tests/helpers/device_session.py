@@ -2,7 +2,8 @@
 machine with no GPU: a copy of the files it uses in a temporary tree (its ``setup`` links
 ``sources/`` and ``sinks/`` into ``cuptistream/``, which must not happen in the checkout), and a
 fake interpreter that runs Python for the plumbing (``tests/gpu/entry_points.py``, ``-c``) and, for
-a bench, prints the lines the driver's summary picks out, after ``FAKE_BENCH_SLEEP`` seconds."""
+a bench, prints the lines the driver's summary picks out, after ``FAKE_BENCH_SLEEP`` seconds (and,
+for ``fanin.py``, writes ``FAKE_BENCH_BIG`` bytes into its results)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ case "${1:-}" in
             bench/budget_accuracy.py) echo "$workload budget recording over 660 s: 100 bytes, 1.00 MB per GPU-hour (bound 2: within)" ;;
             bench/overhead_gpu.py) echo; echo "wrote $out; 30 of 30 processes ok"; echo "| W1 | table |" ;;
             bench/fanin.py) echo '{"probes": 16, "delivered_events_per_s": 5, "ignored": 1, "check": {"in_equals_disk_plus_drops": true}}'
-                            echo "fanin: results in $out" ;;
+                            echo "fanin: results in $out"
+                            # FAKE_BENCH_BIG=BYTES: a recording too big to come back, as a cut run leaves one
+                            [ -n "${FAKE_BENCH_BIG:-}" ] && mkdir -p "$out/n16" && head -c "$FAKE_BENCH_BIG" /dev/zero > "$out/n16/big" ;;
         esac
         if [ -n "$out" ] && [ "$1" != bench/fanin.py ]; then echo '{}' > "$out"; fi ;;
     *) exec "$REAL_PYTHON" "$@" ;;
