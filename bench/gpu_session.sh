@@ -68,10 +68,10 @@
 #                                   (bench/capture_stream.py --seconds 0.2: a few MB), into
 #                                   $RESULTS/w3_stream.cupti; back home, CPU benches replay them with
 #                                   bench/fanin.py --replay-path
-#   full3          ~5   min   320   W3 alone, full mode, with the variant `worker`
-#                                   (bench/configs/default-decode-worker.yaml: the lone probe decodes in a
-#                                   worker process): --rounds $FULL3_ROUNDS (default 6); W3 is where the
-#                                   collector falls behind in full mode (CUPTI drops, program slows)
+#   full3          ~5   min   320   W3 alone, full mode: --rounds $FULL3_ROUNDS (default 6); W3 is where
+#                                   the collector falls behind in full mode (CUPTI drops, program slows);
+#                                   FULL3_VARIANT=worker=bench/configs/default-decode-worker.yaml adds the
+#                                   lone probe decoding in a worker process as a mode
 #   steady4        ~3.5 min   240   bench/steady_cost_gpu.py --workload W4 --configs
 #                                   none,configs/production.yaml --rounds 3 --base 8 --seconds 14: is the
 #                                   +3-8 % block time between budget windows (lost4's drift check) the
@@ -262,7 +262,6 @@ for s in "${steps[@]}"; do
             fi ;;
         full3)
             lim=$(cap 320)
-            # FULL3_VARIANT=worker=bench/configs/default-decode-worker.yaml adds that config as a mode
             # shellcheck disable=SC2046  # no variant: no words
             step full3 "$lim" "$PY" bench/overhead_gpu.py --rounds "${FULL3_ROUNDS:-6}" --workloads W3 \
                 --modes none,bare,cuptistream $([ -n "${FULL3_VARIANT:-}" ] && echo --variant "$FULL3_VARIANT") \
