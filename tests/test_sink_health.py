@@ -20,6 +20,7 @@ from cuptistream.pipeline.health import SinkHealth
 from cuptistream.pipeline.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.plugin import OutgoingBatch
 from tests.pipeline_helpers import MemorySink
+from tests.stalling_servers import closed_port
 from tests.test_pipeline import _kernels
 
 
@@ -159,7 +160,13 @@ def test_the_status_line_shows_the_state(state: str) -> None:
     from cuptistream.collector.collector import Collector
     from cuptistream.collector.status import StatusLine
 
-    cfg = cuptistream.load_config({"sources": [], "sinks": [{"type": "null", "name": "n"}]})
+    # A sink that cannot deliver (nothing listens on its port): only a delivered batch marks a sink
+    # ok, so the state set below holds while the line is drawn. (A null sink would deliver the Error
+    # event that saying "failing" emits, and recover before the line is drawn.)
+    sink = {"type": "otlp", "name": "n", "endpoint": f"http://127.0.0.1:{closed_port()}"}
+    cfg = cuptistream.load_config(
+        {"sources": [], "sinks": [sink], "pipeline": {"shutdown_deadline": "1s"}}
+    )
     collector = Collector(cfg).start()
     try:
         getattr(collector.pipeline.lanes[0].health, state)("HTTP 503")
