@@ -164,9 +164,7 @@ def test_the_status_line_shows_the_state(state: str) -> None:
     # ok, so the state set below holds while the line is drawn. (A null sink would deliver the Error
     # event that saying "failing" emits, and recover before the line is drawn.)
     sink = {"type": "otlp", "name": "n", "endpoint": f"http://127.0.0.1:{closed_port()}"}
-    cfg = cuptistream.load_config(
-        {"sources": [], "sinks": [sink], "pipeline": {"shutdown_deadline": "1s"}}
-    )
+    cfg = cuptistream.load_config({"sources": [], "sinks": [sink], "pipeline": {"shutdown_deadline": "1s"}})
     collector = Collector(cfg).start()
     try:
         getattr(collector.pipeline.lanes[0].health, state)("HTTP 503")
