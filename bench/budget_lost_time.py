@@ -61,14 +61,11 @@ from pathlib import Path
 from typing import Any
 
 from ddp_overhead import torchrun
-from lost_time import p10, window_cost
+from lost_pooled import line, pool_results
+from lost_time import ACTIVITY_AFTER_S, ACTIVITY_BASELINE, ACTIVITY_BEFORE_S, p10, window_cost
 
 ROOT = Path(__file__).resolve().parent.parent
-# window_cost's span around each window: its records are flushed and priced before its cost is
-# measured (the span's end), so 0.5 s after that covers what is left; the baseline is the untouched
-# blocks' mean (their median reads block-time skew as lost time).
-BEFORE_S, AFTER_S = 0.2, 0.5
-BASELINE = "mean"
+BEFORE_S, AFTER_S, BASELINE = ACTIVITY_BEFORE_S, ACTIVITY_AFTER_S, ACTIVITY_BASELINE
 
 
 def timed_blocks(block: Any, n: int, seconds: float) -> list[tuple[float, float]]:
@@ -458,6 +455,12 @@ def main(argv: list[str] | None = None) -> int:
             if sessions:
                 print(f"{workload}: cost {_mmm(s['window_cost'])}, null base {_mmm(s['null_base'])} "
                       f"gaps {_mmm(s['null_gaps'])}", flush=True)  # fmt: skip
+        # Pooled over every window of every session, with the method's resolution (lost_pooled.py).
+        results[workload]["pooled"] = pool_results({workload: results[workload]})
+        for label, p in results[workload]["pooled"].items():
+            print(line(label, p), flush=True)
+            if "job" in p:
+                print(line(f"{label}, every rank's windows", p["job"]), flush=True)
         if args.drift:
             results[workload]["drift"] = {"per_rank": drift_summary(sessions, drift, args.ddp), "runs": drift}
             for rank, d in results[workload]["drift"]["per_rank"].items():

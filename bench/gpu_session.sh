@@ -20,8 +20,11 @@
 #                                   start, 2 s warm-up, 12 s base, 1 s settle, 25 s timed, stop);
 #                                   each session's line printed and kept as it ends
 #   lost2          ~4.1 min   285   the same for W2 (+4 s of setup per session)
-#   lost4          ~4.1 min   285   the same for W4. LOST_SESSIONS, LOST_SECONDS change all three
-#                                   (W3 is resolved: 0.36 % with a null of 0.01 %)
+#   lost3          ~4.1 min   285   the same for W3 (resolved attached: 0.36 % with a null of 0.01 %)
+#   lost4          ~4.1 min   285   the same for W4. LOST_SESSIONS, LOST_SECONDS, LOST_LIMIT change
+#                                   all four. Each prints the sessions pooled (bench/lost_pooled.py):
+#                                   the resolution is ~80 ms/window * sqrt(windows) / seconds, so
+#                                   0.25 % takes ~40 windows: LOST_SECONDS=45 (5 sessions, ~6 min)
 #   full13         ~4.2 min   275   issue 26, full mode against bare CUPTI at the end:
 #                                   bench/overhead_gpu.py --rounds 5 --workloads W1,W3 --modes
 #                                   none,bare,cuptistream --seconds 2 (its own plan: 4.15 min; its
@@ -137,7 +140,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu-levels capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu-levels capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -149,7 +152,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu-levels|capture-stream|fanin-gpu)
+        lost1|lost2|lost3|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu-levels|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -219,7 +222,7 @@ accuracy_start() {
 summarize() {
     local name=$1
     case $name in
-        lost[124]) grep -E '^W[124](:| session [0-9]+: )' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
+        lost[1234]) grep -E '^W[1234](:| session [0-9]+: )' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         full13|full24|full3) sed -n '/^wrote /,$p' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         steady4) tail -n 12 "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         volume-wait) grep -E '^W4 ' "$RESULTS/volume-wait.log" | tee -a "$SUMMARY" ;;
@@ -247,8 +250,8 @@ for s in "${steps[@]}"; do
     case $s in
         setup)
             setup || break ;;
-        lost1|lost2|lost4)
-            limits=([1]=265 [2]=285 [4]=285)
+        lost1|lost2|lost3|lost4)
+            limits=([1]=265 [2]=285 [3]=285 [4]=285)
             step "$s" "${LOST_LIMIT:-${limits[${s#lost}]}}" "$PY" bench/budget_lost_time.py --workloads "W${s#lost}" \
                 --sessions "${LOST_SESSIONS:-5}" --seconds "${LOST_SECONDS:-25}" --out "$RESULTS/lost_W${s#lost}.json" ;;
         full13)

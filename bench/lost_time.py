@@ -17,6 +17,12 @@ import statistics
 import sys
 from typing import Any
 
+# How issue 26's activity windows are valued (bench/budget_lost_time.py, bench/lost_pooled.py): a
+# window's records are flushed and priced before its cost is measured (the span's end), so 0.5 s after
+# that covers what is left; the baseline is the untouched blocks' mean (their median reads block-time
+# skew as lost time).
+ACTIVITY_BEFORE_S, ACTIVITY_AFTER_S, ACTIVITY_BASELINE = 0.2, 0.5, "mean"
+
 
 def p10(values: list[float]) -> float:
     """The 10th percentile (nearest rank below) of ``values``: a loop's fast floor. W1's blocks flip

@@ -23,7 +23,7 @@ GROUPS = {
 def test_the_driver_parses_and_names_its_steps() -> None:
     check_parses_and_names_its_steps(
         SCRIPT,
-        "setup lost1 lost2 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session "
+        "setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session "
         "volume-start",
     )
 
