@@ -21,7 +21,7 @@ every session, the same estimator resolves ``noise * sqrt(windows) / seconds``:
     python bench/lost_pooled.py bench/results/2026-11-28c-h100/gpu-lost2/lost_W2.json [...]
 
 reads ``budget_lost_time.py``'s results (single-process or DDP, old runs too: only the raw series
-and each session's figures are used) and prints one line per workload (per rank under DDP).
+and each session's figures are used; or the ``.partial.json`` a run cut short leaves) and prints one line per workload (per rank under DDP).
 """
 
 from __future__ import annotations
@@ -139,7 +139,9 @@ def main(paths: list[str]) -> int:
         return 2
     for path in paths:
         with open(path) as f:
-            results = json.load(f).get("results", {})
+            data = json.load(f)
+        # A run cut short leaves only its ``.partial.json``: one workload's sessions so far.
+        results = data["results"] if "results" in data else {data["workload"]: {"sessions": data["sessions"]}}
         for label, p in pool_results(results).items():
             print(f"{path}: {line(label, p)}")
             if "job" in p:

@@ -137,6 +137,10 @@ def test_the_command_reads_a_results_file_and_refuses_none(tmp_path: Path) -> No
     run = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"), str(W2_RUN)],
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert "W2: pooled over 5 sessions, 19 windows" in run.stdout and "resolution" in run.stdout
+    partial = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"),
+                              str(W2_RUN.with_name("lost_W2.W2.partial.json"))],
+                             capture_output=True, text=True, check=True)  # fmt: skip
+    assert partial.stdout.split(": ", 1)[1] == run.stdout.split(": ", 1)[1]  # the same sessions
     none = subprocess.run(
         [sys.executable, str(ROOT / "bench/lost_pooled.py")], capture_output=True, text=True
     )
