@@ -441,7 +441,9 @@ def test_a_reply_of_several_fragments_lands_in_the_heap_or_a_private_mapping(
     reply = wp.Reply(calls=[wp.EmitChunk(p, i + 1) for i, p in enumerate(payloads)], events=3)
     sender = threading.Thread(target=wp.send_reply, args=(theirs, reply))
     sender.start()
-    got = wp.receive_reply(ours, mapped)
+    from cuptistream.collector.reply_maps import ReplyMaps
+
+    got = wp.receive_reply(ours, ReplyMaps(1 << 20) if mapped else None)
     sender.join()
     ours.close()
     theirs.close()

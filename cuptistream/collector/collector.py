@@ -31,6 +31,7 @@ from cuptistream.collector import ondemand, registry, shedding
 from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.control import ControlServer, control_path
 from cuptistream.collector.memory import MemoryWatch
+from cuptistream.collector.reply_maps import ReplyMaps
 from cuptistream.collector.windows import WindowRequests
 from cuptistream.collector.worker_pool import WorkerPool
 from cuptistream.config import Config
@@ -70,8 +71,13 @@ class Collector:
         self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
         workers = config.pipeline.decode_worker_count(in_program=in_program)
         auto = config.pipeline.decode_workers == "auto"  # the first probe decodes in a thread
-        mapped = config.pipeline.worker_replies == "mapped"
-        self.workers = WorkerPool(workers, int(auto), mapped) if workers else None  # as probes come
+        # Replies land in mappings kept for reuse: idle ones up to an eighth of the memory budget.
+        maps = (
+            ReplyMaps(config.pipeline.memory_budget // 8)
+            if config.pipeline.worker_replies == "mapped"
+            else None
+        )
+        self.workers = WorkerPool(workers, int(auto), maps) if workers else None  # as probes come
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()

@@ -26,6 +26,7 @@ from pathlib import Path
 from cuptistream.channel.shm import SlotPool
 from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
+from cuptistream.collector.reply_maps import ReplyMaps
 
 _POLL_S = 1.0
 REQUEST_TIMEOUT_S = 60.0  # one buffer decodes in milliseconds; a minute is a stuck worker
@@ -128,12 +129,13 @@ def _cpu_s(pid: int) -> float:
 class WorkerPool:
     """Up to ``size`` decode workers, shared by the probe connections."""
 
-    def __init__(self, size: int, in_thread: int = 0, mapped_replies: bool = False) -> None:
+    def __init__(self, size: int, in_thread: int = 0, reply_maps: ReplyMaps | None = None) -> None:
         """``in_thread``: how many connections at a time decode on their own threads first;
-        ``mapped_replies``: each reply in a mapping of its own (``pipeline.worker_replies: mapped``)."""
+        ``reply_maps``: replies land in these mappings (``pipeline.worker_replies: mapped``), else
+        in the heap."""
         self.size = size
         self.in_thread = in_thread
-        self.mapped_replies = mapped_replies
+        self.reply_maps = reply_maps
         self._in_thread_now = 0
         self._workers: list[Worker] = []
         self._retired: list[Worker] = []  # died, or stopped: their CPU time counts
@@ -188,6 +190,8 @@ class WorkerPool:
         for worker in workers:
             worker.reap(until)
         self._retired.extend(workers)
+        if self.reply_maps is not None:
+            self.reply_maps.close()
 
     @property
     def cpu_s(self) -> float:
@@ -250,7 +254,7 @@ class Link:
                 self.worker.kill()  # its other connections fall back too: it serves none of them
                 raise OSError(f"no reply within {REQUEST_TIMEOUT_S:.0f}s; killed it")
         sock.settimeout(REQUEST_TIMEOUT_S)  # the rest of the reply follows at once
-        return wp.receive_reply(sock, self._pool.mapped_replies)
+        return wp.receive_reply(sock, self._pool.reply_maps)
 
     def _exit_status(self) -> str:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -19,13 +19,13 @@ and its cumulative counters; the connection replays the calls on the real emitte
 
 from __future__ import annotations
 
-import mmap
 import socket
 import struct
 
 import msgspec
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
+from cuptistream.collector.reply_maps import ReplyMaps
 
 
 class MapPool(msgspec.Struct, tag="map_pool", frozen=True):
@@ -165,12 +165,12 @@ def _close(fds: list[int]) -> None:
         socket.close(fd)
 
 
-def _receive(sock: socket.socket, mapped: bool = False) -> tuple[memoryview, int, list[int]] | None:
+def _receive(sock: socket.socket, maps: ReplyMaps | None = None) -> tuple[memoryview, int, list[int]] | None:
     """One whole message, its header's length and its fds; None at end of stream. Raises OSError
-    (a timeout too, and a message whose fragments do not add up to its length). ``mapped``: a
-    message of several fragments lands in a private anonymous mapping of its own, unmapped when its
-    last view dies, rather than in the heap, whose pages glibc keeps after a reply of megabytes is
-    freed (``pipeline.worker_replies``)."""
+    (a timeout too, and a message whose fragments do not add up to its length). ``maps``: a
+    message of several fragments lands in a private anonymous mapping from them (``ReplyMaps``),
+    rather than in the heap, whose pages glibc keeps after a reply of megabytes is freed
+    (``pipeline.worker_replies``)."""
     data, fds, _flags, _addr = socket.recv_fds(sock, _FIRST + _FRAGMENT, MAX_FDS)
     if not data:
         _close(fds)
@@ -179,9 +179,9 @@ def _receive(sock: socket.socket, mapped: bool = False) -> tuple[memoryview, int
     part = memoryview(data)[_FIRST:]
     if data[:1] == _LAST:
         return part, header, fds
-    message = _private_map(length) if mapped else bytearray(length)
-    message[: len(part)] = part
-    into, flag, at = memoryview(message), bytearray(_MORE), len(part)
+    into = maps.take(length) if maps is not None else memoryview(bytearray(length))
+    into[: len(part)] = part
+    flag, at = bytearray(_MORE), len(part)
     while flag != _LAST:
         got, _ancillary, _flags, _addr = sock.recvmsg_into([flag, into[at : at + _FRAGMENT]])
         if not got:
@@ -192,12 +192,6 @@ def _receive(sock: socket.socket, mapped: bool = False) -> tuple[memoryview, int
         _close(fds)
         raise OSError(f"decode worker message of {length} bytes arrived with {at}")
     return into, header, fds
-
-
-def _private_map(length: int) -> mmap.mmap:
-    # MAP_PRIVATE: Python's default anonymous mapping is shared, which only moves the pages from
-    # RssAnon to RssShmem.
-    return mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 def send_request(sock: socket.socket, request: Request, fds: list[int] | None = None) -> None:
@@ -220,9 +214,9 @@ def send_reply(sock: socket.socket, reply: Reply) -> None:
     _send(sock, [_encoder.encode(header), *payloads], [])
 
 
-def receive_reply(sock: socket.socket, mapped: bool = False) -> Reply | None:
-    """The next reply; ``mapped`` as for ``_receive``."""
-    got = _receive(sock, mapped)
+def receive_reply(sock: socket.socket, maps: ReplyMaps | None = None) -> Reply | None:
+    """The next reply; ``maps`` as for ``_receive``."""
+    got = _receive(sock, maps)
     if got is None:
         return None
     message, header, fds = got
