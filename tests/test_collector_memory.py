@@ -4,13 +4,20 @@ report and the status line carry both."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import cuptistream
 from cuptistream.collector import memory
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.status import StatusLine
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MIB = 1024
 
@@ -117,3 +124,34 @@ def test_the_collector_trims_its_heap_over_the_memory_budget() -> None:
     )
     collector = Collector(cfg)
     assert collector.memory.trim_above_kib == 96 * MIB
+
+
+def test_a_decode_worker_keeps_its_freed_heap_so_buffers_stop_faulting(tmp_path: Path) -> None:
+    """A real ``cuptistream run`` with one decode worker over W3's own 4 MiB H100 buffers, replayed
+    30 times: with glibc's defaults the worker faulted each buffer's tens of megabytes of
+    temporaries in again; ``keep_freed_heap`` (``workers.main``) keeps them in its heap. A malloc
+    tunable the user set makes it stand aside, which is how the default is run here."""
+    from test_decode_workers import ENV, _config, _wait_for_worker
+
+    capture = ROOT / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"
+
+    def worker_faults(env: dict[str, str], where: Path) -> int:
+        where.mkdir()
+        command = [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(_config(where, 1, 30, str(capture))),
+                   "--quiet", "--", sys.executable, "-c", "0"]  # fmt: skip
+        run = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        worker = _wait_for_worker(run.pid)
+        faults = 0
+        while run.poll() is None:  # the worker's count, up to its exit
+            with contextlib.suppress(OSError, IndexError):
+                faults = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[7])
+            time.sleep(0.02)
+        assert run.returncode == 0, run.stderr.read() if run.stderr else ""
+        return faults
+
+    clean = {k: v for k, v in ENV.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    kept = worker_faults(clean, tmp_path / "kept")
+    default = worker_faults({**clean, "GLIBC_TUNABLES": "glibc.malloc.perturb=0"}, tmp_path / "default")
+    # 30 x 3 buffers of 4 MiB: with the defaults, thousands of 4 KiB pages each.
+    assert default > 50_000, default
+    assert kept < default / 4, (kept, default)

@@ -102,7 +102,9 @@ class MemoryWatch:
         return self.sample()
 
 
-_M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+_M_ARENA_MAX = -8  # glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
 
 
 def limit_malloc_arenas(arenas: int = 2) -> bool:
@@ -130,3 +132,25 @@ def trim_heap() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(malloc_trim(0))
+
+
+def keep_freed_heap(mmap_threshold: int = 32 << 20, trim_threshold: int = 64 << 20) -> bool:
+    """Keep a decode worker's freed temporaries in its heap for the next buffer (call at its start).
+
+    Decoding one 4 MiB activity buffer allocates tens of megabytes of numpy temporaries (the
+    gathered records, the packed rows, the reply). With glibc's defaults, the largest come from
+    fresh mappings and the heap's top is handed back when freed. So every buffer faulted its pages in
+    again: 300k minor faults in a 6 s run on the 2-core VM, about an eighth of the worker's CPU
+    (docs/benchmarks.md, "Decode workers keep their freed heap"). Allocations up to
+    ``mmap_threshold`` now come from the heap, and up to ``trim_threshold`` of free heap stays in
+    it. A user's ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or malloc tunable in
+    ``GLIBC_TUNABLES`` wins. False where this is not glibc or the user chose."""
+    chosen = [os.environ.get(name) for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")]
+    if any(chosen) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    try:
+        mallopt = libc().mallopt
+    except (OSError, AttributeError):
+        return False
+    heap_up_to = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold))
+    return bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and heap_up_to

@@ -26,6 +26,7 @@ import sys
 from cuptistream.channel.messages import WindowRecords
 from cuptistream.channel.shm import SlotPool
 from cuptistream.codec import Chunk
+from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.collector.names import ProcessNames
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     # (through this worker) and then hangs up, which ends the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    memory.keep_freed_heap()
     serve(control)
     return 0
 
