@@ -114,8 +114,9 @@ def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str,
         "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
     }  # fmt: skip
     sink = {"type": "file", "directory": str(out), "format": "msgpack", "fsync": "rotate",
-            "rotate_bytes": "256MiB", "zstd_level": args.zstd_level,
-            "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
+            "rotate_bytes": "256MiB", "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
+    if args.zstd_level is not None:  # else the sink's default
+        sink["zstd_level"] = args.zstd_level
     if args.mode == "cpu":
         sources: list[dict[str, Any]] = [{"type": "replay", "loops": args.loops}]
         if args.replay_buffer_size:  # the captures' ~1k-record buffers packed into GPU-sized ones
@@ -523,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--zstd-level",
         type=int,
-        default=3,
-        help="the file sink's zstd_level (a high one makes the sink the bottleneck)",
+        default=None,
+        help="the file sink's zstd_level (default: the sink's; a high one makes the sink the bottleneck)",
     )
     parser.add_argument("--shutdown-deadline", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: a temporary one)")

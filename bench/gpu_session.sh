@@ -65,8 +65,8 @@
 #                                   probes and e.g. --profile-gil from FANIN_PROFILE_ARGS), then
 #                                   bench/profile_stages.py on each run's stacks
 #   fanin-gpu-levels ~3.5 min 440   issue 30's GPU item: fanin-gpu's 16 programs with the file sink at zstd level 3,
-#                                   then -1, twice (alternating): what the fast level saves in collector CPU per
-#                                   million records (half of zstd's time on the VM, bench/zstd_levels.py)
+#                                   then 1 (the default since 2026-11-28), twice (alternating): what level 1
+#                                   saves in collector CPU per million records (a sixth on the VM)
 #   capture-stream ~0.5 min    90   W3's own activity buffers as the default config hands them over
 #                                   (bench/capture_stream.py --seconds 0.2: a few MB), into
 #                                   $RESULTS/w3_stream.cupti; back home, CPU benches replay them with
@@ -344,7 +344,7 @@ for s in "${steps[@]}"; do
             fi ;;
         fanin-gpu-levels)
             for round in 1 2; do
-                for level in 3 -1; do
+                for level in 3 1; do
                     # shellcheck disable=SC2086  # FANIN_EXTRA is words
                     step fanin-gpu-levels "$(cap 110)" "$PY" bench/fanin.py --mode gpu --probes 16 --seconds 15 --runs 1 \
                         --zstd-level "$level" $FANIN_EXTRA --out "$RESULTS/fanin_gpu_zstd${level}_$round"
