@@ -166,9 +166,18 @@ def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
     return f"{stamp}; for i in $(seq {n}); do {one} & done; wait; {stamp}"
 
 
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (field 3 on is index 0 on)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _minor_faults(pid: int) -> int:
+    return int(_stat(pid)[7])
 
 
 def _rss_kib(pid: int, key: str) -> int:
@@ -179,8 +188,9 @@ def _rss_kib(pid: int, key: str) -> int:
 
 
 class ProcWatch:
-    """Samples the collector's CPU ticks and RssAnon/RssShmem from /proc every ``interval`` s, and
-    those of its decode workers (CPU added to the collector's; RSS apart)."""
+    """Samples the collector's CPU ticks, RssAnon/RssShmem and minor page faults from /proc every
+    ``interval`` s, and those of its decode workers (CPU added to the collector's; RSS and faults
+    apart). The faults are the last sample's, up to ``interval`` before each process ended."""
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         self.pid, self.interval = pid, interval
@@ -188,6 +198,8 @@ class ProcWatch:
         self.peak_anon_kib = self.peak_shmem_kib = 0
         self.workers_peak_anon_kib = 0  # the workers' RssAnon added up, at its peak
         self._worker_cpu: dict[int, float] = {}  # last reading per worker (it stays once one exits)
+        self.minor_faults = 0
+        self._worker_faults: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -198,6 +210,7 @@ class ProcWatch:
         while not self._stop.is_set():
             try:
                 own = _cpu_s(self.pid)
+                self.minor_faults = _minor_faults(self.pid)
                 self.peak_anon_kib = max(self.peak_anon_kib, _rss_kib(self.pid, "RssAnon:"))
                 self.peak_shmem_kib = max(self.peak_shmem_kib, _rss_kib(self.pid, "RssShmem:"))
                 workers = worker_pids(self.pid)
@@ -207,6 +220,7 @@ class ProcWatch:
             for worker in workers:
                 try:
                     self._worker_cpu[worker] = _cpu_s(worker)
+                    self._worker_faults[worker] = _minor_faults(worker)
                     anon += _rss_kib(worker, "RssAnon:")
                 except OSError:
                     continue
@@ -217,6 +231,10 @@ class ProcWatch:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    @property
+    def workers_minor_faults(self) -> int:
+        return sum(self._worker_faults.values())
 
     def cpu_between(self, start: float, end: float) -> float:
         """CPU seconds the collector used between two ``_now()`` times (nearest samples)."""
@@ -321,6 +339,9 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
         "peak_rss_shmem_mib": round(watch.peak_shmem_kib / 1024, 1),
         "workers_peak_rss_anon_mib": round(watch.workers_peak_anon_kib / 1024, 1),
         "report_peak_rss_anon_mib": round(report.get("collector_peak_rss_anon_kib", 0) / 1024, 1),
+        # minor page faults per record: each fresh page of a reply or a numpy temporary is one
+        "collector_faults_per_k_records": round(watch.minor_faults / records * 1e3, 2) if records else None,
+        "workers_faults_per_k_records": round(watch.workers_minor_faults / records * 1e3, 2) if records else None,
     }  # fmt: skip
     if args.mode == "gpu":
         result["programs_by_device"] = device_plan(n, args.gpus)
