@@ -21,6 +21,7 @@ import numpy as np
 
 _encode = msgspec.msgpack.encode
 _INT64 = b"\xd3"
+_BLOCK = 1024  # records filled at a time: their rows (~300 KB for kernels) stay in the cache
 
 
 class Packer:
@@ -62,35 +63,48 @@ class Packer:
         if count == 0:
             return b""
         order = np.argsort(groups, kind="stable")
-        bounds = np.searchsorted(groups[order], np.arange(len(group_strings) + 1))
+        found = np.searchsorted(groups[order], np.arange(len(group_strings) + 1))
+        bounds = found.tolist()
+        suffixes = [
+            np.frombuffer(
+                b"".join(key + _encode(text) for key, text in zip(self._keys, texts, strict=True)), np.uint8
+            )
+            for texts in group_strings
+        ]
+        # Each group's rows go straight into the one output buffer, group after group (a copy per
+        # group and a join of them cost ~7 % of a decode worker's time on W3's kernels).
+        width = len(self.prefix)
+        strides = [width + len(suffix) for suffix in suffixes]
+        starts = np.concatenate(([0], np.cumsum(np.diff(found) * np.array(strides, dtype=np.int64)))).tolist()
+        out = np.empty(starts[-1], np.uint8)
         # The integer part of an element has the same layout in every group: fill it for all the
         # records at once (one strided copy per field), then give each group its string suffix.
         # Filling it per group cost ~15 numpy calls per group (issue 30's profile: packing was
-        # ~45% of the collector's time, much of it per group).
-        width = len(self.prefix)
-        head = np.empty((count, width), dtype=np.uint8)
-        head[:] = self.prefix
-        fields = np.ndarray((count,), dtype=self._layout(width), buffer=head)
+        # ~45% of the collector's time, much of it per group). It is filled _BLOCK records at a
+        # time, so that its 18 strided passes over the rows stay in the cache: 0.57x the time of
+        # one pass over all the records for W3's kernels.
+        head = np.empty((min(count, _BLOCK), width), dtype=np.uint8)
+        fields = np.ndarray((len(head),), dtype=self._layout(width), buffer=head)
         names = fields.dtype.names or ()
-        for name, column in zip(names, self._columns(ints, triples), strict=True):
-            fields[name] = np.asarray(column)[order]
-        # Each group's rows go straight into the one output buffer (a copy per group and a join of
-        # them cost ~7 % of a decode worker's time on W3's kernels).
-        suffixes = [
-            b"".join(key + _encode(text) for key, text in zip(self._keys, strings, strict=True))
-            for strings in group_strings
-        ]
-        sizes = np.diff(bounds)
-        out = np.empty(int(sizes @ (width + np.array([len(s) for s in suffixes], dtype=np.int64))), np.uint8)
-        at = 0
-        for group, suffix in enumerate(suffixes):
-            lo, hi = int(bounds[group]), int(bounds[group + 1])
-            if lo == hi:
-                continue
-            rows = out[at : at + (hi - lo) * (width + len(suffix))].reshape(hi - lo, width + len(suffix))
-            rows[:, :width] = head[lo:hi]
-            rows[:, width:] = np.frombuffer(suffix, dtype=np.uint8)
-            at += rows.nbytes
+        columns = [np.asarray(column) for column in self._columns(ints, triples)]
+        group = 0
+        for first in range(0, count, _BLOCK):
+            last = min(first + _BLOCK, count)
+            rows = head[: last - first]
+            rows[:] = self.prefix
+            block, part = fields[: last - first], order[first:last]
+            for name, column in zip(names, columns, strict=True):
+                block[name] = column[part]
+            at = first
+            while at < last:  # the block's rows to their groups' places in the output
+                while bounds[group + 1] <= at:
+                    group += 1
+                end, stride = min(last, bounds[group + 1]), strides[group]
+                where = starts[group] + (at - bounds[group]) * stride
+                dest = out[where : where + (end - at) * stride].reshape(end - at, stride)
+                dest[:, :width] = rows[at - first : end - first]
+                dest[:, width:] = suffixes[group]
+                at = end
         return out.data
 
     def _columns(
