@@ -62,8 +62,11 @@ class Packer:
         count = len(groups)
         if count == 0:
             return b""
-        order = np.argsort(groups, kind="stable")
-        found = np.searchsorted(groups[order], np.arange(len(group_strings) + 1))
+        # One group: the records in their own order, taken by slices rather than gathered.
+        order = np.argsort(groups, kind="stable") if len(group_strings) > 1 else None
+        found = np.searchsorted(
+            groups[order] if order is not None else groups, np.arange(len(group_strings) + 1)
+        )
         bounds = found.tolist()
         suffixes = [
             np.frombuffer(
@@ -92,7 +95,8 @@ class Packer:
             last = min(first + _BLOCK, count)
             rows = head[: last - first]
             rows[:] = self.prefix
-            block, part = fields[: last - first], order[first:last]
+            block = fields[: last - first]
+            part = order[first:last] if order is not None else slice(first, last)
             for name, column in zip(names, columns, strict=True):
                 block[name] = column[part]
             at = first
@@ -127,6 +131,8 @@ class Packer:
 def group_by(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group ids per record for the combination of ``keys``, and one representative row per group
     (indices into the records), so each distinct combination is resolved once."""
+    if all(len(k) and (k == k[0]).all() for k in keys):  # one group (one kernel, one copy kind): no sort
+        return np.zeros(len(keys[0]), dtype=np.intp), np.zeros(1, dtype=np.intp)
     if len(keys) == 1:
         _, first, inverse = np.unique(keys[0], return_index=True, return_inverse=True)
         return inverse.reshape(-1), first
