@@ -174,7 +174,19 @@ def test_the_last_intervals_losses_reach_the_recording(cells: dict[tuple[str, st
     assert losses.get("intake/shutdown_deadline", 0) + losses.get("sink:otlp/shutdown_deadline", 0) > 0, (
         losses
     )
-    assert recorded == losses, "the recording's Loss events and the report disagree"
-    assert report["unrecorded_losses"] == {}, report["unrecorded_losses"]
+    # What the deadline left in the intake is in the recording exactly. The stuck OTLP lane may also
+    # drop the final accounting chunk itself at the deadline (tens of control events); that drop is
+    # counted after the chunk was built, so the report lists it as unrecorded, as
+    # docs/reliability.md says. Whether the chunk got into that lane before the deadline is timing.
+    unrecorded = {k: int(v) for k, v in report["unrecorded_losses"].items()}
+    assert set(unrecorded) <= {"sink:otlp/shutdown_deadline"} and sum(unrecorded.values()) <= 64, unrecorded
+    expected = {k: n - unrecorded.get(k, 0) for k, n in losses.items()}
+    assert recorded == {k: n for k, n in expected.items() if n}, (
+        "the recording's Loss events and the report disagree"
+    )
+    assert recorded.get("intake/shutdown_deadline") == losses.get("intake/shutdown_deadline"), (
+        recorded,
+        losses,
+    )
     for name, stats in report["sinks"].items():
         assert stats["events_in"] == stats["events_out"] + stats["events_dropped"], (name, stats)
