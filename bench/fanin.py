@@ -166,18 +166,10 @@ def programs(args: argparse.Namespace, n: int, stamps: Path) -> str:
     return f"{stamp}; for i in $(seq {n}); do {one} & done; wait; {stamp}"
 
 
-def _stat(pid: int) -> list[str]:
-    """/proc/PID/stat's fields after the command name (field 3 on is index 0 on)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def _cpu_s(pid: int) -> float:
-    fields = _stat(pid)
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def _minor_faults(pid: int) -> int:
-    return int(_stat(pid)[7])
+def _cpu_and_faults(pid: int) -> tuple[float, int]:
+    """CPU seconds and minor page faults so far, from one read of /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # field 3 on: index 0 on
+    return (int(fields[11]) + int(fields[12])) / TICK, int(fields[7])
 
 
 def _rss_kib(pid: int, key: str) -> int:
@@ -209,8 +201,7 @@ class ProcWatch:
 
         while not self._stop.is_set():
             try:
-                own = _cpu_s(self.pid)
-                self.minor_faults = _minor_faults(self.pid)
+                own, self.minor_faults = _cpu_and_faults(self.pid)
                 self.peak_anon_kib = max(self.peak_anon_kib, _rss_kib(self.pid, "RssAnon:"))
                 self.peak_shmem_kib = max(self.peak_shmem_kib, _rss_kib(self.pid, "RssShmem:"))
                 workers = worker_pids(self.pid)
@@ -219,8 +210,7 @@ class ProcWatch:
             anon = 0
             for worker in workers:
                 try:
-                    self._worker_cpu[worker] = _cpu_s(worker)
-                    self._worker_faults[worker] = _minor_faults(worker)
+                    self._worker_cpu[worker], self._worker_faults[worker] = _cpu_and_faults(worker)
                     anon += _rss_kib(worker, "RssAnon:")
                 except OSError:
                     continue

@@ -71,13 +71,12 @@ class Collector:
         self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
         workers = config.pipeline.decode_worker_count(in_program=in_program)
         auto = config.pipeline.decode_workers == "auto"  # the first probe decodes in a thread
-        # Replies land in mappings kept for reuse: idle ones up to an eighth of the memory budget.
-        maps = (
-            ReplyMaps(config.pipeline.memory_budget // 8)
-            if config.pipeline.worker_replies == "mapped"
-            else None
-        )
-        self.workers = WorkerPool(workers, int(auto), maps) if workers else None  # as probes come
+        self.workers: WorkerPool | None = None  # started as probes come
+        if workers:
+            # Replies land in mappings kept for reuse: idle ones up to an eighth of the memory budget.
+            mapped = config.pipeline.worker_replies == "mapped"
+            maps = ReplyMaps(config.pipeline.memory_budget // 8) if mapped else None
+            self.workers = WorkerPool(workers, int(auto), maps)
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()

@@ -117,11 +117,17 @@ def limit_malloc_arenas(arenas: int = 2) -> bool:
     A ``MALLOC_ARENA_MAX`` the user set wins. False where this is not glibc."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
+    return _mallopt({_M_ARENA_MAX: arenas})
+
+
+def _mallopt(settings: dict[int, int]) -> bool:
+    """glibc's ``mallopt`` for each parameter and value. True if every one was taken; False where
+    this is not glibc."""
     try:
         mallopt = libc().mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_ARENA_MAX, arenas))
+    return all([bool(mallopt(parameter, value)) for parameter, value in settings.items()])  # sets all
 
 
 def trim_heap() -> bool:
@@ -148,9 +154,4 @@ def keep_freed_heap(mmap_threshold: int = 32 << 20, trim_threshold: int = 64 << 
     chosen = [os.environ.get(name) for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")]
     if any(chosen) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
         return False
-    try:
-        mallopt = libc().mallopt
-    except (OSError, AttributeError):
-        return False
-    heap_up_to = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold))
-    return bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and heap_up_to
+    return _mallopt({_M_MMAP_THRESHOLD: mmap_threshold, _M_TRIM_THRESHOLD: trim_threshold})

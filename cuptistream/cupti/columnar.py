@@ -80,7 +80,7 @@ class Packer:
         strides = [width + len(suffix) for suffix in suffixes]
         starts = np.concatenate(([0], np.cumsum(np.diff(found) * np.array(strides, dtype=np.int64)))).tolist()
         out = np.empty(starts[-1], np.uint8)
-        # The integer part of an element has the same layout in every group: fill it for all the
+        # The integer part of an element has the same layout in every group: fill it for many
         # records at once (one strided copy per field), then give each group its string suffix.
         # Filling it per group cost ~15 numpy calls per group (issue 30's profile: packing was
         # ~45% of the collector's time, much of it per group). It is filled _BLOCK records at a
