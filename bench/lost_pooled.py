@@ -20,6 +20,8 @@ every session, the same estimator resolves ``noise * sqrt(windows) / seconds``:
 
     python bench/lost_pooled.py bench/results/2026-11-28c-h100/gpu-lost2/lost_W2.json [...]
 
+    python bench/lost_pooled.py --together RUN_CUT_SHORT.partial.json MORE_SESSIONS.json
+
 reads ``budget_lost_time.py``'s results (single-process or DDP, old runs too: only the raw series
 and each session's figures are used; or the ``.partial.json`` a run cut short leaves) and prints one line per workload (per rank under DDP).
 """
@@ -130,25 +132,44 @@ def line(label: str, p: dict[str, Any]) -> str:
     )
 
 
-def main(paths: list[str]) -> int:
+def load(path: str) -> dict[str, Any]:
+    """A results file's ``results``. A run cut short leaves only its ``.partial.json``: one
+    workload's sessions so far."""
+    with open(path) as f:
+        data = json.load(f)
+    return data["results"] if "results" in data else {data["workload"]: {"sessions": data["sessions"]}}
+
+
+def together(many: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' ``results`` as one: each workload's sessions in the order given. Sessions are
+    separate processes, so a run cut short and the one that finished its sessions pool alike."""
+    out: dict[str, Any] = {}
+    for results in many:
+        for workload, result in results.items():
+            out.setdefault(workload, {"sessions": []})["sessions"].extend(result.get("sessions", []))
+    return out
+
+
+def main(args: list[str]) -> int:
+    pooled_together = "--together" in args
+    paths = [a for a in args if a != "--together"]
     if not paths:
         print(
-            "usage: python bench/lost_pooled.py RESULTS.json [...] (budget_lost_time.py's --out)",
+            "usage: python bench/lost_pooled.py [--together] RESULTS.json [...] (budget_lost_time.py's"
+            " --out; --together pools each workload's sessions over all the files)",
             file=sys.stderr,
         )
         return 2
-    for path in paths:
-        with open(path) as f:
-            data = json.load(f)
-        # A run cut short leaves only its ``.partial.json``: one workload's sessions so far.
-        results = data["results"] if "results" in data else {data["workload"]: {"sessions": data["sessions"]}}
+    runs = [(" + ".join(paths), together([load(p) for p in paths]))] if pooled_together else [
+        (p, load(p)) for p in paths
+    ]
+    for name, results in runs:
         for label, p in pool_results(results).items():
-            print(f"{path}: {line(label, p)}")
+            print(f"{name}: {line(label, p)}")
             if "job" in p:
                 every = f"{label}, every rank's windows"
-                print(f"{path}: {line(every, p['job'])}")
+                print(f"{name}: {line(every, p['job'])}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -145,3 +145,22 @@ def test_the_command_reads_a_results_file_and_refuses_none(tmp_path: Path) -> No
         [sys.executable, str(ROOT / "bench/lost_pooled.py")], capture_output=True, text=True
     )
     assert none.returncode == 2 and none.stderr.startswith("usage: ")
+
+
+def test_together_pools_one_workloads_sessions_over_several_runs(tmp_path: Path) -> None:
+    """A run cut short (its ``.partial.json``) and a second run of the same workload: --together
+    pools their sessions as one run holding both would be pooled."""
+    first = [_session(0.010, 0.2, seed) for seed in (1, 2, 3)]
+    second = [_session(0.0, 0.2, seed) for seed in (4, 5)]
+    cut = tmp_path / "lost_W9.W9.partial.json"
+    cut.write_text(json.dumps({"workload": "W9", "sessions": first}))
+    done = tmp_path / "lost_W9.json"
+    done.write_text(json.dumps({"results": {"W9": {"sessions": second}}}))
+    run = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"), "--together", str(cut), str(done)],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    expected = pool_results({"W9": {"sessions": first + second}})["W9"]
+    assert f"W9: pooled over 5 sessions, {expected['windows']} windows" in run.stdout
+    assert f"cost {100 * expected['cost']:+.3f}%" in run.stdout
+    apart = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"), str(cut), str(done)],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    assert "pooled over 3 sessions" in apart.stdout and "pooled over 2 sessions" in apart.stdout
