@@ -160,9 +160,11 @@ def main(args: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    runs = [(" + ".join(paths), together([load(p) for p in paths]))] if pooled_together else [
-        (p, load(p)) for p in paths
-    ]
+    runs = (
+        [(" + ".join(paths), together([load(p) for p in paths]))]
+        if pooled_together
+        else [(p, load(p)) for p in paths]
+    )
     for name, results in runs:
         for label, p in pool_results(results).items():
             print(f"{name}: {line(label, p)}")
@@ -170,6 +172,7 @@ def main(args: list[str]) -> int:
                 every = f"{label}, every rank's windows"
                 print(f"{name}: {line(every, p['job'])}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
