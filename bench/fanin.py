@@ -559,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the recordings")
     args = parser.parse_args(argv)
     out = (args.out or Path(tempfile.mkdtemp(prefix="fanin-"))).resolve()  # the runs work in subfolders
+    if args.out is not None and out.exists() and any(out.iterdir()):
+        print(f"fanin: --out {out} holds an earlier run; give an empty or new folder", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     if args.mode == "gpu" and not args.gpus:
         args.gpus = visible_gpus()

@@ -146,3 +146,14 @@ def test_profile_stages_counts_the_collector_and_its_workers_not_the_programs(tm
     stages.keep_collector(profile)  # what fanin.py --profile keeps: one line a sample, no program
     assert len(profile.read_text().splitlines()) == 3 and "FANIN_DEVICE" not in profile.read_text()
     assert stages.stages(profile) == (expected, 10)
+
+
+def test_an_out_folder_holding_an_earlier_run_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "summary.json").write_text("{}")
+    command = [sys.executable, str(ROOT / "bench" / "fanin.py"), "--probes", "1", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"fanin: --out {tmp_path.resolve()} holds an earlier run; give an empty or new folder"
+    ]
+    assert (tmp_path / "summary.json").read_text() == "{}"  # nothing of it touched
