@@ -133,6 +133,42 @@ def stop_sender(producer: Any) -> Any:
     return sender
 
 
+# How long kafka-python's sender may wait on a node whose connection exists but cannot take a
+# request: still connecting (TCP, TLS, the version handshake) or paused at
+# max_in_flight_requests_per_connection (ms, as the sender reads it). The wait is a select on the
+# connections' sockets, so what makes the node ready (a handshake step, a response) ends it at once:
+# this bounds only a wake-up nothing else would cause.
+_NOT_READY_NODE_WAIT_MS = 100.0
+
+
+def calm_sender(producer: Any) -> bool:
+    """Keep kafka-python's sender thread from spinning on a broker that stopped answering.
+
+    kafka-python 3.0.12's sender asks ``connection_delay(node)`` how long to wait for a node that
+    is not ready. Without a reconnect backoff the answer is 0, also for a connection that is still
+    being set up or is paused with its requests unanswered. A broker that stopped answering (its
+    kernel still accepts connections) leaves one of those for as long as it is silent, and the
+    sender polls in a busy loop holding the GIL: 1.1 cores of the collector with a SIGSTOPped
+    broker, against 0.05 with a healthy one, and the sink's close delayed by up to a second. For
+    such a node this client answers at least ``_NOT_READY_NODE_WAIT_MS``. Private names, looked up
+    with getattr: returns False, and changes nothing, where they are missing."""
+    client = getattr(getattr(producer, "_sender", None), "_client", None)
+    original = getattr(client, "connection_delay", None)
+    conns = getattr(getattr(client, "_manager", None), "_conns", None)
+    if client is None or original is None or not isinstance(conns, dict):
+        return False
+
+    def connection_delay(node_id: Any) -> Any:
+        delay = original(node_id)
+        conn = conns.get(node_id)
+        if conn is None or (getattr(conn, "connected", False) and not getattr(conn, "paused", None)):
+            return delay  # no connection yet (the sender makes one next), or ready
+        return max(delay, _NOT_READY_NODE_WAIT_MS)
+
+    client.connection_delay = connection_delay
+    return True
+
+
 class _Item:
     __slots__ = ("attempts", "backoff", "message", "nbytes", "order", "reader")
 
