@@ -45,11 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's folder would come first on sys.path and bench/kafka.py would shadow
-# kafka-python. Drop it; the repository root makes tests/ importable.
-_HERE = Path(__file__).resolve().parent
-ROOT = _HERE.parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+# The repository root makes tests/ importable.
+ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

