@@ -58,6 +58,7 @@ def make_batches(events: int, per_batch: int, devices: int) -> list[OutgoingBatc
 async def one_run(config: KafkaSinkConfig, batches: list[OutgoingBatch]) -> tuple[float, dict[str, int]]:
     sink = KafkaSink(config)
     await sink.open()
+    await sink.connect()  # the producer is made here (the pipeline calls both)
     started = time.perf_counter()
     for batch in batches:
         await sink.write(batch)
