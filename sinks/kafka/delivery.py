@@ -116,21 +116,11 @@ def close_producer(producer: Any, timeout: float = 0.0) -> None:
             producer.flush(timeout)
     except Exception:  # unacked: counted by the caller
         pass
-    sender = stop_sender(producer)
-    if sender is not None:
+    sender = getattr(producer, "_sender", None)
+    if sender is not None and callable(getattr(sender, "force_close", None)):
+        sender.force_close()
         sender.join(_STUCK_S)
     producer.close(timeout=0)
-
-
-def stop_sender(producer: Any) -> Any:
-    """Tell kafka-python's sender thread to stop now, dropping what it holds, without waiting for
-    it (it sets flags and wakes the thread). Returns the thread, or None where kafka-python has
-    none by that private name."""
-    sender = getattr(producer, "_sender", None)
-    if sender is None or not callable(getattr(sender, "force_close", None)):
-        return None
-    sender.force_close()
-    return sender
 
 
 # How long kafka-python's sender may wait on a node whose connection exists but cannot take a
@@ -212,8 +202,6 @@ class Delivery:
         self._order = itertools.count()
         self._reset_producer = False
         self._stopping = False
-        # Set without the lock by ``begin_close``: the delivery thread takes nothing more.
-        self._closing = False
         self._warned: set[str] = set()
         self.held_bytes = 0
         self.counters = dict.fromkeys(COUNTERS, 0)
@@ -285,20 +273,6 @@ class Delivery:
                 self._cond.wait(min(remaining, 0.5))
             return True
 
-    def begin_close(self) -> None:
-        """Stop sending now; ``close`` follows on a worker thread. Called from the event loop, so
-        it takes no lock and waits for nothing. With a broker that stopped answering, kafka-python's
-        sender thread polls without pause and holds the GIL most of the time; starting the thread
-        that runs ``close`` then took up to a second (issue 33's stopped-broker cell). Stopping
-        the sender first lets it start at once; what it held is spooled or counted by ``close``."""
-        self._closing = True
-        producer = self._producer
-        if producer is not None:
-            try:
-                stop_sender(producer)
-            except Exception as error:  # close() finishes the job whatever kafka-python thinks
-                log.debug("%s: stopping the sender failed: %s: %s", self._where, type(error).__name__, error)
-
     def close(self, timeout: float, lost_as: str = "") -> None:
         """Deliver what is held within ``timeout`` seconds, then stop.
 
@@ -359,7 +333,7 @@ class Delivery:
         while True:
             with self._cond:
                 self._settle()
-                if self._stopping or self._closing:
+                if self._stopping:
                     return
                 restart = self._reset_producer and not self._sent
                 if self._reset_producer and self._sent:

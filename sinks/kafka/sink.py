@@ -178,7 +178,6 @@ class KafkaSink(Sink):
                     delivery.wait_idle, float(self.config.retry.max_elapsed), abandon_on_cancel=True
                 )
         finally:
-            delivery.begin_close()
             with trio.CancelScope(shield=True):  # quick: stop, then spool or count the rest
                 await trio.to_thread.run_sync(delivery.close, 0.0, self._refused)
 
