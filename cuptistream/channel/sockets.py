@@ -6,6 +6,7 @@ non-blocking so a CUPTI thread posting a ``Ready`` returns at once even if the c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -34,6 +35,17 @@ def listen(path: str | Path) -> socket.socket:
             f"cannot listen on {path} ({error.strerror}); choose a writable --socket path"
         ) from None
     return server
+
+
+def stop_listening(listener: socket.socket) -> None:
+    """Close a listening socket such that its ``accept`` loop ends now. ``close`` alone does not:
+    Linux keeps the socket open under a thread blocked in ``accept``, which goes on accepting (a
+    probe reconnecting to a collector that was shutting down got in, and what it handed over was
+    counted after the shutdown report). ``shutdown`` wakes that thread (EINVAL)."""
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        listener.close()
 
 
 def private_socket_path() -> str:

@@ -42,6 +42,7 @@ from cuptistream.pipeline.resource import current_resource
 from cuptistream.plugin import Sink
 
 _SHUTDOWN_GRACE_S = 5.0
+_LATE_DRAIN_S = 1.0  # after the pipeline stopped, for a probe connection still draining
 
 T = TypeVar("T")
 
@@ -82,6 +83,7 @@ class Collector:
         self._connections: set[ProbeConnection] = set()
         self._threads: list[threading.Thread] = []
         self._listener: socket.socket | None = None
+        self._accepting: threading.Thread | None = None
         self.windows = WindowRequests()  # on-demand windows (``cuptistream trace``) in flight
         self.control: ControlServer | None = None
         self.control_problem = ""  # why ``trace`` cannot reach this collector, if it cannot
@@ -109,7 +111,8 @@ class Collector:
         Raises ``ChannelError`` for the probes' socket; without the control socket (a path too
         long, say) probes are still served and ``control_problem`` says why ``trace`` cannot come."""
         self._listener = sockets.listen(path)
-        threading.Thread(target=self._accept_loop, name="cuptistream-accept", daemon=True).start()
+        self._accepting = threading.Thread(target=self._accept_loop, name="cuptistream-accept", daemon=True)
+        self._accepting.start()
         try:
             self.control = ControlServer(control_path(path), lambda ask: ondemand.trace(self, ask))
         except ChannelError as error:
@@ -195,9 +198,10 @@ class Collector:
         counted undelivered. The pipeline keeps the deadline's last ``CLOSE_AFTER_DEADLINE_S`` for
         closing the sinks."""
         if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.close()
+            sockets.stop_listening(self._listener)
             self._listener = None
+        if self._accepting is not None:  # a probe it took in just now is among the connections
+            self._accepting.join(1.0)
         if self.control is not None:
             self.control.close()
         registry.unregister(self._registered)
@@ -222,6 +226,10 @@ class Collector:
             left() + CLOSE_AFTER_DEADLINE_S + _SHUTDOWN_GRACE_S, drain_until=ends
         )
         if self.report is not None:
+            late_end = time.monotonic() + _LATE_DRAIN_S
+            for thread in self._threads:  # cut off at the deadline while draining: what it hands to
+                thread.join(max(0.0, late_end - time.monotonic()))  # the closed intake is lost, reported
+            self.pipeline.count_late_losses(self.report)
             usage = rusage.getrusage(rusage.RUSAGE_SELF)
             self.report.probes = self.served
             self.report.activity_buffers = self.buffers

@@ -102,8 +102,7 @@ class ControlServer:
     def close(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
-            with contextlib.suppress(OSError):
-                listener.close()
+            sockets.stop_listening(listener)
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
 

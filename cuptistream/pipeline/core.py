@@ -135,6 +135,7 @@ class Pipeline:
         self._all_losses: Counter[tuple[str, str, str]] = Counter()
         # drops the final accounting chunk counts before they happen (stopped lanes dropping it)
         self._counted_ahead: Counter[tuple[str, str, str]] = Counter()
+        self._unrecorded: Counter[tuple[str, str, str]] = Counter()  # counted after the final accounting
         # Errors said after the distributor stopped (a sink recovering while the lanes drain): sent
         # with the final accounting instead of left in the intake.
         self._late_control: list[tuple[Producer | None, Sequence[Event]]] = []
@@ -448,21 +449,31 @@ class Pipeline:
             closing_until = hard_end
             nursery.cancel_scope.cancel()
         self._count_left_in_intake()
-        after_final = self.intake.pop_losses()
-        for lane in self.lanes:
-            after_final.update(lane.take_losses())
-        self._all_losses.update(after_final)
-        after_final.subtract(self._counted_ahead)
-        report.unrecorded_losses = {f"{s}/{r}": n for (s, r, _), n in sorted(after_final.items()) if n > 0}
+        self._unrecorded.subtract(self._counted_ahead)
+        self.count_late_losses(report)
         for lane in self.lanes:
             report.sinks[lane.sink.name] = lane.snapshot()
             report.health[lane.sink.name] = lane.health.report()
+        return report
+
+    def count_late_losses(self, report: ShutdownReport) -> None:
+        """Put the losses counted since the final accounting into ``report``: in its totals, and
+        in ``unrecorded_losses`` (no recording has them). ``run`` does at its end; the collector
+        does again for what its probe connections counted after that (a chunk handed to the
+        closed intake by a connection still draining at the deadline)."""
+        late = self.intake.pop_losses()
+        for lane in self.lanes:
+            late.update(lane.take_losses())
+        self._all_losses.update(late)
+        self._unrecorded.update(late)
+        report.unrecorded_losses = {
+            f"{s}/{r}": n for (s, r, _), n in sorted(self._unrecorded.items()) if n > 0
+        }
         report.events_in = self.intake.events_in
         report.intake_dropped = sum(
             n for (s, _, u), n in self._all_losses.items() if s == "intake" and u == "events"
         )
         report.losses = {f"{s}/{r}": n for (s, r, _), n in sorted(self._all_losses.items()) if n}
-        return report
 
 
 def _takes_writes(lane: SinkLane) -> bool:
