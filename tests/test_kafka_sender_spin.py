@@ -1,9 +1,14 @@
-"""kafka-python's sender thread and a broker that stopped answering (``delivery.calm_sender``).
+"""kafka-python's sender thread and a broker that stopped answering or is gone (``delivery.calm_sender``).
 
-A real tansu broker, SIGSTOPped while the producer has data for it: its kernel still accepts
-connections, so the producer's connection is left set up but never ready. kafka-python 3.0.12's
-sender then polled with a zero timeout in a loop (tens of thousands of polls a second, a core of
-CPU). The test counts the sender's polls, not time: with ``calm_sender`` it waits on the sockets.
+A real tansu broker, stopped while the producer has data for it:
+
+- SIGSTOPped, its kernel still accepts connections, so the producer's connection is left set up
+  but never ready. kafka-python 3.0.12's sender then polled with a zero timeout in a loop (tens of
+  thousands of polls a second, a core of CPU).
+- Killed, its connections are refused and the client backs off between attempts; the sender read
+  the backoff, given in seconds, as milliseconds and polled that often (0.07 cores against 0.02).
+
+The test counts the sender's polls, not time: with ``calm_sender`` it waits on the sockets.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ def _producer(broker: TansuBroker) -> Any:
     )  # fmt: skip
 
 
-def _polls_while_frozen(broker: TansuBroker) -> int:
-    """The calmed sender's polls over 1.5 s, with data waiting for a broker frozen 2 s before."""
+def _polls_in_outage(broker: TansuBroker, how: signal.Signals) -> int:
+    """The calmed sender's polls over 1.5 s, with data waiting for a broker stopped by ``how``
+    (SIGSTOP or SIGKILL) 2 s before."""
     producer = _producer(broker)
     try:
         assert calm_sender(producer)
@@ -48,7 +54,7 @@ def _polls_while_frozen(broker: TansuBroker) -> int:
             producer.send("gpu", b"x" * 1000)
         producer.flush(10)
         assert broker.process is not None
-        os.kill(broker.process.pid, signal.SIGSTOP)
+        os.kill(broker.process.pid, how)
         try:
             for _ in range(300):  # more than its in-flight requests take: the rest waits
                 producer.send("gpu", b"y" * 10_000)
@@ -57,17 +63,20 @@ def _polls_while_frozen(broker: TansuBroker) -> int:
             time.sleep(1.5)
             return polls - before
         finally:
-            broker.resume()
+            broker.resume()  # a killed broker is left as it is
     finally:
         closing = threading.Thread(target=close_producer, args=(producer,), daemon=True)
         closing.start()
         closing.join(5)
 
 
-def test_the_sender_waits_on_a_frozen_broker_instead_of_spinning(kafka_broker: TansuBroker) -> None:
-    polls = _polls_while_frozen(kafka_broker)
-    # Without calm_sender the same 1.5 s held 30,000-70,000 polls on the 2-CPU test machine (a
-    # core of CPU); with it, one per 100 ms wait.
+@pytest.mark.parametrize("how", [signal.SIGSTOP, signal.SIGKILL], ids=["frozen", "down"])
+def test_the_sender_waits_on_a_broker_that_is_frozen_or_down(
+    kafka_broker: TansuBroker, how: signal.Signals
+) -> None:
+    polls = _polls_in_outage(kafka_broker, how)
+    # The same 1.5 s on the 2-CPU test machine held 30,000-70,000 polls frozen without calm_sender,
+    # and 1,015 down while it passed the backoff on in seconds; now 7-19, one per wait or backoff.
     assert 0 < polls < 100, polls
 
 
