@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import importlib.metadata
 import itertools
 import logging
 import math
@@ -131,6 +132,21 @@ def close_producer(producer: Any, timeout: float = 0.0) -> None:
 _NOT_READY_NODE_WAIT_MS = 100.0
 
 
+# kafka-python releases whose client answers ``connection_delay`` in seconds to a sender that reads
+# milliseconds (3.0.12 read). Converting in a release that fixed it would make the sender wait a
+# thousand times the backoff, so others are left as they are; the spin test
+# (tests/test_kafka_sender_spin.py, a killed broker) fails for a release that still needs it.
+_ANSWERS_SECONDS = ("3.0.",)
+
+
+def _answers_seconds() -> bool:
+    try:
+        release = importlib.metadata.version("kafka-python")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return release.startswith(_ANSWERS_SECONDS)
+
+
 def calm_sender(producer: Any) -> bool:
     """Keep kafka-python's sender thread from spinning on a broker that stopped answering.
 
@@ -142,17 +158,18 @@ def calm_sender(producer: Any) -> bool:
     broker, against 0.05 with a healthy one, and the sink's close delayed by up to a second. For
     such a node this client answers at least ``_NOT_READY_NODE_WAIT_MS``. The client answers in
     seconds, which the sender reads as milliseconds: with the broker down (connections refused) it
-    polled ~700 times a second through the reconnect backoff (0.07 cores against 0.02); the answer
-    is now converted. Private names, looked up with getattr: returns False, and changes nothing,
-    where they are missing."""
+    polled ~700 times a second through the reconnect backoff (0.07 cores against 0.02); in the
+    releases read to have that mismatch (``_ANSWERS_SECONDS``) the answer is converted. Private
+    names, looked up with getattr: returns False, and changes nothing, where they are missing."""
     client = getattr(getattr(producer, "_sender", None), "_client", None)
     original = getattr(client, "connection_delay", None)
     conns = getattr(getattr(client, "_manager", None), "_conns", None)
     if client is None or original is None or not isinstance(conns, dict):
         return False
+    to_ms = 1000.0 if _answers_seconds() else 1.0
 
     def connection_delay(node_id: Any) -> Any:
-        delay_ms = original(node_id) * 1000.0  # the client answers in seconds, its sender reads ms
+        delay_ms = original(node_id) * to_ms
         conn = conns.get(node_id)
         if conn is None or (getattr(conn, "connected", False) and not getattr(conn, "paused", None)):
             return delay_ms  # no connection now (the sender makes one next, or after the backoff), or ready
