@@ -332,6 +332,10 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
         # minor page faults per record: each fresh page of a reply or a numpy temporary is one
         "collector_faults_per_k_records": round(watch.minor_faults / records * 1e3, 2) if records else None,
         "workers_faults_per_k_records": round(watch.workers_minor_faults / records * 1e3, 2) if records else None,
+        # the collector's busiest thread, as cores over the run: near 1.0, that thread is the limit
+        "busiest_thread": report.get("collector_busiest_thread", ""),
+        "busiest_thread_cores": round(report.get("collector_busiest_thread_cpu_s", 0.0) / wall, 3),
+        "threads_cpu_s": report.get("collector_threads_cpu_s", {}),
     }  # fmt: skip
     if args.mode == "gpu":
         result["programs_by_device"] = device_plan(n, args.gpus)

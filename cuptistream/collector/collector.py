@@ -32,6 +32,7 @@ from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.control import ControlServer, control_path
 from cuptistream.collector.memory import MemoryWatch
 from cuptistream.collector.reply_maps import ReplyMaps
+from cuptistream.collector.thread_cpu import ThreadCpu
 from cuptistream.collector.windows import WindowRequests
 from cuptistream.collector.worker_pool import WorkerPool
 from cuptistream.config import Config
@@ -97,9 +98,11 @@ class Collector:
         # the kernel while it is over the memory budget.
         trim_above = int(config.pipeline.memory_budget) // 1024 if config.pipeline.heap_trim else 0
         self.memory = MemoryWatch(trim_above_kib=trim_above)
+        self.thread_cpu = ThreadCpu()
 
     def start(self) -> Collector:
         self.memory.start()
+        self.thread_cpu.start()
         self._pipeline_thread.start()
         return self
 
@@ -197,6 +200,7 @@ class Collector:
         ``time.monotonic()``: the signal, the program's exit; None: now); past it, what is left is
         counted undelivered. The pipeline keeps the deadline's last ``CLOSE_AFTER_DEADLINE_S`` for
         closing the sinks."""
+        self.thread_cpu.sample()  # the pipeline's and the connections' threads, before they end
         if self._listener is not None:
             sockets.stop_listening(self._listener)
             self._listener = None
@@ -242,6 +246,10 @@ class Collector:
             self.report.collector_rss_shmem_kib = end.shmem_kib
             self.report.collector_peak_rss_anon_kib = self.memory.peak.anon_kib
             self.report.collector_peak_rss_shmem_kib = self.memory.peak.shmem_kib
+            self.report.collector_threads_cpu_s = self.thread_cpu.stop()
+            busiest, busiest_cpu = self.thread_cpu.busiest()
+            self.report.collector_busiest_thread = busiest
+            self.report.collector_busiest_thread_cpu_s = busiest_cpu
             if self.workers is not None:
                 self.report.decode_workers = self.workers.started
                 self.report.decode_workers_died = self.workers.died

@@ -76,6 +76,11 @@ class ShutdownReport:
     collector_rss_shmem_kib: int = 0
     collector_peak_rss_anon_kib: int = 0
     collector_peak_rss_shmem_kib: int = 0
+    # CPU seconds by thread name (``collector.thread_cpu``), and its busiest single thread: the one
+    # that limits a collector that cannot keep up, long before its process uses all its cores.
+    collector_threads_cpu_s: dict[str, float] = field(default_factory=dict)
+    collector_busiest_thread: str = ""
+    collector_busiest_thread_cpu_s: float = 0.0
     # Decode worker processes (``pipeline.decode_workers``): how many started, died, their CPU
     # time (not in ``collector_cpu_s``) and their own heaps together at the end.
     decode_workers: int = 0
