@@ -98,11 +98,15 @@ class Collector:
         # the kernel while it is over the memory budget.
         trim_above = int(config.pipeline.memory_budget) // 1024 if config.pipeline.heap_trim else 0
         self.memory = MemoryWatch(trim_above_kib=trim_above)
+        # Sampled every second in a collector of its own; in the observed program (whose threads
+        # it would read too) only at the end.
         self.thread_cpu = ThreadCpu()
+        self._in_program = in_program
 
     def start(self) -> Collector:
         self.memory.start()
-        self.thread_cpu.start()
+        if not self._in_program:
+            self.thread_cpu.start()
         self._pipeline_thread.start()
         return self
 
