@@ -18,14 +18,20 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _UNNAMED = "(native threads)"  # not Python's: zstd's or numpy's own, if any
 
 
-def read_thread_cpu(tid: int) -> float | None:
-    """User + system CPU seconds of thread ``tid`` of this process; None once it is gone."""
+def cpu_seconds(stat_path: str) -> float | None:
+    """User + system CPU seconds from a ``/proc`` ``stat`` file (a process's or a thread's); None
+    once it is gone."""
     try:
-        with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as stat:
+        with open(stat_path, encoding="ascii") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime: fields 14 and 15
+
+
+def read_thread_cpu(tid: int) -> float | None:
+    """User + system CPU seconds of thread ``tid`` of this process; None once it is gone."""
+    return cpu_seconds(f"/proc/self/task/{tid}/stat")
 
 
 class ThreadCpu:

@@ -27,6 +27,7 @@ from cuptistream.channel.shm import SlotPool
 from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.reply_maps import ReplyMaps
+from cuptistream.collector.thread_cpu import cpu_seconds
 
 _POLL_S = 1.0
 REQUEST_TIMEOUT_S = 60.0  # one buffer decodes in milliseconds; a minute is a stuck worker
@@ -34,7 +35,6 @@ _STOP_S = 5.0
 _PACKAGE = Path(__file__).resolve().parent.parent  # this cuptistream, for the worker to import
 _PACKAGE_ROOT = str(_PACKAGE.parent)
 _PROBE_BOOT = str(_PACKAGE / "probe" / "boot")
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _environment() -> dict[str, str]:
@@ -119,11 +119,7 @@ def worker_pids(collector_pid: int) -> list[int]:
 
 
 def _cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return cpu_seconds(f"/proc/{pid}/stat") or 0.0
 
 
 class WorkerPool:

@@ -139,6 +139,7 @@ _NOT_READY_NODE_WAIT_MS = 100.0
 _ANSWERS_SECONDS = ("3.0.",)
 
 
+@functools.cache
 def _answers_seconds() -> bool:
     try:
         release = importlib.metadata.version("kafka-python")
