@@ -251,25 +251,35 @@ def job_view(ranks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def keep_output(out: Path, label: str, done: subprocess.CompletedProcess[str]) -> Path:
+    """A failed session's whole stdout and stderr, beside ``--out``: torchrun interleaves every
+    rank's lines, and a fault handler's stack can be far from the end."""
+    path = out.with_name(f"{out.stem}.{label.replace(' ', '_')}.output.txt")
+    path.write_text(f"exit {done.returncode}\n== stdout\n{done.stdout}\n== stderr\n{done.stderr}")
+    return path
+
+
 def run_one(
     workload: str, args: argparse.Namespace, label: str, no_session: bool = False
 ) -> dict[str, Any] | None:
     """One session's process (or torchrun job) and what it wrote; None, said in one line, if it failed."""
+    # A crash prints every thread's Python stack (a SIGSEGV in a DDP session left none, 2026-11-28).
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / ("ranks" if args.ddp else "result.json")
         done = subprocess.run(
             child_command(workload, args, result_path, no_session), cwd=tmp, capture_output=True,
-            text=True, timeout=args.seconds + args.base + 180 + (120 if args.ddp else 0),
+            text=True, env=env, timeout=args.seconds + args.base + 180 + (120 if args.ddp else 0),
         )  # fmt: skip
-        if args.ddp:
-            ranks = read_ranks(result_path, args.ddp)
-            if done.returncode != 0 or ranks is None:
-                print(f"{label}: exit {done.returncode}: {done.stderr[-2500:]}", flush=True)
-                return None
-            return {"ranks": ranks, "job": job_view(ranks)}
-        if done.returncode != 0 or not result_path.exists():
-            print(f"{label}: exit {done.returncode}: {done.stderr[-1500:]}", flush=True)
+        ranks = read_ranks(result_path, args.ddp) if args.ddp else None
+        if done.returncode != 0 or (ranks is None if args.ddp else not result_path.exists()):
+            kept = keep_output(args.out, label, done)
+            print(
+                f"{label}: exit {done.returncode} (all its output: {kept}): {done.stderr[-1500:]}", flush=True
+            )
             return None
+        if ranks is not None:
+            return {"ranks": ranks, "job": job_view(ranks)}
         loaded: dict[str, Any] = json.loads(result_path.read_text())
         return loaded
 
