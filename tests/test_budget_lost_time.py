@@ -174,7 +174,8 @@ def test_main_under_ddp_summarizes_what_the_ranks_wrote(
     def stand_in(workload: str, args: argparse.Namespace, out: Path, no_session: bool = False) -> list[str]:
         calls.append(out)
         if len(calls) == 2:
-            return [sys.executable, "-c", "import sys; sys.exit('rank 1 failed')"]
+            failing = "import os, sys; print('fault handler', os.environ['PYTHONFAULTHANDLER']); sys.exit('rank 1 failed')"
+            return [sys.executable, "-c", failing]
         program = (
             "import json, sys; from pathlib import Path; out = Path(sys.argv[2]); out.mkdir()\n"
             "for r in json.loads(Path(sys.argv[1]).read_text()): (out / f'rank{r[\"rank\"]}.json').write_text(json.dumps(r))"
@@ -187,7 +188,9 @@ def test_main_under_ddp_summarizes_what_the_ranks_wrote(
         budget_lost_time.main(["--ddp", "2", "--workloads", "D1", "--sessions", "3", "--out", str(out)]) == 0
     )
     printed = capsys.readouterr().out
-    assert "D1 session 1: exit 1: rank 1 failed" in printed
+    kept = tmp_path / "lost.D1_session_1.output.txt"
+    assert f"D1 session 1: exit 1 (all its output: {kept}): rank 1 failed" in printed
+    assert kept.read_text() == "exit 1\n== stdout\nfault handler 1\n\n== stderr\nrank 1 failed\n"
     assert "D1 rank 0 (2 sessions): cost " in printed and "D1 rank 1 (2 sessions): cost " in printed
     result = json.loads(out.read_text())["results"]["D1"]
     assert len(result["sessions"]) == 2 and sorted(result["per_rank"]) == ["0", "1"]
