@@ -3,7 +3,8 @@ window, attached afresh at the next, never again after a CUDA graph.
 
 No CUDA driver or libcupti can run on this machine, so two stand-ins answer for them, and only them:
 ``FakeLibcupti`` answers every libcupti function with success and records the call, and
-``FakeCupti`` (tests/test_callbacks_subscriber.py) stands in for cupti-python's subscriber calls.
+``FakeCupti`` (tests/test_callbacks_subscriber.py) stands in for cupti-python's subscriber calls,
+with ``DriverCalls`` as the program's thread whose CUDA calls' exits it reports.
 The source, its window logic, the process-wide subscriber, ``driver.park`` and the shared-memory
 outlet are the real ones. The GPU runs the same paths for real (tests/gpu/test_budget_gpu.py)."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ from sources.activity import ActivitySource, ActivitySourceConfig
 from sources.activity.source import GRAPH_CBIDS
 from sources.activity.windows import Windows
 from tests.gpu.workloads.collect import Collect
-from tests.test_callbacks_subscriber import FakeCupti
+from tests.test_callbacks_subscriber import DriverCalls, FakeCupti
 
 
 class FakeLibcupti:
@@ -64,7 +66,7 @@ class Spans(Collect):
 
 
 @pytest.fixture
-def cupti(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeLibcupti, FakeCupti]:
+def cupti(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeLibcupti, FakeCupti]]:
     lib, callbacks = FakeLibcupti(), FakeCupti()
     monkeypatch.setattr(library, "libcupti", lambda: lib)
     monkeypatch.setattr(driver, "require_gpu", lambda: None)
@@ -74,7 +76,9 @@ def cupti(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeLibcupti, FakeCupti]:
     monkeypatch.setattr(gpus, "any_context_active", lambda: False)  # started before CUDA, as under `run`
     monkeypatch.setattr(subscriber, "_process_subscriber", Subscriber(callbacks))
     monkeypatch.setattr(Windows, "start", lambda self: None)  # the test opens and closes the windows
-    return lib, callbacks
+    program = DriverCalls(callbacks)  # the program's CUDA calls: CUPTI detaches at one's exit
+    yield lib, callbacks
+    program.stop()
 
 
 def _source(emitter: Collect, **fields: Any) -> ActivitySource:

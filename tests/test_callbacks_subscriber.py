@@ -8,11 +8,15 @@ lets the test fire callbacks the way CUPTI would. The no-driver test uses the re
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 import pytest
 
 from cuptistream.cupti.subscriber import (
+    API_ENTER,
+    API_EXIT,
+    ApiCallbackData,
     CuptiUnavailable,
     Domain,
     Subscriber,
@@ -75,6 +79,31 @@ class FakeCupti:
             domain in self.enabled_domains or (domain, cbid) in self.enabled_cbids
         ):
             self.callback(None, domain, cbid, data)
+
+
+class DriverCalls:
+    """A program thread making CUDA driver calls: each fires the driver API callback at its enter and
+    at its exit, as CUPTI does, every ``period_s`` until ``stop()``. ``sites`` keeps the order."""
+
+    def __init__(
+        self, cupti: FakeCupti, sites: tuple[int, ...] = (API_ENTER, API_EXIT), period_s: float = 0.001
+    ) -> None:
+        self._cupti, self._period_s = cupti, period_s
+        self._data = {site: ApiCallbackData(callbackSite=site) for site in sites}
+        self.sites: list[int] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="program-thread", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            for site, data in self._data.items():
+                self.sites.append(site)
+                self._cupti.fire(Domain.DRIVER_API, 17, ctypes.addressof(data))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join()
 
 
 def test_routes_by_domain_and_cbid_and_names_itself() -> None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from cuptistream.cupti import api_functions, cubin_api, library, pcsampling_api, sass_api
+from tests.test_callbacks_subscriber import DriverCalls, FakeCupti
 
 ROOT = Path(__file__).resolve().parents[1]
 TREES = ("cuptistream", "sources", "sinks")
@@ -140,22 +143,84 @@ def test_driver_names_without_the_v2_suffix_select_every_version() -> None:
         api_functions.check_patterns("driver", ["cuLaunch*", "cuFoo*"])
 
 
-def test_park_detaches_only_when_the_caller_alone_holds_cupti(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``driver.park`` between budget windows: ``cuptiFinalize`` once, then the callback subscriber
-    subscribed again; never while another source of ours holds CUPTI. No libcupti here, so the one
-    ``call`` is recorded instead of made (the GPU tests run the real one)."""
+@pytest.fixture
+def parking(monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[str, str]], FakeCupti]:
+    """``driver.park``'s surroundings without libcupti: ``call`` records (name, thread) instead of
+    calling CUPTI, and the process-wide subscriber talks to ``FakeCupti`` (the GPU tests run both
+    for real). The state source's registration is there, as in a production config."""
     from cuptistream.cupti import driver, subscriber
 
-    calls: list[str] = []
-    resubscribed: list[bool] = []
-    monkeypatch.setattr(driver, "call", lambda name, *args: calls.append(name))
-    monkeypatch.setattr(subscriber.get(), "resubscribe", lambda: resubscribed.append(True))
-    monkeypatch.setattr(driver, "_users", {"activity": 1, "pc_sampling": 1})
-    monkeypatch.setattr(driver, "detached_once", False)
-    assert driver.park("activity") is False and calls == [] and not driver.detached_once
-    monkeypatch.setattr(driver, "_users", {"activity": 2})
-    assert driver.park("activity") is False and calls == []
+    calls: list[tuple[str, str]] = []
+    fake = FakeCupti()
+
+    def call(name: str, *args: object) -> None:
+        calls.append((name, threading.current_thread().name))
+        if name == "cuptiFinalize":  # what it leaves: no callback enabled
+            fake.enabled_domains.clear()
+            fake.enabled_cbids.clear()
+
+    monkeypatch.setattr(driver, "call", call)
+    monkeypatch.setattr(subscriber, "_process_subscriber", subscriber.Subscriber(fake))
+    subscriber.register(subscriber.Domain.STATE, lambda d, c, data: None)
     monkeypatch.setattr(driver, "_users", {"activity": 1})
-    assert driver.park("activity") is True
-    assert calls == ["cuptiFinalize"] and resubscribed == [True] and driver.detached_once
+    monkeypatch.setattr(driver, "detached_once", False)
+    return calls, fake
+
+
+def test_park_detaches_at_a_program_threads_driver_call_exit(
+    parking: tuple[list[tuple[str, str]], FakeCupti],
+) -> None:
+    """``cuptiFinalize`` runs once, on the thread that left a CUDA driver call (NVIDIA's safe place),
+    never at a call's enter; then the subscriber is back with the state source's registration only."""
+    from cuptistream.cupti import driver
+    from cuptistream.cupti.subscriber import Domain
+
+    calls, fake = parking
+    program = DriverCalls(fake)
+    try:
+        assert driver.park("activity") is None
+    finally:
+        program.stop()
+    assert calls == [("cuptiFinalize", "program-thread")] and driver.detached_once
+    assert fake.enabled_domains == {Domain.STATE}  # the exit watch went with the detach
     assert driver._users == {"activity": 1}  # still the source's: the next window attaches afresh
+
+
+def test_park_stays_attached_when_no_driver_call_returns(
+    parking: tuple[list[tuple[str, str]], FakeCupti],
+) -> None:
+    """A program in no CUDA call (or in a long one) is not detached from under it: after the wait,
+    CUPTI stays attached (it costs an idle program nothing) and the exit watch is removed."""
+    from cuptistream.cupti import driver
+    from cuptistream.cupti.subscriber import API_ENTER, Domain
+
+    calls, fake = parking
+    entering = DriverCalls(fake, sites=(API_ENTER,))  # a thread that enters calls, none returning
+    try:
+        assert driver.park("activity", wait_s=0.05) == "no CUDA driver call returned within 0.05 s"
+    finally:
+        entering.stop()
+    assert entering.sites  # it was in CUDA calls all along
+    assert calls == [] and not driver.detached_once
+    assert fake.enabled_domains == {Domain.STATE}
+    program = DriverCalls(fake)  # a call returning now finds nothing armed
+    time.sleep(0.02)
+    program.stop()
+    assert calls == []
+
+
+def test_park_never_detaches_cupti_another_source_holds(
+    parking: tuple[list[tuple[str, str]], FakeCupti], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cuptistream.cupti import driver
+
+    calls, fake = parking
+    program = DriverCalls(fake)
+    try:
+        monkeypatch.setattr(driver, "_users", {"activity": 1, "pc_sampling": 1})
+        assert driver.park("activity") == "another source of ours holds CUPTI"
+        monkeypatch.setattr(driver, "_users", {"activity": 2})
+        assert driver.park("activity") == "another source of ours holds CUPTI"
+    finally:
+        program.stop()
+    assert calls == [] and not driver.detached_once

@@ -163,24 +163,87 @@ def release(user: str, finalize: bool = True) -> bool:
     return True
 
 
-def park(user: str) -> bool:
+PARK_WAIT_S = 1.0
+"""How long ``park`` waits for a CUDA driver call to return on some thread before it leaves CUPTI
+attached for this pause (a program that makes no CUDA call pays nothing for it)."""
+
+
+class _FinalizeAtApiExit:
+    """Detaches CUPTI on the first thread that returns from a CUDA driver call: NVIDIA's guide
+    (§2.3.7) names an API exit as the safe place for ``cuptiFinalize``, since other threads that
+    are inside CUPTI while it tears down may crash. Called from another thread it can, and a
+    2-rank DDP job (NCCL's threads) died of SIGSEGV once in 5 sessions (H200, 2026-11-28)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._armed = True
+        self.finished = threading.Event()
+        self.error: CuptiError | None = None
+        self.thread = ""  # the name of the thread that detached
+
+    def on_driver_api(self, domain: int, cbid: int, data: object) -> None:
+        # Inside the CUDA call, on the application's thread: only the first exit acts.
+        from cuptistream.cupti.subscriber import API_EXIT, ApiCallbackData, address_of
+
+        address = address_of(data)
+        if not address or ApiCallbackData.from_address(address).callbackSite != API_EXIT:
+            return
+        with self._lock:
+            if not self._armed:
+                return
+            self._armed = False
+        try:
+            call("cuptiFinalize")  # ctypes lets the GIL go: other threads' callbacks run on
+        except CuptiError as error:
+            self.error = error
+        finally:
+            self.thread = threading.current_thread().name
+            self.finished.set()
+
+    def disarm(self) -> bool:
+        """True when no thread has begun the detach, and now none will."""
+        with self._lock:
+            armed, self._armed = self._armed, False
+            return armed
+
+
+def park(user: str, wait_s: float = PARK_WAIT_S) -> str | None:
     """Detach CUPTI between ``user``'s trace windows (``activity.between_windows: detach``): attached,
     CUPTI costs every kernel launch about 1 µs even with nothing traced (bench/launch_cost.py), and
-    only ``cuptiFinalize`` takes that off. The callback subscriber (the state source's) is subscribed
-    again at once with its registrations: a bare subscriber costs the launch path nothing measurable.
-    The next CUPTI call attaches afresh. Returns False, detaching nothing, while another source holds
-    CUPTI. The caller must have flushed CUPTI's buffers first; ``cuptiFinalize`` synchronizes every
-    context itself (guide §2.3.7)."""
+    only ``cuptiFinalize`` takes that off. The next CUPTI call attaches afresh.
+
+    ``cuptiFinalize`` runs at the exit of the next CUDA driver call any thread of the program
+    makes (``_FinalizeAtApiExit``); this waits for it. The callback subscriber (the state source's)
+    is subscribed again afterwards with its registrations: a bare subscriber costs the launch path
+    nothing measurable. The caller must have flushed CUPTI's buffers first.
+
+    Returns None when CUPTI was detached, else why it stays attached: another source of ours holds
+    it, the exit callback could not be set up, or no driver call returned within ``wait_s``.
+    Raises ``CuptiError`` when ``cuptiFinalize`` itself fails."""
+    from cuptistream.cupti import subscriber
+
     global detached_once
     with _users_lock:
         if _others_hold(user):
-            return False
-        call("cuptiFinalize")
+            return "another source of ours holds CUPTI"
+        site = _FinalizeAtApiExit()
+        try:
+            reg = subscriber.register(subscriber.Domain.DRIVER_API, site.on_driver_api)
+        except Exception as error:
+            why = subscriber.describe_cupti_failure(error)
+            return f"no callback at a CUDA call's exit to detach from ({why})"
+        if not site.finished.wait(wait_s) and site.disarm():
+            reg.remove()
+            return f"no CUDA driver call returned within {wait_s:g} s"
+        site.finished.wait()  # begun on a program thread: cuptiFinalize returns there
+        if site.error is not None:
+            reg.remove()
+            raise site.error
         detached_once = True
-    from cuptistream.cupti import subscriber
-
-    subscriber.get().resubscribe()
-    return True
+    sub = subscriber.get()
+    sub.drop_dead(reg)
+    sub.resubscribe()
+    return None
 
 
 def _forget_subscriber() -> None:

@@ -230,6 +230,22 @@ class Subscriber:
             self._routes = {}
             self._handle = None
 
+    def drop_dead(self, reg: Registration) -> None:
+        """Remove ``reg`` without calling CUPTI: ``cuptiFinalize`` destroyed the handle it was
+        enabled on (``driver.park``). ``resubscribe`` then enables only what is left."""
+        with self._lock:
+            reg._removed = True
+            if reg not in self._registrations:
+                return
+            self._registrations.remove(reg)
+            if reg.cbid is None:
+                self._domain_refs[reg.domain] -= 1
+            else:
+                self._cbid_refs[(reg.domain, reg.cbid)] -= 1
+            self._domain_refs = +self._domain_refs  # drops the keys at zero
+            self._cbid_refs = +self._cbid_refs
+            self._rebuild_routes()
+
     def resubscribe(self) -> None:
         """Subscribe again with every registration kept, after ``cuptiFinalize`` destroyed the handle
         (``driver.park``). Never raises: where CUPTI refuses (another tool took the slot meanwhile),

@@ -417,11 +417,10 @@ class ActivitySource(Source):
                 return
             self._correlate(False)  # a pushed id would attach CUPTI again
             try:
-                parked = driver.park("activity")
-                why, severity = "another source of ours holds CUPTI", "info"
+                why, severity = driver.park("activity"), "info"
             except library.CuptiError as error:
-                parked, why, severity = False, f"cuptiFinalize failed: {error}", "warning"
-            if not parked:
+                why, severity = f"cuptiFinalize failed: {error}", "warning"
+            if why is not None:
                 self._stayed_attached(why, severity)
                 self._correlate(True)
                 return
