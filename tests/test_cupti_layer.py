@@ -186,7 +186,7 @@ def test_park_detaches_at_a_program_threads_driver_call_exit(
     assert driver._users == {"activity": 1}  # still the source's: the next window attaches afresh
 
 
-def test_park_stays_attached_when_no_driver_call_returns(
+def test_park_stays_attached_when_no_cuda_call_returns(
     parking: tuple[list[tuple[str, str]], FakeCupti],
 ) -> None:
     """A program in no CUDA call (or in a long one) is not detached from under it: after the wait,
@@ -197,7 +197,7 @@ def test_park_stays_attached_when_no_driver_call_returns(
     calls, fake = parking
     entering = DriverCalls(fake, sites=(API_ENTER,))  # a thread that enters calls, none returning
     try:
-        assert driver.park("activity", wait_s=0.05) == "no CUDA driver call returned within 0.05 s"
+        assert driver.park("activity", wait_s=0.05) == "no CUDA call returned within 0.05 s"
     finally:
         entering.stop()
     assert entering.sites  # it was in CUDA calls all along
@@ -207,6 +207,22 @@ def test_park_stays_attached_when_no_driver_call_returns(
     time.sleep(0.02)
     program.stop()
     assert calls == []
+
+
+def test_park_called_off_at_the_exit_stays_attached(parking: tuple[list[tuple[str, str]], FakeCupti]) -> None:
+    """The activity source stops wanting the detach while it waits for a call's exit (the program
+    made a CUDA graph, which a detach would break): nothing is finalized, the watch is removed."""
+    from cuptistream.cupti import driver
+    from cuptistream.cupti.subscriber import Domain
+
+    calls, fake = parking
+    program = DriverCalls(fake)
+    try:
+        reason = driver.park("activity", still_wanted=lambda: False)
+    finally:
+        program.stop()
+    assert reason == "detaching was no longer wanted when a CUDA call returned"
+    assert calls == [] and not driver.detached_once and fake.enabled_domains == {Domain.STATE}
 
 
 def test_park_never_detaches_cupti_another_source_holds(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 
@@ -164,24 +164,26 @@ def release(user: str, finalize: bool = True) -> bool:
 
 
 PARK_WAIT_S = 1.0
-"""How long ``park`` waits for a CUDA driver call to return on some thread before it leaves CUPTI
-attached for this pause (a program that makes no CUDA call pays nothing for it)."""
+"""How long ``park`` waits for a CUDA call to return on some thread before it leaves CUPTI attached
+for this pause (a program that makes no CUDA call pays nothing for it)."""
 
 
 class _FinalizeAtApiExit:
-    """Detaches CUPTI on the first thread that returns from a CUDA driver call: NVIDIA's guide
-    (§2.3.7) names an API exit as the safe place for ``cuptiFinalize``, since other threads that
-    are inside CUPTI while it tears down may crash. Called from another thread it can, and a
-    2-rank DDP job (NCCL's threads) died of SIGSEGV once in 5 sessions (H200, 2026-11-28)."""
+    """Detaches CUPTI on the first thread that returns from a CUDA runtime or driver call. NVIDIA's
+    guide (§2.3.7) names an API exit as the safe place for ``cuptiFinalize``: other threads inside
+    CUPTI while it tears down may crash. Called from our own thread, it left a 2-rank DDP job's rank
+    dead of SIGSEGV once in 5 sessions (H200, 2026-11-28); Kineto saw the same crash and moved its
+    teardown to an API exit (pytorch/kineto#686)."""
 
-    def __init__(self) -> None:
+    def __init__(self, still_wanted: Callable[[], bool]) -> None:
+        self._still_wanted = still_wanted
         self._lock = threading.Lock()
         self._armed = True
         self.finished = threading.Event()
+        self.vetoed = False  # the caller stopped wanting it before a call returned (a CUDA graph)
         self.error: CuptiError | None = None
-        self.thread = ""  # the name of the thread that detached
 
-    def on_driver_api(self, domain: int, cbid: int, data: object) -> None:
+    def on_api(self, domain: int, cbid: int, data: object) -> None:
         # Inside the CUDA call, on the application's thread: only the first exit acts.
         from cuptistream.cupti.subscriber import API_EXIT, ApiCallbackData, address_of
 
@@ -192,56 +194,74 @@ class _FinalizeAtApiExit:
             if not self._armed:
                 return
             self._armed = False
+            if not self._still_wanted():
+                self.vetoed = True
+                self.finished.set()
+                return
         try:
             call("cuptiFinalize")  # ctypes lets the GIL go: other threads' callbacks run on
         except CuptiError as error:
             self.error = error
         finally:
-            self.thread = threading.current_thread().name
             self.finished.set()
 
-    def disarm(self) -> bool:
-        """True when no thread has begun the detach, and now none will."""
-        with self._lock:
-            armed, self._armed = self._armed, False
-            return armed
+    def wait(self, seconds: float) -> str | None:
+        """None once CUPTI is detached; else why not: no call returned within ``seconds`` (and now
+        none will act), or ``still_wanted`` said no. Raises the ``CuptiError`` of a failed detach."""
+        if not self.finished.wait(seconds):
+            with self._lock:
+                if self._armed:
+                    self._armed = False
+                    return f"no CUDA call returned within {seconds:g} s"
+            self.finished.wait()  # begun on a program thread: cuptiFinalize returns there
+        if self.error is not None:
+            raise self.error
+        return "detaching was no longer wanted when a CUDA call returned" if self.vetoed else None
 
 
-def park(user: str, wait_s: float = PARK_WAIT_S) -> str | None:
+def park(
+    user: str, wait_s: float = PARK_WAIT_S, still_wanted: Callable[[], bool] = lambda: True
+) -> str | None:
     """Detach CUPTI between ``user``'s trace windows (``activity.between_windows: detach``): attached,
     CUPTI costs every kernel launch about 1 µs even with nothing traced (bench/launch_cost.py), and
     only ``cuptiFinalize`` takes that off. The next CUPTI call attaches afresh.
 
-    ``cuptiFinalize`` runs at the exit of the next CUDA driver call any thread of the program
-    makes (``_FinalizeAtApiExit``); this waits for it. The callback subscriber (the state source's)
-    is subscribed again afterwards with its registrations: a bare subscriber costs the launch path
-    nothing measurable. The caller must have flushed CUPTI's buffers first.
+    ``cuptiFinalize`` runs at the exit of the next CUDA runtime or driver call that any thread of
+    the program makes (``_FinalizeAtApiExit``), if ``still_wanted()`` says so there; this waits for
+    it. The callback subscriber (the state source's) is then subscribed again with its
+    registrations: a bare subscriber costs the launch path nothing measurable. The caller must have
+    flushed CUPTI's buffers first.
 
     Returns None when CUPTI was detached, else why it stays attached: another source of ours holds
-    it, the exit callback could not be set up, or no driver call returned within ``wait_s``.
-    Raises ``CuptiError`` when ``cuptiFinalize`` itself fails."""
+    it, the exit callbacks could not be set up, no call returned within ``wait_s``, or
+    ``still_wanted()`` said no. Raises ``CuptiError`` when ``cuptiFinalize`` itself fails."""
     from cuptistream.cupti import subscriber
 
     global detached_once
     with _users_lock:
         if _others_hold(user):
             return "another source of ours holds CUPTI"
-        site = _FinalizeAtApiExit()
+        site = _FinalizeAtApiExit(still_wanted)
+        watches: list[subscriber.Registration] = []
         try:
-            reg = subscriber.register(subscriber.Domain.DRIVER_API, site.on_driver_api)
+            for domain in (subscriber.Domain.RUNTIME_API, subscriber.Domain.DRIVER_API):
+                watches.append(subscriber.register(domain, site.on_api))
+            why = site.wait(wait_s)
         except Exception as error:
-            why = subscriber.describe_cupti_failure(error)
-            return f"no callback at a CUDA call's exit to detach from ({why})"
-        if not site.finished.wait(wait_s) and site.disarm():
-            reg.remove()
-            return f"no CUDA driver call returned within {wait_s:g} s"
-        site.finished.wait()  # begun on a program thread: cuptiFinalize returns there
-        if site.error is not None:
-            reg.remove()
-            raise site.error
+            for watch in watches:  # CUPTI is attached as before: its callbacks go off again
+                watch.remove()
+            if isinstance(error, CuptiError):
+                raise
+            problem = subscriber.describe_cupti_failure(error)
+            return f"no callback at a CUDA call's exit to detach from ({problem})"
+        if why is not None:
+            for watch in watches:
+                watch.remove()
+            return why
         detached_once = True
     sub = subscriber.get()
-    sub.drop_dead(reg)
+    for watch in watches:  # their handle died with CUPTI
+        sub.drop_dead(watch)
     sub.resubscribe()
     return None
 

@@ -417,7 +417,8 @@ class ActivitySource(Source):
                 return
             self._correlate(False)  # a pushed id would attach CUPTI again
             try:
-                why, severity = driver.park("activity"), "info"
+                # A CUDA graph made while the detach waits for a call's exit calls it off.
+                why, severity = driver.park("activity", still_wanted=lambda: self._may_detach), "info"
             except library.CuptiError as error:
                 why, severity = f"cuptiFinalize failed: {error}", "warning"
             if why is not None:
