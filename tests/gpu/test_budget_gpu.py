@@ -242,8 +242,8 @@ def test_windows_detach_cupti_until_the_first_cuda_graph(tmp_path: Path) -> None
                                           "correlation_ids": ids})  # fmt: skip
 
 
-# Threads that launch on their own streams while budget windows detach CUPTI: cuptiFinalize runs on
-# the window thread while others may be inside CUDA calls, which CUPTI's guide warns about.
+# Threads that launch on their own streams while budget windows detach CUPTI: cuptiFinalize runs at
+# one of their calls' exits (driver.park), while the others may be inside CUDA calls.
 THREADS = r"""
 import json, sys, threading, time, torch
 seconds, count = float(sys.argv[1]), int(sys.argv[2])
