@@ -2,8 +2,8 @@
 job, where NCCL's threads call CUDA around each ``cuptiFinalize`` (issue 26).
 
 CUPTI's guide warns that other threads inside CUDA calls during ``cuptiFinalize`` can crash (so it
-runs at a CUDA call's exit, ``driver.park``); the
-single-GPU tests (tests/gpu/test_budget_gpu.py) cover CUDA graphs and Python threads. Here:
+runs at a CUDA call's exit, ``driver.park``); the single-GPU tests (tests/gpu/test_budget_gpu.py)
+cover CUDA graphs and Python threads. Here:
 ``cuptistream run -c <production.yaml, detach, a window every second> -- torchrun --nproc_per_node=2
 examples/train_ddp.py``. Every rank must finish all its steps, every window of both ranks after its
 first must have attached CUPTI afresh, and no error may be reported. The second test detaches every
