@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cuptistream.cupti import api_functions, cubin_api, library, pcsampling_api, sass_api
-from tests.test_callbacks_subscriber import DriverCalls, FakeCupti
+from tests.test_callbacks_subscriber import DriverCalls, FakeCupti, FakeCuptiError
 
 ROOT = Path(__file__).resolve().parents[1]
 TREES = ("cuptistream", "sources", "sinks")
@@ -222,6 +222,31 @@ def test_park_called_off_at_the_exit_stays_attached(parking: tuple[list[tuple[st
     finally:
         program.stop()
     assert reason == "detaching was no longer wanted when a CUDA call returned"
+    assert calls == [] and not driver.detached_once and fake.enabled_domains == {Domain.STATE}
+
+
+def test_park_acts_only_once_both_exit_watches_are_set(
+    parking: tuple[list[tuple[str, str]], FakeCupti], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver API watch cannot be set: a runtime call that returns after the runtime watch was
+    set, and before that failure, must not detach CUPTI behind the caller's back (it would think
+    CUPTI still attached). Nothing is finalized and the runtime watch is taken off."""
+    from cuptistream.cupti import driver
+    from cuptistream.cupti.subscriber import API_EXIT, ApiCallbackData, Domain
+
+    calls, fake = parking
+    returned = ApiCallbackData(callbackSite=API_EXIT)
+    enable = fake.enable_domain
+
+    def refuse_driver_domain(on: int, handle: int, domain: int) -> None:
+        if on and domain == Domain.DRIVER_API:
+            fake.fire(Domain.RUNTIME_API, 1, ctypes.addressof(returned))  # a call returns meanwhile
+            raise FakeCuptiError(1)
+        enable(on, handle, domain)
+
+    monkeypatch.setattr(fake, "enable_domain", refuse_driver_domain)
+    reason = driver.park("activity")
+    assert reason is not None and reason.startswith("no callback at a CUDA call's exit"), reason
     assert calls == [] and not driver.detached_once and fake.enabled_domains == {Domain.STATE}
 
 

@@ -178,7 +178,7 @@ class _FinalizeAtApiExit:
     def __init__(self, still_wanted: Callable[[], bool]) -> None:
         self._still_wanted = still_wanted
         self._lock = threading.Lock()
-        self._armed = True
+        self._armed = False  # until every watch is set: a detach between two would strand the rest
         self.finished = threading.Event()
         self.vetoed = False  # the caller stopped wanting it before a call returned (a CUDA graph)
         self.error: CuptiError | None = None
@@ -204,6 +204,10 @@ class _FinalizeAtApiExit:
             self.error = error
         finally:
             self.finished.set()
+
+    def arm(self) -> None:
+        with self._lock:
+            self._armed = True
 
     def wait(self, seconds: float) -> str | None:
         """None once CUPTI is detached; else why not: no call returned within ``seconds`` (and now
@@ -246,6 +250,7 @@ def park(
         try:
             for domain in (subscriber.Domain.RUNTIME_API, subscriber.Domain.DRIVER_API):
                 watches.append(subscriber.register(domain, site.on_api))
+            site.arm()
             why = site.wait(wait_s)
         except Exception as error:
             for watch in watches:  # CUPTI is attached as before: its callbacks go off again
