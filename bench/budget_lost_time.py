@@ -272,7 +272,8 @@ def run_one(
             text=True, env=env, timeout=args.seconds + args.base + 180 + (120 if args.ddp else 0),
         )  # fmt: skip
         ranks = read_ranks(result_path, args.ddp) if args.ddp else None
-        if done.returncode != 0 or (ranks is None if args.ddp else not result_path.exists()):
+        wrote = ranks is not None if args.ddp else result_path.exists()
+        if done.returncode != 0 or not wrote:
             kept = keep_output(args.out, label, done)
             print(
                 f"{label}: exit {done.returncode} (all its output: {kept}): {done.stderr[-1500:]}", flush=True

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 
-from cuptistream.cupti import gpus
+from cuptistream.cupti import gpus, subscriber
 from cuptistream.cupti.library import SUCCESS, CuptiError, call, call_status, libcupti, result_name
 from cuptistream.errors import NoGpuError, UserError
 
@@ -185,10 +185,10 @@ class _FinalizeAtApiExit:
 
     def on_api(self, domain: int, cbid: int, data: object) -> None:
         # Inside the CUDA call, on the application's thread: only the first exit acts.
-        from cuptistream.cupti.subscriber import API_EXIT, ApiCallbackData, address_of
-
-        address = address_of(data)
-        if not address or ApiCallbackData.from_address(address).callbackSite != API_EXIT:
+        address = subscriber.address_of(data)
+        if not address:
+            return
+        if subscriber.ApiCallbackData.from_address(address).callbackSite != subscriber.API_EXIT:
             return
         with self._lock:
             if not self._armed:
@@ -239,29 +239,28 @@ def park(
     Returns None when CUPTI was detached, else why it stays attached: another source of ours holds
     it, the exit callbacks could not be set up, no call returned within ``wait_s``, or
     ``still_wanted()`` said no. Raises ``CuptiError`` when ``cuptiFinalize`` itself fails."""
-    from cuptistream.cupti import subscriber
-
     global detached_once
     with _users_lock:
         if _others_hold(user):
             return "another source of ours holds CUPTI"
         site = _FinalizeAtApiExit(still_wanted)
         watches: list[subscriber.Registration] = []
+        why: str | None = "cuptiFinalize failed"  # until the wait says otherwise (it raises then)
         try:
             for domain in (subscriber.Domain.RUNTIME_API, subscriber.Domain.DRIVER_API):
                 watches.append(subscriber.register(domain, site.on_api))
             site.arm()
             why = site.wait(wait_s)
+        except CuptiError:
+            raise
         except Exception as error:
-            for watch in watches:  # CUPTI is attached as before: its callbacks go off again
-                watch.remove()
-            if isinstance(error, CuptiError):
-                raise
             problem = subscriber.describe_cupti_failure(error)
-            return f"no callback at a CUDA call's exit to detach from ({problem})"
+            why = f"no callback at a CUDA call's exit to detach from ({problem})"
+        finally:
+            if why is not None:  # CUPTI is attached as before: its callbacks go off again
+                for watch in watches:
+                    watch.remove()
         if why is not None:
-            for watch in watches:
-                watch.remove()
             return why
         detached_once = True
     sub = subscriber.get()
@@ -273,8 +272,6 @@ def park(
 
 def _forget_subscriber() -> None:
     try:  # the callback subscriber's handle died with CUPTI; let it know without calling CUPTI
-        from cuptistream.cupti import subscriber
-
         subscriber.get().forget()
     except Exception:
         pass

@@ -232,19 +232,12 @@ class Subscriber:
 
     def drop_dead(self, reg: Registration) -> None:
         """Remove ``reg`` without calling CUPTI: ``cuptiFinalize`` destroyed the handle it was
-        enabled on (``driver.park``). ``resubscribe`` then enables only what is left."""
+        enabled on (``driver.park``). The ``resubscribe`` that must follow enables what is left."""
         with self._lock:
             reg._removed = True
-            if reg not in self._registrations:
-                return
-            self._registrations.remove(reg)
-            if reg.cbid is None:
-                self._domain_refs[reg.domain] -= 1
-            else:
-                self._cbid_refs[(reg.domain, reg.cbid)] -= 1
-            self._domain_refs = +self._domain_refs  # drops the keys at zero
-            self._cbid_refs = +self._cbid_refs
-            self._rebuild_routes()
+            if reg in self._registrations:
+                self._registrations.remove(reg)
+                self._rebuild_routes()
 
     def resubscribe(self) -> None:
         """Subscribe again with every registration kept, after ``cuptiFinalize`` destroyed the handle
@@ -252,6 +245,9 @@ class Subscriber:
         the registrations are dropped as ``forget`` drops them and the failure is counted."""
         with self._lock:
             self._handle = None
+            # What the new handle enables, counted afresh from what is registered now.
+            self._domain_refs = Counter(r.domain for r in self._registrations if r.cbid is None)
+            self._cbid_refs = Counter((r.domain, r.cbid) for r in self._registrations if r.cbid is not None)
             if not self._registrations:
                 return
             domains, cbids = list(self._domain_refs), list(self._cbid_refs)
