@@ -195,7 +195,7 @@ def detach_config(tmp_path: Path, **activity_fields: Any) -> Path:
 
     config = yaml.safe_load(PRODUCTION.read_text())
     activity = next(s for s in config["sources"] if s["type"] == "activity")
-    activity.update(between_windows="detach", max_pause="1s", **activity_fields)
+    activity.update({"between_windows": "detach", "max_pause": "1s", **activity_fields})
     path = tmp_path / "detach.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
