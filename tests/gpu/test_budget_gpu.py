@@ -188,12 +188,15 @@ print(json.dumps({"graphs": len(graphs), "replays": replays, "value": x.item(), 
 """
 
 
-def detach_config(tmp_path: Path, **activity_fields: Any) -> Path:
+def detach_config(tmp_path: Path, budget: str | None = None, **activity_fields: Any) -> Path:
     """production.yaml with ``between_windows: detach`` and a window (an attach and a detach) at least
-    every second; ``activity_fields`` override more of the activity source."""
+    every second; ``budget`` replaces ``overhead.budget`` (a larger one shortens the pauses) and
+    ``activity_fields`` override more of the activity source."""
     import yaml
 
     config = yaml.safe_load(PRODUCTION.read_text())
+    if budget is not None:
+        config["overhead"]["budget"] = budget
     activity = next(s for s in config["sources"] if s["type"] == "activity")
     activity.update({"between_windows": "detach", "max_pause": "1s", **activity_fields})
     path = tmp_path / "detach.yaml"

@@ -5,9 +5,10 @@ CUPTI's guide warns that other threads inside CUDA calls during ``cuptiFinalize`
 runs at a CUDA call's exit, ``driver.park``); the single-GPU tests (tests/gpu/test_budget_gpu.py)
 cover CUDA graphs and Python threads. Here:
 ``cuptistream run -c <production.yaml, detach, a window every second> -- torchrun --nproc_per_node=2
-examples/train_ddp.py``. Every rank must finish all its steps, every window of both ranks after its
-first must have attached CUPTI afresh, and no error may be reported. The second test detaches every
-quarter second for about a minute. Needs two GPUs; skips on fewer.
+examples/train_ddp.py``. Every rank must finish all its steps and no error may be reported; nearly
+every window after a rank's first must have attached CUPTI afresh (a window whose detach found the
+rank making no CUDA call for a second stays attached, as in NCCL's rendezvous). The second test
+detaches every few tenths of a second for about a minute. Needs two GPUs; skips on fewer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +33,20 @@ STEPS = 10000  # train_ddp.py's MLP steps: long enough for several windows (14-1
 STRESS_STEPS = 40000  # about a minute on 2 x H100 at that rate
 
 
-def _ddp_under_detach(tmp_path: Path, steps: int, **activity: Any) -> tuple[dict[int, list[bool]], list[str]]:
+def _ddp_under_detach(
+    tmp_path: Path, steps: int, budget: str | None = None, **activity: Any
+) -> tuple[dict[int, list[bool]], list[str]]:
     """The DDP job under ``detach_config(**activity)``: every rank finishes its steps, nothing worse
     than ``info`` is reported. Returns each rank's windows' ``fresh`` flags, in order, and the ``info``
     messages (why CUPTI stayed attached after some window, each reason said once)."""
     torch = pytest.importorskip("torch")
     if torch.cuda.device_count() < WORLD:
         pytest.skip(f"needs {WORLD} GPUs, this machine has {torch.cuda.device_count()}")
-    config, out, done_steps = detach_config(tmp_path, **activity), tmp_path / "rec", tmp_path / "steps"
+    config, out, done_steps = (
+        detach_config(tmp_path, budget, **activity),
+        tmp_path / "rec",
+        tmp_path / "steps",
+    )
     job = [*_torchrun(), "--standalone", f"--nproc_per_node={WORLD}", str(ROOT / "examples" / "train_ddp.py"),
            "--steps", str(steps), "--out", str(done_steps)]  # fmt: skip
     done = subprocess.run(
@@ -49,7 +57,8 @@ def _ddp_under_detach(tmp_path: Path, steps: int, **activity: Any) -> tuple[dict
     for rank in range(WORLD):
         assert json.loads((done_steps / f"rank{rank}.json").read_text())["steps"] == steps
     fresh: dict[int, list[bool]] = {}
-    problems, infos = [], []
+    problems: list[str] = []
+    infos: list[str] = []
     for batch in cuptistream.read(out).batches():
         for event in batch.events:
             if isinstance(event, TraceWindow) and event.kinds and batch.resource.rank is not None:
@@ -61,27 +70,34 @@ def _ddp_under_detach(tmp_path: Path, steps: int, **activity: Any) -> tuple[dict
     return fresh, infos
 
 
-def test_ddp_ranks_finish_while_windows_detach_cupti(tmp_path: Path) -> None:
-    fresh, infos = _ddp_under_detach(tmp_path, STEPS)
-    _record("ddp_detach.json", {"windows": {r: len(w) for r, w in fresh.items()},
-                                "fresh": {r: sum(w) for r, w in fresh.items()}, "steps": STEPS, "infos": infos})  # fmt: skip
+# The one reason a window may leave CUPTI attached here: the rank made no CUDA call for the detach's
+# wait, as while NCCL's rendezvous holds it before training (2-3 early windows per rank, H200 x2)
+IDLE = "CUPTI stayed attached after a window: no CUDA call returned within"
+
+
+def _check(fresh: dict[int, list[bool]], infos: list[str], least_windows: int, detached_share: float) -> None:
+    assert all(info.startswith(IDLE) for info in infos), infos
     for rank, windows in fresh.items():
-        assert len(windows) >= 5 and all(windows[1:]), (rank, windows, infos)  # each detached after its first
+        detached = sum(windows[1:])  # the first window attaches CUPTI for the first time
+        assert len(windows) >= least_windows, (rank, len(windows))
+        assert detached >= detached_share * (len(windows) - 1), (rank, windows, infos)
+
+
+def test_ddp_ranks_finish_while_windows_detach_cupti(tmp_path: Path) -> None:
+    began = time.monotonic()
+    fresh, infos = _ddp_under_detach(tmp_path, STEPS)
+    _record("ddp_detach.json", {"windows": {r: len(w) for r, w in fresh.items()}, "fresh": {r: sum(w) for r, w
+            in fresh.items()}, "steps": STEPS, "infos": infos, "seconds": time.monotonic() - began})  # fmt: skip
+    _check(fresh, infos, least_windows=5, detached_share=0.75)
 
 
 def test_ddp_ranks_survive_hundreds_of_detaches(tmp_path: Path) -> None:
     """The crash this guards against: one rank's SIGSEGV in 1 of 5 lost-time sessions (about 70
-    detaches in all) while ``cuptiFinalize`` ran on our thread (H200 x2, 2026-11-28). A detach every
-    quarter second over ~60 s is a few hundred per rank: that rate would crash it almost surely."""
-    fresh, infos = _ddp_under_detach(tmp_path, STRESS_STEPS, window="0.05s", max_pause="0.2s")
-    _record("ddp_detach_stress.json", {"windows": {r: len(w) for r, w in fresh.items()},
-                                       "fresh": {r: sum(w) for r, w in fresh.items()}, "steps": STRESS_STEPS,
-                                       "infos": infos})  # fmt: skip
-    for rank, windows in fresh.items():
-        detached = sum(windows[1:])
-        assert len(windows) >= 100 and detached >= 0.9 * (len(windows) - 1), (
-            rank,
-            len(windows),
-            detached,
-            infos,
-        )
+    detaches in all) while ``cuptiFinalize`` ran on our thread (H200 x2, 2026-11-28). A 25% budget
+    keeps the pauses short (at 1% a window's records buy a pause of over a second): a detach every
+    few tenths of a second, a few hundred per rank, would crash that code almost surely."""
+    began = time.monotonic()
+    fresh, infos = _ddp_under_detach(tmp_path, STRESS_STEPS, budget="25%", window="0.05s", max_pause="0.2s")
+    _record("ddp_detach_stress.json", {"windows": {r: len(w) for r, w in fresh.items()}, "fresh": {r: sum(w) for
+            r, w in fresh.items()}, "steps": STRESS_STEPS, "infos": infos, "seconds": time.monotonic() - began})  # fmt: skip
+    _check(fresh, infos, least_windows=100, detached_share=0.9)
