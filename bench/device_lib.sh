@@ -17,6 +17,8 @@
 #   CALL_LIMIT  seconds the whole call may take (default 590: a device call is cut at 600): each
 #               step's limit is cut to what is left of it, and a step with under STEP_MIN
 #               (default 30) seconds left is skipped, so the tarball and summary always come back
+#   NATIVE_FAULTS=1  setup builds bench/native_fault.c and LD_PRELOADs it into every step: a native
+#               crash writes its thread and native stack to the step's stderr
 #   DRY_RUN=1   `step` logs each command and runs none (with MIN_GPUS=0: the plumbing alone, on a
 #               machine with no GPU; tests/test_gpu_session.py)
 # shellcheck shell=bash
@@ -81,6 +83,10 @@ setup() {
     $PY tests/gpu/entry_points.py "$SHIM"
     export PYTHONPATH=$ROOT:$SHIM:$SITE${PYTHONPATH:+:$PYTHONPATH}
     export PATH=$SITE/bin:$PATH  # console scripts of carried wheels (py-spy)
+    if [ "${NATIVE_FAULTS:-0}" = 1 ]; then  # a native crash's stack on stderr (bench/native_fault.c)
+        gcc -O1 -g -shared -fPIC -o /tmp/native_fault.so bench/native_fault.c \
+            && export LD_PRELOAD=/tmp/native_fault.so || note "setup: bench/native_fault.c did not build"
+    fi
     GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
     if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # the GPUs the steps may use, not the host's (fanin's G)
         local visible
