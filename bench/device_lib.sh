@@ -17,8 +17,8 @@
 #   CALL_LIMIT  seconds the whole call may take (default 590: a device call is cut at 600): each
 #               step's limit is cut to what is left of it, and a step with under STEP_MIN
 #               (default 30) seconds left is skipped, so the tarball and summary always come back
-#   NATIVE_FAULTS=1  setup builds bench/native_fault.c and LD_PRELOADs it into every step: a native
-#               crash writes its thread and native stack to the step's stderr
+#   NATIVE_FAULTS  1 (default, where gcc is): setup builds bench/native_fault.c and LD_PRELOADs it
+#               into every step, so a native crash writes its thread and native stack to stderr; 0: not
 #   DRY_RUN=1   `step` logs each command and runs none (with MIN_GPUS=0: the plumbing alone, on a
 #               machine with no GPU; tests/test_gpu_session.py)
 # shellcheck shell=bash
@@ -83,7 +83,9 @@ setup() {
     $PY tests/gpu/entry_points.py "$SHIM"
     export PYTHONPATH=$ROOT:$SHIM:$SITE${PYTHONPATH:+:$PYTHONPATH}
     export PATH=$SITE/bin:$PATH  # console scripts of carried wheels (py-spy)
-    if [ "${NATIVE_FAULTS:-0}" = 1 ]; then  # a native crash's stack on stderr (bench/native_fault.c)
+    # A native crash's thread and stack on the step's stderr (bench/native_fault.c): a DDP rank died
+    # on a thread with no Python state, twice, and Python's fault handler could not name it.
+    if [ "${NATIVE_FAULTS:-1}" = 1 ] && [ "${DRY_RUN:-0}" != 1 ] && command -v gcc > /dev/null; then
         gcc -O1 -g -shared -fPIC -o /tmp/native_fault.so bench/native_fault.c \
             && export LD_PRELOAD=/tmp/native_fault.so || note "setup: bench/native_fault.c did not build"
     fi

@@ -8,8 +8,9 @@
  * the unwinder walks through both signal frames to the faulting code.
  *
  *   gcc -O1 -g -shared -fPIC -o /tmp/native_fault.so bench/native_fault.c
- *   LD_PRELOAD=/tmp/native_fault.so python bench/budget_lost_time.py ...   (NATIVE_FAULTS=1 in the
- *   device scripts: bench/device_lib.sh builds and preloads it)
+ *   LD_PRELOAD=/tmp/native_fault.so python bench/budget_lost_time.py ...
+ *
+ * The device scripts' setup (bench/device_lib.sh) builds and preloads it unless NATIVE_FAULTS=0.
  */
 #define _GNU_SOURCE
 #include <execinfo.h>

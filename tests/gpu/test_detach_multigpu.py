@@ -8,7 +8,8 @@ cover CUDA graphs and Python threads. Here:
 examples/train_ddp.py``. Every rank must finish all its steps and no error may be reported; nearly
 every window after a rank's first must have attached CUPTI afresh (a window whose detach found the
 rank making no CUDA call for a second stays attached, as in NCCL's rendezvous). The second test
-detaches every few tenths of a second for about a minute. Needs two GPUs; skips on fewer.
+detaches every few tenths of a second for about a minute; the third runs as many windows with CUPTI
+attached throughout. Needs two GPUs; skips on fewer.
 """
 
 from __future__ import annotations
@@ -101,3 +102,19 @@ def test_ddp_ranks_survive_hundreds_of_detaches(tmp_path: Path) -> None:
     _record("ddp_detach_stress.json", {"windows": {r: len(w) for r, w in fresh.items()}, "fresh": {r: sum(w) for
             r, w in fresh.items()}, "steps": STRESS_STEPS, "infos": infos, "seconds": time.monotonic() - began})  # fmt: skip
     _check(fresh, infos, least_windows=100, detached_share=0.9)
+
+
+def test_ddp_ranks_survive_hundreds_of_windows_attached(tmp_path: Path) -> None:
+    """The same rate of windows with CUPTI attached between them (``between_windows: attach``, as for
+    a session started after CUDA, which never detaches). The second DDP SIGSEGV (H200 x2, 2026-11-28)
+    came in ``bench/budget_lost_time.py``, whose sessions start after the workload and so never
+    detach: a native thread died while the window thread's forced flush ran. This runs the windows'
+    enables, disables and forced flushes a few hundred times per rank, with nothing detached."""
+    began = time.monotonic()
+    fresh, infos = _ddp_under_detach(tmp_path, STRESS_STEPS, budget="25%", window="0.05s", max_pause="0.2s",
+                                     between_windows="attach")  # fmt: skip
+    _record("ddp_attached_stress.json", {"windows": {r: len(w) for r, w in fresh.items()}, "steps": STRESS_STEPS,
+                                         "infos": infos, "seconds": time.monotonic() - began})  # fmt: skip
+    assert not infos, infos  # attached throughout: no detach is tried, so none stays attached
+    for rank, windows in fresh.items():
+        assert len(windows) >= 100 and not any(windows[1:]), (rank, len(windows), sum(windows))
