@@ -8,15 +8,23 @@ Run on the GPU machine (torch, cupti-python and cuptistream importable)::
 Each session is its own process (a session started and stopped inside a process leaves CUPTI
 detached mid-run, which costs the blocks after it; see bench/budget_overhead.py). In it:
 
-1. the workload (bench/workloads.py) is built and warmed up;
-2. ``--base`` seconds of blocks run with no session: the **null**. Pretend windows are laid on them
-   at the spacing the session's real windows had, and valued exactly like real ones;
-3. ``cuptistream.session(config)`` starts (probe in this process, collector in its own, as
-   ``cuptistream run`` has it), ``--settle`` seconds pass, then ``--seconds`` of blocks run;
-4. the activity source's budget windows, as its throttle recorded them, are valued by
+1. ``cuptistream.session(config)`` starts before any CUDA context (probe in this process, collector
+   in its own), as ``cuptistream run`` starts it: only then may the activity source detach CUPTI
+   between windows (``between_windows: detach``). Its budget windows are held shut meanwhile (the
+   governor's window slot is taken, as another source's window takes it);
+2. the workload (bench/workloads.py) is built and warmed up;
+3. ``--base`` seconds of blocks run with the session on and no window yet: the **null**. Pretend
+   windows are laid on them at the spacing the session's real windows had, and valued exactly like
+   real ones;
+4. the windows are let go, ``--settle`` seconds pass, then ``--seconds`` of blocks run;
+5. the activity source's budget windows, as its throttle recorded them, are valued by
    ``lost_time.window_cost``: each block that overlaps a window's span (0.2 s before it opens to 0.5 s
    after its cost was measured) counts its time above the mean of the untouched blocks within 5 s.
    The sum over the session's time is the cost.
+
+``--late-session`` starts the session after the base part instead, with CUDA in use: the source
+then never detaches (a CUDA graph it did not see may exist), so CUPTI stays attached between
+windows. Every run before 2026-11-29 measured that way, whatever the config said.
 
 A second null comes from the session itself: pretend windows in the middle of the gaps between real
 windows' spans (the untouched time), valued with the real windows marked as touched.
@@ -35,9 +43,10 @@ baseline). So each rank's blocks are also valued against every rank's windows to
 what the job pays. Per rank: median, min and max over sessions of both, and of both nulls.
 
 The method sees what happens near windows. Between windows the probe holds CUPTI with no activity
-kind enabled and the collector runs on other cores; a cost spread evenly over the session would not
-show here, so the JSON also keeps the block time between windows over the base part's (same
-process, a minute apart: a drift check, not a resolved cost). ``--drift`` is there to settle it: after each
+kind enabled, or has detached it, and the collector runs on other cores; a cost spread evenly over
+the session would not show here, so the JSON also keeps the block time between windows over the
+base part's (same process, a minute apart: a drift check, not a resolved cost; the base part runs
+with the session on but before its first window, or with no session under ``--late-session``). ``--drift`` is there to settle it: after each
 session, the same process runs again with no session at all (``--no-session``), and the summary
 sets the sessions' between-windows/base against these no-session runs' later/base (a DDP job's
 block time moved 10-17 % between its base part and the session's gaps on 2 x H100, 2026-11-27)::
@@ -57,6 +66,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +154,18 @@ def between(blocks: list[tuple[float, float]], windows: list[tuple[float, float]
     return [d for end, d in blocks if not any(end - d < hi and end > lo for lo, hi in sp)]
 
 
+BASE_HOLDER = "budget_lost_time:base"
+
+
+def hold_windows(governor: Any) -> Callable[[], None]:
+    """Keep the session's budget windows shut (its governor's window slot taken, as another source's
+    window would take it) until the returned call: the base part runs under the session, before any
+    window. Waits for a window that opened first to close."""
+    while not governor.claim(BASE_HOLDER):
+        time.sleep(0.01)
+    return lambda: governor.release(BASE_HOLDER, every=True)
+
+
 def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from workloads import DEFAULT_BLOCK, WORKLOADS, init_ddp, leave_ddp
@@ -151,11 +173,20 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import cuptistream
     from cuptistream.config import load
 
+    session = None
+    if args.late_session or args.no_session:
+        hold = None
+    else:  # before any CUDA context, as `cuptistream run` starts it: the source may detach CUPTI
+        session = cuptistream.session(load(args.config), quiet=True).start()
+        hold = hold_windows(session.governor)
     rank = init_ddp() if args.ddp else None  # before the workload: this rank's GPU, the stop group
     block, n = WORKLOADS[args.workloads](), DEFAULT_BLOCK[args.workloads]
     timed_blocks(block, n, args.warmup)
     base = timed_blocks(block, n, args.base)
-    session = None if args.no_session else cuptistream.session(load(args.config), quiet=True).start()
+    if hold is not None:
+        hold()
+    elif not args.no_session:
+        session = cuptistream.session(load(args.config), quiet=True).start()
     timed_blocks(block, n, args.settle)
     blocks = timed_blocks(block, n, args.seconds)
     torch.cuda.synchronize()
@@ -209,7 +240,8 @@ def child_command(workload: str, args: argparse.Namespace, out: Path, no_session
     ``no_session`` the same blocks with no cuptistream session (``--drift``)."""
     cmd = [__file__, "--child", "--workloads", workload, "--seconds", str(args.seconds),
            "--base", str(args.base), "--settle", str(args.settle), "--warmup", str(args.warmup),
-           "--config", str(args.config), "--out", str(out), *(["--no-session"] if no_session else [])]  # fmt: skip
+           "--config", str(args.config), "--out", str(out), *(["--no-session"] if no_session else []),
+           *(["--late-session"] if args.late_session else [])]  # fmt: skip
     if args.ddp:
         return [*torchrun(), "--standalone", f"--nproc_per_node={args.ddp}", *cmd, "--ddp", str(args.ddp)]
     return [sys.executable, *cmd]
@@ -436,6 +468,12 @@ def main(argv: list[str] | None = None) -> int:
         "--drift",
         action="store_true",
         help="after each session, the same run with no session (drift between windows)",
+    )
+    parser.add_argument(
+        "--late-session",
+        action="store_true",
+        help="start the session after the base part, with CUDA in use: CUPTI then stays attached between "
+        "windows (every run before 2026-11-29 measured this way)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-session", action="store_true", help=argparse.SUPPRESS)

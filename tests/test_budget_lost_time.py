@@ -9,6 +9,8 @@ import argparse
 import json
 import random
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from budget_lost_time import (  # noqa: E402
     between,
     child_command,
     gap_windows,
+    hold_windows,
     job_view,
     null_in_base,
     null_in_gaps,
@@ -130,7 +133,13 @@ def test_ddp_summary_is_per_rank_over_sessions(tmp_path: Path) -> None:
 
 def test_a_ddp_session_is_torchrun_of_the_child_per_rank() -> None:
     args = argparse.Namespace(
-        seconds=30.0, base=12.0, settle=1.0, warmup=2.0, config=ROOT / "configs" / "production.yaml", ddp=2
+        seconds=30.0,
+        base=12.0,
+        settle=1.0,
+        warmup=2.0,
+        config=ROOT / "configs" / "production.yaml",
+        ddp=2,
+        late_session=False,
     )
     command = child_command("D1", args, Path("/tmp/x/ranks"))
     assert "--nproc_per_node=2" in command and "--standalone" in command
@@ -139,7 +148,26 @@ def test_a_ddp_session_is_torchrun_of_the_child_per_rank() -> None:
     )
     assert command[command.index("--child") - 1].endswith("budget_lost_time.py")
     single = child_command("W1", argparse.Namespace(**{**vars(args), "ddp": 0}), Path("r.json"))
-    assert single[0] == sys.executable and "--ddp" not in single
+    assert single[0] == sys.executable and "--ddp" not in single and "--late-session" not in single
+    late = child_command("W1", argparse.Namespace(**{**vars(args), "late_session": True}), Path("r.json"))
+    assert "--late-session" in late
+
+
+def test_the_base_part_holds_the_sessions_windows_shut() -> None:
+    """``hold_windows`` takes the governor's window slot as another source's window would: the
+    activity source's claim fails until the base part ends; a window already open is waited for."""
+    from cuptistream.probe.governor import Governor
+
+    governor = Governor(0.01, lambda decision: None)
+    assert governor.claim("activity")  # a window opened before the bench's hold
+    released = threading.Timer(0.2, governor.release, ("activity",))
+    released.start()
+    began = time.monotonic()
+    let_go = hold_windows(governor)
+    assert time.monotonic() - began >= 0.15  # waited for that window to close
+    assert not governor.claim("activity")  # the next window may not open during the base part
+    let_go()
+    assert governor.claim("activity")
 
 
 def test_the_verdict_is_issue_32s_goal_per_rank() -> None:
