@@ -178,14 +178,14 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         hold = None
     else:  # before any CUDA context, as `cuptistream run` starts it: the source may detach CUPTI
         session = cuptistream.session(load(args.config), quiet=True).start()
-        hold = hold_windows(session.governor)
+        hold = hold_windows(session.governor) if session.governor is not None else None
     rank = init_ddp() if args.ddp else None  # before the workload: this rank's GPU, the stop group
     block, n = WORKLOADS[args.workloads](), DEFAULT_BLOCK[args.workloads]
     timed_blocks(block, n, args.warmup)
     base = timed_blocks(block, n, args.base)
     if hold is not None:
         hold()
-    elif not args.no_session:
+    elif session is None and not args.no_session:
         session = cuptistream.session(load(args.config), quiet=True).start()
     timed_blocks(block, n, args.settle)
     blocks = timed_blocks(block, n, args.seconds)
