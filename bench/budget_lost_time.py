@@ -166,6 +166,35 @@ def hold_windows(governor: Any) -> Callable[[], None]:
     return lambda: governor.release(BASE_HOLDER, every=True)
 
 
+def recorded_windows(config: Path, rank: int | None) -> dict[str, Any]:
+    """What this process's session recorded of its windows, read back from the config's file sink
+    (relative to the session's folder): how many windows attached CUPTI afresh (the pause before
+    them detached it), and every message worse than ``debug`` (why CUPTI stayed attached, or why
+    detaching is off). Under DDP the ranks share the folder: only ``rank``'s batches count."""
+    import yaml
+
+    import cuptistream
+    from cuptistream.events import Error, TraceWindow
+
+    sinks = yaml.safe_load(config.read_text()).get("sinks", [])
+    folder = next((Path(s["directory"]) for s in sinks if s.get("type") == "file"), None)
+    windows = fresh = 0
+    messages: dict[str, int] = {}
+    if folder is None or not folder.exists():
+        return {"windows": None, "fresh": None, "messages": {}}
+    for batch in cuptistream.read(folder).batches():
+        if batch.resource.rank != rank:
+            continue
+        for event in batch.events:
+            if isinstance(event, TraceWindow) and event.kinds:
+                windows += 1
+                fresh += event.fresh
+            elif isinstance(event, Error) and event.severity != "debug":
+                text = f"{event.severity}: {event.message}"
+                messages[text] = messages.get(text, 0) + 1
+    return {"windows": windows, "fresh": fresh, "messages": messages}
+
+
 def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from workloads import DEFAULT_BLOCK, WORKLOADS, init_ddp, leave_ddp
@@ -226,6 +255,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "between_over_base": (statistics.median(quiet) / base_median - 1) if quiet else None,
         "blocks": len(blocks),
         "report": report.summary() if report else None,
+        "recorded": recorded_windows(args.config, rank) if report else None,
         # the raw series, so that another estimator can be tried on them without the GPU
         "raw": {
             "base": [(round(end, 6), round(d, 6)) for end, d in base],
@@ -248,9 +278,15 @@ def child_command(workload: str, args: argparse.Namespace, out: Path, no_session
 
 
 def _line(label: str, result: dict[str, Any]) -> str:
+    recorded = result.get("recorded") or {}
+    detached = (
+        f", {recorded['fresh']} of {recorded['windows']} recorded windows fresh"
+        if recorded.get("windows")
+        else ""
+    )
     return (f"{label}: cost {100 * result['window_cost']:+.3f}% in {result['windows']} windows, "
             f"null base {100 * result['null_base']:+.3f}% gaps {100 * result['null_gaps']:+.3f}%, "
-            f"governor expected {100 * (result['expected_cost'] or 0):.2f}%")  # fmt: skip
+            f"governor expected {100 * (result['expected_cost'] or 0):.2f}%{detached}")  # fmt: skip
 
 
 def read_ranks(where: Path, world: int) -> list[dict[str, Any]] | None:

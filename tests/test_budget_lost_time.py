@@ -29,6 +29,7 @@ from budget_lost_time import (  # noqa: E402
     null_in_base,
     null_in_gaps,
     read_ranks,
+    recorded_windows,
     summarize_ranks,
     verdict,
 )
@@ -287,3 +288,34 @@ def test_drift_runs_the_same_blocks_with_no_session_after_each_session(
     assert row["floor_session"]["median"] == pytest.approx(0.10)
     assert row["floor_no_session"]["median"] == pytest.approx(0.02)
     assert "W1 rank 0 between windows over base (p10): session" in printed and "difference +8.00%" in printed
+
+
+def test_a_sessions_recorded_windows_say_how_many_attached_afresh(tmp_path: Path) -> None:
+    """``recorded_windows`` reads the session's own recording (a real session and file sink): the
+    windows with kinds, how many were fresh, and each message worse than ``debug`` with its count."""
+    import yaml
+
+    import cuptistream
+    from cuptistream.events import Error, TraceWindow
+
+    out = tmp_path / "rec"
+    config = {"sources": [], "sinks": [{"type": "file", "directory": str(out)}]}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    def window(n: int, fresh: bool, kinds: list[str]) -> TraceWindow:
+        return TraceWindow(
+            source="activity", window=n, start=n, end=n + 1, kinds=kinds, records=0, fresh=fresh
+        )
+
+    stayed = "CUPTI stayed attached after a window: no CUDA call returned within 1 s"
+    events = [window(1, True, ["kernel"]), window(2, False, ["kernel"]), window(3, True, ["kernel"]),
+              window(4, True, []),  # no kinds: not a trace window of the budget's
+              Error(severity="info", origin="source:activity", message=stayed, timestamp=1),
+              Error(severity="debug", origin="pipeline", message="noise", timestamp=2)]  # fmt: skip
+    with cuptistream.session(config, quiet=True) as session:
+        session.emitter.emit(events)
+    assert recorded_windows(path, None) == {"windows": 3, "fresh": 2, "messages": {f"info: {stayed}": 1}}
+    assert recorded_windows(path, 1)["windows"] == 0  # another rank's batches do not count
+    path.write_text(yaml.safe_dump({"sinks": [{"type": "file", "directory": str(tmp_path / "none")}]}))
+    assert recorded_windows(path, None) == {"windows": None, "fresh": None, "messages": {}}
