@@ -202,20 +202,20 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import cuptistream
     from cuptistream.config import load
 
-    session = None
-    if args.late_session or args.no_session:
-        hold = None
-    else:  # before any CUDA context, as `cuptistream run` starts it: the source may detach CUPTI
-        session = cuptistream.session(load(args.config), quiet=True).start()
-        hold = hold_windows(session.governor) if session.governor is not None else None
+    def start() -> cuptistream.Session:
+        return cuptistream.session(load(args.config), quiet=True).start()
+
+    # Before any CUDA context, as `cuptistream run` starts it: the source may detach CUPTI.
+    session = None if args.late_session or args.no_session else start()
+    hold = hold_windows(session.governor) if session is not None and session.governor is not None else None
     rank = init_ddp() if args.ddp else None  # before the workload: this rank's GPU, the stop group
     block, n = WORKLOADS[args.workloads](), DEFAULT_BLOCK[args.workloads]
     timed_blocks(block, n, args.warmup)
     base = timed_blocks(block, n, args.base)
     if hold is not None:
         hold()
-    elif session is None and not args.no_session:
-        session = cuptistream.session(load(args.config), quiet=True).start()
+    if args.late_session and not args.no_session:
+        session = start()
     timed_blocks(block, n, args.settle)
     blocks = timed_blocks(block, n, args.seconds)
     torch.cuda.synchronize()
