@@ -25,17 +25,38 @@ _events_decoder = msgspec.msgpack.Decoder(list[AnyEvent])
 _json_encoder = msgspec.json.Encoder()
 
 
+class ChunkGroup:
+    """Chunks that are views into one block of memory of ``nbytes`` (a decode worker's reply): the
+    block lives, whole, until the last of them is let go, so the memory budget counts all of it
+    from the first chunk in to the last one out (``Intake``). ``members``: chunks not yet gone."""
+
+    __slots__ = ("charged", "members", "nbytes")
+
+    def __init__(self, members: int, nbytes: int) -> None:
+        self.members = members
+        self.nbytes = nbytes
+        self.charged = False  # the intake counts the block
+
+
 class Chunk:
     """Events from one hand-off: their msgpack elements (without the array header) and count, and
     the process they came from (``producer``; None: the collector's own). ``payload`` is bytes, or
-    a view into a decode worker's reply (``collector.worker_protocol``), which it keeps alive."""
+    a view into a decode worker's reply (``collector.worker_protocol``), which it keeps alive: the
+    reply's chunks then share a ``group``."""
 
-    __slots__ = ("count", "holders", "payload", "producer", "seq")
+    __slots__ = ("count", "group", "holders", "payload", "producer", "seq")
 
-    def __init__(self, payload: bytes | memoryview, count: int, producer: Producer | None = None) -> None:
+    def __init__(
+        self,
+        payload: bytes | memoryview,
+        count: int,
+        producer: Producer | None = None,
+        group: ChunkGroup | None = None,
+    ) -> None:
         self.payload = payload
         self.count = count
         self.producer = producer
+        self.group = group
         self.seq = 0  # the intake's number for it, from 1 (0: none, e.g. control events)
         # Lanes that have yet to let go of it (``Intake.take``); the last one returns its bytes to
         # the pipeline's memory budget. 0: outside the budget (control and accounting chunks).

@@ -104,3 +104,16 @@ def test_a_mapping_whose_state_cannot_be_told_is_forgotten_not_reused() -> None:
     assert fresh.obj is not mapping and maps.created == 2 and maps.reused == 0
     del fresh
     assert maps.take(MIB).obj is not mapping and maps.reused == 1  # only the live one is reused
+
+
+def test_a_mapping_much_larger_than_the_reply_is_not_handed_out() -> None:
+    """The memory budget counts a reply's whole mapping (``ChunkGroup``): a 1 MiB reply in an idle
+    10 MiB mapping would count ten times its bytes."""
+    maps = ReplyMaps(idle_bytes=16 * MIB)
+    big = maps.take(10 * MIB)
+    mapping = big.obj
+    del big
+    small = maps.take(MIB)
+    assert small.obj is not mapping and maps.reused == 0
+    del small
+    assert maps.take(6 * MIB).obj is mapping  # within twice the reply (and a MiB): reused

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import msgspec
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
-from cuptistream.codec import Chunk
+from cuptistream.codec import Chunk, ChunkGroup
 from cuptistream.collector import shedding
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.decoding import DecodeStream
@@ -134,9 +134,16 @@ class RemoteStream:
 
     def _replay(self, reply: wp.Reply) -> None:
         emitter = self.emitter
+        # The reply's chunks are views into one block (a mapping, or a heap buffer): it stays, whole,
+        # until the last of them is let go, and the memory budget counts it until then.
+        payloads = [call.payload for call in reply.calls if isinstance(call, wp.EmitChunk)]
+        group = None
+        if payloads and isinstance(payloads[0], memoryview):
+            block = len(payloads[0].obj)  # type: ignore[arg-type]
+            group = ChunkGroup(len(payloads), max(block, sum(len(p) for p in payloads)))
         for call in reply.calls:
             if isinstance(call, wp.EmitChunk):
-                emitter.emit_chunk(Chunk(call.payload, call.count))
+                emitter.emit_chunk(Chunk(call.payload, call.count, group=group))
             elif isinstance(call, wp.ReportLoss):
                 emitter.report_loss(call.stage, call.reason, call.count, call.unit)
             elif isinstance(call, wp.ReportError):

@@ -63,7 +63,8 @@ class ReplyMaps:
             states = [(m, _idle(m)) for m in self._maps]
             self._maps = [m for m, state in states if state is not None]
             idle = sorted((m for m, state in states if state), key=len)
-            chosen = next((m for m in idle if len(m) >= length), None)
+            # Not one much larger than the reply: the memory budget counts the whole mapping.
+            chosen = next((m for m in idle if length <= len(m) <= 2 * length + _ROUND), None)
             kept = 0
             for mapping in idle:
                 if mapping is chosen:

@@ -5,8 +5,15 @@ counts against it from ``emit`` until every lane it went to has let go of it (de
 written off), so ``memory_budget`` bounds the events held anywhere in the pipeline, whatever the
 number of probes or sinks. When a chunk does not fit, the full policy applies: ``drop_newest``
 refuses the chunk, ``drop_oldest`` evicts queued chunks until it fits, ``block`` makes the emitting
-thread wait for space. Every dropped event is counted. ``emit`` never calls into trio beyond one
-``run_sync_soon`` wake-up per idle period, so a CUPTI thread handing over a buffer's events returns at once.
+thread wait for space.
+
+Chunks that are views into one block of memory (a ``ChunkGroup``: a decode worker's reply) count as
+the whole block, from the first of them in to the last one out: the block stays as long as any of
+them is held. The first one needs room for all of it; the others come in on that room, so an
+emitter never waits on room that only its own block's chunks could free.
+
+Every dropped event is counted. ``emit`` never calls into trio beyond one ``run_sync_soon`` wake-up
+per idle period, so a CUPTI thread handing over a buffer's events returns at once.
 
 Control events (losses, errors, self-stats) skip the byte budget but have their own small cap, so
 the accounting always gets through while a flood of errors cannot grow memory without bound.
@@ -47,6 +54,7 @@ class Intake(Emitter):
         self._chunks: deque[Chunk] = deque()
         self._queued_bytes = 0
         self._downstream_bytes = 0  # handed to the lanes (``take``), not yet let go by all of them
+        self._blocks_bytes = 0  # the groups' blocks, less their chunks counted in the two above
         self._control: list[tuple[Producer | None, Sequence[Event]]] = []
         self._control_events = 0
         self._closed = False
@@ -73,10 +81,18 @@ class Intake(Emitter):
             self.bytes_in += chunk.nbytes
             if self._closed:
                 self.losses[self.stage, "closed", "events"] += chunk.count
+                self._gone(chunk, counted=False)
                 return
             if not self._make_room(chunk):
                 self.losses[self.stage, "queue_full", "events"] += chunk.count
+                self._gone(chunk, counted=False)
                 return
+            group = chunk.group
+            if group is not None:
+                if not group.charged:  # its room, made above, is the whole block's
+                    group.charged = True
+                    self._blocks_bytes += group.nbytes
+                self._blocks_bytes -= chunk.nbytes  # counted as queued now
             self._chunks.append(chunk)
             self._queued_bytes += chunk.nbytes
             wake = self._claim_wake()
@@ -98,14 +114,18 @@ class Intake(Emitter):
                 old = self._chunks.popleft()
                 self._queued_bytes -= old.nbytes
                 self.losses[self.stage, "queue_full", "events"] += old.count
+                self._gone(old)
             return True
         while not self._fits(chunk) and not self._closed:
             self._space.wait()
         return not self._closed
 
     def _fits(self, chunk: Chunk) -> bool:
+        group = chunk.group
+        if group is not None and group.charged:
+            return True  # its block is counted already
         held = self.held_bytes
-        return held == 0 or held + chunk.nbytes <= self.budget_bytes
+        return held == 0 or held + (chunk.nbytes if group is None else group.nbytes) <= self.budget_bytes
 
     def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         if count > 0:
@@ -176,6 +196,9 @@ class Intake(Emitter):
                 for chunk in chunks:
                     chunk.holders = lanes
                 self._downstream_bytes += freed
+            else:
+                for chunk in chunks:
+                    self._gone(chunk)
             self.events_out += sum(c.count for c in chunks)
             self.bytes_out += freed
             control, self._control = self._control, []
@@ -186,11 +209,25 @@ class Intake(Emitter):
                 self._space.notify_all()
             return chunks, control
 
-    def release(self, nbytes: int) -> None:
-        """The last lane let go of a chunk of ``nbytes`` (``SinkLane``): room for blocked emitters."""
+    def release(self, chunk: Chunk) -> None:
+        """The last lane let go of ``chunk`` (``SinkLane``): room for blocked emitters (for one of a
+        group, once the whole group is gone)."""
         with self._lock:
-            self._downstream_bytes -= nbytes
+            self._downstream_bytes -= chunk.nbytes
+            self._gone(chunk)
             self._space.notify_all()
+
+    def _gone(self, chunk: Chunk, counted: bool = True) -> None:
+        """``chunk`` left the pipeline, with the lock held; ``counted``: it had been let in. One of
+        a group goes back into its block's count, which the group's last chunk gives up."""
+        group = chunk.group
+        if group is None:
+            return
+        if counted:
+            self._blocks_bytes += chunk.nbytes
+        group.members -= 1
+        if group.members == 0 and group.charged:
+            self._blocks_bytes -= group.nbytes
 
     def close(self) -> None:
         """Refuse further chunks (counted as lost) and release blocked emitters."""
@@ -211,7 +248,7 @@ class Intake(Emitter):
     @property
     def held_bytes(self) -> int:
         """Bytes the budget holds: queued here, and in the lanes (queued, or in a batch being written)."""
-        return self._queued_bytes + self._downstream_bytes
+        return self._queued_bytes + self._downstream_bytes + self._blocks_bytes
 
     def pop_losses(self) -> Counter[tuple[str, str, str]]:
         with self._lock:

@@ -49,9 +49,9 @@ class SinkLane:
         batching: BatchConfig,
         make_header: Callable[[int, Producer | None], EncodedBatch],
         report_error: ReportError,
-        release: Callable[[int], None] | None = None,
+        release: Callable[[Chunk], None] | None = None,
     ) -> None:
-        """``release(nbytes)``: this lane was the last to let go of a budgeted chunk (its holders
+        """``release(chunk)``: this lane was the last to let go of a budgeted chunk (its holders
         count, ``Intake.take``), so its bytes leave the pipeline's memory budget."""
         self.sink = sink
         self.stage = f"sink:{sink.name}"
@@ -313,7 +313,7 @@ class SinkLane:
         if chunk.holders:
             chunk.holders -= 1
             if not chunk.holders and self._release is not None:
-                self._release(chunk.nbytes)
+                self._release(chunk)
 
     def _drop(self, count: int, reason: str) -> None:
         self.counters.events_dropped += count
