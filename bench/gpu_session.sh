@@ -24,7 +24,10 @@
 #   lost4          ~4.1 min   285   the same for W4. LOST_SESSIONS, LOST_SECONDS, LOST_LIMIT change
 #                                   all four. Each prints the sessions pooled (bench/lost_pooled.py):
 #                                   the resolution is ~80 ms/window * sqrt(windows) / seconds, so
-#                                   0.25 % takes ~40 windows: LOST_SECONDS=45 (5 sessions, ~6 min)
+#                                   0.25 % takes ~40 windows: LOST_SECONDS=45 (5 sessions, ~6 min).
+#                                   Measured on the H200 (2026-11-28): at LOST_SECONDS=40 a W1 or W2
+#                                   session took 63-66 s, at 35 a W4 session ~75 s (its model's
+#                                   set-up): W4's 5 sessions need LOST_LIMIT=390 at 35 s, not 300
 #   full13         ~4.2 min   275   issue 26, full mode against bare CUPTI at the end:
 #                                   bench/overhead_gpu.py --rounds 5 --workloads W1,W3 --modes
 #                                   none,bare,cuptistream --seconds 2 (its own plan: 4.15 min; its
