@@ -98,7 +98,9 @@ class ActivitySourceConfig(SourceConfig):
     buffer_pool_limit: int = 16  # buffers in the shared pool (memory bound: limit x size)
     device_buffer_size: Size | None = None  # CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE
     device_buffer_pool_limit: int | None = None  # CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_POOL_LIMIT
-    per_thread_buffers: bool = False  # CUPTI_ACTIVITY_ATTR_PER_THREAD_BUFFER
+    # CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER; None leaves CUPTI's default, which is per-thread
+    # buffers from CUPTI 13 on (cupti_activity.h) and one shared set before.
+    per_thread_buffers: bool | None = None
     attributes: dict[str, int] = {}  # any other attribute by name, see ATTRIBUTES
     flush_period: Duration = Duration(0.0)  # cuptiActivityFlushPeriod; 0 leaves CUPTI's heuristics
     flush_interval: Duration = Duration(1.0)  # our own cuptiActivityFlushAll(0); 0 turns it off
@@ -172,6 +174,19 @@ class ActivitySourceConfig(SourceConfig):
     def detaches_between_windows(self) -> bool:
         """Budget mode whose windows attach CUPTI afresh."""
         return self.mode == "budget" and self.between_windows == "detach"
+
+
+def attribute_values(cfg: ActivitySourceConfig) -> dict[str, int]:
+    """The CUPTI activity attributes ``cfg`` sets, by ``ATTRIBUTES`` name; those it leaves out keep
+    CUPTI's defaults. The named keys win over the same attribute in ``attributes``."""
+    values: dict[str, int] = dict(cfg.attributes)
+    if cfg.device_buffer_size is not None:
+        values["device_buffer_size"] = int(cfg.device_buffer_size)
+    if cfg.device_buffer_pool_limit is not None:
+        values["device_buffer_pool_limit"] = cfg.device_buffer_pool_limit
+    if cfg.per_thread_buffers is not None:
+        values["per_thread_buffer"] = int(cfg.per_thread_buffers)
+    return values
 
 
 class ActivitySource(Source):
@@ -470,14 +485,7 @@ class ActivitySource(Source):
         self.outlet.send_trace_span(msgspec.structs.replace(span, end=end), wait=_SPAN_WAIT_S)
 
     def _set_attributes(self, cfg: ActivitySourceConfig) -> None:
-        values: dict[str, int] = dict(cfg.attributes)
-        if cfg.device_buffer_size is not None:
-            values["device_buffer_size"] = int(cfg.device_buffer_size)
-        if cfg.device_buffer_pool_limit is not None:
-            values["device_buffer_pool_limit"] = cfg.device_buffer_pool_limit
-        if cfg.per_thread_buffers:
-            values["per_thread_buffer"] = 1
-        for key, value in values.items():
+        for key, value in attribute_values(cfg).items():
             attr, ctype = ATTRIBUTES[key]
             data = ctype(value)
             size = ctypes.c_size_t(ctypes.sizeof(data))
