@@ -27,7 +27,9 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
 Rounds are interleaved (run 1 of every N, then run 2, ...), so a noisy neighbour spreads over all N.
 Per N: offered records/s (records the collector took from the probes' slots, decoded or shed
 before decoding, over the window the programs ran), decoded records/s, delivered events/s
-(acknowledged by the file sink), drops by stage and reason, collector CPU-s per million records, cores used (collector CPU over that window, sampled from
+(acknowledged by the file sink; and, read back, the steady rate: what the sink wrote between
+the collector's SelfStats samples, every second, from 2 s after the programs began, their start-up
+left out), drops by stage and reason, collector CPU-s per million records, cores used (collector CPU over that window, sampled from
 /proc), and the collector's anonymous and shared RSS (peak of /proc/PID/status samples every 0.1 s).
 With ``--runs K``: median, min and max. JSON per run and a summary go under ``--out``.
 
@@ -61,7 +63,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -101,6 +103,12 @@ def _now() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+# The collector's SelfStats every second: the steady rate is read from the recording's samples,
+# past the programs' start (the window's rate also counts their start-up, which grows with N).
+STATS_INTERVAL_S = 1
+SETTLE_S = 2.0
+
+
 def worker_counts(spec: str) -> list[int | str]:
     """``--workers``: comma-separated ``pipeline.decode_workers`` values, whole numbers or ``auto``."""
     return [x if x == "auto" else int(x) for x in spec.split(",")]
@@ -111,7 +119,7 @@ def config(args: argparse.Namespace, out: Path, workers: int | str) -> dict[str,
         "memory_budget": args.memory_budget, "full_policy": args.full_policy, "decode_workers": workers,
         "heap_trim": args.heap_trim, "worker_replies": args.worker_replies,
         "batch": {"max_events": 8192, "max_bytes": "4MiB", "max_latency": "1s"},
-        "stats_interval": "10s", "shutdown_deadline": f"{args.shutdown_deadline}s",
+        "stats_interval": f"{STATS_INTERVAL_S}s", "shutdown_deadline": f"{args.shutdown_deadline}s",
     }  # fmt: skip
     sink = {"type": "file", "directory": str(out), "format": "msgpack", "fsync": "rotate",
             "rotate_bytes": "256MiB", "queue": {"full_policy": args.full_policy, "max_bytes": args.sink_queue}}  # fmt: skip
@@ -255,24 +263,42 @@ def per_loop_events(path: str = "") -> collections.Counter[str]:
     return events
 
 
-def read_back(
-    out: Path,
-) -> tuple[collections.Counter[str], collections.Counter[str], collections.Counter[str]]:
-    """Events on disk by type, kernels by device index, and Error events by origin and message (the
-    probes' and CUPTI's own reports: a storm of them under overload is worth seeing)."""
+class ReadBack(NamedTuple):
+    types: collections.Counter[str]  # events on disk by type
+    kernels: collections.Counter[str]  # kernels by device index
+    errors: collections.Counter[str]  # Error events by origin and message
+    delivered: list[tuple[int, int]]  # (SelfStats' Unix ns, events the file sink had written by then)
+
+
+def read_back(out: Path) -> ReadBack:
+    """What is on disk: see ``ReadBack``. Errors are the probes' and CUPTI's own reports (a storm of
+    them under overload is worth seeing)."""
     import cuptistream
 
-    types: collections.Counter[str] = collections.Counter()
-    kernels: collections.Counter[str] = collections.Counter()
-    errors: collections.Counter[str] = collections.Counter()
+    back = ReadBack(collections.Counter(), collections.Counter(), collections.Counter(), [])
     for e in cuptistream.read(out):
         name = type(e).__name__
-        types[name] += 1
+        back.types[name] += 1
         if name == "Kernel":
-            kernels[str(e.device_id)] += 1
+            back.kernels[str(e.device_id)] += 1
         elif name == "Error":
-            errors[f"{e.origin}: {e.message[:160]}"] += 1
-    return types, kernels, errors
+            back.errors[f"{e.origin}: {e.message[:160]}"] += 1
+        elif name == "SelfStats":
+            sinks = [stage for key, stage in e.stages.items() if key.startswith("sink:")]
+            if sinks:
+                back.delivered.append((e.timestamp, sinks[0].events_out))
+    back.delivered.sort()
+    return back
+
+
+def steady_rate(delivered: list[tuple[int, int]], start_ns: int, end_ns: int) -> float | None:
+    """Events/s the sink wrote between the first sample ``SETTLE_S`` past ``start_ns`` and the last
+    one before ``end_ns`` (Unix ns: the programs' window); None with under 2 s between them."""
+    inside = [(t, n) for t, n in delivered if start_ns + SETTLE_S * 1e9 <= t <= end_ns]
+    if len(inside) < 2 or inside[-1][0] - inside[0][0] < 2e9:
+        return None
+    (t0, n0), (t1, n1) = inside[0], inside[-1]
+    return (n1 - n0) / ((t1 - t0) / 1e9)
 
 
 def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, workdir: Path) -> dict[str, Any]:
@@ -340,12 +366,18 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
     if args.mode == "gpu":
         result["programs_by_device"] = device_plan(n, args.gpus)
     if args.check:
-        on_disk, kernels, errors = read_back(out)
-        result["check"] = check(args, n, report, on_disk)
-        result["errors_on_disk"] = dict(errors.most_common(5))
+        back = read_back(out)
+        result["check"] = check(args, n, report, back.types)
+        result["errors_on_disk"] = dict(back.errors.most_common(5))
+        # The window's stamps are CLOCK_BOOTTIME; SelfStats carry Unix time.
+        epoch = time.time() - _now()
+        rate = steady_rate(back.delivered, int((start + epoch) * 1e9), int((end + epoch) * 1e9))
+        result["steady_delivered_events_per_s"] = round(rate) if rate is not None else None
         if args.mode == "gpu":
-            result["kernels_by_device"] = dict(sorted(kernels.items(), key=lambda kv: int(kv[0])))
-            result["check"]["every_device_traced"] = all(kernels[d] > 0 for d in result["programs_by_device"])
+            result["kernels_by_device"] = dict(sorted(back.kernels.items(), key=lambda kv: int(kv[0])))
+            result["check"]["every_device_traced"] = all(
+                back.kernels[d] > 0 for d in result["programs_by_device"]
+            )
     if not args.keep:
         for path in sorted(out.glob("*")):
             path.unlink()
@@ -467,7 +499,8 @@ def ddp_check(result: dict[str, Any], devices: dict[int, int]) -> dict[str, bool
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "dropped_events", "shed_records", "cpu_s_per_m_records",
+    keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "steady_delivered_events_per_s",
+            "dropped_events", "shed_records", "cpu_s_per_m_records",
             "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib", "workers_peak_rss_anon_mib"]  # fmt: skip
     by_n: dict[tuple[int, int | str], list[dict[str, Any]]] = collections.defaultdict(list)
     for r in results:
@@ -478,7 +511,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         summary[key] = {
             k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
             for k in keys
-            if (v := [r[k] for r in rs if r[k] is not None])
+            if (v := [r[k] for r in rs if r.get(k) is not None])
         }
         summary[key]["drops"] = [r["drops"] for r in rs]
         summary[key]["checks"] = [r.get("check") for r in rs]

@@ -41,6 +41,16 @@ def _fanin() -> object:
     return fanin
 
 
+def test_the_steady_rate_leaves_the_start_out_and_needs_two_seconds_of_samples() -> None:
+    fanin: Any = _fanin()
+    s = 1_000_000_000
+    # The sink's SelfStats every second: slow for the first 2 s (the programs starting), 1,000/s on.
+    samples = [(100 * s + i * s, n) for i, n in enumerate([0, 10, 500, 1500, 2500, 3500, 4500])]
+    assert fanin.steady_rate(samples, 100 * s, 107 * s) == pytest.approx(1000.0)
+    assert fanin.steady_rate(samples, 100 * s, 103 * s) is None  # samples at 102 and 103 s: 1 s apart
+    assert fanin.steady_rate([], 100 * s, 107 * s) is None
+
+
 def test_gpu_programs_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
     fanin: Any = _fanin()
     args = argparse.Namespace(mode="gpu", seconds=10.0, program_cpus="", gpus=2, loops=0)
