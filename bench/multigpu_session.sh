@@ -37,11 +37,12 @@
 #   compare2  ~6.5 min   560   the same on the first 2 GPUs only (CUDA_VISIBLE_DEVICES=0,1): two ranks,
 #                              judged as a pair; for a host of 3 or more GPUs, where `compare` runs 4
 #   coexist   ~1.5 min   140   tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~25 s
-#   detach    ~4.5 min   480   tests/gpu/test_detach_multigpu.py: a 2-rank DDP job under budget windows that
+#   detach    ~6.3 min   480   tests/gpu/test_detach_multigpu.py: a 2-rank DDP job under budget windows that
 #                              detach CUPTI (between_windows: detach) while NCCL's threads call CUDA (~40 s),
 #                              then ~330 windows per rank at a 25 % budget, detached (~105 s) and attached
-#                              (~105 s): two lost-time sessions of 15 lost a rank to SIGSEGV on a native
-#                              thread, with CUPTI attached (2026-11-28)
+#                              (~105 s) twice: CUPTI 13's per-thread buffers, then one shared set
+#                              (per_thread_buffers: false). Two lost-time sessions of 15 lost a rank to
+#                              SIGSEGV on a native thread, with CUPTI attached (2026-11-28)
 #   accuracy  ~3   min   230   NCCL statistics, production.yaml against full mode:
 #                              bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60
 #   fanin     ~2   min   200   one collector, programs spread over the GPUs: bench/fanin.py --mode gpu

@@ -104,17 +104,27 @@ def test_ddp_ranks_survive_hundreds_of_detaches(tmp_path: Path) -> None:
     _check(fresh, infos, least_windows=100, detached_share=0.9)
 
 
-def test_ddp_ranks_survive_hundreds_of_windows_attached(tmp_path: Path) -> None:
+@pytest.mark.parametrize("per_thread_buffers", [None, False], ids=["cupti-default", "shared-buffers"])
+def test_ddp_ranks_survive_hundreds_of_windows_attached(
+    tmp_path: Path, per_thread_buffers: bool | None
+) -> None:
     """The same rate of windows with CUPTI attached between them (``between_windows: attach``, as for
     a session started after CUDA, which never detaches). Both DDP SIGSEGVs (H200 x2, 2026-11-28,
     2 in 15 lost-time sessions) came that way, in ``bench/budget_lost_time.py`` sessions started after
     the workload: a native thread died while the window thread's forced flush ran. This runs the
-    windows' enables, disables and forced flushes a few hundred times per rank."""
+    windows' enables, disables and forced flushes a few hundred times per rank.
+
+    Twice: with CUPTI's default buffers (per thread from CUPTI 13 on: each thread that makes GPU work
+    fills its own, which the window thread's forced flush must collect from the others) and with one
+    shared set (``per_thread_buffers: false``), so that a crash in one and not the other points at
+    the buffers."""
     began = time.monotonic()
     fresh, infos = _ddp_under_detach(tmp_path, STRESS_STEPS, budget="25%", window="0.05s", max_pause="0.2s",
-                                     between_windows="attach")  # fmt: skip
-    _record("ddp_attached_stress.json", {"windows": {r: len(w) for r, w in fresh.items()}, "steps": STRESS_STEPS,
-                                         "infos": infos, "seconds": time.monotonic() - began})  # fmt: skip
+                                     between_windows="attach", per_thread_buffers=per_thread_buffers)  # fmt: skip
+    name = "ddp_attached_stress.json" if per_thread_buffers is None else "ddp_attached_stress_shared.json"
+    _record(name, {"windows": {r: len(w) for r, w in fresh.items()}, "steps": STRESS_STEPS,
+                   "per_thread_buffers": per_thread_buffers, "infos": infos,
+                   "seconds": time.monotonic() - began})  # fmt: skip
     assert not infos, infos  # attached throughout: no detach is tried, so none stays attached
     for rank, windows in fresh.items():
         assert len(windows) >= 100 and not any(windows[1:]), (rank, len(windows), sum(windows))
