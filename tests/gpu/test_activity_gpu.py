@@ -141,3 +141,35 @@ def test_detach_reattach_mid_run(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [3000, 2000, 1000]
+
+
+_READ_PER_THREAD = """
+import ctypes, json
+import torch
+torch.ones(1, device="cuda").add_(1)
+torch.cuda.synchronize()  # the probe started at CUDA's start and set its attributes
+from cuptistream.cupti import driver, library
+value, size = ctypes.c_uint8(255), ctypes.c_size_t(1)
+code = library.libcupti().cuptiActivityGetAttribute(9, ctypes.byref(size), ctypes.byref(value))
+print(json.dumps({"code": code, "value": value.value, "cupti_version": driver.cupti_version()}))
+"""
+
+
+@pytest.mark.parametrize("per_thread_buffers", [None, False, True], ids=["unset", "false", "true"])
+def test_per_thread_buffers_reaches_cupti_as_configured(
+    tmp_path: Path, per_thread_buffers: bool | None
+) -> None:
+    """``CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER`` (9) as the program sees it under ``cuptistream
+    run``: the value given, or CUPTI's own default when unset (1 from CUPTI 13 on, says
+    ``cupti_activity.h``; until 2026-11-29 the config claimed ``false`` and wrote nothing)."""
+    pytest.importorskip("torch")
+    fields = {} if per_thread_buffers is None else {"per_thread_buffers": per_thread_buffers}
+    cfg = _config(tmp_path, kinds=["concurrent_kernel"], **fields)
+    proc = _cli("run", "-c", str(cfg), "--", sys.executable, "-c", _READ_PER_THREAD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 0, seen
+    if per_thread_buffers is None:
+        assert seen["value"] == (1 if seen["cupti_version"] >= 130000 else 0), seen
+    else:
+        assert seen["value"] == int(per_thread_buffers), seen
