@@ -23,7 +23,8 @@ GROUPS = {
 def test_the_driver_parses_and_names_its_steps() -> None:
     check_parses_and_names_its_steps(
         SCRIPT,
-        "setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests launch-session "
+        "setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests gpu-tests "
+        "launch-session "
         "volume-start",
     )
 
@@ -76,7 +77,9 @@ def test_the_detach_tests_and_the_reply_buffer_ab_run_their_commands(tmp_path: P
     """``budget-tests`` runs the budget GPU tests, ``launch-session`` the C loop alone against under
     production.yaml, and ``fanin-replies`` alternates ``--worker-replies heap`` and ``mapped`` twice
     (added 2026-11-28)."""
-    done = run_driver(tmp_path, "gpu_session.sh", "budget-tests", "launch-session", "fanin-replies", dry=True)
+    done = run_driver(
+        tmp_path, "gpu_session.sh", "budget-tests", "gpu-tests", "launch-session", "fanin-replies", dry=True
+    )
     assert done.returncode == 0, done.stderr
     results = tmp_path / "results"
     assert (
@@ -84,6 +87,10 @@ def test_the_detach_tests_and_the_reply_buffer_ab_run_their_commands(tmp_path: P
         in (results / "budget-tests.log").read_text()
     )
     assert "launch_cost.py --modes none --session-rounds 3" in (results / "launch-session.log").read_text()
+    assert (
+        "pytest -v -p no:cacheprovider tests/gpu/test_activity_gpu.py -k per_thread"
+        in (results / "gpu-tests.log").read_text()
+    )
     replies = (results / "fanin-replies.log").read_text()
     order = [
         line.split("--worker-replies ")[1].split()[0]
