@@ -175,16 +175,16 @@ def run_a(data: DataSet, spent: dict[str, int], encoder: FrameEncoder, clock: Cl
 def _batches(chunks: list[Chunk]) -> Iterator[list[bytes | memoryview]]:
     """The pieces of each batch a lane would cut from ``chunks`` (the events' array and payloads)."""
     batch: list[Chunk] = []
+    events = nbytes = 0  # the batch's totals, kept as the lane keeps them
     for chunk in chunks:
-        if batch and (
-            sum(c.count for c in batch) + chunk.count > BATCH.max_events
-            or sum(c.nbytes for c in batch) + chunk.nbytes > BATCH.max_bytes
-        ):
-            yield [array_header(sum(c.count for c in batch)), *(c.payload for c in batch)]
-            batch = []
+        if batch and (events + chunk.count > BATCH.max_events or nbytes + chunk.nbytes > BATCH.max_bytes):
+            yield [array_header(events), *(c.payload for c in batch)]
+            batch, events, nbytes = [], 0, 0
         batch.append(chunk)
+        events += chunk.count
+        nbytes += chunk.nbytes
     if batch:
-        yield [array_header(sum(c.count for c in batch)), *(c.payload for c in batch)]
+        yield [array_header(events), *(c.payload for c in batch)]
 
 
 def run_b(data: DataSet, spent: dict[str, int], encoder: FrameEncoder, clock: Clock) -> None:
