@@ -22,6 +22,7 @@ is its published copy (``scripts/events_schema.py`` writes it, a test keeps it c
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -203,6 +204,10 @@ def row_schema() -> dict[str, Any]:
     for name, sub in envelope["$defs"].items():
         if name != "RowEnvelope":
             defs.setdefault(name, sub)
+    for definition in defs.values():
+        if "description" in definition:
+            # Python 3.13 dedents docstrings when compiling, earlier versions do not: one text for both.
+            definition["description"] = inspect.cleandoc(definition["description"])
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "cuptistream event row",
