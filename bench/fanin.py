@@ -566,7 +566,10 @@ def main(argv: list[str] | None = None) -> int:
         help="pipeline.heap_trim: false (A/B the trim)",
     )
     parser.add_argument(
-        "--worker-replies", choices=["heap", "mapped"], default="mapped", help="pipeline.worker_replies"
+        "--worker-replies",
+        choices=["heap", "mapped", "shared"],
+        default="shared",
+        help="pipeline.worker_replies",
     )
     parser.add_argument("--sink-queue", default="64MiB", help="the file lane's queue.max_bytes")
     parser.add_argument(

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import cuptistream
+from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.names import ProcessNames, open_memory
 from cuptistream.collector.worker_pool import worker_pids
 from cuptistream.events import Error, Loss, SelfStats
@@ -85,7 +86,7 @@ def _accounting(tmp: Path, report: dict[str, Any]) -> list[Any]:
     return events
 
 
-@pytest.mark.parametrize("replies", ["heap", "mapped"])
+@pytest.mark.parametrize("replies", ["heap", "mapped", "shared"])
 def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path, replies: str) -> None:
     runs = {}
     for workers in (0, 2):
@@ -108,6 +109,9 @@ def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path, 
     for key in ("events_in", "activity_buffers", "activity_records", "activity_records_withheld"):
         assert before[key] == after[key], key
     assert after["decode_workers_cpu_s"] > 0
+    if replies == "shared":  # every buffer's events were packed into a reply slot
+        assert after["reply_slot_replies"] >= after["activity_buffers"] > 0
+        assert after["reply_slot_full"] == 0
 
 
 def test_a_killed_worker_is_counted_and_the_probe_decoded_in_the_collector(tmp_path: Path) -> None:
@@ -183,14 +187,23 @@ def test_names_read_through_a_memory_fd_opened_elsewhere() -> None:
     assert missing(0x1000).startswith("<unresolved") and missing.failure is not None
 
 
-@pytest.mark.parametrize("records", ["all", "on_demand"])
-def test_a_remote_stream_answers_as_a_decode_stream_does(tmp_path: Path, records: str) -> None:
+@pytest.mark.parametrize(
+    ("records", "replies"),
+    [("all", "socket"), ("on_demand", "socket"), ("all", "shared"), ("all", "shared-spilling")],
+)
+def test_a_remote_stream_answers_as_a_decode_stream_does(
+    tmp_path: Path, records: str, replies: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The stream's whole surface through a real worker: decode from a real memfd slot, a trace
-    window's ``WindowRecords``, the statistics at close, and the ``capture`` file it writes."""
+    window's ``WindowRecords``, the statistics at close, and the ``capture`` file it writes.
+    ``shared``: the events come back in reply slots (``worker_replies: shared``); ``-spilling``:
+    slots of the buffer's own size, too small for its events, so the rest comes over the socket."""
     from cuptistream.channel.messages import OpenStream, TraceSpan
     from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector import reply_slots, worker_pool
     from cuptistream.collector.decoding import DecodeStream
     from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.reply_slots import ReplySlots
     from cuptistream.collector.worker_pool import WorkerPool
     from cuptistream.config.model import StatisticsConfig
     from cuptistream.cupti import capture
@@ -201,7 +214,24 @@ def test_a_remote_stream_answers_as_a_decode_stream_does(tmp_path: Path, records
     size = max(len(b.data) for b in cap.buffers)
     pool = SlotPool.create("test", size + 8, 2)
     statistics = StatisticsConfig(interval=1.0)  # type: ignore[arg-type]
-    workers = WorkerPool(1)
+    slots = ReplySlots(max_bytes=64 << 20, idle_bytes=8 << 20) if replies != "socket" else None
+    if replies == "shared-spilling":
+        monkeypatch.setattr(worker_pool, "REPLY_EXPANSION", 1.0)
+        monkeypatch.setattr(reply_slots, "_ROUND", 4096)
+    workers = WorkerPool(1, reply_slots=slots)
+    moved = {"slot": 0, "socket": 0}  # event bytes by how replies brought them
+    receive = wp.receive_reply
+
+    def receive_counting(sock: Any, maps: Any = None) -> wp.Reply | None:
+        reply = receive(sock, maps)
+        for call in reply.calls if reply is not None else ():
+            if isinstance(call, wp.EmitSlotChunk):
+                moved["slot"] += call.size
+            elif isinstance(call, wp.EmitChunk):
+                moved["socket"] += len(call.payload)
+        return reply
+
+    monkeypatch.setattr(wp, "receive_reply", receive_counting)
     outcomes = []
     try:
         for remote in (False, True):
@@ -253,6 +283,13 @@ def test_a_remote_stream_answers_as_a_decode_stream_does(tmp_path: Path, records
         and remote_outcome[5].strings == written.strings
     )
     assert workers.started == 1 and workers.died == 0 and workers.cpu_s > 0
+    if slots is not None:  # every buffer named a slot, and its events came back where they fit
+        assert slots.taken >= len(cap.buffers) and slots.full == 0
+        in_slots, over_socket = moved["slot"], moved["socket"]
+        if replies == "shared":  # the socket carried the statistics' events alone
+            assert in_slots > 5 * over_socket > 0
+        else:  # slots of a buffer's size hold a quarter of what its events pack into
+            assert over_socket > in_slots > 0
 
 
 def test_a_worker_reads_kernel_names_from_the_program_through_the_collectors_fd(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.control import ControlServer, control_path
 from cuptistream.collector.memory import MemoryWatch
 from cuptistream.collector.reply_maps import ReplyMaps
+from cuptistream.collector.reply_slots import ReplySlots
 from cuptistream.collector.thread_cpu import ThreadCpu
 from cuptistream.collector.windows import WindowRequests
 from cuptistream.collector.worker_pool import WorkerPool
@@ -75,10 +76,12 @@ class Collector:
         auto = config.pipeline.decode_workers == "auto"  # the first probe decodes in a thread
         self.workers: WorkerPool | None = None  # started as probes come
         if workers:
-            # Replies land in mappings kept for reuse: idle ones up to an eighth of the memory budget.
-            mapped = config.pipeline.worker_replies == "mapped"
-            maps = ReplyMaps(config.pipeline.memory_budget // 8) if mapped else None
-            self.workers = WorkerPool(workers, int(auto), maps)
+            # Replies land in mappings kept for reuse (and under "shared", their events in reply
+            # slots): idle ones up to an eighth of the memory budget each.
+            replies, budget = config.pipeline.worker_replies, config.pipeline.memory_budget
+            maps = ReplyMaps(budget // 8) if replies != "heap" else None
+            slots = ReplySlots(max_bytes=budget, idle_bytes=budget // 8) if replies == "shared" else None
+            self.workers = WorkerPool(workers, int(auto), maps, slots)
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()
@@ -259,6 +262,10 @@ class Collector:
                 self.report.decode_workers_died = self.workers.died
                 self.report.decode_workers_cpu_s = self.workers.cpu_s
                 self.report.decode_workers_rss_anon_kib = self.workers.rss_anon_kib
+                if (slots := self.workers.reply_slots) is not None:
+                    self.report.reply_slot_replies = slots.taken
+                    self.report.reply_slot_full = slots.full
+                    self.report.reply_slots = slots.created
         return self.report
 
     def conclude(

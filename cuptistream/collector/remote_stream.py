@@ -96,10 +96,10 @@ class RemoteStream:
         if self.local is not None:
             self.local.decode(view, valid, dropped)
             return
-        reply = self.link.request(wp.Decode(self.info.stream, pool, slot, valid, dropped))
+        reply = self.link.decode(wp.Decode(self.info.stream, pool, slot, valid, dropped), self._replay)
         if reply is not None:
-            self._replay(reply)
-        elif self.link.sent:  # the worker had it: lost
+            return
+        if self.link.sent:  # the worker had it: lost
             self._fall_back((view, valid, dropped))
         else:
             self._fall_back(None)
@@ -134,14 +134,25 @@ class RemoteStream:
 
     def _replay(self, reply: wp.Reply) -> None:
         emitter = self.emitter
-        # The reply's chunks are views into one block (a mapping, or a heap buffer): it stays, whole,
-        # until the last of them is let go, and the memory budget counts it until then.
-        payloads = [call.payload for call in reply.calls if isinstance(call, wp.EmitChunk)]
+        # The reply's chunks are views into one block (a mapping, or a heap buffer), and those the
+        # worker packed into a reply slot into that slot: each stays, whole, until the last of the
+        # reply's chunks is let go, and the memory budget counts them until then.
+        sent = [call.payload for call in reply.calls if isinstance(call, wp.EmitChunk)]
+        slotted = [call for call in reply.calls if isinstance(call, wp.EmitSlotChunk)]
+        calls = [
+            wp.EmitChunk(self.link.slot_view(c.slot, c.offset, c.size), c.count)
+            if isinstance(c, wp.EmitSlotChunk)
+            else c
+            for c in reply.calls
+        ]
         group = None
-        if payloads and isinstance(payloads[0], memoryview):
-            block = len(payloads[0].obj)  # type: ignore[arg-type]
-            group = ChunkGroup(len(payloads), max(block, sum(len(p) for p in payloads)))
-        for call in reply.calls:
+        if slotted or (sent and isinstance(sent[0], memoryview)):
+            # The socket's block counts whole (its mapping), a slot up to where this reply reached.
+            block = len(sent[0].obj) if sent and isinstance(sent[0], memoryview) else 0  # type: ignore[arg-type]
+            block = max(block, sum(len(p) for p in sent))
+            reached = max((c.offset + c.size for c in slotted), default=0)
+            group = ChunkGroup(len(sent) + len(slotted), block + reached)
+        for call in calls:
             if isinstance(call, wp.EmitChunk):
                 emitter.emit_chunk(Chunk(call.payload, call.count, group=group))
             elif isinstance(call, wp.ReportLoss):

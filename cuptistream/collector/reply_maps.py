@@ -32,7 +32,7 @@ def _new(length: int) -> mmap.mmap:
     return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
-def _idle(mapping: mmap.mmap) -> bool | None:
+def is_idle(mapping: mmap.mmap) -> bool | None:
     """True if no view points into ``mapping``: resizing it (to its own size, which changes
     nothing) is refused with BufferError while any buffer is exported. None if that cannot be told
     (a platform that cannot resize such a mapping, or a closed one): the pool forgets it."""
@@ -60,7 +60,7 @@ class ReplyMaps:
         every slice of it) keeps the mapping in use until the last one is released. Made under the
         lock, so no other thread can take the same mapping first."""
         with self._lock:
-            states = [(m, _idle(m)) for m in self._maps]
+            states = [(m, is_idle(m)) for m in self._maps]
             self._maps = [m for m, state in states if state is not None]
             idle = sorted((m for m, state in states if state), key=len)
             # Not one much larger than the reply: the memory budget counts the whole mapping.
@@ -86,6 +86,6 @@ class ReplyMaps:
         """Forget every mapping; idle ones are unmapped now, the others when their last view goes."""
         with self._lock:
             for mapping in self._maps:
-                if _idle(mapping):
+                if is_idle(mapping):
                     mapping.close()
             self._maps.clear()

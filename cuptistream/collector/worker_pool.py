@@ -21,12 +21,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import msgspec
 
 from cuptistream.channel.shm import SlotPool
 from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.reply_maps import ReplyMaps
+from cuptistream.collector.reply_slots import ReplySlots
 from cuptistream.collector.thread_cpu import cpu_seconds
 
 _POLL_S = 1.0
@@ -35,6 +39,10 @@ _STOP_S = 5.0
 _PACKAGE = Path(__file__).resolve().parent.parent  # this cuptistream, for the worker to import
 _PACKAGE_ROOT = str(_PACKAGE.parent)
 _PROBE_BOOT = str(_PACKAGE / "probe" / "boot")
+# A probe's first reply slot is asked for this many times the buffer's valid bytes, later ones for
+# 1.25x what its last reply packed into (at most this): W3's kernel records pack into 2.2x their
+# bytes, the torch capture's API-heavy buffers into 3.9x (what does not fit goes over the socket).
+REPLY_EXPANSION = 4
 
 
 def _environment() -> dict[str, str]:
@@ -67,6 +75,7 @@ class Worker:
         self.connections = 0  # assigned now
         self.cpu_s = 0.0  # its CPU time, read when it stops
         self.rss_anon_kib = 0  # its own heap when it stopped
+        self.mapped_slots: set[int] = set()  # reply slots whose memfd it has been sent
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -125,13 +134,21 @@ def _cpu_s(pid: int) -> float:
 class WorkerPool:
     """Up to ``size`` decode workers, shared by the probe connections."""
 
-    def __init__(self, size: int, in_thread: int = 0, reply_maps: ReplyMaps | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        in_thread: int = 0,
+        reply_maps: ReplyMaps | None = None,
+        reply_slots: ReplySlots | None = None,
+    ) -> None:
         """``in_thread``: how many connections at a time decode on their own threads first;
         ``reply_maps``: replies land in these mappings (``pipeline.worker_replies: mapped``), else
-        in the heap."""
+        in the heap; ``reply_slots``: workers pack a buffer's events into these
+        (``worker_replies: shared``)."""
         self.size = size
         self.in_thread = in_thread
         self.reply_maps = reply_maps
+        self.reply_slots = reply_slots
         self._in_thread_now = 0
         self._workers: list[Worker] = []
         self._retired: list[Worker] = []  # died, or stopped: their CPU time counts
@@ -188,6 +205,8 @@ class WorkerPool:
         self._retired.extend(workers)
         if self.reply_maps is not None:
             self.reply_maps.close()
+        if self.reply_slots is not None:
+            self.reply_slots.close()
 
     @property
     def cpu_s(self) -> float:
@@ -215,6 +234,7 @@ class Link:
         self.problem = ""  # one line for the Error event
         self.told = False  # the Error event was emitted (once per link)
         self.sent = False
+        self._expansion: float = REPLY_EXPANSION  # reply bytes per buffer byte to ask a slot for
 
     def request(self, request: wp.Request, fds: list[int] | None = None) -> wp.Reply | None:
         if self.broken or self.sock is None:
@@ -240,6 +260,47 @@ class Link:
             self._break("decode_worker_failed", f"it failed a request: {reply.problem}")
             return None
         return reply
+
+    def decode(self, request: wp.Decode, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
+        """``request`` (and ``replay`` of its reply), with a reply slot for the events when the
+        pool has one idle (``pipeline.worker_replies: shared``); None as for ``request``."""
+        slots = self._pool.reply_slots
+        taken = slots.take(int(request.valid * self._expansion)) if slots is not None else None
+        if taken is None:
+            reply = self.request(request)
+        else:
+            fresh = taken.slot not in self.worker.mapped_slots
+            named = msgspec.structs.replace(request, reply_slot=taken.slot, reply_slot_size=taken.size)
+            try:
+                reply = self.request(named, [taken.fd] if fresh else None)
+                if fresh and self.sent:
+                    self.worker.mapped_slots.add(taken.slot)
+                if reply is not None and request.valid:
+                    # Ask for what this probe's buffers pack into, with a margin, next time: a
+                    # slot larger than needed holds the memory budget for nothing.
+                    packed = sum(c.size for c in reply.calls if isinstance(c, wp.EmitSlotChunk))
+                    packed += sum(len(c.payload) for c in reply.calls if isinstance(c, wp.EmitChunk))
+                    self._expansion = min(REPLY_EXPANSION, max(1.0, 1.25 * packed / request.valid))
+                return self._replayed(reply, replay)  # its chunks view the slot: the hold can go
+            finally:
+                taken.release()
+        return self._replayed(reply, replay)
+
+    def _replayed(self, reply: wp.Reply | None, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
+        if reply is None:
+            return None
+        try:
+            replay(reply)
+        except ValueError as error:  # a reply naming bytes outside its slot: nothing was replayed
+            self._break("decode_worker_failed", f"it sent a reply that does not fit ({error})")
+            return None
+        return reply
+
+    def slot_view(self, slot: int, offset: int, size: int) -> memoryview:
+        """The bytes of a reply's ``EmitSlotChunk``. Raises ValueError outside the slot."""
+        if self._pool.reply_slots is None:
+            raise ValueError("a reply named a reply slot, and this collector has none")
+        return self._pool.reply_slots.view(slot, offset, size)
 
     def _wait(self, sock: socket.socket) -> wp.Reply | None:
         began = time.monotonic()

@@ -51,13 +51,17 @@ class Open(msgspec.Struct, tag="open", frozen=True):
 
 
 class Decode(msgspec.Struct, tag="decode", frozen=True):
-    """Decode the activity buffer in slot ``slot`` of pool ``pool``; the connection releases it."""
+    """Decode the activity buffer in slot ``slot`` of pool ``pool``; the connection releases it.
+    ``reply_slot`` (not -1): pack the events into that reply slot (``collector.reply_slots``) of
+    ``reply_slot_size`` bytes, whose memfd comes with the request the first time it is named."""
 
     stream: int
     pool: int
     slot: int
     valid: int
     dropped: int
+    reply_slot: int = -1
+    reply_slot_size: int = 0
 
 
 class Span(msgspec.Struct, tag="span", frozen=True):
@@ -79,6 +83,16 @@ class EmitChunk(msgspec.Struct, tag="chunk", frozen=True, array_like=True):
     count: int
 
 
+class EmitSlotChunk(msgspec.Struct, tag="slot_chunk", frozen=True, array_like=True):
+    """A chunk whose payload the worker packed into reply slot ``slot``: ``size`` bytes at
+    ``offset``, which only the request's reply slot may hold."""
+
+    slot: int
+    offset: int
+    size: int
+    count: int
+
+
 class ReportLoss(msgspec.Struct, tag="loss", frozen=True, array_like=True):
     stage: str
     reason: str
@@ -97,7 +111,7 @@ class SawDevices(msgspec.Struct, tag="devices", frozen=True, array_like=True):
     ordinals: list[int]
 
 
-Call = EmitChunk | ReportLoss | ReportError | SawDevices
+Call = EmitChunk | EmitSlotChunk | ReportLoss | ReportError | SawDevices
 
 
 class Reply(msgspec.Struct, frozen=True):

@@ -17,6 +17,7 @@ used: it fires when the *thread* that started the worker ends, and connection th
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import selectors
 import signal
@@ -30,6 +31,7 @@ from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.collector.names import ProcessNames
+from cuptistream.collector.reply_slots import SlotWriter
 from cuptistream.config.model import Duration, StatisticsConfig
 from cuptistream.plugin import Emitter
 
@@ -37,13 +39,19 @@ _PARENT_CHECK_S = 1.0
 
 
 class Recorder(Emitter):
-    """Records what a stream emits, in order, for one reply."""
+    """Records what a stream emits, in order, for one reply. ``writer``: the reply slot the
+    request named, whose chunks are named by where they lie rather than sent."""
 
     def __init__(self) -> None:
         self.calls: list[wp.Call] = []
+        self.writer: SlotWriter | None = None
 
     def emit_chunk(self, chunk: Chunk) -> None:
-        self.calls.append(wp.EmitChunk(memoryview(chunk.payload), chunk.count))
+        offset = self.writer.locate(chunk.payload) if self.writer is not None else None
+        if offset is not None and self.writer is not None:
+            self.calls.append(wp.EmitSlotChunk(self.writer.slot, offset, len(chunk.payload), chunk.count))
+        else:
+            self.calls.append(wp.EmitChunk(memoryview(chunk.payload), chunk.count))
 
     def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         self.calls.append(wp.ReportLoss(stage, reason, count, unit))
@@ -60,10 +68,12 @@ class Recorder(Emitter):
 
 
 class Session:
-    """One probe connection's pools and streams in this worker."""
+    """One probe connection's pools and streams in this worker. ``reply_slots``: the collector's
+    reply slots this worker mapped, shared by its sessions."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, reply_slots: dict[int, mmap.mmap] | None = None) -> None:
         self.sock = sock
+        self.reply_slots = reply_slots if reply_slots is not None else {}
         self.recorder = Recorder()
         self.pools: dict[int, SlotPool] = {}
         self.streams: dict[int, DecodeStream] = {}
@@ -83,12 +93,19 @@ class Session:
         if isinstance(request, wp.Decode):
             stream = self.streams[request.stream]
             pool = self.pools[request.pool]
+            writer = self._writer(request, fds)
             view = pool.view(request.slot, request.valid)
+            stream.decoder.allocate = writer.allocate if writer is not None else None
+            self.recorder.writer = writer
             try:
                 stream.decode(view, request.valid, request.dropped)
+                return self._reply(request.stream)
             finally:
                 del view
-            return self._reply(request.stream)
+                stream.decoder.allocate = None
+                self.recorder.writer = None
+                if writer is not None:
+                    writer.release()
         if isinstance(request, wp.Span):
             window = self.streams[request.span.stream].trace_span(request.span)
             return self._reply(request.span.stream, window)
@@ -102,6 +119,23 @@ class Session:
         stream = self.streams.pop(request.stream)  # Close
         stream.close()
         return self._reply(request.stream, counters_of=stream)
+
+    def _writer(self, request: wp.Decode, fds: list[int]) -> SlotWriter | None:
+        """The reply slot the request names, mapped here the first time (its memfd comes with it)."""
+        if request.reply_slot < 0:
+            return None
+        mapping = self.reply_slots.get(request.reply_slot)
+        if fds:  # slot numbers are never reused: a slot's memfd comes once per worker
+            (fd,) = fds
+            try:
+                size, access = request.reply_slot_size, mmap.PROT_READ | mmap.PROT_WRITE
+                mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, access)
+            finally:
+                os.close(fd)
+            self.reply_slots[request.reply_slot] = mapping
+        if mapping is None:
+            raise ValueError(f"reply slot {request.reply_slot} was never mapped")
+        return SlotWriter(request.reply_slot, mapping)
 
     def _open(self, request: wp.Open, fds: list[int]) -> None:
         names = None
@@ -151,6 +185,7 @@ def serve(control: socket.socket) -> None:
     parent = os.getppid()
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, None)
+    reply_slots: dict[int, mmap.mmap] = {}  # the collector's, mapped as requests name them
     while True:
         ready = selector.select(_PARENT_CHECK_S)
         if os.getppid() != parent:
@@ -162,7 +197,7 @@ def serve(control: socket.socket) -> None:
                 if not data:
                     return
                 sock = socket.socket(fileno=fds[0])
-                selector.register(sock, selectors.EVENT_READ, Session(sock))
+                selector.register(sock, selectors.EVENT_READ, Session(sock, reply_slots))
                 continue
             try:
                 received = wp.receive_request(session.sock)

@@ -14,7 +14,7 @@ nothing in a buffer is time-ordered to begin with (concurrent kernels complete o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 import numpy as np
@@ -22,6 +22,10 @@ import numpy as np
 _encode = msgspec.msgpack.encode
 _INT64 = b"\xd3"
 _BLOCK = 1024  # records filled at a time: their rows (~300 KB for kernels) stay in the cache
+
+# Where packed elements are written: ``allocate(nbytes)`` gives a uint8 array of that many bytes, or
+# None (then the heap): a decode worker's reply slot (``collector.reply_slots``).
+Allocate = Callable[[int], "np.ndarray | None"]
 
 
 class Packer:
@@ -55,10 +59,11 @@ class Packer:
         triples: Mapping[str, Sequence[np.ndarray]],
         groups: np.ndarray,
         group_strings: Sequence[Sequence[str]],
+        allocate: Allocate | None = None,
     ) -> bytes | memoryview:
         """Elements for ``len(groups)`` records. ``groups[i]`` indexes ``group_strings``: the values
-        of the string fields that record i has. The elements are written into one buffer, returned
-        as a view of it."""
+        of the string fields that record i has. The elements are written into one buffer (from
+        ``allocate`` where it gives one), returned as a view of it."""
         count = len(groups)
         if count == 0:
             return b""
@@ -79,7 +84,9 @@ class Packer:
         width = len(self.prefix)
         strides = [width + len(suffix) for suffix in suffixes]
         starts = np.concatenate(([0], np.cumsum(np.diff(found) * np.array(strides, dtype=np.int64)))).tolist()
-        out = np.empty(starts[-1], np.uint8)
+        out = allocate(starts[-1]) if allocate is not None else None
+        if out is None:
+            out = np.empty(starts[-1], np.uint8)
         # The integer part of an element has the same layout in every group: fill it for many
         # records at once (one strided copy per field), then give each group its string suffix.
         # Filling it per group cost ~15 numpy calls per group (issue 30's profile: packing was

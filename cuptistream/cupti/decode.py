@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from cuptistream.codec import Chunk, encode_chunk
+from cuptistream.cupti.columnar import Allocate
 from cuptistream.cupti.convert import StructConverters
 from cuptistream.cupti.kinds import BY_VALUE
 from cuptistream.cupti.names import Names
@@ -61,7 +62,17 @@ class Decoder:
         self.unknown_kinds: dict[int, int] = {}
         self.device_ids: set[int] = set()  # device ordinals the records named (attribution)
         self._structs = StructConverters(names, demangle_names)
-        self._packers = PackedConverters(names).by_event
+        self._packed = PackedConverters(names)
+        self._packers = self._packed.by_event
+
+    @property
+    def allocate(self) -> Allocate | None:
+        """Where ``decode_packed`` writes the hot kinds' elements (None: the heap)."""
+        return self._packed.allocate
+
+    @allocate.setter
+    def allocate(self, allocate: Allocate | None) -> None:
+        self._packed.allocate = allocate
 
     def decode(self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None) -> list[Event]:
         """Every event in one buffer. Raises ``LayoutError`` if the buffer cannot be walked."""

@@ -15,7 +15,7 @@ import numpy as np
 from cuptistream.cupti.activity_enums import COPY_KINDS, MEMORY_KINDS
 from cuptistream.cupti.activity_enums import enum_name as _name
 from cuptistream.cupti.api_functions import api_names
-from cuptistream.cupti.columnar import Packer, group_by
+from cuptistream.cupti.columnar import Allocate, Packer, group_by
 from cuptistream.cupti.names import Names
 
 
@@ -51,10 +51,11 @@ _API_PACKER = Packer(
 
 class PackedConverters:
     """The packed converters of one session, by event type (``by_event``): kind and records in,
-    the events' msgpack elements out."""
+    the events' msgpack elements out, written where ``allocate`` says (None: the heap)."""
 
     def __init__(self, names: Names) -> None:
         self.names = names
+        self.allocate: Allocate | None = None
         self.by_event: dict[str, Callable[[int, np.ndarray], bytes | memoryview]] = {
             "kernel": self._pack_kernels, "memcpy": self._pack_memcpys, "memset": self._pack_memsets,
             "api": self._pack_api,
@@ -76,7 +77,7 @@ class PackedConverters:
             "grid": (r["grid_x"], r["grid_y"], r["grid_z"]),
             "block": (r["block_x"], r["block_y"], r["block_z"]),
         }
-        return _KERNEL_PACKER.pack(ints, triples, groups, names)
+        return _KERNEL_PACKER.pack(ints, triples, groups, names, self.allocate)
 
     def _pack_memcpys(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         peer = "src_device_id" in (r.dtype.names or ())
@@ -89,13 +90,13 @@ class PackedConverters:
         ints = {name: _arr(r, name) for name in _MEMCPY_INTS}
         if peer:
             ints |= {"src_device_id": r["src_device_id"], "dst_device_id": r["dst_device_id"]}
-        return _MEMCPY_PACKERS[peer].pack(ints, {}, groups, strings)
+        return _MEMCPY_PACKERS[peer].pack(ints, {}, groups, strings, self.allocate)
 
     def _pack_memsets(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         groups, first = group_by(r["memory_kind"])
         strings = [(_name(MEMORY_KINDS, int(mk)),) for mk in r["memory_kind"][first].tolist()]
         ints = {name: _arr(r, name) for name in _MEMSET_PACKER.ints}
-        return _MEMSET_PACKER.pack(ints, {}, groups, strings)
+        return _MEMSET_PACKER.pack(ints, {}, groups, strings, self.allocate)
 
     def _pack_api(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         domain = {4: "driver", 5: "runtime"}.get(kind, "internal")
@@ -103,4 +104,4 @@ class PackedConverters:
         groups, first = group_by(r["cbid"])
         strings = [(domain, table.get(cbid) or f"cbid_{cbid}") for cbid in r["cbid"][first].tolist()]
         ints = {name: r[name] for name in _API_PACKER.ints}
-        return _API_PACKER.pack(ints, {}, groups, strings)
+        return _API_PACKER.pack(ints, {}, groups, strings, self.allocate)

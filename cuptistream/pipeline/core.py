@@ -87,6 +87,11 @@ class ShutdownReport:
     decode_workers_died: int = 0
     decode_workers_cpu_s: float = 0.0
     decode_workers_rss_anon_kib: int = 0
+    # ``worker_replies: shared``: replies whose events were packed into a reply slot, requests that
+    # found none idle (their events came over the socket), and the slots made.
+    reply_slot_replies: int = 0
+    reply_slot_full: int = 0
+    reply_slots: int = 0
 
     def summary(self) -> str:
         parts = [f"{self.events_in} events in"]

@@ -1,0 +1,175 @@
+"""Shared-memory slots that decode workers pack their replies' events into
+(``pipeline.worker_replies: shared``), so that megabytes of events do not cross a socket.
+
+Over the socket, a reply's events are copied twice by the kernel: out of the worker and into the
+collector's mapping, ~210 ns per 462-byte event on the 2-core VM, both ends together; packed into a
+slot that both processes map, they are not copied at all (``bench/reply_transport.py``,
+docs/benchmarks.md). The collector owns the slots:
+
+- ``ReplySlots.take(size)`` (collector) names an idle slot of at least ``size`` bytes for the next
+  ``Decode`` request, creating one (a memfd) while the slots stay within ``max_bytes``; None when
+  every slot is in use, and the reply's events then come over the socket as before.
+  "Idle" is checked, not assumed, as ``ReplyMaps`` checks it: a slot's own mapping in the
+  collector cannot be resized while any view points into it (an event chunk a sink still holds),
+  so the worker never writes over bytes that something still reads.
+- The worker maps a slot the first time a request names it (its memfd comes with that request)
+  and packs into it through a ``SlotWriter``; each chunk that landed there is named in the reply
+  by slot, offset and size (``worker_protocol.EmitSlotChunk``), and ``view`` turns it back into
+  bytes on the collector's side.
+- Idle slots beyond ``idle_bytes`` give their pages back (``MADV_REMOVE``) at the next ``take``;
+  slots in use are the pipeline's, counted by its memory budget.
+
+The pages are shared memory (RssShmem), reported apart from the collector's anonymous memory.
+Thread-safe: every probe connection's thread takes from the one set of slots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+
+import numpy as np
+
+from cuptistream.collector.reply_maps import is_idle
+
+_ROUND = 1 << 20  # slot sizes in whole MiB, so that probes with similar buffers share slots
+_ALIGN = 8
+
+
+class _Slot:
+    __slots__ = ("fd", "mapping", "resident", "size")
+
+    def __init__(self, size: int) -> None:
+        self.fd = os.memfd_create("cuptistream-reply", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, size)
+            self.mapping = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:
+            os.close(self.fd)
+            raise
+        self.size = size
+        self.resident = True  # may hold pages (False once they were given back)
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError):
+            self.mapping.close()  # a view still alive: the mapping goes with the last one
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class Taken:
+    """A slot named in one request. ``hold`` (a view of the whole slot) keeps it from being taken
+    again until ``release``, by which time the reply's chunks hold views of their own."""
+
+    __slots__ = ("fd", "hold", "size", "slot")
+
+    def __init__(self, slot: int, size: int, fd: int, hold: memoryview) -> None:
+        self.slot, self.size, self.fd, self.hold = slot, size, fd, hold
+
+    def release(self) -> None:
+        self.hold.release()
+
+
+class ReplySlots:
+    """The collector's reply slots: at most ``max_bytes`` of them, ``idle_bytes`` kept resident
+    while idle."""
+
+    def __init__(self, max_bytes: int, idle_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.idle_bytes = idle_bytes
+        self._slots: list[_Slot] = []
+        self._lock = threading.Lock()
+        self.created = 0
+        self.taken = 0  # requests that named a slot
+        self.full = 0  # requests that found no idle slot (their events came over the socket)
+
+    def take(self, size: int) -> Taken | None:
+        """An idle slot for one reply of up to ``size`` bytes of events, held (``Taken.hold``) until
+        the caller has viewed the reply's chunks; None when no slot is idle and no other fits
+        within ``max_bytes``. Raises nothing: a memfd that cannot be made means None."""
+        with self._lock:
+            states = [(index, is_idle(slot.mapping)) for index, slot in enumerate(self._slots)]
+            free = sorted((i for i, state in states if state), key=lambda i: self._slots[i].size)
+            chosen = next((i for i in free if size <= self._slots[i].size <= 2 * size + _ROUND), None)
+            kept = 0
+            for index in free:  # give back the pages of idle slots beyond the bound
+                slot = self._slots[index]
+                if index == chosen or not slot.resident:
+                    continue
+                if kept + slot.size <= self.idle_bytes:
+                    kept += slot.size
+                else:
+                    slot.mapping.madvise(mmap.MADV_REMOVE)
+                    slot.resident = False
+            if chosen is None:
+                rounded = -(-max(size, 1) // _ROUND) * _ROUND
+                if sum(s.size for s in self._slots) + rounded > self.max_bytes:
+                    self.full += 1
+                    return None
+                try:
+                    self._slots.append(_Slot(rounded))
+                except OSError:
+                    self.full += 1
+                    return None
+                self.created += 1
+                chosen = len(self._slots) - 1
+            slot = self._slots[chosen]
+            slot.resident = True
+            self.taken += 1
+            return Taken(chosen, slot.size, slot.fd, memoryview(slot.mapping))
+
+    def view(self, slot: int, offset: int, size: int) -> memoryview:
+        """``size`` bytes at ``offset`` of ``slot``. Raises ValueError for a range outside it (a
+        reply that does not match what was asked)."""
+        mapping = self._slots[slot].mapping
+        if offset < 0 or size < 0 or offset + size > len(mapping):
+            raise ValueError(f"reply slot {slot}: {size} bytes at {offset} are outside its {len(mapping)}")
+        return memoryview(mapping)[offset : offset + size]
+
+    def size(self, slot: int) -> int:
+        return self._slots[slot].size
+
+    def close(self) -> None:
+        """Forget every slot; mappings still viewed go when their last view does."""
+        with self._lock:
+            for slot in self._slots:
+                slot.close()
+            self._slots.clear()
+
+
+class SlotWriter:
+    """The worker's side of one reply: hands out parts of a slot it mapped, in order, for the
+    packer to write events into (``allocate``), and says where a chunk's payload lies
+    (``locate``)."""
+
+    def __init__(self, slot: int, mapping: mmap.mmap) -> None:
+        self.slot = slot
+        self._bytes = np.frombuffer(mapping, dtype=np.uint8)
+        self._at = 0
+        self._given: dict[int, tuple[int, np.ndarray]] = {}  # id(array) -> (offset, array)
+
+    def allocate(self, nbytes: int) -> np.ndarray | None:
+        """``nbytes`` of the slot as a uint8 array, or None when they do not fit (the caller then
+        allocates on its heap)."""
+        start = -(-self._at // _ALIGN) * _ALIGN
+        if start + nbytes > len(self._bytes):
+            return None
+        out = self._bytes[start : start + nbytes]
+        self._at = start + nbytes
+        self._given[id(out)] = (start, out)
+        return out
+
+    def locate(self, payload: bytes | memoryview) -> int | None:
+        """The offset of ``payload`` in the slot, if it is one of the arrays handed out."""
+        owner = payload.obj if isinstance(payload, memoryview) else None
+        given = self._given.get(id(owner))
+        if given is None or given[1] is not owner or len(payload) != owner.nbytes:  # type: ignore[union-attr]
+            return None
+        return given[0]
+
+    def release(self) -> None:
+        """The reply has gone: drop the views of the slot (the collector names it next time)."""
+        self._given.clear()
+        self._bytes = np.zeros(0, np.uint8)

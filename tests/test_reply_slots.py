@@ -1,0 +1,127 @@
+"""cuptistream/collector/reply_slots.py: the shared-memory slots decode workers pack replies into
+(``pipeline.worker_replies: shared``). A slot is named again only once no view points into it,
+never while a reply's chunk or a request's hold does; what a worker writes through a second
+mapping of the same memfd is what the collector reads. Real memfds and mappings; nothing mocked."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from cuptistream.collector.reply_slots import ReplySlots, SlotWriter
+
+MIB = 1 << 20
+
+
+def _worker_mapping(fd: int, size: int) -> mmap.mmap:
+    """The slot as a decode worker maps it: its own mapping of the memfd that came with a request."""
+    return mmap.mmap(os.dup(fd), size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def test_a_slot_is_named_again_only_once_its_hold_and_views_are_gone() -> None:
+    slots = ReplySlots(max_bytes=64 * MIB, idle_bytes=16 * MIB)
+    first = slots.take(3 * MIB)
+    assert first is not None and first.size == 3 * MIB  # whole MiB
+    second = slots.take(MIB)  # the first is held by its request: another slot
+    assert second is not None and second.slot != first.slot and slots.created == 2
+    chunk = slots.view(first.slot, 100, 50)  # a reply's chunk
+    first.release()
+    second.release()
+    again = slots.take(2 * MIB)  # slot 1 fits (1 MiB is too small), but a chunk still views it
+    assert again is not None and again.slot not in (first.slot, second.slot) and slots.created == 3
+    again.release()
+    del chunk
+    reused = slots.take(3 * MIB)  # the smallest idle slot that fits: the first, no longer viewed
+    assert reused is not None and reused.slot == first.slot and slots.created == 3
+    assert slots.taken == 4
+
+
+def test_what_the_worker_packs_is_what_the_collector_reads() -> None:
+    slots = ReplySlots(max_bytes=8 * MIB, idle_bytes=8 * MIB)
+    taken = slots.take(MIB)
+    assert taken is not None
+    mapping = _worker_mapping(taken.fd, taken.size)
+    writer = SlotWriter(taken.slot, mapping)
+    parts = [writer.allocate(n) for n in (13, 1000, 8)]
+    assert all(p is not None for p in parts)
+    offsets = [writer.locate(p.data) for p in parts if p is not None]
+    assert offsets == [0, 16, 1016]  # in order, each 8-byte aligned
+    for part, fill in zip(parts, (1, 2, 3), strict=True):
+        assert part is not None
+        part[:] = fill
+    assert slots.view(taken.slot, 16, 1000).tobytes() == bytes([2]) * 1000
+    assert slots.view(taken.slot, 1016, 8).tobytes() == bytes([3]) * 8
+    writer.release()
+    del parts, part
+    mapping.close()
+
+
+def test_a_writer_says_none_when_full_and_knows_only_its_own_arrays() -> None:
+    mapping = mmap.mmap(-1, 4096)
+    writer = SlotWriter(7, mapping)
+    whole = writer.allocate(4000)
+    assert whole is not None
+    assert writer.allocate(97) is None  # 4000 + 97 > 4096: the packer uses its heap instead
+    assert writer.allocate(96) is not None  # 4000 rounds to 4000; 4096 fits exactly
+    assert writer.locate(whole.data) == 0
+    assert writer.locate(whole[10:].data) is None  # a part of one is not a chunk it handed out
+    assert writer.locate(np.zeros(10, np.uint8).data) is None
+    assert writer.locate(b"bytes") is None
+    writer.release()
+    assert writer.locate(whole.data) is None  # after the reply, nothing
+    del whole
+
+
+def test_no_slot_past_max_bytes_and_out_of_range_views_refused() -> None:
+    slots = ReplySlots(max_bytes=4 * MIB, idle_bytes=0)
+    held = slots.take(3 * MIB)
+    assert held is not None
+    assert slots.take(2 * MIB) is None and slots.full == 1  # 3 + 2 MiB > 4: the socket instead
+    with pytest.raises(ValueError, match="outside"):
+        slots.view(held.slot, 3 * MIB - 10, 11)
+    held.release()
+
+
+def test_idle_slots_beyond_the_bound_give_their_pages_back() -> None:
+    slots = ReplySlots(max_bytes=64 * MIB, idle_bytes=MIB)
+    a, b = slots.take(MIB), slots.take(2 * MIB)
+    assert a is not None and b is not None
+    for taken in (a, b):
+        _worker_mapping(taken.fd, taken.size)[:] = b"\x07" * taken.size  # the worker fills them
+        taken.release()
+    held = slots.take(5 * MIB)  # neither fits: a and b are idle, and only 1 MiB may stay resident
+    assert held is not None and held.slot not in (a.slot, b.slot)
+    # a (1 MiB) stays within the bound with its bytes; b's pages went back (they read as zeros).
+    assert slots.view(a.slot, 0, 8).tobytes() == b"\x07" * 8
+    assert slots.view(b.slot, 0, 8).tobytes() == bytes(8)
+    held.release()
+
+
+def test_threads_never_share_a_slot_in_use() -> None:
+    slots = ReplySlots(max_bytes=64 * MIB, idle_bytes=16 * MIB)
+    errors: list[str] = []
+
+    def work(tag: int) -> None:
+        for _ in range(100):
+            taken = slots.take(MIB // 2)
+            if taken is None:
+                continue
+            view = slots.view(taken.slot, 0, MIB // 2)
+            taken.release()
+            view[:] = bytes([tag]) * len(view)
+            if view.tobytes() != bytes([tag]) * len(view):
+                errors.append(f"thread {tag}: another thread wrote into its slot")
+            del view
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert slots.taken > 0
+    slots.close()
