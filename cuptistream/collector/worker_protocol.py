@@ -13,6 +13,10 @@ become views into it: neither side copies the events in Python (at 16 probes, jo
 and copying payloads out of replies held the collector's GIL ~40 % of the time, and encoding the
 reply was ~20 % of a worker's time; docs/benchmarks.md, issue 30).
 
+Under ``pipeline.worker_replies: shared`` most of that never crosses the socket: a ``Decode``
+names a reply slot (``collector.reply_slots``) and the worker packs the events into it, naming
+each such chunk by where it lies (``EmitSlotChunk``).
+
 A reply carries what the worker's ``DecodeStream`` did to its emitter, in call order (``Calls``),
 and its cumulative counters; the connection replays the calls on the real emitter.
 """
