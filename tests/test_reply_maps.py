@@ -9,6 +9,7 @@ import threading
 
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.reply_maps import ReplyMaps
+from tests.shared_writes import overlapping_writes
 
 MIB = 1 << 20
 
@@ -45,22 +46,7 @@ def test_idle_mappings_beyond_the_bound_are_unmapped() -> None:
 
 def test_threads_never_share_a_mapping_in_use() -> None:
     maps = ReplyMaps(idle_bytes=16 * MIB)
-    errors: list[str] = []
-
-    def work(tag: int) -> None:
-        for _ in range(200):
-            view = maps.take(MIB // 2)
-            view[:] = bytes([tag]) * len(view)
-            if view.tobytes() != bytes([tag]) * len(view):
-                errors.append(f"thread {tag}: another thread wrote into its mapping")
-            del view
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert overlapping_writes(lambda: maps.take(MIB // 2), rounds=200) == []
     assert maps.reused > maps.created  # and they did reuse
 
 
