@@ -91,9 +91,9 @@ class Session:
 
     def _serve(self, request: wp.Request, fds: list[int]) -> wp.Reply:
         if isinstance(request, wp.Decode):
+            writer = self._writer(request, fds)  # first: the collector now counts the slot as mapped here
             stream = self.streams[request.stream]
             pool = self.pools[request.pool]
-            writer = self._writer(request, fds)
             view = pool.view(request.slot, request.valid)
             stream.decoder.allocate = writer.allocate if writer is not None else None
             self.recorder.writer = writer
