@@ -55,7 +55,7 @@
 #                                   $BLOCK_RUNS (default 1000 and 1: 16 x 1000 x 3,716 = 59 M records
 #                                   at one collector core's ~0.6-0.8 M/s, then read back. The docs'
 #                                   --loops 2000 --runs 3 is ~15 min without decode workers)
-#   fanin-replies  ~6   min   400   fanin-block's run with pipeline.worker_replies heap, then mapped, twice
+#   fanin-replies  ~6   min   400   fanin-block's run with pipeline.worker_replies mapped, then shared, twice
 #                                   (alternating, --loops 500 each; --workers auto): mapped's memory
 #                                   against its rate on this host (issue 30; 8-13 % slower on the VM)
 #   fanin-onecore  ~5   min   360   fanin-cpu with --collector-cpus 0 --program-cpus 1-15 (the
@@ -70,6 +70,8 @@
 #   fanin-gpu-levels ~3.5 min 440   issue 30's GPU item: fanin-gpu's 16 programs with the file sink at zstd level 3,
 #                                   then 1 (the default since 2026-11-28), twice (alternating): what level 1
 #                                   saves in collector CPU per million records (a sixth on the VM)
+#   fanin-gpu-replies ~3.5 min 440  issue 30's GPU item: fanin-gpu's 16 programs with pipeline.worker_replies
+#                                   mapped, then shared, twice (FANIN_EXTRA as for fanin-gpu)
 #   capture-stream ~0.5 min    90   W3's own activity buffers as the default config hands them over
 #                                   (bench/capture_stream.py --seconds 0.2: a few MB), into
 #                                   $RESULTS/w3_stream.cupti; back home, CPU benches replay them with
@@ -145,7 +147,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests gpu-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu-levels capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests gpu-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu-levels fanin-gpu-replies capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -157,7 +159,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost3|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|gpu-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu-levels|capture-stream|fanin-gpu)
+        lost1|lost2|lost3|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|gpu-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu-levels|fanin-gpu-replies|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -324,7 +326,7 @@ for s in "${steps[@]}"; do
                 $FANIN_EXTRA --out "$RESULTS/fanin_block" ;;
         fanin-replies)
             for round in 1 2; do
-                for replies in heap mapped; do
+                for replies in mapped shared; do
                     step "fanin-replies" "$(cap 100)" "$PY" bench/fanin.py --mode cpu --probes 16 --loops 500 \
                         --full-policy block --runs 1 --replay-buffer-size 4MiB --workers auto \
                         --worker-replies "$replies" --out "$RESULTS/fanin_replies_${replies}_$round"
@@ -357,6 +359,14 @@ for s in "${steps[@]}"; do
                     # shellcheck disable=SC2086  # FANIN_EXTRA is words
                     step fanin-gpu-levels "$(cap 110)" "$PY" bench/fanin.py --mode gpu --probes 16 --seconds 15 --runs 1 \
                         --zstd-level "$level" $FANIN_EXTRA --out "$RESULTS/fanin_gpu_zstd${level}_$round"
+                done
+            done ;;
+        fanin-gpu-replies)
+            for round in 1 2; do
+                for replies in mapped shared; do
+                    # shellcheck disable=SC2086  # FANIN_EXTRA is words
+                    step fanin-gpu-replies "$(cap 110)" "$PY" bench/fanin.py --mode gpu --probes 16 --seconds 15 \
+                        --runs 1 --worker-replies "$replies" $FANIN_EXTRA --out "$RESULTS/fanin_gpu_${replies}_$round"
                 done
             done ;;
         capture-stream)
