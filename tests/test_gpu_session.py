@@ -75,11 +75,12 @@ def test_the_pinned_w1_and_the_paced_accuracy_runs_run_their_benches(tmp_path: P
 
 def test_the_detach_tests_and_the_reply_buffer_ab_run_their_commands(tmp_path: Path) -> None:
     """``budget-tests`` runs the budget GPU tests, ``launch-session`` the C loop alone against under
-    production.yaml, and ``fanin-replies`` alternates ``--worker-replies heap`` and ``mapped`` twice
-    (added 2026-11-28)."""
+    production.yaml, and ``fanin-replies`` (replay) and ``fanin-gpu-replies`` (16 GPU programs)
+    alternate ``--worker-replies mapped`` and ``shared`` twice."""
     done = run_driver(
-        tmp_path, "gpu_session.sh", "budget-tests", "gpu-tests", "launch-session", "fanin-replies", dry=True
-    )
+        tmp_path, "gpu_session.sh", "budget-tests", "gpu-tests", "launch-session", "fanin-replies",
+        "fanin-gpu-replies", dry=True,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     results = tmp_path / "results"
     assert (
@@ -91,13 +92,13 @@ def test_the_detach_tests_and_the_reply_buffer_ab_run_their_commands(tmp_path: P
         "pytest -v -p no:cacheprovider tests/gpu/test_activity_gpu.py -k per_thread"
         in (results / "gpu-tests.log").read_text()
     )
-    replies = (results / "fanin-replies.log").read_text()
-    order = [
-        line.split("--worker-replies ")[1].split()[0]
-        for line in replies.splitlines()
-        if "--worker-replies" in line
-    ]
-    assert order == ["heap", "mapped", "heap", "mapped"]
+    for step, mode in (("fanin-replies", "--mode cpu"), ("fanin-gpu-replies", "--mode gpu")):
+        lines = [
+            line for line in (results / f"{step}.log").read_text().splitlines() if "--worker-replies" in line
+        ]
+        order = [line.split("--worker-replies ")[1].split()[0] for line in lines]
+        assert order == ["mapped", "shared", "mapped", "shared"], step
+        assert all(mode in line for line in lines), step
 
 
 def test_a_dry_run_logs_every_command_and_returns_the_tarball(tmp_path: Path) -> None:
