@@ -115,3 +115,41 @@ def test_threads_never_share_a_slot_in_use() -> None:
     assert overlapping_writes(take) == []
     assert slots.taken > 0
     slots.close()
+
+
+def test_a_worker_asked_for_a_slot_it_never_mapped_sends_the_events_over_the_socket() -> None:
+    """A decode worker's ``Session`` (in this process): a ``Decode`` naming a reply slot whose memfd
+    never reached it still gets every event back, as ``EmitChunk``s, rather than failing."""
+    import socket
+
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.collector import worker_protocol as wp
+    from cuptistream.collector.workers import Session
+    from cuptistream.cupti import capture
+    from cuptistream.sources.replay import DEFAULT_PATH
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    buf = cap.buffers[0]
+    pool = SlotPool.create("test", len(buf.data) + 8, 1)
+    ours, theirs = socket.socketpair()
+    session = Session(theirs)
+    try:
+        info = OpenStream(
+            stream=1, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+        )
+        assert session.serve(wp.Open(info, 0, statistics=False), []).problem is None
+        assert session.serve(wp.MapPool(0, pool.slot_size, pool.slots), [os.dup(pool.fd)]).problem is None
+        slot = pool.take()
+        assert slot is not None
+        pool.view(slot)[: len(buf.data)] = buf.data
+        pool.publish(slot, ACTIVITY, 1, len(buf.data))
+        reply = session.serve(wp.Decode(1, 0, slot, len(buf.data), 0, reply_slot=5, reply_slot_size=MIB), [])
+        assert reply.problem is None
+        chunks = [c for c in reply.calls if isinstance(c, wp.EmitChunk)]
+        assert chunks and not any(isinstance(c, wp.EmitSlotChunk) for c in reply.calls)
+        assert sum(c.count for c in chunks) == reply.events > 0
+    finally:
+        session.close()
+        ours.close()
+        pool.close()

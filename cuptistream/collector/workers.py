@@ -121,7 +121,8 @@ class Session:
         return self._reply(request.stream, counters_of=stream)
 
     def _writer(self, request: wp.Decode, fds: list[int]) -> SlotWriter | None:
-        """The reply slot the request names, mapped here the first time (its memfd comes with it)."""
+        """The reply slot the request names, mapped here the first time (its memfd comes with it);
+        None when there is none, or it cannot be mapped: the events then go over the socket."""
         if request.reply_slot < 0:
             return None
         mapping = self.reply_slots.get(request.reply_slot)
@@ -129,13 +130,12 @@ class Session:
             (fd,) = fds
             try:
                 size, access = request.reply_slot_size, mmap.PROT_READ | mmap.PROT_WRITE
-                mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, access)
+                mapping = self.reply_slots[request.reply_slot] = mmap.mmap(fd, size, mmap.MAP_SHARED, access)
+            except (OSError, ValueError):
+                return None
             finally:
                 os.close(fd)
-            self.reply_slots[request.reply_slot] = mapping
-        if mapping is None:
-            raise ValueError(f"reply slot {request.reply_slot} was never mapped")
-        return SlotWriter(request.reply_slot, mapping)
+        return SlotWriter(request.reply_slot, mapping) if mapping is not None else None
 
     def _open(self, request: wp.Open, fds: list[int]) -> None:
         names = None
