@@ -128,7 +128,10 @@ def test_trace_delivers_a_window_of_a_running_job(tmp_path: Path) -> None:
         assert done.stderr == ""
         (line,) = _lines(done)
         assert int(line.group(1)) == job.pids[0] and line.group(2) == "0"
-        assert 0.9 <= float(line.group(3)) <= 2.5
+        # The window's own span: 1 s, closed by the replay thread between 20 ms buffers, later only
+        # when that thread waits (a loaded two-core CI machine once closed it at 2.61 s). A close
+        # on time, not at the next buffer, is pinned by the 5 s pause test below.
+        assert 0.9 <= float(line.group(3)) <= 4.0
         records = int(line.group(4))
         assert records > 0
         # The window plus its delivery (at most the batch latency), not a shutdown, on a loaded
