@@ -128,9 +128,6 @@ class ReplySlots:
             raise ValueError(f"reply slot {slot}: {size} bytes at {offset} are outside its {len(mapping)}")
         return memoryview(mapping)[offset : offset + size]
 
-    def size(self, slot: int) -> int:
-        return self._slots[slot].size
-
     def close(self) -> None:
         """Forget every slot; mappings still viewed go when their last view does."""
         with self._lock:

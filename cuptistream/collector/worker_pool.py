@@ -267,24 +267,22 @@ class Link:
         slots = self._pool.reply_slots
         taken = slots.take(int(request.valid * self._expansion)) if slots is not None else None
         if taken is None:
-            reply = self.request(request)
-        else:
-            fresh = taken.slot not in self.worker.mapped_slots
-            named = msgspec.structs.replace(request, reply_slot=taken.slot, reply_slot_size=taken.size)
-            try:
-                reply = self.request(named, [taken.fd] if fresh else None)
-                if fresh and self.sent:
-                    self.worker.mapped_slots.add(taken.slot)
-                if reply is not None and request.valid:
-                    # Ask for what this probe's buffers pack into, with a margin, next time: a
-                    # slot larger than needed holds the memory budget for nothing.
-                    packed = sum(c.size for c in reply.calls if isinstance(c, wp.EmitSlotChunk))
-                    packed += sum(len(c.payload) for c in reply.calls if isinstance(c, wp.EmitChunk))
-                    self._expansion = min(REPLY_EXPANSION, max(1.0, 1.25 * packed / request.valid))
-                return self._replayed(reply, replay)  # its chunks view the slot: the hold can go
-            finally:
-                taken.release()
-        return self._replayed(reply, replay)
+            return self._replayed(self.request(request), replay)
+        fresh = taken.slot not in self.worker.mapped_slots
+        named = msgspec.structs.replace(request, reply_slot=taken.slot, reply_slot_size=taken.size)
+        try:
+            reply = self.request(named, [taken.fd] if fresh else None)
+            if fresh and self.sent:
+                self.worker.mapped_slots.add(taken.slot)
+            if reply is not None and request.valid:
+                # Ask for what this probe's buffers pack into, with a margin, next time: a slot
+                # larger than needed holds the memory budget for nothing.
+                packed = sum(c.size for c in reply.calls if isinstance(c, wp.EmitSlotChunk))
+                packed += sum(len(c.payload) for c in reply.calls if isinstance(c, wp.EmitChunk))
+                self._expansion = min(REPLY_EXPANSION, max(1.0, 1.25 * packed / request.valid))
+            return self._replayed(reply, replay)  # its chunks view the slot: the hold can go
+        finally:
+            taken.release()
 
     def _replayed(self, reply: wp.Reply | None, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
         if reply is None:

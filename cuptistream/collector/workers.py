@@ -47,9 +47,10 @@ class Recorder(Emitter):
         self.writer: SlotWriter | None = None
 
     def emit_chunk(self, chunk: Chunk) -> None:
-        offset = self.writer.locate(chunk.payload) if self.writer is not None else None
-        if offset is not None and self.writer is not None:
-            self.calls.append(wp.EmitSlotChunk(self.writer.slot, offset, len(chunk.payload), chunk.count))
+        writer = self.writer
+        offset = writer.locate(chunk.payload) if writer is not None else None
+        if writer is not None and offset is not None:
+            self.calls.append(wp.EmitSlotChunk(writer.slot, offset, len(chunk.payload), chunk.count))
         else:
             self.calls.append(wp.EmitChunk(memoryview(chunk.payload), chunk.count))
 

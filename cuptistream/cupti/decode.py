@@ -63,7 +63,6 @@ class Decoder:
         self.device_ids: set[int] = set()  # device ordinals the records named (attribution)
         self._structs = StructConverters(names, demangle_names)
         self._packed = PackedConverters(names)
-        self._packers = self._packed.by_event
 
     @property
     def allocate(self) -> Allocate | None:
@@ -88,7 +87,7 @@ class Decoder:
         (``columnar``), the others from their events. Same events as ``decode``, grouped."""
         chunks: list[Chunk] = []
         for kind, event, records in self._records(data, valid, learn):
-            pack = None if self.demangle and event == "kernel" else self._packers.get(event)
+            pack = None if self.demangle and event == "kernel" else self._packed.by_event.get(event)
             for lo in range(0, len(records), _EVENTS_PER_CHUNK):
                 part = records[lo : lo + _EVENTS_PER_CHUNK]
                 if pack is not None:
