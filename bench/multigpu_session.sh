@@ -42,7 +42,9 @@
 #                              then ~330 windows per rank at a 25 % budget, detached (~105 s) and attached
 #                              (~105 s) twice: CUPTI 13's per-thread buffers, then one shared set
 #                              (per_thread_buffers: false). Two lost-time sessions of 15 lost a rank to
-#                              SIGSEGV on a native thread, with CUPTI attached (2026-11-28)
+#                              SIGSEGV on a native thread, with CUPTI attached (2026-11-28).
+#                              DETACH_TESTS picks tests (node ids); on ONE GPU, CUPTISTREAM_TEST_WORLD=1
+#                              MIN_GPUS=1 runs the same job as one rank (it reproduced the attached crash)
 #   accuracy  ~3   min   230   NCCL statistics, production.yaml against full mode:
 #                              bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60
 #   fanin     ~2   min   200   one collector, programs spread over the GPUs: bench/fanin.py --mode gpu
@@ -114,8 +116,9 @@ for s in "${steps[@]}"; do
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step coexist 140 $PY -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_coexist_multigpu.py --junitxml "$RESULTS/coexist.xml" ;;
         detach)
+            # shellcheck disable=SC2086  # DETACH_TESTS is words (files or node ids)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step detach 480 $PY -m pytest -v -p no:cacheprovider \
-                tests/gpu/test_detach_multigpu.py ;;
+                ${DETACH_TESTS:-tests/gpu/test_detach_multigpu.py} ;;
         accuracy)
             step accuracy 230 $PY bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 \
                 --out "$RESULTS/accuracy_ddp.json" ;;

@@ -21,6 +21,7 @@ from cuptistream.channel.messages import OpenStream, TraceSpan
 from cuptistream.channel.outlet import ActivityOutlet
 from cuptistream.collector.inline import InlineOutlet
 from cuptistream.cupti import driver, gpus, library, subscriber
+from cuptistream.cupti.kinds import KINDS
 from cuptistream.cupti.subscriber import Domain, Subscriber
 from sources.activity import ActivitySource, ActivitySourceConfig
 from sources.activity.source import GRAPH_CBIDS
@@ -30,10 +31,12 @@ from tests.test_callbacks_subscriber import DriverCalls, FakeCupti
 
 
 class FakeLibcupti:
-    """Every ``cupti*`` function returns CUPTI_SUCCESS; ``calls`` counts them by name."""
+    """Every ``cupti*`` function returns CUPTI_SUCCESS; ``calls`` counts them by name, ``kinds`` keeps
+    the kind each ``cuptiActivityEnable``/``Disable`` call named, in order."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.kinds: list[tuple[str, int]] = []
 
     def __getattr__(self, name: str) -> Any:
         if not name.startswith("cupti"):
@@ -41,6 +44,8 @@ class FakeLibcupti:
 
         def function(*args: Any) -> int:
             self.calls[name] += 1
+            if name in ("cuptiActivityEnable", "cuptiActivityEnableAndDump", "cuptiActivityDisable"):
+                self.kinds.append((name, args[0]))
             return 0
 
         return function
@@ -83,12 +88,9 @@ def cupti(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeLibcupti, FakeC
 
 def _source(emitter: Collect, **fields: Any) -> ActivitySource:
     config = ActivitySourceConfig(
-        type="activity",
-        kinds=["concurrent_kernel", "device"],
-        mode="budget",
-        between_windows="detach",
-        **fields,
-    )
+        **{"type": "activity", "kinds": ["concurrent_kernel", "device"], "mode": "budget",
+           "between_windows": "detach", **fields}
+    )  # fmt: skip
     source = ActivitySource(config, emitter)
     source.start()
     return source
@@ -203,4 +205,58 @@ def test_buffers_the_collector_has_not_read_keep_cupti_attached_and_say_so(
     assert lib.calls["cuptiFinalize"] == 1 and source.detached == 1
     _said_once(emitter, "info", "had not read its buffers")
     assert source.stayed_attached == {"the collector had not read its buffers in 10 s": 2}
+    source.stop()
+
+
+def _disabled(lib: FakeLibcupti) -> list[str]:
+    names = {spec.kind: spec.name for spec in KINDS.values()}
+    return [names[kind] for call, kind in lib.kinds if call == "cuptiActivityDisable"]
+
+
+def test_attached_between_windows_copies_stay_on_with_a_span_and_kernels_toggle(
+    cupti: tuple[FakeLibcupti, FakeCupti],
+) -> None:
+    """Toggling the copy and memset kinds per window with CUPTI attached crashed a CUPTI thread under
+    DDP on the H200 (docs/benchmarks.md): only the kernel kind goes off after a window; the others
+    stay on, announced by one open span, so the statistics count them as traced throughout."""
+    lib, _ = cupti
+    emitter = Spans()
+    source = _source(
+        emitter, kinds=["concurrent_kernel", "memcpy", "memset", "device"], between_windows="attach"
+    )
+    for _ in range(3):
+        _window(source)
+    assert _disabled(lib) == ["concurrent_kernel"] * 3
+    enabled = [KINDS[name].kind for name in ("memcpy", "memset")]
+    assert [kind for call, kind in lib.kinds if call == "cuptiActivityEnable" and kind in enabled] == enabled
+    kept = [span for span in emitter.spans if span.kinds == ["memcpy", "memset"]]
+    assert len(kept) == 1 and not kept[0].end
+    first_window_end = next(
+        span.end for span in emitter.spans if span.end and "concurrent_kernel" in span.kinds
+    )
+    assert kept[0].start == first_window_end  # covered without a gap from the first window on
+    later = [span for span in emitter.spans if not span.end and "concurrent_kernel" in span.kinds][1:]
+    assert later and all("memcpy" in span.kinds for span in later)
+    source.stop()
+    assert [span.end > 0 for span in emitter.spans if span.window == kept[0].window] == [False, True]
+    assert sorted(_disabled(lib)[3:]) == ["device", "memcpy", "memset"]  # stop turns everything off
+
+
+def test_windows_that_detach_still_turn_copies_off_before_cupti_finalize(
+    cupti: tuple[FakeLibcupti, FakeCupti], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Detaching, the copies go off with the kernels (the path 658 DDP detaches ran without a crash);
+    once a CUDA graph keeps CUPTI attached they stay on as with ``attach``."""
+    lib, callbacks = cupti
+    emitter = Spans()
+    source = _source(emitter, kinds=["concurrent_kernel", "memcpy", "device"])
+    _window(source)
+    assert sorted(_disabled(lib)) == ["concurrent_kernel", "device", "memcpy"]
+    assert lib.calls["cuptiFinalize"] == 1
+    callbacks.callback(None, Domain.RESOURCE, GRAPH_CBIDS[0], 0)  # a graph: attached for good
+    lib.kinds.clear()
+    _window(source)
+    _window(source)
+    assert "memcpy" not in _disabled(lib) and _disabled(lib).count("concurrent_kernel") == 2
+    assert any(span.kinds == ["memcpy"] and not span.end for span in emitter.spans)
     source.stop()

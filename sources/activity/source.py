@@ -26,7 +26,8 @@ per empty-kernel launch on the H100), and only ``cuptiFinalize`` takes that off.
 are then dumped at each window's start instead. Detaching while the process has a CUDA graph made
 its replays fail (``cudaErrorLaunchFailure`` on the H100), so the source detaches only where it
 started before any CUDA context (it has seen every graph) and stops for good at the first graph
-(a resource callback on graph creation and instantiation), with one warning event.
+(a resource callback on graph creation and instantiation), with one warning event. Where CUPTI
+stays attached after a window, the copy and memset kinds stay on from then on (``KEPT_ON_KINDS``).
 
 In either mode ``open_window`` traces an on-demand window (``cuptistream trace``). Every span in
 which kinds were traced is announced to the collector (``TraceSpan``): the statistics
@@ -86,6 +87,11 @@ DUMPED_KINDS = frozenset({"device", "context", "stream"})
 GRAPH_CBIDS = (9, 11, 18)
 # The kinds of GPU work: what the collector's statistics are computed from.
 GPU_WORK_KINDS = frozenset({"concurrent_kernel", "kernel", "memcpy", "memcpy2", "memset"})
+# Kinds never disabled while CUPTI stays attached: once a window enabled them they stay on (a span
+# says so) until CUPTI detaches or the source stops. Toggling them per window crashed a CUPTI thread
+# under DDP (H200, CUPTI 13.0: SIGSEGV within 18-52 s at ~3 windows/s in 5 of 5 runs; with only the
+# kernel kinds toggled, none in ~330 windows). Copies and memsets are few next to kernels.
+KEPT_ON_KINDS = frozenset({"memcpy", "memcpy2", "memset"})
 
 
 class ActivitySourceConfig(SourceConfig):
@@ -209,6 +215,8 @@ class ActivitySource(Source):
         self._window_ids = itertools.count(1)
         self._spans: dict[int, TraceSpan] = {}  # open spans by window number
         self._window_extra: dict[int, list[str]] = {}  # kinds each open window enabled
+        self._kept_on: list[str] = []  # KEPT_ON_KINDS left on after a window, CUPTI attached
+        self._kept_span: int | None = None  # the open span announcing them
         self._governor: Governor | None = None
         self.windows: Windows | None = None
         self._attached = False  # CUPTI attached by us (budget mode with detach: only in windows)
@@ -338,8 +346,8 @@ class ActivitySource(Source):
         if cfg.mode == "full":
             return list(cfg.kinds)
         if cfg.detaches_between_windows:  # nothing stays on: the resource kinds are dumped per window
-            return []
-        return [k for k in cfg.kinds if k in DUMPED_KINDS or k in cfg.continuous]
+            return list(self._kept_on)
+        return [k for k in cfg.kinds if k in DUMPED_KINDS or k in cfg.continuous or k in self._kept_on]
 
     def _window_kinds(self, on_demand: bool) -> list[str]:
         """What a window adds to what is always on: every configured kind for an on-demand window,
@@ -397,16 +405,22 @@ class ActivitySource(Source):
             return window
 
     def end_window(self, window: int) -> None:
-        """Disable what the window added, hand its records over, then say that it closed."""
+        """Disable what the window added (but ``KEPT_ON_KINDS`` where CUPTI stays attached), hand its
+        records over, then say that it closed."""
         lib = library.libcupti()
         with self._lock:
             if window not in self._spans:  # a pause or stop closed it already
                 return
+            detaches = self.config.detaches_between_windows and self._may_detach and not self._shared
+            kept: list[str] = []
             for spec in (kinds.KINDS[name] for name in self._window_extra.pop(window, [])):
-                if spec.kind in self._enabled:
+                if not detaches and spec.name in KEPT_ON_KINDS:
+                    kept.append(spec.name)
+                elif spec.kind in self._enabled:
                     lib.cuptiActivityDisable(spec.kind)
                     self._enabled.remove(spec.kind)
             end = driver.timestamp()
+            self._keep_on(kept, end)
         # Work launched in the window may still be queued on the GPU: a forced flush now would hand
         # over its records incomplete (no end time) and the window would undercount (-12% kernels on
         # a launch-bound MLP step on the H100). Our thread waits; the program does not.
@@ -418,6 +432,20 @@ class ActivitySource(Source):
             self._close_span(window, end)
         if self.config.detaches_between_windows:
             self._park()
+
+    def _keep_on(self, names: list[str], start: int) -> None:
+        """Announce ``names`` as traced from ``start`` on, with those already kept on: one open span."""
+        added = [name for name in names if name not in self._kept_on]
+        if not added:
+            return
+        self._close_kept(start)
+        self._kept_on.extend(added)
+        self._kept_span = self._open_span(list(self._kept_on), on_demand=False, request=0, start=start)
+
+    def _close_kept(self, end: int) -> None:
+        if self._kept_span is not None and self._kept_span in self._spans:
+            self._close_span(self._kept_span, end)
+        self._kept_span = None
 
     def _park(self) -> None:
         """Detach CUPTI until the next window, once the collector has read the window's buffers
@@ -442,6 +470,8 @@ class ActivitySource(Source):
                 return
             self._attached = False
             self._enabled.clear()
+            self._close_kept(driver.timestamp())  # cuptiFinalize turned them off
+            self._kept_on.clear()
             self.outlet.reclaim()  # the empty buffers CUPTI held die with it, never completed
             self.detached += 1
 
@@ -555,6 +585,8 @@ class ActivitySource(Source):
         for window in list(self._spans):  # after the flush: the collector has their records
             self._close_span(window, end)
         self._window_extra.clear()  # _disable_kinds turned their kinds off
+        self._kept_on.clear()  # their span closed with the others
+        self._kept_span = None
         dropped = self._read_dropped()
         if dropped:
             self._report_dropped(dropped)
