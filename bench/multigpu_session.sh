@@ -37,11 +37,12 @@
 #   compare2  ~6.5 min   560   the same on the first 2 GPUs only (CUDA_VISIBLE_DEVICES=0,1): two ranks,
 #                              judged as a pair; for a host of 3 or more GPUs, where `compare` runs 4
 #   coexist   ~1.5 min   140   tests/gpu/test_coexist_multigpu.py: 3 torchrun jobs of ~25 s
-#   detach    ~6.3 min   480   tests/gpu/test_detach_multigpu.py: a 2-rank DDP job under budget windows that
+#   detach    ~8   min   590   tests/gpu/test_detach_multigpu.py: a 2-rank DDP job under budget windows that
 #                              detach CUPTI (between_windows: detach) while NCCL's threads call CUDA (~40 s),
 #                              then ~330 windows per rank at a 25 % budget, detached (~105 s) and attached
 #                              (~105 s) twice: CUPTI 13's per-thread buffers, then one shared set
-#                              (per_thread_buffers: false). Two lost-time sessions of 15 lost a rank to
+#                              (per_thread_buffers: false), and attached with windows of every kind
+#                              (~105 s, the API kinds toggled too). Two lost-time sessions of 15 lost a rank to
 #                              SIGSEGV on a native thread, with CUPTI attached (2026-11-28).
 #                              DETACH_TESTS picks tests (node ids); on ONE GPU, CUPTISTREAM_TEST_WORLD=1
 #                              MIN_GPUS=1 runs the same job as one rank (it reproduced the attached crash)
@@ -117,7 +118,7 @@ for s in "${steps[@]}"; do
                 tests/gpu/test_coexist_multigpu.py --junitxml "$RESULTS/coexist.xml" ;;
         detach)
             # shellcheck disable=SC2086  # DETACH_TESTS is words (files or node ids)
-            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step detach 480 $PY -m pytest -v -p no:cacheprovider \
+            CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step detach 590 $PY -m pytest -v -p no:cacheprovider \
                 ${DETACH_TESTS:-tests/gpu/test_detach_multigpu.py} ;;
         accuracy)
             step accuracy 230 $PY bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 \

@@ -105,6 +105,19 @@ def test_ddp_ranks_survive_hundreds_of_detaches(tmp_path: Path) -> None:
     _check(fresh, infos, least_windows=100, detached_share=0.9)
 
 
+def _attached_stress(tmp_path: Path, result: str, **activity: Any) -> None:
+    """~330 windows per rank at a 25% budget with CUPTI attached between them; every rank finishes
+    and no window tries a detach. Records the run as ``result``."""
+    began = time.monotonic()
+    fresh, infos = _ddp_under_detach(tmp_path, STRESS_STEPS, budget="25%", window="0.05s", max_pause="0.2s",
+                                     between_windows="attach", **activity)  # fmt: skip
+    _record(result, {"windows": {r: len(w) for r, w in fresh.items()}, "steps": STRESS_STEPS, **activity,
+                     "infos": infos, "seconds": time.monotonic() - began})  # fmt: skip
+    assert not infos, infos  # attached throughout: no detach is tried, so none stays attached
+    for rank, windows in fresh.items():
+        assert len(windows) >= 100 and not any(windows[1:]), (rank, len(windows), sum(windows))
+
+
 @pytest.mark.parametrize("per_thread_buffers", [None, False], ids=["cupti-default", "shared-buffers"])
 def test_ddp_ranks_survive_hundreds_of_windows_attached(
     tmp_path: Path, per_thread_buffers: bool | None
@@ -119,13 +132,17 @@ def test_ddp_ranks_survive_hundreds_of_windows_attached(
     (``per_thread_buffers: false``). Both crashed a rank within 15 s on 2 x H200 (2026-11-29), as did
     three one-rank runs on one H200: a CUPTI thread, after windows had disabled the copy and memset
     kinds. Leaving those on while attached (``KEPT_ON_KINDS``) ran ~330 windows clean."""
-    began = time.monotonic()
-    fresh, infos = _ddp_under_detach(tmp_path, STRESS_STEPS, budget="25%", window="0.05s", max_pause="0.2s",
-                                     between_windows="attach", per_thread_buffers=per_thread_buffers)  # fmt: skip
     name = "ddp_attached_stress.json" if per_thread_buffers is None else "ddp_attached_stress_shared.json"
-    _record(name, {"windows": {r: len(w) for r, w in fresh.items()}, "steps": STRESS_STEPS,
-                   "per_thread_buffers": per_thread_buffers, "infos": infos,
-                   "seconds": time.monotonic() - began})  # fmt: skip
-    assert not infos, infos  # attached throughout: no detach is tried, so none stays attached
-    for rank, windows in fresh.items():
-        assert len(windows) >= 100 and not any(windows[1:]), (rank, len(windows), sum(windows))
+    _attached_stress(tmp_path, name, per_thread_buffers=per_thread_buffers)
+
+
+def test_ddp_ranks_survive_hundreds_of_windows_attached_tracing_every_kind(tmp_path: Path) -> None:
+    """The attached stress with windows that trace every configured kind, the API kinds included,
+    as an on-demand window (``cuptistream trace``) does: those kinds go off after each window, where
+    the copy kinds no longer do. Whether turning the runtime and driver kinds off and on is as
+    unsafe under DDP as the copy kinds were is what this asks."""
+    import yaml
+
+    production = yaml.safe_load((ROOT / "configs" / "production.yaml").read_text())
+    every_kind = next(s for s in production["sources"] if s["type"] == "activity")["kinds"]
+    _attached_stress(tmp_path, "ddp_attached_stress_every_kind.json", window_kinds=every_kind)
