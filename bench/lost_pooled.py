@@ -28,6 +28,7 @@ and each session's figures are used; or the ``.partial.json`` a run cut short le
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
@@ -151,19 +152,23 @@ def together(many: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(args: list[str]) -> int:
-    pooled_together = "--together" in args
-    paths = [a for a in args if a != "--together"]
-    if not paths:
+    parser = argparse.ArgumentParser(prog="bench/lost_pooled.py", description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", metavar="RESULTS.json", help="budget_lost_time.py's --out")
+    parser.add_argument(
+        "--together", action="store_true", help="pool each workload's sessions over all the files"
+    )
+    options = parser.parse_args(args)
+    paths: list[str] = options.paths
+    try:
+        loaded = [load(p) for p in paths]
+    except (OSError, ValueError, KeyError) as error:
         print(
-            "usage: python bench/lost_pooled.py [--together] RESULTS.json [...] (budget_lost_time.py's"
-            " --out; --together pools each workload's sessions over all the files)",
+            f"lost_pooled: cannot read a results file ({error!r}); give budget_lost_time.py's --out",
             file=sys.stderr,
         )
         return 2
     runs = (
-        [(" + ".join(paths), together([load(p) for p in paths]))]
-        if pooled_together
-        else [(p, load(p)) for p in paths]
+        [(" + ".join(paths), together(loaded))] if options.together else list(zip(paths, loaded, strict=True))
     )
     for name, results in runs:
         for label, p in pool_results(results).items():

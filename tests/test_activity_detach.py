@@ -260,3 +260,24 @@ def test_windows_that_detach_still_turn_copies_off_before_cupti_finalize(
     assert "memcpy" not in _disabled(lib) and _disabled(lib).count("concurrent_kernel") == 2
     assert any(span.kinds == ["memcpy"] and not span.end for span in emitter.spans)
     source.stop()
+
+
+def test_copies_kept_on_go_off_while_another_tool_has_cupti_and_stay_on_after(
+    cupti: tuple[FakeLibcupti, FakeCupti],
+) -> None:
+    """A pause (torch.profiler takes CUPTI) turns every kind off and closes the copies' span; the
+    first window after the resume keeps them on again, under a new span."""
+    lib, _ = cupti
+    emitter = Spans()
+    source = _source(emitter, kinds=["concurrent_kernel", "memcpy", "device"], between_windows="attach")
+    _window(source)
+    source.pause()
+    assert "memcpy" in _disabled(lib)
+    kept = [span for span in emitter.spans if span.kinds == ["memcpy"]]
+    assert [bool(span.end) for span in kept] == [False, True]  # opened, closed by the pause
+    source.resume()
+    _window(source)
+    _window(source)
+    kept = [span for span in emitter.spans if span.kinds == ["memcpy"]]
+    assert [bool(span.end) for span in kept] == [False, True, False] and kept[2].window != kept[0].window
+    source.stop()

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from budget_lost_time import job_view, null_in_base, null_in_gaps  # noqa: E402
-from lost_pooled import pool, pool_results, seconds, verdict, window_noise  # noqa: E402
+from lost_pooled import main, pool, pool_results, seconds, verdict, window_noise  # noqa: E402
 from lost_time import ACTIVITY_AFTER_S, ACTIVITY_BEFORE_S, window_cost  # noqa: E402
 
 W2_RUN = ROOT / "bench/results/2026-11-28c-h100/gpu-lost2/lost_W2.json"
@@ -164,3 +164,12 @@ def test_together_pools_one_workloads_sessions_over_several_runs(tmp_path: Path)
     apart = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"), str(cut), str(done)],
                            capture_output=True, text=True, check=True)  # fmt: skip
     assert "pooled over 3 sessions" in apart.stdout and "pooled over 2 sessions" in apart.stdout
+
+
+def test_bad_arguments_get_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot read a results file" in err[0]
+    with pytest.raises(SystemExit) as exited:
+        main([])
+    assert exited.value.code == 2
