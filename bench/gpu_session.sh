@@ -105,6 +105,10 @@
 #                                   (BUDGET_TESTS_ARGS, e.g. "-k threads", picks tests)
 #   gpu-tests      <= 5 min   300   any GPU tests: python -m pytest -v $GPU_TESTS (default: tests/gpu/test_activity_gpu.py
 #                                   -k per_thread, the activity attributes as the program's CUPTI sees them)
+#   attached1      ~5.5 min   380   the DDP attached-windows stress as ONE rank (CUPTISTREAM_TEST_WORLD=1:
+#                                   tests/gpu/test_detach_multigpu.py -k attached, 3 runs of ~105 s):
+#                                   crashed a CUPTI thread in 5 of 5 runs before eeeba50 kept the copy
+#                                   kinds on while attached; the third toggles the API kinds too
 #   launch-session ~2.5 min   200   bench/launch_cost.py --modes none: the C launch loop alone against under
 #                                   production.yaml, LAUNCH_ROUNDS pairs (default 3)
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
@@ -147,7 +151,7 @@ source "$(dirname "$0")/device_lib.sh"
 STATE=${STATE:-/tmp/gpu-session-state}  # what outlives a call: the background recording, full13's JSON
 VOLUME_CPUS=${VOLUME_CPUS-12-15}  # VOLUME_CPUS= : not pinned
 FANIN_EXTRA=${FANIN_EXTRA:---workers 8}  # pipeline.decode_workers: auto on 16 cores (see above)
-STEPS="setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests gpu-tests launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu-levels fanin-gpu-replies capture-stream fanin-gpu"
+STEPS="setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests gpu-tests attached1 launch-session volume-start volume-wait accuracy-start accuracy-wait fanin-cpu fanin-block fanin-replies fanin-onecore fanin-profile fanin-gpu-profile fanin-gpu-levels fanin-gpu-replies capture-stream fanin-gpu"
 
 steps=(setup)  # always first: the environment every other step runs in
 for arg in "${@:-all}"; do
@@ -159,7 +163,7 @@ for arg in "${@:-all}"; do
         D) steps+=(lost4 full13) ;;
         E) steps+=(full24 fanin-gpu) ;;
         setup) ;;
-        lost1|lost2|lost3|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|gpu-tests|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu-levels|fanin-gpu-replies|capture-stream|fanin-gpu)
+        lost1|lost2|lost3|lost4|full13|full24|full3|steady4|volume-start|volume-wait|accuracy-start|accuracy-wait|steady1|drift1|between1|launch1|budget-tests|gpu-tests|attached1|launch-session|fanin-cpu|fanin-block|fanin-replies|fanin-onecore|fanin-profile|fanin-gpu-profile|fanin-gpu-levels|fanin-gpu-replies|capture-stream|fanin-gpu)
             steps+=("$arg") ;;
         *) echo "gpu_session.sh: unknown step $arg (steps: $STEPS; groups: all A B C D E)" >&2; exit 2 ;;
     esac
@@ -238,7 +242,7 @@ summarize() {
         drift1) grep -E '^W1[: ]' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         between1) grep -E '^W1 ' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
         launch1|launch-session) grep -E '^(launch|built) ' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
-        budget-tests|gpu-tests) grep -E '(PASSED|FAILED|ERROR|SKIPPED|passed|failed|^E )' "$RESULTS/$name.log" | head -60 | tee -a "$SUMMARY" ;;
+        budget-tests|gpu-tests|attached1) grep -E '(PASSED|FAILED|ERROR|SKIPPED|passed|failed|^E )' "$RESULTS/$name.log" | head -60 | tee -a "$SUMMARY" ;;
         fanin-*) summarize_fanin "$RESULTS/$name.log" ;;
         capture-stream) grep -E '^\{' "$RESULTS/$name.log" | tee -a "$SUMMARY" ;;
     esac
@@ -304,6 +308,9 @@ for s in "${steps[@]}"; do
         budget-tests)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step budget-tests "$(cap 200)" "$PY" -m pytest -v -p no:cacheprovider \
                 tests/gpu/test_budget_gpu.py ${BUDGET_TESTS_ARGS:-} ;;
+        attached1)
+            CUPTISTREAM_TEST_WORLD=1 CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step attached1 "$(cap 380)" "$PY" -m pytest -v \
+                -p no:cacheprovider tests/gpu/test_detach_multigpu.py -k attached ;;
         gpu-tests)
             # shellcheck disable=SC2086  # GPU_TESTS is words (files, -k EXPR)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step gpu-tests "$(cap 300)" "$PY" -m pytest -v -p no:cacheprovider \

@@ -23,7 +23,7 @@ GROUPS = {
 def test_the_driver_parses_and_names_its_steps() -> None:
     check_parses_and_names_its_steps(
         SCRIPT,
-        "setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests gpu-tests "
+        "setup lost1 lost2 lost3 lost4 full13 full24 full3 steady4 steady1 drift1 between1 launch1 budget-tests gpu-tests attached1 "
         "launch-session "
         "volume-start",
     )
@@ -74,11 +74,12 @@ def test_the_pinned_w1_and_the_paced_accuracy_runs_run_their_benches(tmp_path: P
 
 
 def test_the_detach_tests_and_the_reply_buffer_ab_run_their_commands(tmp_path: Path) -> None:
-    """``budget-tests`` runs the budget GPU tests, ``launch-session`` the C loop alone against under
+    """``budget-tests`` runs the budget GPU tests, ``attached1`` the DDP attached stress as one rank,
+    ``launch-session`` the C loop alone against under
     production.yaml, and ``fanin-replies`` (replay) and ``fanin-gpu-replies`` (16 GPU programs)
     alternate ``--worker-replies mapped`` and ``shared`` twice."""
     done = run_driver(
-        tmp_path, "gpu_session.sh", "budget-tests", "gpu-tests", "launch-session", "fanin-replies",
+        tmp_path, "gpu_session.sh", "budget-tests", "gpu-tests", "attached1", "launch-session", "fanin-replies",
         "fanin-gpu-replies", dry=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -88,6 +89,7 @@ def test_the_detach_tests_and_the_reply_buffer_ab_run_their_commands(tmp_path: P
         in (results / "budget-tests.log").read_text()
     )
     assert "launch_cost.py --modes none --session-rounds 3" in (results / "launch-session.log").read_text()
+    assert "tests/gpu/test_detach_multigpu.py -k attached" in (results / "attached1.log").read_text()
     assert (
         "pytest -v -p no:cacheprovider tests/gpu/test_activity_gpu.py -k per_thread"
         in (results / "gpu-tests.log").read_text()
