@@ -351,7 +351,8 @@ class CuptiYield(Event, tag="cupti_yield"):
 class TraceWindow(Event, tag="trace_window"):
     """A window in which an activity source traced (the probe's ``TraceSpan``), written by the
     collector when the window closed, after the events decoded from its buffers: a window that
-    ``cuptistream trace`` asked for (``on_demand``), or one the budget opened."""
+    ``cuptistream trace`` asked for (``on_demand``), one the budget opened, or the copy and memset
+    kinds left on after a budget window while CUPTI stays attached (until a stop or a pause)."""
 
     source: str  # the activity source's name
     window: int  # the probe's window number, per source stream
