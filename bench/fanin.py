@@ -347,6 +347,8 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
         "delivered_events_per_s": round(file["events_out"] / window),
         "records": records, "shed_records": shed, "events_in": report["events_in"], "delivered_events": file["events_out"],
         "drops": losses, "dropped_events": file["events_dropped"] + report["intake_dropped"],
+        # lost in the programs before the collector (CUPTI found no free buffer): not in events_in
+        "cupti_dropped_records": sum(v for k, v in losses.items() if k.startswith("cupti/")),
         "collector_cpu_s": report["collector_cpu_s"], "workers_cpu_s": report.get("decode_workers_cpu_s", 0.0),
         # per record taken from the probes, shed or decoded: what the collector costs per offered record
         "cpu_s_per_m_records": round(cpu_s / ((records + shed) / 1e6), 3) if records else None,
@@ -500,7 +502,7 @@ def ddp_check(result: dict[str, Any], devices: dict[int, int]) -> dict[str, bool
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "steady_delivered_events_per_s",
-            "dropped_events", "shed_records", "cpu_s_per_m_records",
+            "dropped_events", "cupti_dropped_records", "shed_records", "cpu_s_per_m_records",
             "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib", "workers_peak_rss_anon_mib"]  # fmt: skip
     by_n: dict[tuple[int, int | str], list[dict[str, Any]]] = collections.defaultdict(list)
     for r in results:

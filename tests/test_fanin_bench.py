@@ -26,6 +26,7 @@ def test_fanin_reads_back_exactly_n_x_loops_x_the_captures(tmp_path: Path) -> No
     summary = json.loads((tmp_path / "summary.json").read_text())
     (run,) = summary["runs"]
     assert run["probes"] == 2 and run["dropped_events"] == 0 and run["shed_records"] == 0
+    assert run["cupti_dropped_records"] == 0  # a replay source has no CUPTI to drop records
     check = run["check"]
     assert check["expected_data_events"] == 2 * 3 * 3710  # one loop of the shipped captures: 3,710 events
     assert check["record_events_on_disk"] == check["expected_data_events"]
