@@ -8,7 +8,7 @@ import pytest
 
 from cuptistream.config import load
 from cuptistream.errors import ConfigError
-from cuptistream.sources.activity.source import ATTRIBUTES, ActivitySourceConfig, attribute_values
+from cuptistream.sources.activity.config import ATTRIBUTES, ActivitySourceConfig, attribute_values
 
 
 def _activity(**keys: object) -> ActivitySourceConfig:
