@@ -82,6 +82,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     data, count = payload(args.capture)
+    if len(data) < BATCH:
+        parser.exit(
+            2,
+            f"zstd_shapes: {args.capture} encodes to {len(data)} bytes, under one {BATCH >> 20} MiB batch; give a GPU-sized capture (bench/capture_stream.py)\n",
+        )
     print(f"{args.capture.name}: {count} events, {len(data) / count:.0f} bytes/event, {args.rounds} rounds")
     print("| setting | CPU GB/s per core | wall GB/s | ratio |\n|---|---|---|---|")
     for name, (cpus, walls, ratio) in measure(data, args.rounds).items():
