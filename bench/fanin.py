@@ -29,7 +29,9 @@ Per N: offered records/s (records the collector took from the probes' slots, dec
 before decoding, over the window the programs ran), decoded records/s, delivered events/s
 (acknowledged by the file sink; and, read back, the steady rate: what the sink wrote between
 the collector's SelfStats samples, every second, from 2 s after the programs began, their start-up
-left out), drops by stage and reason, collector CPU-s per million records, cores used (collector CPU over that window, sampled from
+left out), drops by stage and reason, collector CPU-s per million records (and, read back, per
+million events delivered over the steady rate's span: the start-up of the collector and its
+workers left out), cores used (collector CPU over that window, sampled from
 /proc), and the collector's anonymous and shared RSS (peak of /proc/PID/status samples every 0.1 s).
 With ``--runs K``: median, min and max. JSON per run and a summary go under ``--out``.
 
@@ -375,6 +377,13 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
         epoch = time.time() - _now()
         rate = steady_rate(back.delivered, int((start + epoch) * 1e9), int((end + epoch) * 1e9))
         result["steady_delivered_events_per_s"] = round(rate) if rate is not None else None
+        # The same span's CPU (workers included) per event: without the start-up of the collector and
+        # its workers (~0.7 CPU-s each), which a short run charges to few records and a node
+        # collector that runs for hours does not.
+        settled = start + SETTLE_S
+        if rate and end - settled >= 2:
+            cpu_rate = watch.cpu_between(settled, end) / (end - settled)
+            result["steady_cpu_s_per_m_events"] = round(cpu_rate / rate * 1e6, 3)
         if args.mode == "gpu":
             result["kernels_by_device"] = dict(sorted(back.kernels.items(), key=lambda kv: int(kv[0])))
             result["check"]["every_device_traced"] = all(
@@ -502,7 +511,7 @@ def ddp_check(result: dict[str, Any], devices: dict[int, int]) -> dict[str, bool
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ["offered_records_per_s", "decoded_records_per_s", "delivered_events_per_s", "steady_delivered_events_per_s",
-            "dropped_events", "cupti_dropped_records", "shed_records", "cpu_s_per_m_records",
+            "dropped_events", "cupti_dropped_records", "shed_records", "cpu_s_per_m_records", "steady_cpu_s_per_m_events",
             "cores_used", "peak_rss_anon_mib", "peak_rss_shmem_mib", "workers_peak_rss_anon_mib"]  # fmt: skip
     by_n: dict[tuple[int, int | str], list[dict[str, Any]]] = collections.defaultdict(list)
     for r in results:
