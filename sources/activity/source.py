@@ -323,14 +323,10 @@ class ActivitySource(Source):
         added = [name for name in names if name not in self._kept_on]
         if not added:
             return
-        self._close_kept(start)
+        if self._kept_span is not None:  # one span names them all: the old one ends where it starts
+            self._close_span(self._kept_span, start)
         self._kept_on.extend(added)
         self._kept_span = self._open_span(list(self._kept_on), on_demand=False, request=0, start=start)
-
-    def _close_kept(self, end: int) -> None:
-        if self._kept_span is not None and self._kept_span in self._spans:
-            self._close_span(self._kept_span, end)
-        self._kept_span = None
 
     def _park(self) -> None:
         """Detach CUPTI until the next window, once the collector has read the window's buffers
@@ -355,8 +351,6 @@ class ActivitySource(Source):
                 return
             self._attached = False
             self._enabled.clear()
-            self._close_kept(driver.timestamp())  # cuptiFinalize turned them off
-            self._kept_on.clear()
             self.outlet.reclaim()  # the empty buffers CUPTI held die with it, never completed
             self.detached += 1
 
