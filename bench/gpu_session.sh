@@ -108,7 +108,8 @@
 #   attached1      ~5.5 min   380   the DDP attached-windows stress as ONE rank (CUPTISTREAM_TEST_WORLD=1:
 #                                   tests/gpu/test_detach_multigpu.py -k attached, 3 runs of ~105 s):
 #                                   crashed a CUPTI thread in 5 of 5 runs before eeeba50 kept the copy
-#                                   kinds on while attached; the third toggles the API kinds too
+#                                   kinds on while attached; the third toggles the API kinds too.
+#                                   ATTACHED_K picks some (pytest -k; default "attached": all three)
 #   launch-session ~2.5 min   200   bench/launch_cost.py --modes none: the C launch loop alone against under
 #                                   production.yaml, LAUNCH_ROUNDS pairs (default 3)
 #   accuracy-start ~0.1 min     -   issue 26's busy at equal work per second: in the background, for
@@ -310,7 +311,7 @@ for s in "${steps[@]}"; do
                 tests/gpu/test_budget_gpu.py ${BUDGET_TESTS_ARGS:-} ;;
         attached1)
             CUPTISTREAM_TEST_WORLD=1 CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step attached1 "$(cap 380)" "$PY" -m pytest -v \
-                -p no:cacheprovider tests/gpu/test_detach_multigpu.py -k attached ;;
+                -p no:cacheprovider tests/gpu/test_detach_multigpu.py -k "${ATTACHED_K:-attached}" ;;
         gpu-tests)
             # shellcheck disable=SC2086  # GPU_TESTS is words (files, -k EXPR)
             CUPTISTREAM_GPU_RESULTS=$RESULTS/gpu step gpu-tests "$(cap 300)" "$PY" -m pytest -v -p no:cacheprovider \
