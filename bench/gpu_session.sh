@@ -50,7 +50,8 @@
 #   volume-wait    <= rest      -   waits for it (up to what is left of the call), then reports the
 #                                   recording's MB per GPU-hour (issue 26's bound: 2 MB)
 #   fanin-cpu      ~5   min   360   issue 30, CPU: bench/fanin.py --mode cpu --probes 1,4,8,16
-#                                   --seconds 15 --runs 3 (12 runs of ~25 s: 15 s, start, read-back)
+#                                   --seconds 15 --runs 3 (12 runs of ~25 s: 15 s, start, read-back);
+#                                   FANIN_PROBES, FANIN_SECONDS, FANIN_RUNS change them
 #   fanin-block    ~2.5 min   240   --probes 16 --loops $BLOCK_LOOPS --full-policy block --runs
 #                                   $BLOCK_RUNS (default 1000 and 1: 16 x 1000 x 3,716 = 59 M records
 #                                   at one collector core's ~0.6-0.8 M/s, then read back. The docs'
@@ -326,8 +327,8 @@ for s in "${steps[@]}"; do
                 --rounds "${STEADY_ROUNDS:-3}" --base 6 --seconds 8 --out "$RESULTS/steady_W1.json" ;;
         fanin-cpu)
             # shellcheck disable=SC2086  # FANIN_EXTRA is words
-            step fanin-cpu 360 "$PY" bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 \
-                --runs "${FANIN_RUNS:-3}" $FANIN_EXTRA --out "$RESULTS/fanin_cpu" ;;
+            step fanin-cpu 360 "$PY" bench/fanin.py --mode cpu --probes "${FANIN_PROBES:-1,4,8,16}" \
+                --seconds "${FANIN_SECONDS:-15}" --runs "${FANIN_RUNS:-3}" $FANIN_EXTRA --out "$RESULTS/fanin_cpu" ;;
         fanin-block)
             # shellcheck disable=SC2086
             step fanin-block 240 "$PY" bench/fanin.py --mode cpu --probes 16 --loops "${BLOCK_LOOPS:-1000}" \
