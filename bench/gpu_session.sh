@@ -61,7 +61,8 @@
 #                                   against its rate on this host (issue 30; 8-13 % slower on the VM)
 #   fanin-onecore  ~5   min   360   fanin-cpu with --collector-cpus 0 --program-cpus 1-15 (the
 #                                   background recording is pinned to 12-15, off the collector's core)
-#   fanin-profile  ~1   min    90   --probes 4 --seconds 12 --profile --profile-gil --no-check; needs
+#   fanin-profile  ~1   min    90   --probes 4 --seconds 12 --profile --profile-gil --no-check (the
+#                                   probes and limit from FANIN_PROFILE_PROBES, FANIN_PROFILE_LIMIT); needs
 #                                   py-spy (not on the lent image: carry its wheel in .whl/), else
 #                                   skipped with one line
 #   fanin-gpu-profile ~1.5 min 150  where the collector's time goes on the GPU: --mode gpu --probes 1,4
@@ -349,7 +350,8 @@ for s in "${steps[@]}"; do
             if [ -z "$DRY_RUN" ] && ! command -v py-spy > /dev/null; then
                 note "-- fanin-profile: SKIPPED, no py-spy (carry its wheel in .whl/)"
             else
-                step fanin-profile 90 "$PY" bench/fanin.py --mode cpu --probes 4 --seconds 12 --profile \
+                step fanin-profile "${FANIN_PROFILE_LIMIT:-90}" "$PY" bench/fanin.py --mode cpu \
+                    --probes "${FANIN_PROFILE_PROBES:-4}" --seconds 12 --profile \
                     --profile-gil --no-check --out "$RESULTS/fanin_profile"
             fi ;;
         fanin-gpu-profile)
