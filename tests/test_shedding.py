@@ -226,21 +226,23 @@ def test_buffers_decoded_in_the_collectors_threads_are_decoded_one_at_a_time(
 
     inside, most, decoded = [0], [0], [0]
     lock = threading.Lock()
-    real_decode = DecodeStream.decode
+    real_decode = DecodeStream._decode  # every decode, of one buffer or of several joined
 
-    def timed_decode(self: DecodeStream, view: memoryview, valid: int, dropped: int) -> None:
+    def timed_decode(
+        self: DecodeStream, view: memoryview, valid: int, buffers: int, ends: list[int] | None = None
+    ) -> bool:
         with lock:
             inside[0] += 1
             most[0] = max(most[0], inside[0])
         try:
             time.sleep(0.002)  # long enough for the other connections to arrive meanwhile
-            real_decode(self, view, valid, dropped)
+            return real_decode(self, view, valid, buffers, ends)
         finally:
             with lock:
                 inside[0] -= 1
-                decoded[0] += 1
+                decoded[0] += buffers
 
-    monkeypatch.setattr(DecodeStream, "decode", timed_decode)
+    monkeypatch.setattr(DecodeStream, "_decode", timed_decode)
     config = cuptistream.load_config(
         {
             "pipeline": {"decode_workers": 0, "full_policy": "block"},

@@ -11,6 +11,7 @@ every gathered array to ``_observe``, which folds kernels, copies and memsets in
 from __future__ import annotations
 
 import ctypes
+import itertools
 from collections import Counter
 from collections.abc import Callable
 
@@ -65,6 +66,22 @@ def _lazy(data: memoryview, valid: int) -> SizeLearner:
         return inner(kind, offset) if inner is not None else None
 
     return learn
+
+
+Buffer = tuple[memoryview, int, int]
+"""One activity buffer as a probe published it: (data, valid bytes, records CUPTI dropped)."""
+
+
+def join(buffers: list[Buffer]) -> memoryview:
+    """The buffers' valid bytes back to back, writable (a record size may have to be learned
+    through libcupti, which needs a writable buffer). Records are whole in each buffer, so the
+    join is a buffer of whole records too."""
+    joined = bytearray(sum(valid for _, valid, _ in buffers))
+    at = 0
+    for data, valid, _ in buffers:
+        joined[at : at + valid] = data[:valid]
+        at += valid
+    return memoryview(joined)
 
 
 class _Window:
@@ -122,29 +139,65 @@ class DecodeStream:
         """The record sizes known so far (the front door walks shed buffers with them)."""
         return self.decoder.layouts
 
+    @property
+    def joins(self) -> bool:
+        """Whether ``decode_many`` may decode buffers as one (not while capturing them as they came)."""
+        return not self.info.capture
+
     def decode(self, data: memoryview, valid: int, dropped: int) -> None:
         """Decode one buffer and emit its events. Never raises: failures become Loss/Error events."""
         if dropped:
             self.emitter.report_loss("cupti", "cupti_buffer_dropped", dropped, unit="records")
         if not valid:
             return
-        self.buffers += 1
         if self.info.capture:
             self._captured.append(capture.CapturedBuffer(data=bytes(data[:valid]), dropped=dropped))
+        self._decode(data, valid, 1)
+
+    def decode_many(self, buffers: list[Buffer], joined: memoryview | None = None) -> None:
+        """Decode consecutive buffers of this stream, in order, as one (``joined``: them already
+        joined, ``join``): a small buffer costs about what a large one does in numpy's per-call work
+        (2.3-2.9 against 0.8-1.0 µs a record for the shipped captures' 4-167 KB buffers). Where the
+        join cannot be walked (a record size to learn, damage), each buffer is decoded alone, so
+        one bad buffer loses itself only. Never raises."""
+        if len(buffers) == 1 or not self.joins:
+            for data, valid, dropped in buffers:
+                self.decode(data, valid, dropped)
+            return
+        dropped = sum(b[2] for b in buffers)
+        if dropped:
+            self.emitter.report_loss("cupti", "cupti_buffer_dropped", dropped, unit="records")
+        data = joined if joined is not None else join(buffers)
+        if not len(data):
+            return
+        ends = list(itertools.accumulate(valid for _, valid, _ in buffers))[:-1]
+        if not self._decode(data, len(data), sum(1 for b in buffers if b[1]), ends):
+            for part, valid, _ in buffers:  # one of them cannot be walked: each alone
+                self.decode(part, valid, 0)
+
+    def _decode(self, data: memoryview, valid: int, buffers: int, ends: list[int] | None = None) -> bool:
+        """Decode the records of ``buffers`` buffers in ``data[:valid]`` and emit their events. With
+        ``ends`` (buffers joined), False on a layout error: nothing was then counted or emitted."""
+        learn, at = _lazy(data, valid), ends or ()
         try:
             if self._forwarding():
-                chunks = self.decoder.decode_packed(data, valid, learn=_lazy(data, valid))
+                chunks = self.decoder.decode_packed(data, valid, learn, at)
             else:
-                self.records_withheld += self.decoder.observe(data, valid, learn=_lazy(data, valid))
+                self.records_withheld += self.decoder.observe(data, valid, learn, at)
                 chunks = []
         except LayoutError as error:
-            self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
+            if ends is not None:  # the walk failed, before any record was observed
+                return False
+            self.buffers += buffers
+            self.emitter.report_loss("cupti", "undecodable_buffer", buffers, unit="buffers")
             self.emitter.report_error(self.origin, str(error))
-            return
+            return True
         except Exception as error:
-            self.emitter.report_loss("cupti", "undecodable_buffer", 1, unit="buffers")
+            self.buffers += buffers
+            self.emitter.report_loss("cupti", "undecodable_buffer", buffers, unit="buffers")
             self.emitter.report_error(self.origin, f"decoding a buffer failed: {error}")
-            return
+            return True
+        self.buffers += buffers
         devices = self.decoder.device_ids
         if self._on_devices is not None and len(devices) > self._devices_told:
             self._devices_told = len(devices)
@@ -154,6 +207,7 @@ class DecodeStream:
             self.emitter.emit_chunk(chunk)
         self._emit_statistics(lambda acc: acc.buffer_done())
         self._report_name_failure()
+        return True
 
     def _forwarding(self) -> bool:
         """Whether this buffer's records become events: always, except with ``records: on_demand``

@@ -24,7 +24,7 @@ from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
 from cuptistream.codec import Chunk, ChunkGroup
 from cuptistream.collector import shedding
 from cuptistream.collector import worker_protocol as wp
-from cuptistream.collector.decoding import DecodeStream
+from cuptistream.collector.decoding import Buffer, DecodeStream
 from cuptistream.collector.names import ProcessNames, open_memory
 from cuptistream.collector.worker_pool import Link
 from cuptistream.config.model import StatisticsConfig
@@ -66,7 +66,7 @@ class RemoteStream:
             if fd is not None:
                 os.close(fd)  # the worker holds its own copy
         if reply is None:
-            self._fall_back(None)
+            self._fall_back([])
         else:
             self._replay(reply)
 
@@ -88,22 +88,30 @@ class RemoteStream:
     def events(self) -> int:
         return self._counts.events + (self.local.events if self.local else 0)
 
-    def decode_slot(self, pool: int, slot: int, view: memoryview, valid: int, dropped: int) -> None:
-        """Decode the buffer in ``slot`` of ``pool`` (``view`` is its data; the caller releases the
-        slot after this returns). Never raises."""
+    @property
+    def joins(self) -> bool:
+        return not self.info.capture
+
+    def decode_slots(self, pool: int, slots: list[tuple[int, Buffer]]) -> None:
+        """Decode the buffers in ``slots`` (slot number, its buffer) of ``pool``, consecutive in
+        this stream, as one request (the caller releases the slots after this returns). Never
+        raises."""
         if self.local is None and self.link.broken:
-            self._fall_back(None)
+            self._fall_back([])
         if self.local is not None:
-            self.local.decode(view, valid, dropped)
+            self.local.decode_many([buffer for _, buffer in slots])
             return
-        reply = self.link.decode(wp.Decode(self.info.stream, pool, slot, valid, dropped), self._replay)
-        if reply is not None:
+        (first, (_, valid, dropped)), more = slots[0], slots[1:]
+        request = wp.Decode(
+            self.info.stream, pool, first, valid, dropped, more=tuple((s, b[1], b[2]) for s, b in more)
+        )
+        if self.link.decode(request, self._replay) is not None:
             return
-        if self.link.sent:  # the worker had it: lost
-            self._fall_back((view, valid, dropped))
+        if self.link.sent:  # the worker had them: lost
+            self._fall_back([buffer for _, buffer in slots])
         else:
-            self._fall_back(None)
-            self.decode_slot(pool, slot, view, valid, dropped)
+            self._fall_back([])
+            self.decode_slots(pool, slots)
 
     def trace_span(self, span: TraceSpan) -> WindowRecords | None:
         if span.end:
@@ -115,7 +123,7 @@ class RemoteStream:
                 if not span.end:
                     self._open_spans[span.window] = span
                 return reply.window
-            self._fall_back(None)
+            self._fall_back([])
         assert self.local is not None
         return self.local.trace_span(span)
 
@@ -167,23 +175,23 @@ class RemoteStream:
         if reply.sizes:
             self.layouts.sizes.update(reply.sizes)
 
-    def _fall_back(self, in_flight: tuple[memoryview, int, int] | None) -> None:
-        """Decode in this thread from now on; ``in_flight``: the buffer the worker had, lost."""
-        lost = ""
-        if in_flight is not None:
-            view, valid, dropped = in_flight
-            reason = self.link.reason
-            records = shedding.count_lost(
+    def _fall_back(self, in_flight: list[Buffer]) -> None:
+        """Decode in this thread from now on; ``in_flight``: the buffers the worker had, lost."""
+        reason = self.link.reason
+        records = unwalkable = 0
+        for view, valid, dropped in in_flight:
+            counted = shedding.count_lost(
                 view, valid, dropped, self.layouts, self.emitter, "collector", reason
             )
-            if records is None:  # its headers cannot be walked: CUPTI's count, and one buffer
+            if counted is None:  # its headers cannot be walked: CUPTI's count, and one buffer
                 if dropped:
                     self.emitter.report_loss("cupti", "cupti_buffer_dropped", dropped, unit="records")
                 self.emitter.report_loss("collector", reason, 1, unit="buffers")
-                lost = "; the buffer it was decoding is lost (1 buffer)"
-            elif records:
-                lost = f"; the buffer it was decoding is lost ({records} records)"
-        self._tell_broken(lost)
+                unwalkable += 1
+            else:
+                records += counted
+        lost = [f"{records} records"] * bool(records) + [f"{unwalkable} buffer(s)"] * bool(unwalkable)
+        self._tell_broken(f"; what it was decoding is lost ({', '.join(lost)})" if lost else "")
         names = ProcessNames(self.pid) if self.info.strings is None else None
         local = DecodeStream(self.info, self.pid, self.emitter, self._on_devices, self._statistics, names)
         local.layouts.sizes.update(self.layouts.sizes)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cuptistream.cupti.records import RecordLayouts, size_table
@@ -83,9 +84,15 @@ class FrontDoor:
         self.in_flight = 0  # bytes reserved for the events of buffers admitted and not yet decoded
 
     def admit(
-        self, data: memoryview, valid: int, dropped: int, layouts: RecordLayouts, emitter: Emitter
+        self,
+        data: memoryview | Callable[[], memoryview],
+        valid: int,
+        dropped: int,
+        layouts: RecordLayouts,
+        emitter: Emitter,
     ) -> bool:
-        """True: decode the buffer, then call ``decoded(valid)``. False: it was shed and counted."""
+        """True: decode the buffer, then call ``decoded(valid)``. False: it was shed and counted.
+        ``data`` may be a function that gives it (buffers joined only if they are to be shed)."""
         if self.pipeline.intake.policy == "block":
             self._reserve_within_budget(RESERVE_PER_BYTE * valid)
             return True
@@ -103,7 +110,9 @@ class FrontDoor:
                         if left <= 0:
                             break
                         self._decoded.wait(min(left, PAUSE_S))  # the lanes' writes make room too
-                if overloaded(self.pipeline) and shed(data, valid, dropped, layouts, emitter):
+                if overloaded(self.pipeline) and shed(
+                    data if isinstance(data, memoryview) else data(), valid, dropped, layouts, emitter
+                ):
                     return False
         with self._decoded:
             self.in_flight += RESERVE_PER_BYTE * valid

@@ -265,7 +265,7 @@ class Link:
         """``request`` (and ``replay`` of its reply), with a reply slot for the events when the
         pool has one idle (``pipeline.worker_replies: shared``); None as for ``request``."""
         slots = self._pool.reply_slots
-        taken = slots.take(int(request.valid * self._expansion)) if slots is not None else None
+        taken = slots.take(int(request.total_valid * self._expansion)) if slots is not None else None
         if taken is None:
             return self._replayed(self.request(request), replay)
         fresh = taken.slot not in self.worker.mapped_slots
@@ -274,12 +274,12 @@ class Link:
             reply = self.request(named, [taken.fd] if fresh else None)
             if fresh and self.sent:
                 self.worker.mapped_slots.add(taken.slot)
-            if reply is not None and request.valid:
+            if reply is not None and request.total_valid:
                 # Ask for what this probe's buffers pack into, with a margin, next time: a slot
                 # larger than needed holds the memory budget for nothing.
                 packed = sum(c.size for c in reply.calls if isinstance(c, wp.EmitSlotChunk))
                 packed += sum(len(c.payload) for c in reply.calls if isinstance(c, wp.EmitChunk))
-                self._expansion = min(REPLY_EXPANSION, max(1.0, 1.25 * packed / request.valid))
+                self._expansion = min(REPLY_EXPANSION, max(1.0, 1.25 * packed / request.total_valid))
             return self._replayed(reply, replay)  # its chunks view the slot: the hold can go
         finally:
             taken.release()

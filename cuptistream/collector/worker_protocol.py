@@ -56,8 +56,10 @@ class Open(msgspec.Struct, tag="open", frozen=True):
 
 class Decode(msgspec.Struct, tag="decode", frozen=True):
     """Decode the activity buffer in slot ``slot`` of pool ``pool``; the connection releases it.
-    ``reply_slot`` (not -1): pack the events into that reply slot (``collector.reply_slots``) of
-    ``reply_slot_size`` bytes, whose memfd comes with the request the first time it is named."""
+    ``more``: the (slot, valid, dropped) of further buffers of the pool that follow it in the
+    stream, decoded with it as one (``DecodeStream.decode_many``). ``reply_slot`` (not -1): pack
+    the events into that reply slot (``collector.reply_slots``) of ``reply_slot_size`` bytes,
+    whose memfd comes with the request the first time it is named."""
 
     stream: int
     pool: int
@@ -66,6 +68,12 @@ class Decode(msgspec.Struct, tag="decode", frozen=True):
     dropped: int
     reply_slot: int = -1
     reply_slot_size: int = 0
+    more: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def total_valid(self) -> int:
+        """The valid bytes of every buffer the request names."""
+        return self.valid + sum(valid for _, valid, _ in self.more)
 
 
 class Span(msgspec.Struct, tag="span", frozen=True):

@@ -95,14 +95,15 @@ class Session:
             writer = self._writer(request, fds)  # first: the collector now counts the slot as mapped here
             stream = self.streams[request.stream]
             pool = self.pools[request.pool]
-            view = pool.view(request.slot, request.valid)
+            buffers = [(pool.view(slot, valid), valid, dropped) for slot, valid, dropped in
+                       ((request.slot, request.valid, request.dropped), *request.more)]  # fmt: skip
             stream.decoder.allocate = writer.allocate if writer is not None else None
             self.recorder.writer = writer
             try:
-                stream.decode(view, request.valid, request.dropped)
+                stream.decode_many(buffers)
                 return self._reply(request.stream)
             finally:
-                del view
+                del buffers
                 stream.decoder.allocate = None
                 self.recorder.writer = None
                 if writer is not None:

@@ -14,7 +14,7 @@ steps over one buffer and keeps the session's counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -81,12 +81,13 @@ class Decoder:
         return events
 
     def decode_packed(
-        self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None
+        self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None, ends: Sequence[int] = ()
     ) -> list[Chunk]:
         """Every event in one buffer, already encoded: the hot kinds without a Struct per record
-        (``columnar``), the others from their events. Same events as ``decode``, grouped."""
+        (``columnar``), the others from their events. Same events as ``decode``, grouped.
+        ``ends``: where joined buffers end inside ``data`` (``records.walk``)."""
         chunks: list[Chunk] = []
-        for kind, event, records in self._records(data, valid, learn):
+        for kind, event, records in self._records(data, valid, learn, ends):
             pack = None if self.demangle and event == "kernel" else self._packed.by_event.get(event)
             for lo in range(0, len(records), _EVENTS_PER_CHUNK):
                 part = records[lo : lo + _EVENTS_PER_CHUNK]
@@ -96,18 +97,20 @@ class Decoder:
                     chunks.append(encode_chunk(events))
         return chunks
 
-    def observe(self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None) -> int:
+    def observe(
+        self, data: memoryview | bytes, valid: int, learn: SizeLearner | None = None, ends: Sequence[int] = ()
+    ) -> int:
         """Walk and gather one buffer for the observer only, converting nothing (raw records that
         are not forwarded). The number of records. Raises ``LayoutError`` as ``decode`` does."""
-        return sum(len(records) for _, _, records in self._records(data, valid, learn))
+        return sum(len(records) for _, _, records in self._records(data, valid, learn, ends))
 
     def _records(
-        self, data: memoryview | bytes, valid: int, learn: SizeLearner | None
+        self, data: memoryview | bytes, valid: int, learn: SizeLearner | None, ends: Sequence[int] = ()
     ) -> list[tuple[int, str, np.ndarray]]:
         """(kind, event type, records as a structured array) per kind in the buffer."""
         view = memoryview(data).cast("B")
         out: list[tuple[int, str, np.ndarray]] = []
-        for kind, offsets in walk(view, valid, self.layouts, learn).items():
+        for kind, offsets in walk(view, valid, self.layouts, learn, ends).items():
             spec = BY_VALUE.get(kind)
             chosen = self.layouts.dtype(kind)
             if spec is None or chosen is None:

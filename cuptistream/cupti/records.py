@@ -12,7 +12,7 @@ decoding (``decode`` converts them to events).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -64,14 +64,15 @@ def size_table(layouts: RecordLayouts) -> list[int]:
 
 
 def walk(
-    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None
+    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None, ends: Sequence[int] = ()
 ) -> dict[int, list[int]]:
-    """Offsets of every record in ``data[:valid]``, grouped by kind."""
-    return _walk_each(data, valid, layouts, learn)
+    """Offsets of every record in ``data[:valid]``, grouped by kind. ``ends``: where buffers joined
+    into ``data`` end before ``valid``, in order; a record must not cross one (``LayoutError``)."""
+    return _walk_each(data, valid, layouts, learn, ends)
 
 
 def _walk_each(
-    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None
+    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None, ends: Sequence[int]
 ) -> dict[int, list[int]]:
     """Record by record (one list lookup per record), learning sizes it does not know."""
     ints = data[: valid - valid % 4].cast("i")
@@ -81,27 +82,28 @@ def _walk_each(
     offsets: dict[int, list[int]] = {}
     buckets: list[list[int] | None] = [None] * limit
     offset = 0
-    while offset < valid:
-        kind = ints[offset >> 2]
-        size = table[kind] if 0 <= kind < limit else 0
-        if not size:
-            size = (learn(kind, offset) if learn else None) or 0
+    for end in (*ends, valid):
+        while offset < end:
+            kind = ints[offset >> 2]
+            size = table[kind] if 0 <= kind < limit else 0
             if not size:
-                raise LayoutError(f"no record size known for activity kind {kind} at offset {offset}")
-            sizes[kind] = size
-            if kind >= limit:
-                grow = kind + 1 - limit
-                table += [0] * grow
-                buckets += [None] * grow
-                limit = len(table)
-            table[kind] = size
-        bucket = buckets[kind]
-        if bucket is None:
-            buckets[kind] = bucket = offsets.setdefault(kind, [])
-        bucket.append(offset)
-        offset += size
-    if offset != valid:
-        raise LayoutError(f"records overrun the buffer: walked to {offset}, valid bytes {valid}")
+                size = (learn(kind, offset) if learn else None) or 0
+                if not size:
+                    raise LayoutError(f"no record size known for activity kind {kind} at offset {offset}")
+                sizes[kind] = size
+                if kind >= limit:
+                    grow = kind + 1 - limit
+                    table += [0] * grow
+                    buckets += [None] * grow
+                    limit = len(table)
+                table[kind] = size
+            bucket = buckets[kind]
+            if bucket is None:
+                buckets[kind] = bucket = offsets.setdefault(kind, [])
+            bucket.append(offset)
+            offset += size
+        if offset != end:
+            raise LayoutError(f"records overrun the buffer: walked to {offset}, valid bytes {end}")
     return offsets
 
 
