@@ -6,8 +6,9 @@ the end of the connection (goodbye, exit, crash or SIGKILL of the program) every
 published is still drained: the shared memory outlives the process while it is mapped here.
 
 With decode workers (``pipeline.decode_workers``), a probe's streams are ``RemoteStream``s: this
-thread still drains the slots in order and decides to shed or not, and for each buffer asks the
-probe's worker to decode it, replays the reply on the emitter, and only then releases the slot.
+thread still drains the slots in order and decides to shed or not, and for each buffer (or run of
+consecutive small buffers of one stream, decoded as one: ``JOIN_BYTES``) asks the probe's worker to
+decode it, replays the reply on the emitter, and only then releases the slots.
 """
 
 from __future__ import annotations
