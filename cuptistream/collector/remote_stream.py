@@ -90,6 +90,7 @@ class RemoteStream:
 
     @property
     def joins(self) -> bool:
+        """As ``DecodeStream.joins``: consecutive buffers may go in one request."""
         return not self.info.capture
 
     def decode_slots(self, pool: int, slots: list[tuple[int, Buffer]]) -> None:
@@ -190,7 +191,11 @@ class RemoteStream:
                 unwalkable += 1
             else:
                 records += counted
-        lost = [f"{records} records"] * bool(records) + [f"{unwalkable} buffer(s)"] * bool(unwalkable)
+        lost = []
+        if records:
+            lost.append(f"{records} records")
+        if unwalkable:
+            lost.append(f"{unwalkable} buffer(s)")
         self._tell_broken(f"; what it was decoding is lost ({', '.join(lost)})" if lost else "")
         names = ProcessNames(self.pid) if self.info.strings is None else None
         local = DecodeStream(self.info, self.pid, self.emitter, self._on_devices, self._statistics, names)
