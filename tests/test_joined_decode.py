@@ -157,3 +157,60 @@ def test_a_worker_decodes_several_slots_in_one_request_as_the_collector_would(tm
     assert len(requests) == 1 and len(requests[0].more) == len(pieces) - 1
     assert remote_sink.events and _encoded(remote_sink.events) == _encoded(local_sink.events)
     assert remote.buffers == len(pieces) and remote.records == local.records
+
+
+def test_buffers_that_queue_up_on_a_connection_are_decoded_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay probe (a real process) publishes faster than an in-process collector decodes (each
+    decode is the real one, held 30 ms longer): the buffers that queued up in the probe's slots
+    are decoded together, never more than ``JOIN_BYTES`` at once, and every buffer is decoded once."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import cuptistream
+    from cuptistream.collector import connection
+    from cuptistream.collector.collector import Collector
+
+    joined: list[tuple[int, int]] = []  # (buffers, bytes) per decode
+    real = DecodeStream._decode
+
+    def slow(
+        self: DecodeStream, data: memoryview, valid: int, buffers: int, ends: list[int] | None = None
+    ) -> bool:
+        joined.append((buffers, valid))
+        time.sleep(0.03)
+        return real(self, data, valid, buffers, ends)
+
+    monkeypatch.setattr(DecodeStream, "_decode", slow)
+    config = cuptistream.load_config(
+        {"pipeline": {"decode_workers": 0}, "sources": [], "sinks": [{"type": "null"}]}
+    )
+    collector = Collector(config).start()
+    sock = str(tmp_path / "c.sock")
+    collector.listen(sock)
+    program = (
+        "import sys, cuptistream\n"
+        "cfg = {'sources': [{'type': 'replay', 'path': sys.argv[2], 'loops': 24}], 'sinks': [{'type': 'null'}]}\n"
+        "with cuptistream.session(cfg, collector=sys.argv[1], quiet=True): pass\n"
+    )
+    path = DEFAULT_PATH / "exact_counts.cupti"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        probe = subprocess.run([sys.executable, "-c", program, sock, str(path)], env=env, timeout=120)
+        assert probe.returncode == 0
+    finally:
+        report = collector.finish(probe_timeout=30)
+    cap = capture.read(path)
+    assert report is not None and report.activity_buffers == 24 * len(cap.buffers) == sum(
+        b for b, _ in joined
+    )
+    assert report.activity_records == 24 * sum(
+        len(o)
+        for b in cap.buffers
+        for o in walk(memoryview(b.data), len(b.data), RecordLayouts(dict(cap.struct_sizes)), None).values()
+    )
+    assert max(b for b, _ in joined) > 1, joined  # some were decoded together
+    assert all(size <= connection.JOIN_BYTES for b, size in joined if b > 1)
