@@ -128,7 +128,7 @@ for line in sys.stdin:
         print(line.rstrip()); continue
     r = json.loads(line)
     keep = ("probes", "nproc", "job_s", "window_s", "offered_records_per_s", "delivered_events_per_s", "steady_delivered_events_per_s", "dropped_events", "cupti_dropped_records", "drops", "errors_on_disk",
-            "shed_records", "collector_cpu_s", "workers_cpu_s", "cpu_s_per_m_records", "steady_cpu_s_per_m_events", "cores_used", "peak_rss_anon_mib",
+            "shed_records", "buffers_per_decode", "collector_cpu_s", "workers_cpu_s", "cpu_s_per_m_records", "steady_cpu_s_per_m_events", "cores_used", "peak_rss_anon_mib",
             "programs_by_device", "kernels_by_device", "ranks", "check")
     print(json.dumps({k: r[k] for k in keep if k in r}))
 ' | tee -a "$SUMMARY"

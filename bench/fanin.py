@@ -348,6 +348,9 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
         "decoded_records_per_s": round(records / window),
         "delivered_events_per_s": round(file["events_out"] / window),
         "records": records, "shed_records": shed, "events_in": report["events_in"], "delivered_events": file["events_out"],
+        # buffers per decode: consecutive buffers that queued up on a connection are decoded as one
+        "buffers_per_decode": round(report["activity_buffers"] / report["activity_decodes"], 2)
+        if report.get("activity_decodes") else None,
         "drops": losses, "dropped_events": file["events_dropped"] + report["intake_dropped"],
         # lost in the programs before the collector (CUPTI found no free buffer): not in events_in
         "cupti_dropped_records": sum(v for k, v in losses.items() if k.startswith("cupti/")),

@@ -157,6 +157,7 @@ def test_a_worker_decodes_several_slots_in_one_request_as_the_collector_would(tm
     assert len(requests) == 1 and len(requests[0].more) == len(pieces) - 1
     assert remote_sink.events and _encoded(remote_sink.events) == _encoded(local_sink.events)
     assert remote.buffers == len(pieces) and remote.records == local.records
+    assert remote.decodes == local.decodes == 1  # the worker's count, as its reply carried it
 
 
 def test_buffers_that_queue_up_on_a_connection_are_decoded_together(
@@ -213,4 +214,5 @@ def test_buffers_that_queue_up_on_a_connection_are_decoded_together(
         for o in walk(memoryview(b.data), len(b.data), RecordLayouts(dict(cap.struct_sizes)), None).values()
     )
     assert max(b for b, _ in joined) > 1, joined  # some were decoded together
+    assert report.activity_decodes == len(joined) < report.activity_buffers  # and reported so
     assert all(size <= connection.JOIN_BYTES for b, size in joined if b > 1)

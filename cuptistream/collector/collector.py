@@ -94,6 +94,7 @@ class Collector:
         self._registered: Path | None = None
         self.served = 0
         self.buffers = 0
+        self.decodes = 0
         self.records = 0
         self.records_withheld = 0
         self.report: ShutdownReport | None = None
@@ -166,6 +167,7 @@ class Collector:
             self._connections.discard(connection)
             for stream in connection.streams.values():
                 self.buffers += stream.buffers
+                self.decodes += stream.decodes
                 self.records += stream.records
                 self.records_withheld += stream.records_withheld
             self._changed.notify_all()
@@ -244,6 +246,7 @@ class Collector:
             usage = rusage.getrusage(rusage.RUSAGE_SELF)
             self.report.probes = self.served
             self.report.activity_buffers = self.buffers
+            self.report.activity_decodes = self.decodes
             self.report.activity_records = self.records
             self.report.activity_records_withheld = self.records_withheld
             self.report.collector_cpu_s = round(usage.ru_utime + usage.ru_stime, 3)

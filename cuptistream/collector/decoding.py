@@ -124,6 +124,7 @@ class DecodeStream:
             self.statistics = Accumulator(statistics.interval_ns, statistics.max_names, self.names)
         self._windows: dict[int, _Window] = {}  # open TraceSpans by window number
         self.buffers = 0
+        self.decodes = 0  # decode calls: a joined run of buffers is one
         self.events = 0
         self.records_withheld = 0  # decoded for the statistics only (``records: on_demand``)
         self._name_failure_reported = False
@@ -188,16 +189,17 @@ class DecodeStream:
         except LayoutError as error:
             if ends is not None:  # the walk failed, before any record was observed
                 return False
-            self.buffers += buffers
-            self.emitter.report_loss("cupti", "undecodable_buffer", buffers, unit="buffers")
-            self.emitter.report_error(self.origin, str(error))
-            return True
+            failure: str | None = str(error)
         except Exception as error:
-            self.buffers += buffers
-            self.emitter.report_loss("cupti", "undecodable_buffer", buffers, unit="buffers")
-            self.emitter.report_error(self.origin, f"decoding a buffer failed: {error}")
-            return True
+            failure = f"decoding a buffer failed: {error}"
+        else:
+            failure = None
         self.buffers += buffers
+        self.decodes += 1
+        if failure is not None:
+            self.emitter.report_loss("cupti", "undecodable_buffer", buffers, unit="buffers")
+            self.emitter.report_error(self.origin, failure)
+            return True
         devices = self.decoder.device_ids
         if self._on_devices is not None and len(devices) > self._devices_told:
             self._devices_told = len(devices)

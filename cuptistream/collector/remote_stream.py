@@ -77,6 +77,10 @@ class RemoteStream:
         return self._counts.buffers + (self.local.buffers if self.local else 0)
 
     @property
+    def decodes(self) -> int:
+        return self._counts.decodes + (self.local.decodes if self.local else 0)
+
+    @property
     def records(self) -> int:
         return self._counts.records + (self.local.records if self.local else 0)
 

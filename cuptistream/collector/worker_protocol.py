@@ -133,6 +133,7 @@ class Reply(msgspec.Struct, frozen=True):
     calls: list[Call] = []
     problem: str | None = None
     buffers: int = 0
+    decodes: int = 0
     records: int = 0
     records_withheld: int = 0
     events: int = 0

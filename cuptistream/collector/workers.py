@@ -161,8 +161,8 @@ class Session:
         learned = len(sizes) != self._sizes.get(stream_id)
         self._sizes[stream_id] = len(sizes)
         return wp.Reply(
-            calls=self.recorder.take(), buffers=stream.buffers, records=stream.records,
-            records_withheld=stream.records_withheld, events=stream.events,
+            calls=self.recorder.take(), buffers=stream.buffers, decodes=stream.decodes,
+            records=stream.records, records_withheld=stream.records_withheld, events=stream.events,
             window=window,
             sizes=dict(sizes) if learned else None,
         )  # fmt: skip

@@ -64,6 +64,7 @@ class ShutdownReport:
     # Filled in by the collector:
     probes: int = 0  # probe connections served
     activity_buffers: int = 0  # raw CUPTI buffers decoded
+    activity_decodes: int = 0  # decodes of them: consecutive buffers that queued up decode as one
     activity_records: int = 0  # records in them
     # ... of which decoded for the statistics only, by design (``activity.records: on_demand``):
     # not stored, not lost
