@@ -21,6 +21,7 @@ from cuptistream.cupti import capture
 from cuptistream.cupti.records import LayoutError, RecordLayouts, walk
 from cuptistream.sources.replay import DEFAULT_PATH
 from tests.gpu.workloads.collect import Collect
+from tests.replay_probes import run_replay_probes
 
 CAPTURES = ["torch_train.cupti", "exact_counts.cupti", "graph_trace.cupti"]
 
@@ -166,14 +167,9 @@ def test_buffers_that_queue_up_on_a_connection_are_decoded_together(
     """A replay probe (a real process) publishes faster than an in-process collector decodes (each
     decode is the real one, held 30 ms longer): the buffers that queued up in the probe's slots
     are decoded together, never more than ``JOIN_BYTES`` at once, and every buffer is decoded once."""
-    import os
-    import subprocess
-    import sys
     import time
 
-    import cuptistream
     from cuptistream.collector import connection
-    from cuptistream.collector.collector import Collector
 
     joined: list[tuple[int, int]] = []  # (buffers, bytes) per decode
     real = DecodeStream._decode
@@ -186,28 +182,10 @@ def test_buffers_that_queue_up_on_a_connection_are_decoded_together(
         return real(self, data, valid, buffers, ends)
 
     monkeypatch.setattr(DecodeStream, "_decode", slow)
-    config = cuptistream.load_config(
-        {"pipeline": {"decode_workers": 0}, "sources": [], "sinks": [{"type": "null"}]}
-    )
-    collector = Collector(config).start()
-    sock = str(tmp_path / "c.sock")
-    collector.listen(sock)
-    program = (
-        "import sys, cuptistream\n"
-        "cfg = {'sources': [{'type': 'replay', 'path': sys.argv[2], 'loops': 24}], 'sinks': [{'type': 'null'}]}\n"
-        "with cuptistream.session(cfg, collector=sys.argv[1], quiet=True): pass\n"
-    )
     path = DEFAULT_PATH / "exact_counts.cupti"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    try:
-        probe = subprocess.run([sys.executable, "-c", program, sock, str(path)], env=env, timeout=120)
-        assert probe.returncode == 0
-    finally:
-        report = collector.finish(probe_timeout=30)
+    report = run_replay_probes(tmp_path, {"decode_workers": 0}, path, loops=24)
     cap = capture.read(path)
-    assert report is not None and report.activity_buffers == 24 * len(cap.buffers) == sum(
-        b for b, _ in joined
-    )
+    assert report.activity_buffers == 24 * len(cap.buffers) == sum(b for b, _ in joined)
     assert report.activity_records == 24 * sum(
         len(o)
         for b in cap.buffers

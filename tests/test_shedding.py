@@ -17,6 +17,7 @@ from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES
+from tests.replay_probes import run_replay_probes
 
 MIB = 1 << 20
 
@@ -216,9 +217,6 @@ def test_buffers_decoded_in_the_collectors_threads_are_decoded_one_at_a_time(
     """Three replay probes (real processes) send their buffers to an in-process collector with no
     decode worker: their connection threads take turns, so no two buffers are ever decoded at once,
     and every buffer is decoded. The decode itself is the real one, timed around."""
-    import os
-    import subprocess
-    import sys
     import threading
     import time
 
@@ -243,30 +241,11 @@ def test_buffers_decoded_in_the_collectors_threads_are_decoded_one_at_a_time(
                 decoded[0] += buffers
 
     monkeypatch.setattr(DecodeStream, "_decode", timed_decode)
-    config = cuptistream.load_config(
-        {
-            "pipeline": {"decode_workers": 0, "full_policy": "block"},
-            "sources": [],
-            "sinks": [{"type": "null"}],
-        }
+    path = CAPTURES / "exact_counts.cupti"
+    report = run_replay_probes(
+        tmp_path, {"decode_workers": 0, "full_policy": "block"}, path, loops=3, probes=3
     )
-    collector = Collector(config).start()
-    sock = str(tmp_path / "c.sock")
-    collector.listen(sock)
-    program = (
-        "import sys, cuptistream\n"
-        "cfg = {'sources': [{'type': 'replay', 'path': sys.argv[2], 'loops': 3}], 'sinks': [{'type': 'null'}]}\n"
-        "with cuptistream.session(cfg, collector=sys.argv[1], quiet=True): pass\n"
-    )
-    path = str(CAPTURES / "exact_counts.cupti")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    try:
-        probes = [subprocess.Popen([sys.executable, "-c", program, sock, path], env=env) for _ in range(3)]
-        assert [p.wait(120) for p in probes] == [0, 0, 0]
-    finally:
-        report = collector.finish(probe_timeout=30)
     buffers = len(capture.read(path).buffers)
-    assert report is not None and report.probes == 3
     assert decoded[0] == report.activity_buffers == 3 * 3 * buffers
     assert most[0] == 1, f"{most[0]} buffers were decoded at once"
 
