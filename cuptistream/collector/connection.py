@@ -267,14 +267,13 @@ class ProbeConnection:
     def _decode_held(
         self, index: int, pool: SlotPool, stream: Stream | None, held: list[tuple[int, Buffer]]
     ) -> None:
-        """Decode (or shed) the gathered group, then release its slots and empty ``held``."""
-        try:
-            assert stream is not None
-            self._decode_or_shed(stream, index, held)
-        finally:
-            for slot, _ in held:
-                pool.release(slot)
-            held.clear()
+        """Decode (or shed) the gathered group, then release its slots and empty ``held``. Where
+        something raises, ``_drain`` releases what is still held."""
+        assert stream is not None
+        self._decode_or_shed(stream, index, held)
+        for slot, _ in held:
+            pool.release(slot)
+        held.clear()
 
     def _decode_or_shed(self, stream: Stream, pool: int, slots: list[tuple[int, Buffer]]) -> None:
         """Decode the buffers (here, or in the stream's worker), unless the pipeline has no room for
@@ -298,7 +297,7 @@ class ProbeConnection:
                 if isinstance(stream, RemoteStream):
                     stream.decode_slots(pool, slots)
                 else:
-                    stream.decode_many(buffers, joined if len(buffers) > 1 else None)
+                    stream.decode_many(buffers, joined)
             finally:
                 front_door.decoded(valid)
 

@@ -157,10 +157,10 @@ class DecodeStream:
 
     def decode_many(self, buffers: list[Buffer], joined: memoryview | None = None) -> None:
         """Decode consecutive buffers of this stream, in order, as one (``joined``: them already
-        joined, ``join``): a small buffer costs about what a large one does in numpy's per-call work
-        (2.3-2.9 against 0.8-1.0 µs a record for the shipped captures' 4-167 KB buffers, 2-core VM). Where the
-        join cannot be walked (a record size to learn, damage), each buffer is decoded alone, so
-        one bad buffer loses itself only. Never raises."""
+        joined, ``join``; unused for one buffer): a small buffer costs about what a large one does
+        in numpy's per-call work (2.3-2.9 against 0.8-1.0 µs a record for the shipped captures'
+        4-167 KB buffers, 2-core VM). Where the join cannot be walked (a record size to learn,
+        damage), each buffer is decoded alone, so one bad buffer loses itself only. Never raises."""
         if len(buffers) == 1 or not self.joins:
             for data, valid, dropped in buffers:
                 self.decode(data, valid, dropped)
