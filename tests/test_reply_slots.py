@@ -101,6 +101,38 @@ def test_idle_slots_beyond_the_bound_give_their_pages_back() -> None:
     held.release()
 
 
+def test_a_slot_whose_pages_are_in_is_named_before_one_that_gave_them_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cuptistream.collector import reply_slots
+
+    slots = ReplySlots(max_bytes=64 * MIB, idle_bytes=MIB)
+    a, b = slots.take(MIB), slots.take(MIB)
+    assert a is not None and b is not None and a.slot != b.slot
+    for taken in (a, b):
+        _worker_mapping(taken.fd, taken.size)[:] = b"\x07" * taken.size
+        taken.release()
+    held = slots.take(5 * MIB)  # no idle slot fits: the trim keeps b (the more recent), gives a back
+    assert held is not None
+    assert slots.view(a.slot, 0, 8).tobytes() == bytes(8)
+    again = slots.take(MIB)  # a was taken longer ago, but b's pages are in: no faults for the worker
+    assert again is not None and again.slot == b.slot
+    assert slots.view(b.slot, 0, 8).tobytes() == b"\x07" * 8
+    again.release()
+    # With the trim due at every take, one that finds an idle slot still trims the others: a
+    # second 5 MiB slot, idle and beyond the bound with b kept, gives its pages back.
+    monkeypatch.setattr(reply_slots, "TRIM_INTERVAL_S", 0.0)
+    second = slots.take(5 * MIB)  # held's slot is still held: a new one
+    assert second is not None and second.slot != held.slot
+    _worker_mapping(second.fd, second.size)[:8] = b"\x09" * 8
+    second.release()
+    held.release()
+    last = slots.take(MIB)
+    assert last is not None and last.slot == b.slot
+    assert slots.view(second.slot, 0, 8).tobytes() == bytes(8)
+    last.release()
+
+
 def test_threads_never_share_a_slot_in_use() -> None:
     slots = ReplySlots(max_bytes=64 * MIB, idle_bytes=16 * MIB)
 
