@@ -133,6 +133,18 @@ def test_a_slot_whose_pages_are_in_is_named_before_one_that_gave_them_back(
     last.release()
 
 
+def test_a_take_after_close_makes_a_fresh_slot() -> None:
+    slots = ReplySlots(max_bytes=8 * MIB, idle_bytes=8 * MIB)
+    first = slots.take(MIB)
+    assert first is not None
+    first.release()
+    slots.close()
+    again = slots.take(MIB)  # none of the forgotten slots is named again
+    assert again is not None and again.slot == 0 and slots.created == 2
+    again.release()
+    slots.close()
+
+
 def test_threads_never_share_a_slot_in_use() -> None:
     slots = ReplySlots(max_bytes=64 * MIB, idle_bytes=16 * MIB)
 

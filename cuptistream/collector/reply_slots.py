@@ -89,7 +89,6 @@ class ReplySlots:
         self.created = 0
         self.taken = 0  # requests that named a slot
         self.full = 0  # requests that found no idle slot (their events came over the socket)
-        self.checks = 0  # slots tested for idleness (a failed resize each): the cost of a take
 
     def take(self, size: int) -> Taken | None:
         """An idle slot for one reply of up to ``size`` bytes of events, held (``Taken.hold``) until
@@ -129,21 +128,19 @@ class ReplySlots:
         at the first: each test is a syscall, and a busy node has a hundred slots."""
         fitting = [i for i in self._recent if size <= self._slots[i].size <= 2 * size + _ROUND]
         for index in sorted(fitting, key=lambda i: not self._slots[i].resident):  # stable: keeps recency
-            self.checks += 1
             if is_idle(self._slots[index].mapping):
                 return index
         return None
 
     def _trim(self, chosen: int | None) -> None:
         """Give back the pages of idle slots beyond ``idle_bytes``, keeping the most recently taken
-        (the likeliest to be taken again soon). Tests every slot: run at most every
+        (the likeliest to be taken again soon). Tests every resident slot: run at most every
         ``TRIM_INTERVAL_S``, and when a take finds no idle slot (a new one would be made)."""
         kept = 0
         for index in reversed(self._recent):
             slot = self._slots[index]
             if index == chosen or not slot.resident:
                 continue
-            self.checks += 1
             if not is_idle(slot.mapping):
                 continue
             if kept + slot.size <= self.idle_bytes:
@@ -166,6 +163,7 @@ class ReplySlots:
             for slot in self._slots:
                 slot.close()
             self._slots.clear()
+            self._recent.clear()
 
 
 class SlotWriter:
