@@ -319,7 +319,9 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
     spy = None
     if args.profile:  # sampled from outside: py-spy reads the collector's memory, no GIL taken
         spy = subprocess.Popen(["py-spy", "record", "--pid", str(collector.pid), "--rate", str(args.profile_rate),
-                                "--format", "raw", "--threads", "--subprocesses", "--nonblocking",
+                                "--format", "raw", "--threads", "--subprocesses",
+                                # py-spy unwinds native stacks only with the process paused
+                                *(["--native"] if args.profile_native else ["--nonblocking"]),
                                 *(["--gil"] if args.profile_gil else []),
                                 "-o", str(where / "profile.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     code = collector.wait(timeout=args.seconds * 20 + 120)
@@ -603,6 +605,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-rate", type=int, default=200)
     parser.add_argument(
         "--profile-gil", action="store_true", help="with --profile: only samples holding the GIL"
+    )
+    parser.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="with --profile: native frames too (C extensions, numpy, zstd; slower to sample)",
     )
     parser.add_argument(
         "--collector-cpus", default="", help="pin the collector (cuptistream run) to these CPUs, e.g. 0-7"

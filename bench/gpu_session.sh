@@ -359,8 +359,8 @@ for s in "${steps[@]}"; do
                 note "-- fanin-gpu-profile: SKIPPED, no py-spy (carry its wheel in .whl/)"
             else
                 # shellcheck disable=SC2086  # FANIN_PROFILE_ARGS is words
-                step fanin-gpu-profile 150 "$PY" bench/fanin.py --mode gpu ${FANIN_PROFILE_ARGS:---probes 1,4} \
-                    --seconds 10 --profile --no-check --out "$RESULTS/fanin_gpu_profile"
+                step fanin-gpu-profile 150 "$PY" bench/fanin.py --mode gpu --seconds 10 --profile --no-check \
+                    ${FANIN_PROFILE_ARGS:---probes 1,4} --out "$RESULTS/fanin_gpu_profile"
                 for p in "$RESULTS"/fanin_gpu_profile/*/profile.txt; do
                     [ -f "$p" ] && { note "$p:"; $PY bench/profile_stages.py "$p" | tee -a "$SUMMARY"; }
                 done

@@ -111,7 +111,9 @@ def main() -> None:
     samples: dict[Path, list[dict]] = {path: [] for path in checkouts}
     for round_ in range(args.rounds):
         for path in checkouts if round_ % 2 == 0 else reversed(checkouts):
-            env = {**os.environ, "PYTHONPATH": str(path)}
+            # The checkout first; the rest of the path stays (the device installs dependencies there).
+            rest = os.environ.get("PYTHONPATH", "")
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(path), rest) if p)}
             child = [
                 sys.executable,
                 str(Path(__file__).resolve()),
