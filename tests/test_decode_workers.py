@@ -469,6 +469,30 @@ def test_under_auto_the_first_probe_decodes_in_its_own_thread() -> None:
         workers.stop()
 
 
+def test_with_per_worker_a_worker_takes_that_many_connections_before_the_next_starts() -> None:
+    """``per_worker`` (what ``auto`` sets): a new worker starts only when each running one has that
+    many connections; a connection that leaves makes room on its worker before a new one starts."""
+    from cuptistream.collector.worker_pool import WorkerPool
+
+    workers = WorkerPool(3, per_worker=2)
+    try:
+        links = [workers.assign() for _ in range(5)]
+        assert all(link is not None for link in links)
+        assigned = [link.worker.pid for link in links if link is not None]
+        assert workers.started == 3
+        assert assigned[0] == assigned[1] and assigned[2] == assigned[3] and assigned[4] not in assigned[:4]
+        first = links[0]
+        assert first is not None
+        first.close()  # the first worker has room again: the next connection goes there
+        again = workers.assign()
+        assert again is not None and again.worker.pid == assigned[0] and workers.started == 3
+        for link in [*links[1:], again]:
+            if link is not None:
+                link.close()
+    finally:
+        workers.stop()
+
+
 @pytest.mark.parametrize(("mapped", "kind"), [(False, bytearray), (True, mmap.mmap)])
 def test_a_reply_of_several_fragments_lands_in_the_heap_or_a_private_mapping(
     mapped: bool, kind: type

@@ -35,7 +35,7 @@ from cuptistream.collector.reply_maps import ReplyMaps
 from cuptistream.collector.reply_slots import ReplySlots
 from cuptistream.collector.thread_cpu import ThreadCpu
 from cuptistream.collector.windows import WindowRequests
-from cuptistream.collector.worker_pool import WorkerPool
+from cuptistream.collector.worker_pool import AUTO_CONNECTIONS_PER_WORKER, WorkerPool
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
@@ -81,7 +81,8 @@ class Collector:
             replies, budget = config.pipeline.worker_replies, config.pipeline.memory_budget
             maps = ReplyMaps(budget // 8) if replies != "heap" else None
             slots = ReplySlots(max_bytes=budget, idle_bytes=budget // 8) if replies == "shared" else None
-            self.workers = WorkerPool(workers, int(auto), maps, slots)
+            per_worker = AUTO_CONNECTIONS_PER_WORKER if auto else 1
+            self.workers = WorkerPool(workers, int(auto), maps, slots, per_worker)
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()

@@ -5,10 +5,12 @@ Workers start lazily, one per probe connection that opens an activity stream, up
 ``pipeline.decode_workers``; past that a connection goes to the worker with the fewest
 connections. Under ``auto`` the first connection (one at a time) decodes on its own thread instead:
 with GPU-sized buffers a worker round trip costs ~40% more CPU per record, which a single probe,
-the common case, need not pay (docs/benchmarks.md, issue 30). A worker that died is replaced by
-a fresh one at the next assignment. They stop at ``Collector.finish``. A ``Link`` never hangs its
-connection: it waits for a reply in steps of ``_POLL_S`` while the worker lives, and kills a worker
-that has not answered one request within ``REQUEST_TIMEOUT_S``.
+the common case, need not pay (docs/benchmarks.md, issue 30). Under ``auto`` too, each worker
+takes ``AUTO_CONNECTIONS_PER_WORKER`` connections before the next one starts: with 16 GPU programs
+on a 16-core host, 4 workers cost 0.79x and 0.91x the CPU per record of 8 (2 pairs). A worker that
+died is replaced by a fresh one at the next assignment. They stop at ``Collector.finish``. A
+``Link`` never hangs its connection: it waits for a reply in steps of ``_POLL_S`` while the worker
+lives, and kills a worker that has not answered one request within ``REQUEST_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from cuptistream.collector.reply_slots import ReplySlots
 from cuptistream.collector.thread_cpu import cpu_seconds
 
 _POLL_S = 1.0
+# Under ``auto``: connections a worker takes before the next worker starts. Fewer, busier workers
+# cost less per record on a host whose cores the GPU programs keep busy (H200, 16 programs).
+AUTO_CONNECTIONS_PER_WORKER = 4
 REQUEST_TIMEOUT_S = 60.0  # one buffer decodes in milliseconds; a minute is a stuck worker
 _STOP_S = 5.0
 _PACKAGE = Path(__file__).resolve().parent.parent  # this cuptistream, for the worker to import
@@ -140,13 +145,16 @@ class WorkerPool:
         in_thread: int = 0,
         reply_maps: ReplyMaps | None = None,
         reply_slots: ReplySlots | None = None,
+        per_worker: int = 1,
     ) -> None:
         """``in_thread``: how many connections at a time decode on their own threads first;
-        ``reply_maps``: replies land in these mappings (``pipeline.worker_replies: mapped``), else
-        in the heap; ``reply_slots``: workers pack a buffer's events into these
-        (``worker_replies: shared``)."""
+        ``per_worker``: a new worker starts only when every running one has this many connections
+        (below ``size``); ``reply_maps``: replies land in these mappings
+        (``pipeline.worker_replies: mapped``), else in the heap; ``reply_slots``: workers pack a
+        buffer's events into these (``worker_replies: shared``)."""
         self.size = size
         self.in_thread = in_thread
+        self.per_worker = per_worker
         self.reply_maps = reply_maps
         self.reply_slots = reply_slots
         self._in_thread_now = 0
@@ -159,9 +167,9 @@ class WorkerPool:
 
     def assign(self) -> Link | None:
         """A link to the worker with the fewest connections (a new one while fewer than ``size``
-        run), or None: decode on the connection's own thread (one of the first ``in_thread``; give
-        the place back with ``leave_thread``). Raises OSError (or ``SubprocessError``) when no
-        worker can be reached."""
+        run and each has ``per_worker``), or None: decode on the connection's own thread (one of
+        the first ``in_thread``; give the place back with ``leave_thread``). Raises OSError (or
+        ``SubprocessError``) when no worker can be reached."""
         with self._lock:
             if self._stopped:
                 raise OSError("the decode workers have stopped")
@@ -172,7 +180,8 @@ class WorkerPool:
                 self._workers.remove(worker)
                 self._retired.append(worker)
                 self.died += 1
-            if len(self._workers) < self.size:
+            busy = all(w.connections >= self.per_worker for w in self._workers)
+            if len(self._workers) < self.size and busy:
                 worker = Worker()
                 self._workers.append(worker)
                 self.started += 1

@@ -106,7 +106,7 @@ class PipelineConfig(Strict):
     shutdown_deadline: Duration = Duration(10.0)
     # Processes that decode the probes' activity buffers, so that several probes decode on several
     # cores (``collector.workers``); 0 decodes on the probes' connection threads, in the collector
-    # process; "auto": one per core but one, at most 8, started one per probe (docs/config.md).
+    # process; "auto": one per core but one, at most 8, started one per four probes (docs/config.md).
     decode_workers: int | Literal["auto"] = "auto"
     # The collector gives freed heap pages back (malloc_trim) while its anonymous memory is over
     # memory_budget, at most every 0.5 s (``collector.memory``).
