@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
+from cuptistream import blas_threads
 from cuptistream.analysis.commands import add_commands as add_view_commands
 from cuptistream.collector.trace_command import add_command as add_trace_command
 from cuptistream.errors import UserError
@@ -197,6 +198,7 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    blas_threads.single_threaded()  # before anything loads numpy; the user's program is not ours
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)

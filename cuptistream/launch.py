@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from cuptistream import blas_threads
 from cuptistream.channel.sockets import ENV_COLLECTOR
 from cuptistream.collector import memory
 from cuptistream.collector.collector import Collector
@@ -114,6 +115,7 @@ def _environment(address: str, config_path: str, session_id: str, cfg: Config, q
     """The program's environment: every Python process in it (children, workers, what a shell
     script starts) loads ``boot/sitecustomize.py`` and finds the collector and config here."""
     env = dict(os.environ)
+    blas_threads.as_user_had_it(env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
     env[ENV_COLLECTOR] = address
     env[ENV_PROBE_CONFIG] = config_path

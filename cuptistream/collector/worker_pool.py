@@ -28,6 +28,7 @@ from pathlib import Path
 
 import msgspec
 
+from cuptistream import blas_threads
 from cuptistream.channel.shm import SlotPool
 from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
@@ -54,6 +55,7 @@ def _environment() -> dict[str, str]:
     """The worker's: it must find this cuptistream, and must not start a probe of its own (a
     collector that runs inside a probed program inherits the probe's variables)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUPTISTREAM_")}
+    env[blas_threads.VARIABLE] = "1"  # no BLAS thread per core spinning at numpy's load
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != _PROBE_BOOT]
     env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *paths])
     return env

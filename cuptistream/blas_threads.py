@@ -1,0 +1,40 @@
+"""One BLAS thread in cuptistream's own processes: the CLI's (the collector) and the decode workers.
+
+numpy's wheels link OpenBLAS, which starts a thread per core when numpy loads, and each of those
+threads spins (``sched_yield``) for about 0.1 s before it sleeps. Nothing in cuptistream calls BLAS,
+so on a 16-core host that was ~1.5 CPU-s per process for nothing: the collector's "(native
+threads)" in ``--report-json`` read 1.4-1.8 s in every run on the H200 (0.05 s on a 2-core VM), and
+each decode worker paid as much again at its start. ``OPENBLAS_NUM_THREADS=1``, set before numpy
+loads, starts none.
+
+The observed program is the user's: ``cuptistream run`` gives it the variable as the user had it
+(``as_user_had_it``), never ours.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+
+VARIABLE = "OPENBLAS_NUM_THREADS"
+_UNSET = "\0unset"  # the user's value before ``single_threaded``; this marker when there was none
+_users_value: str | None = None  # None: ``single_threaded`` has not run in this process
+
+
+def single_threaded() -> None:
+    """One BLAS thread for numpy in this process, if numpy has not loaded yet (no effect after)."""
+    global _users_value
+    if _users_value is None:
+        _users_value = os.environ.get(VARIABLE, _UNSET)
+    os.environ[VARIABLE] = "1"
+
+
+def as_user_had_it(env: MutableMapping[str, str]) -> None:
+    """Undo ``single_threaded`` in ``env``, a copy of this process's environment for a child that
+    is the user's program."""
+    if _users_value is None:
+        return
+    if _users_value == _UNSET:
+        env.pop(VARIABLE, None)
+    else:
+        env[VARIABLE] = _users_value
