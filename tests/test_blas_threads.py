@@ -34,7 +34,9 @@ def test_single_threaded_keeps_numpy_from_starting_a_blas_thread_per_core() -> N
 
 
 @pytest.mark.parametrize("users", [None, "3"])
-def test_the_program_under_run_gets_the_variable_as_the_user_had_it(tmp_path: Path, users: str | None) -> None:
+def test_the_program_under_run_gets_the_variable_as_the_user_had_it(
+    tmp_path: Path, users: str | None
+) -> None:
     cfg = {"sources": [{"type": "replay", "loops": 1}], "sinks": [{"type": "null"}]}
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     env = {k: v for k, v in ENV.items() if k != VARIABLE}
