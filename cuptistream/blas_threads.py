@@ -17,24 +17,24 @@ import os
 from collections.abc import MutableMapping
 
 VARIABLE = "OPENBLAS_NUM_THREADS"
-_UNSET = "\0unset"  # the user's value before ``single_threaded``; this marker when there was none
-_users_value: str | None = None  # None: ``single_threaded`` has not run in this process
+_replaced = False  # whether ``single_threaded`` ran in this process
+_users_value: str | None = None  # the variable before it did (None: unset)
 
 
 def single_threaded() -> None:
     """One BLAS thread for numpy in this process, if numpy has not loaded yet (no effect after)."""
-    global _users_value
-    if _users_value is None:
-        _users_value = os.environ.get(VARIABLE, _UNSET)
+    global _replaced, _users_value
+    if not _replaced:
+        _replaced, _users_value = True, os.environ.get(VARIABLE)
     os.environ[VARIABLE] = "1"
 
 
 def as_user_had_it(env: MutableMapping[str, str]) -> None:
     """Undo ``single_threaded`` in ``env``, a copy of this process's environment for a child that
     is the user's program."""
-    if _users_value is None:
+    if not _replaced:
         return
-    if _users_value == _UNSET:
+    if _users_value is None:
         env.pop(VARIABLE, None)
     else:
         env[VARIABLE] = _users_value
