@@ -183,3 +183,55 @@ def test_marker_ranges_pair_across_buffers_and_ignore_orphan_ends() -> None:
     second = m[2:].tobytes()
     (event,) = decoder.decode(second, len(second))
     assert (event.name, event.start, event.end, event.depth) == ("step", 10, 20, 0)
+
+
+def _walk_record_by_record(data: memoryview, valid: int, sizes: dict[int, int]) -> dict[int, list[int]]:
+    """The walk as its docstring says it, one record at a time: the reference for the run matcher."""
+    ints = data[: valid - valid % 4].cast("i")
+    found: dict[int, list[int]] = {}
+    offset = 0
+    while offset < valid:
+        kind = ints[offset >> 2]
+        found.setdefault(kind, []).append(offset)
+        offset += sizes[kind]
+    return found
+
+
+def test_the_run_matcher_finds_every_record_the_record_by_record_walk_does() -> None:
+    """Real buffers (the shipped captures and W3's 4 MiB ones: ~25 kernels a run between API
+    records), then records whose bytes hold other kinds' numbers where a record would begin if the
+    matcher stepped wrong."""
+    from cupti import cupti
+
+    from cuptistream.sources.replay import DEFAULT_PATH
+
+    paths = [*sorted(DEFAULT_PATH.glob("*.cupti"))]
+    paths.append(
+        Path(__file__).resolve().parents[1]
+        / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"
+    )
+    checked = 0
+    for path in paths:
+        cap = capture.read(path)
+        for buf in cap.buffers:
+            data = memoryview(buf.data)
+            got = walk(data, len(data), RecordLayouts(dict(cap.struct_sizes)), None)
+            expected = _walk_record_by_record(data, len(data), dict(cap.struct_sizes))
+            assert list(got) == list(expected)  # kinds in the order they first appear
+            assert got == expected
+            checked += sum(len(v) for v in expected.values())
+    assert checked > 60_000
+
+    api = np.zeros(7, cupti.activity_api_dtype)
+    api["kind"] = 5
+    api["correlation_id"] = 10  # 10: the kernel kind's number, 4-byte aligned inside an API record
+    kernels = np.zeros(3, cupti.activity_kernel9_dtype)
+    kernels["kind"] = 10
+    kernels["start"] = 5
+    data = memoryview(
+        b"".join([api[:2].tobytes(), kernels.tobytes(), api[2:].tobytes(), kernels[:1].tobytes()])
+    )
+    sizes = {5: api.dtype.itemsize, 10: kernels.dtype.itemsize}
+    got = walk(data, len(data), RecordLayouts(dict(sizes)), None)
+    assert got == _walk_record_by_record(data, len(data), sizes)
+    assert [len(v) for v in got.values()] == [7, 4]

@@ -6,12 +6,14 @@ decoding (``decode`` converts them to events).
   from a fixture's recorded table. The dtype is then the newest one for that kind with exactly that
   size (``choose_dtype``).
 - *Walk*: read each record's kind and step by that kind's record size, collecting offsets per kind
-  (one cheap loop over 4-byte ints; no per-record objects).
+  (runs of one kind at a time, matched in C; no per-record objects).
 - *Gather*: view each kind's records as one numpy structured array (cupti-python's dtypes).
 """
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -66,22 +68,22 @@ def size_table(layouts: RecordLayouts) -> list[int]:
 def walk(
     data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None, ends: Sequence[int] = ()
 ) -> dict[int, list[int]]:
-    """Offsets of every record in ``data[:valid]``, grouped by kind. ``ends``: where buffers joined
-    into ``data`` end before ``valid``, in order; a record must not cross one (``LayoutError``)."""
-    return _walk_each(data, valid, layouts, learn, ends)
+    """Offsets of every record in ``data[:valid]``, grouped by kind (ascending; kinds in the order
+    they first appear). ``ends``: where buffers joined into ``data`` end before ``valid``, in order;
+    a record must not cross one (``LayoutError``). Learns sizes it does not know through ``learn``.
 
-
-def _walk_each(
-    data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None, ends: Sequence[int]
-) -> dict[int, list[int]]:
-    """Record by record (one list lookup per record), learning sizes it does not know."""
-    ints = data[: valid - valid % 4].cast("i")
+    Where a record is the second of its kind in a row and four more follow, the run is matched by a
+    regular expression over the bytes (``_run``), one C call for the run: W3's kernels come ~25 to
+    a run between API records, and record by record they took ~114 ns each on the H200 host, the
+    largest part of a worker's decode. Buffers whose kinds alternate are walked record by record."""
     sizes = layouts.sizes
     table = size_table(layouts)
     limit = len(table)
-    offsets: dict[int, list[int]] = {}
+    ints = data[: valid - valid % 4].cast("i")
+    found: dict[int, list[int]] = {}
     buckets: list[list[int] | None] = [None] * limit
     offset = 0
+    last = None  # the kind of the record before
     for end in (*ends, valid):
         while offset < end:
             kind = ints[offset >> 2]
@@ -99,12 +101,35 @@ def _walk_each(
                 table[kind] = size
             bucket = buckets[kind]
             if bucket is None:
-                buckets[kind] = bucket = offsets.setdefault(kind, [])
+                buckets[kind] = bucket = found.setdefault(kind, [])
+            # The second of a kind in a row, four more after it: match the run in one C call (~1 us,
+            # where a Python step is ~0.1). Checking for it costs buffers that alternate ~1 compare.
+            if kind == last and offset + 4 * size + 4 <= end and size > 4:
+                ahead = offset + size
+                if (
+                    ints[ahead >> 2] == kind
+                    and ints[(ahead + size) >> 2] == kind
+                    and ints[(ahead + 2 * size) >> 2] == kind
+                    and ints[(ahead + 3 * size) >> 2] == kind
+                ):
+                    match = _run(kind, size).match(data, offset, end)
+                    assert match is not None  # the record at ``offset`` fits: the run has it at least
+                    stop = match.end()
+                    bucket.extend(range(offset, stop, size))
+                    offset = stop
+                    continue
             bucket.append(offset)
             offset += size
+            last = kind
         if offset != end:
             raise LayoutError(f"records overrun the buffer: walked to {offset}, valid bytes {end}")
-    return offsets
+    return found
+
+
+@cache
+def _run(kind: int, size: int) -> re.Pattern[bytes]:
+    """Matches a run of records of ``kind``: its 4 bytes, the rest of a record, repeated."""
+    return re.compile(b"(?:" + re.escape(struct.pack("<i", kind)) + b".{%d})+" % (size - 4), re.DOTALL)
 
 
 def gather(data: memoryview, offsets: list[int], dtype: np.dtype[Any]) -> np.ndarray:
