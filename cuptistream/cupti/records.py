@@ -72,10 +72,10 @@ def walk(
     they first appear). ``ends``: where buffers joined into ``data`` end before ``valid``, in order;
     a record must not cross one (``LayoutError``). Learns sizes it does not know through ``learn``.
 
-    Where a record is the second of its kind in a row and four more follow, the run is matched by a
-    regular expression over the bytes (``_run``), one C call for the run: W3's kernels come ~25 to
-    a run between API records, and record by record they took ~114 ns each on the H200 host, the
-    largest part of a worker's decode. Buffers whose kinds alternate are walked record by record."""
+    From the eighth record of a kind in a row, the rest of the run is matched by a regular expression
+    over the bytes (``_run``), one C call: W3's kernels come ~25 to a run between API records, and
+    record by record they took ~114 ns each on the H200 host, the largest part of a worker's decode.
+    Buffers whose kinds alternate, or come in short runs, are walked record by record."""
     sizes = layouts.sizes
     table = size_table(layouts)
     limit = len(table)
@@ -83,7 +83,7 @@ def walk(
     found: dict[int, list[int]] = {}
     buckets: list[list[int] | None] = [None] * limit
     offset = 0
-    last = None  # the kind of the record before
+    last = run_start = -1  # the kind of the record before, and where its run began
     for end in (*ends, valid):
         while offset < end:
             kind = ints[offset >> 2]
@@ -102,25 +102,21 @@ def walk(
             bucket = buckets[kind]
             if bucket is None:
                 buckets[kind] = bucket = found.setdefault(kind, [])
-            # The second of a kind in a row, four more after it: match the run in one C call (~1 us,
-            # where a Python step is ~0.1). Checking for it costs buffers that alternate ~1 compare.
-            if kind == last and offset + 4 * size + 4 <= end and size > 4:
-                ahead = offset + size
-                if (
-                    ints[ahead >> 2] == kind
-                    and ints[(ahead + size) >> 2] == kind
-                    and ints[(ahead + 2 * size) >> 2] == kind
-                    and ints[(ahead + 3 * size) >> 2] == kind
-                ):
-                    match = _run(kind, size).match(data, offset, end)
-                    assert match is not None  # the record at ``offset`` fits: the run has it at least
-                    stop = match.end()
-                    bucket.extend(range(offset, stop, size))
-                    offset = stop
-                    continue
+            if kind != last:
+                last = kind
+                run_start = offset
+            elif offset - run_start >= 7 * size and size > 4:
+                # The eighth of a kind in a row: match the rest of its run in one C call (~0.5-1 us
+                # a call, ~30 ns a record, where a step here is ~100-200 ns). Kinds that alternate
+                # cost a comparison and two names a record (~10-25 % of this loop on the 2-core VM).
+                match = _run(kind, size).match(data, offset, end)
+                assert match is not None  # the record at ``offset`` fits: the run has it at least
+                stop = match.end()
+                bucket.extend(range(offset, stop, size))
+                offset = stop
+                continue
             bucket.append(offset)
             offset += size
-            last = kind
         if offset != end:
             raise LayoutError(f"records overrun the buffer: walked to {offset}, valid bytes {end}")
     return found
