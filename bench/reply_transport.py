@@ -79,7 +79,7 @@ def worker(sock: socket.socket, data: list[list[tuple[bytes, int]]], slots: list
         for _ in range(int(passes)):
             for chunks in data:
                 if path == "socket":
-                    calls: list[wp.Call] = [wp.EmitChunk(memoryview(p), n) for p, n in chunks]
+                    calls: list[wp.Call] = [wp.EmitChunk(memoryview(p), n, n) for p, n in chunks]
                     wp.send_reply(sock, wp.Reply(calls=calls))
                 else:
                     slot = turn % len(slots)

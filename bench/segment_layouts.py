@@ -10,6 +10,8 @@ Over one capture's buffers (default: W3's own 4 MiB buffers, ``bench/results/202
   chunks, as the file sink's frames do.
 - **raw**: the activity buffers' bytes as CUPTI wrote them, zstd level 1 (what "store activity
   buffers raw and decode when reading" would compress).
+- **shipped**: what the file sink writes since the columnar layout (``events.Columns``):
+  ``Decoder(columns=True).decode_packed``, the fields the events carry, zstd level 1.
 - **columns**: the gathered records (``Decoder._records``: structured arrays, one per kind), each
   field laid out as one column, 8-byte integers as differences from the previous record, zstd level 1.
   Every field of the CUPTI record, in a plain numpy loop: its build time is an upper bound.
@@ -81,15 +83,18 @@ def main() -> None:
         for b in buffers:
             one._records(b, len(b), None)
 
-    def packed() -> list[bytes]:
+    def packed(columns: bool = False) -> list[bytes]:
         one = decoder()
+        one._packed.columns = columns
         return [bytes(c.payload) for b in buffers for c in one.decode_packed(b, len(b))]
 
     gather_s, _ = best(walk_gather, args.rounds)
     pack_s, maps = best(packed, args.rounds)
+    shipped_s, shipped = best(lambda: packed(columns=True), args.rounds)
     columns_s, columns = best(lambda: [as_columns(r) for r in gathered], args.rounds)
     layouts: dict[str, tuple[float, list[bytes]]] = {
         "maps": (pack_s - gather_s, maps),
+        "shipped": (shipped_s - gather_s, shipped),
         "raw": (0.0, [bytes(b) for b in buffers]),
         "columns": (columns_s, columns),
     }

@@ -48,7 +48,48 @@ sys.exit(code)
 """
 
 
-def build(directory: Path, events: int, batch_events: int = 8192) -> int:
+def as_stored(events: list[dict], layout: str) -> msgspec.Raw:
+    """One batch's events array as the file sink writes it: kernels, memory copies and sets, and
+    API calls as one ``events.Columns`` element per type (``columns``, since issue 30) or as the
+    collector's packed maps (``packed``: every field, integers as int64, what it wrote before); the
+    rest as maps."""
+    import numpy as np
+
+    from cuptistream.codec import array_header
+    from cuptistream.cupti import packed
+
+    packers = {
+        "kernel": packed._KERNEL_PACKER, "memcpy": packed._MEMCPY_PACKERS[False],
+        "memset": packed._MEMSET_PACKER, "api": packed._API_PACKER,
+    }  # fmt: skip
+    if any(e["type"] == "memcpy" and "src_device_id" in e for e in events):
+        packers["memcpy"] = packed._MEMCPY_PACKERS[True]
+    by_type: dict[str, list[dict]] = {}
+    rest: list[dict] = []
+    for e in events:
+        (by_type.setdefault(e["type"], []) if e["type"] in packers else rest).append(e)
+    parts = [msgspec.msgpack.encode(e) for e in rest]
+    elements = len(rest)
+    for tag, rows in by_type.items():
+        packer = packers[tag]
+        ints = {name: np.array([e.get(name, 0) for e in rows], dtype=np.int64) for name in packer.ints}
+        triples = {
+            name: tuple(np.array([e.get(name, (0, 0, 0))[k] for e in rows], dtype=np.int64) for k in range(3))
+            for name in packer.triples
+        }
+        keys = [tuple(e[name] for name in packer.strings) for e in rows]
+        index: dict[tuple, int] = {}
+        groups = np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.intp)
+        if layout == "columns":
+            parts.append(bytes(packer.pack_columns(ints, triples, groups, list(index))))
+            elements += 1
+        else:
+            parts.append(bytes(packer.pack(ints, triples, groups, list(index))))
+            elements += len(rows)
+    return msgspec.Raw(array_header(elements) + b"".join(parts))
+
+
+def build(directory: Path, events: int, batch_events: int = 8192, layout: str = "maps") -> int:
     from cuptistream import events as ev
     from cuptistream.recording.segments import SegmentWriter
     from tests.helpers.fixture_recording import fixture_processes
@@ -96,12 +137,14 @@ def build(directory: Path, events: int, batch_events: int = 8192) -> int:
                 pending.append(e)
                 share -= 1
                 if len(pending) == batch_events:
-                    writer.append(encoder.encode({**header, "seq": seq, "events": pending}))
+                    elements = pending if layout == "maps" else as_stored(pending, layout)
+                    writer.append(encoder.encode({**header, "seq": seq, "events": elements}))
                     written += len(pending)
                     seq += 1
                     pending = []
         if pending:
-            writer.append(encoder.encode({**header, "seq": seq, "events": pending}))
+            elements = pending if layout == "maps" else as_stored(pending, layout)
+            writer.append(encoder.encode({**header, "seq": seq, "events": elements}))
             written += len(pending)
         writer.close()
     return written
@@ -140,7 +183,20 @@ def main() -> None:
     parser.add_argument("--skip-export", action="store_true")
     parser.add_argument("--against", type=Path, help="another checkout whose reader runs in every round too")
     parser.add_argument("--keep", action="store_true", help="keep the recording (reused if present)")
+    parser.add_argument(
+        "--layouts",
+        default="maps",
+        help="maps (one msgpack map per event), packed (the hot kinds as the collector packed them "
+        "before issue 30: every field, int64), columns (the file sink's Columns elements), or several, "
+        "comma-separated: recordings of the same events, summaries and full reads interleaved",
+    )
     args = parser.parse_args()
+    layouts = args.layouts.split(",")
+    if not set(layouts) <= {"maps", "packed", "columns"} or (len(layouts) > 1 and args.against):
+        raise SystemExit("--layouts: maps, packed, columns, or several (and --against with one layout only)")
+    if len(layouts) > 1:
+        compare_layouts(args, layouts)
+        return
 
     directory = Path(args.dir)
     rec = directory / "recording"
@@ -148,7 +204,7 @@ def main() -> None:
     if not marker.exists():
         shutil.rmtree(directory, ignore_errors=True)
         t0 = time.perf_counter()
-        n = build(rec, args.events)
+        n = build(rec, args.events, layout=layouts[0])
         marker.write_text(str(n))
         print(f"built {n} events in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     n = int(marker.read_text())
@@ -182,6 +238,65 @@ def main() -> None:
         export["trace_mb"] = round((directory / "trace.json.gz").stat().st_size / 2**20, 1)
         export["events_per_s_wall"] = round(n / export["wall_s"])
         results["export"] = export
+    print(json.dumps(results, indent=1))
+    if not args.keep:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+READ = """
+import sys, time
+from cuptistream.recording.reader import read
+start = time.process_time()
+print(sum(1 for _ in read(sys.argv[1])), time.process_time() - start)
+"""
+
+
+def compare_layouts(args: argparse.Namespace, layouts: list[str]) -> None:
+    """The same events in each layout; per round, ``summary`` over each (a fresh process on
+    ``--cpu``), then a full read (``cuptistream.recording.read``, every event as its Struct)."""
+    directory = Path(args.dir)
+    shutil.rmtree(directory, ignore_errors=True)
+    recordings = {layout: directory / f"recording-{layout}" for layout in layouts}
+    counts = {layout: build(rec, args.events, layout=layout) for layout, rec in recordings.items()}
+    assert len(set(counts.values())) == 1, counts
+    n = counts[layouts[0]]
+    results: dict = {"events": n}
+    runs: dict[str, list[dict]] = {layout: [] for layout in layouts}
+    reads: dict[str, list[float]] = {layout: [] for layout in layouts}
+    for _ in range(args.rounds):
+        for layout, rec in recordings.items():
+            out = directory / f"summary-{layout}.json"
+            runs[layout].append(measure(["summary", str(rec), "--format", "json", "-o", str(out)], args.cpu))
+            done = subprocess.run(
+                ["taskset", "-c", str(args.cpu), sys.executable, "-c", READ, str(rec)],
+                cwd=ROOT, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            events, cpu_s = done.stdout.split()
+            assert int(events) == n, (layout, events, n)
+            reads[layout].append(round(n / float(cpu_s)))
+    for layout, rec in recordings.items():
+        for r in runs[layout]:
+            r["events_per_cpu_s"] = round(n / r["cpu_s"])
+        results[layout] = {
+            "recording_mb": round(sum(p.stat().st_size for p in rec.iterdir()) / 2**20, 2),
+            "summary": runs[layout],
+            "summary_events_per_cpu_s": spread([r["events_per_cpu_s"] for r in runs[layout]]),
+            "read_events_per_cpu_s": spread(reads[layout]),
+        }
+    summaries = {json.loads((directory / f"summary-{layout}.json").read_text()) == json.loads(
+        (directory / f"summary-{layouts[0]}.json").read_text()) for layout in layouts}  # fmt: skip
+    results["same_summary"] = summaries == {True}
+    for layout in layouts[1:]:
+        base = layouts[0]
+        summary = [
+            c["events_per_cpu_s"] / m["events_per_cpu_s"]
+            for m, c in zip(runs[base], runs[layout], strict=True)
+        ]
+        read = [c / m for m, c in zip(reads[base], reads[layout], strict=True)]
+        results[f"{layout}_over_{base}"] = {
+            "summary": spread([round(x, 3) for x in summary]),
+            "read": spread([round(x, 3) for x in read]),
+        }
     print(json.dumps(results, indent=1))
     if not args.keep:
         shutil.rmtree(directory, ignore_errors=True)

@@ -8,13 +8,16 @@ whole batch is written in front of the concatenated elements (``msgspec.Raw``).
 
 from __future__ import annotations
 
+import functools
+import re
 import struct
+import typing
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
 
-from cuptistream.events import AnyEvent, Batch, BatchHeader, EncodedBatch, Event, header_fields
+from cuptistream.events import AnyEvent, Batch, BatchHeader, Columns, EncodedBatch, Event, header_fields
 
 if TYPE_CHECKING:
     from cuptistream.pipeline.producers import Producer
@@ -23,6 +26,21 @@ _encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(Batch)
 _events_decoder = msgspec.msgpack.Decoder(list[AnyEvent])
 _json_encoder = msgspec.json.Encoder()
+# How a ``Columns`` element begins after its map header: its ``type`` key and tag. Batches without
+# it (every one but the file sink's hot kinds) cost one scan for it, no decoding.
+_COLUMNS_TAG = b"\xa4type\xa7columns"
+_has_columns = re.compile(re.escape(_COLUMNS_TAG)).search
+_column_decoders: dict[msgspec.msgpack.Decoder[Any], msgspec.msgpack.Decoder[Any]] = {}
+
+
+class _StoredBatch(BatchHeader, kw_only=True):
+    """A batch as the file sink may store it: events and ``Columns`` elements."""
+
+    events: list[Union[AnyEvent, Columns]]  # noqa: UP007 - msgspec needs a real Union
+
+
+_stored_batch_decoder = msgspec.msgpack.Decoder(_StoredBatch)
+_stored_events_decoder = msgspec.msgpack.Decoder(list[Union[AnyEvent, Columns]])  # noqa: UP007
 
 
 class ChunkGroup:
@@ -42,9 +60,10 @@ class Chunk:
     """Events from one hand-off: their msgpack elements (without the array header) and count, and
     the process they came from (``producer``; None: the collector's own). ``payload`` is bytes, or
     a view into a decode worker's reply (``collector.worker_protocol``), which it keeps alive: the
-    reply's chunks then share a ``group``."""
+    reply's chunks then share a ``group``. ``elements``: how many msgpack elements the payload
+    holds, when not one per event (an ``events.Columns`` element holds many events)."""
 
-    __slots__ = ("count", "group", "holders", "payload", "producer", "seq")
+    __slots__ = ("count", "elements", "group", "holders", "payload", "producer", "seq")
 
     def __init__(
         self,
@@ -52,9 +71,11 @@ class Chunk:
         count: int,
         producer: Producer | None = None,
         group: ChunkGroup | None = None,
+        elements: int | None = None,
     ) -> None:
         self.payload = payload
         self.count = count
+        self.elements = count if elements is None else elements
         self.producer = producer
         self.group = group
         self.seq = 0  # the intake's number for it, from 1 (0: none, e.g. control events)
@@ -107,7 +128,7 @@ def encode_batch_parts(header: EncodedBatch, chunks: Iterable[Chunk]) -> list[by
     """``encode_batch`` in pieces whose concatenation is the batch: the chunks' payloads are not
     copied (a sink that can take pieces, the file sink's zstd, reads them where they lie)."""
     parts = list(chunks)
-    count = sum(c.count for c in parts)
+    count = sum(c.elements for c in parts)
     header.events = msgspec.Raw(b"")
     head = _encoder.encode(header)
     header.events = msgspec.Raw(b"\x90")
@@ -121,12 +142,79 @@ def batch_with_events(header: BatchHeader, events: list[AnyEvent]) -> Batch:
 
 
 def decode_batch(data: bytes | memoryview) -> Batch:
-    """Decode one msgpack batch. Raises ``msgspec.DecodeError`` or ``ValidationError`` on bad input."""
-    return _batch_decoder.decode(data)
+    """Decode one msgpack batch, ``Columns`` elements expanded into their events. Raises
+    ``msgspec.DecodeError`` or ``ValidationError`` on bad input."""
+    if _has_columns(data) is None:
+        return _batch_decoder.decode(data)
+    stored = _stored_batch_decoder.decode(data)
+    return batch_with_events(stored, expand_columns(stored.events, _events_decoder))
 
 
 def decode_events(data: bytes) -> list[AnyEvent]:
-    return _events_decoder.decode(data)
+    """A msgpack array of events, ``Columns`` elements expanded (errors as ``decode_batch``)."""
+    if _has_columns(data) is None:
+        return _events_decoder.decode(data)
+    return expand_columns(_stored_events_decoder.decode(data), _events_decoder)
+
+
+def has_columns(data: bytes | memoryview | msgspec.Raw) -> bool:
+    """Whether encoded events may hold a ``Columns`` element (a scan for its tag, no decoding)."""
+    return _has_columns(data) is not None
+
+
+def decoding_columns(decoder: msgspec.msgpack.Decoder[Any]) -> msgspec.msgpack.Decoder[Any]:
+    """For a decoder of ``list[Union[...event Structs...]]``, one that also decodes ``Columns``
+    elements (to hand to ``expand_columns`` with ``decoder``). Made once per decoder."""
+    found = _column_decoders.get(decoder)
+    if found is None:
+        union: Any = Union[(*_members(decoder), Columns)]
+        found = _column_decoders[decoder] = msgspec.msgpack.Decoder(list[union])
+    return found
+
+
+def expand_columns(items: list[Any], decoder: msgspec.msgpack.Decoder[Any]) -> list[Any]:
+    """``items`` (decoded with ``decoding_columns(decoder)``) with each ``Columns`` element
+    replaced, in place, by the events it stands for, decoded with ``decoder``
+    (``cupti.columnar.expand``: only the fields ``decoder``'s Structs read). Raises
+    ``msgspec.ValidationError`` for a damaged element."""
+    at = [i for i, item in enumerate(items) if type(item) is Columns]
+    if not at:
+        return items
+    from cuptistream.cupti.columnar import expand  # numpy: only where a reader meets columns
+
+    read = _fields_read(decoder)
+    out: list[Any] = []
+    done = 0
+    for i in at:
+        columns = items[i]
+        out += items[done:i]
+        fields, zero = read.get(columns.event, (None, frozenset()))
+        out += decoder.decode(expand(columns, fields, array_header(columns.rows), zero))
+        done = i + 1
+    out += items[done:]
+    return out
+
+
+def _members(decoder: msgspec.msgpack.Decoder[Any]) -> tuple[Any, ...]:
+    (union,) = typing.get_args(decoder.type)
+    return typing.get_args(union) if typing.get_origin(union) is Union else (union,)
+
+
+@functools.cache
+def _fields_read(decoder: msgspec.msgpack.Decoder[Any]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """By event tag: the encoded field names ``decoder``'s Struct reads, and those of them whose
+    default is zero (left out of an expansion where every row is zero: the Struct fills them in)."""
+    found = {}
+    for cls in _members(decoder):
+        if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+            names, defaults = cls.__struct_encode_fields__, cls.__struct_defaults__
+            zero = {
+                n
+                for n, d in zip(names[len(names) - len(defaults) :], defaults, strict=True)
+                if d in (0, (0, 0, 0))
+            }
+            found[str(cls.__struct_config__.tag)] = (frozenset(names), frozenset(zero))
+    return found
 
 
 def encode_batch_object(batch: Batch) -> bytes:

@@ -226,6 +226,14 @@ class Sink(abc.ABC):
         self.config = config
 
     @property
+    def accepts_columns(self) -> bool:
+        """True: the sink stores or drops batches as they are, so the hot kinds may reach it as
+        ``events.Columns`` elements (one per up to 8192 records; every reader expands them). A sink
+        that ships batches to other programs, or maps events one by one, keeps the default: one
+        element per event, the encoding its consumers read."""
+        return False
+
+    @property
     def name(self) -> str:
         return self.config.name or self.config.type
 

@@ -124,6 +124,10 @@ class FileSink(Sink):
         self.attempts = 0
         self.retries = 0
 
+    @property
+    def accepts_columns(self) -> bool:
+        return self.config.format == "msgpack"  # written as it comes; JSON Lines maps each event
+
     async def open(self) -> None:
         await trio.to_thread.run_sync(self._open)
 

@@ -19,6 +19,10 @@ class NullSink(Sink):
         self.events = 0
         self.bytes = 0
 
+    @property
+    def accepts_columns(self) -> bool:
+        return True
+
     async def write(self, batch: OutgoingBatch) -> None:
         self.batches += 1
         self.events += batch.event_count

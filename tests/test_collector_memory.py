@@ -152,6 +152,9 @@ def test_a_decode_worker_keeps_its_freed_heap_so_buffers_stop_faulting(tmp_path:
     clean = {k: v for k, v in ENV.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     kept = worker_faults(clean, tmp_path / "kept")
     default = worker_faults({**clean, "GLIBC_TUNABLES": "glibc.malloc.perturb=0"}, tmp_path / "default")
-    # 30 x 3 buffers of 4 MiB: with the defaults, thousands of 4 KiB pages each.
-    assert default > 50_000, default
-    assert kept < default / 4, (kept, default)
+    # 30 x 3 buffers of 4 MiB: with the defaults, hundreds of 4 KiB pages each (thousands before
+    # the columnar layout made a buffer's events ~3x smaller).
+    assert default > 15_000, default
+    # Since the columnar layout a buffer's events are ~3x smaller: what is kept saves ~20 % of the
+    # faults now (23.0-23.5k against 28.5-29.5k on the 2-core VM), where it saved ~3/4 before.
+    assert kept < default * 0.9, (kept, default)

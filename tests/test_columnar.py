@@ -87,3 +87,125 @@ def test_groups_that_straddle_fill_blocks_keep_every_record_its_own_strings() ->
         for i in order
     ]  # fmt: skip
     assert elements == expected
+
+
+def _w3() -> capture.Capture:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return capture.read(root / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti")
+
+
+def _columns_decoder(cap: capture.Capture) -> Decoder:
+    return Decoder(TableNames(cap.strings), RecordLayouts(dict(cap.struct_sizes)), columns=True)
+
+
+@pytest.mark.parametrize("name", [*sorted(p.name for p in CAPTURES.glob("*.cupti")), "w3"])
+def test_columns_expand_to_exactly_the_packed_elements(name: str) -> None:
+    """A ``Columns`` element expands, byte for byte, into what the map packer writes for the same
+    records, and it is one msgpack element that stands for ``count`` events."""
+    from cuptistream.codec import has_columns
+    from cuptistream.cupti.columnar import expand
+    from cuptistream.events import Columns
+
+    cap = _w3() if name == "w3" else capture.read(CAPTURES / name)
+    maps, columns = _decoder(cap), _columns_decoder(cap)
+    seen_columns = 0
+    for buf in cap.buffers:
+        packed = maps.decode_packed(buf.data, len(buf.data))
+        expected = [bytes(c.payload) for c in packed]
+        got = []
+        for chunk, as_maps in zip(columns.decode_packed(buf.data, len(buf.data)), packed, strict=True):
+            if has_columns(chunk.payload):
+                assert chunk.elements == 1
+                seen_columns += 1
+                element = msgspec.msgpack.decode(bytes(chunk.payload), type=Columns)
+                assert element.rows == chunk.count
+                got.append(bytes(expand(element)))
+            else:
+                assert chunk.elements == chunk.count
+                got.append(bytes(chunk.payload))
+            # and as a reader sees it: only fields that are not zero in every row are expanded
+            events = decode_events(array_header(chunk.elements) + bytes(chunk.payload))
+            assert events == decode_events(array_header(as_maps.count) + bytes(as_maps.payload))
+        assert got == expected
+    assert seen_columns > 0
+
+
+def test_columns_keep_every_integer_bit_for_bit() -> None:
+    """Differences between rows wrap modulo 2**64: unsigned 64-bit values past 2**63, values that
+    go down, and narrow signed columns come back as the map packer writes them."""
+    import numpy as np
+
+    from cuptistream.cupti import columnar
+    from cuptistream.events import Columns
+
+    rng = np.random.default_rng(5)
+    count = 3000
+    ints = {
+        "a": rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True),
+        "b": rng.integers(-(2**31), 2**31 - 1, count, dtype=np.int64).astype(np.int32),
+        "c": rng.integers(0, 2**32 - 1, count, dtype=np.uint64).astype(np.uint32),
+    }
+    triples = {"t": (np.arange(count)[::-1], np.zeros(count, np.uint8), rng.integers(-5, 5, count))}
+    groups = rng.integers(0, 70_000, count)  # more groups than 2 bytes a row can name
+    strings = [(f"g{g}",) for g in range(70_000)]
+    packer = columnar.Packer("x", ["a", "b", "c"], triples=["t"], strings=["s"])
+    maps = bytes(packer.pack(ints, triples, groups, strings))
+    element = msgspec.msgpack.decode(bytes(packer.pack_columns(ints, triples, groups, strings)), type=Columns)
+    assert element.rows == count
+    assert bytes(columnar.expand(element)) == maps
+    # A reader that reads a few fields gets those, as the maps would have given them.
+    few = msgspec.msgpack.decode(array_header(count) + bytes(columnar.expand(element, {"a", "s"})))
+    full = msgspec.msgpack.decode(array_header(count) + maps)
+    assert few == [{"type": "x", "a": e["a"], "s": e["s"]} for e in full]
+
+
+def test_a_damaged_columns_element_is_refused_not_expanded_wrong() -> None:
+    """Sizes that do not add up (rows, values, groups) raise ``ValidationError``, which the readers
+    count as a damaged frame."""
+    import numpy as np
+
+    from cuptistream.codec import decode_events
+    from cuptistream.cupti import columnar
+    from cuptistream.events import Columns
+
+    packer = columnar.Packer("kernel", ["start"], strings=["name"])
+    good = msgspec.msgpack.decode(
+        bytes(packer.pack_columns({"start": np.arange(4)}, {}, np.zeros(4, np.intp), [("k",)])), type=Columns
+    )
+    bad = [
+        msgspec.structs.replace(good, rows=5),
+        msgspec.structs.replace(good, values=good.values[:-8]),
+        msgspec.structs.replace(good, counts=[3]),
+        msgspec.structs.replace(good, counts=[5, -1], groups=[["k"], ["j"]]),
+        msgspec.structs.replace(good, groups=[["k", "extra"]]),
+    ]
+    for element in bad:
+        with pytest.raises(msgspec.ValidationError):
+            decode_events(array_header(1) + msgspec.msgpack.encode(element))
+
+
+def test_sinks_that_ship_batches_to_other_programs_get_one_element_per_event(tmp_path) -> None:
+    """The file sink's msgpack (and the null sink) take columns; its JSON Lines, stdout, Kafka and
+    OTLP get the events as maps. The pipeline writes columns only when every sink takes them."""
+    from cuptistream.config.model import load
+
+    cases = {
+        "file": ([{"type": "file", "directory": str(tmp_path)}], True),
+        "jsonl": ([{"type": "file", "directory": str(tmp_path), "format": "jsonl"}], False),
+        "null": ([{"type": "null"}], True),
+        "stdout": ([{"type": "stdout"}], False),
+        "file+kafka": (
+            [
+                {"type": "file", "directory": str(tmp_path)},
+                {"type": "kafka", "bootstrap_servers": ["127.0.0.1:1"]},
+            ],
+            False,
+        ),
+        "otlp": ([{"type": "otlp", "endpoint": "http://127.0.0.1:1"}], False),
+    }
+    for name, (sinks, expected) in cases.items():
+        built = [sink_class(c) for c, sink_class in load({"sinks": sinks}).enabled_sinks()]
+        assert all(isinstance(s.accepts_columns, bool) for s in built)
+        assert all(s.accepts_columns for s in built) is expected, name

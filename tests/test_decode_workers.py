@@ -505,7 +505,7 @@ def test_a_reply_of_several_fragments_lands_in_the_heap_or_a_private_mapping(
 
     ours, theirs = wp.pair()
     payloads = [os.urandom(300_000), b"", os.urandom(70_000)]  # several 128 KiB fragments
-    reply = wp.Reply(calls=[wp.EmitChunk(p, i + 1) for i, p in enumerate(payloads)], events=3)
+    reply = wp.Reply(calls=[wp.EmitChunk(p, i + 1, i + 1) for i, p in enumerate(payloads)], events=3)
     sender = threading.Thread(target=wp.send_reply, args=(theirs, reply))
     sender.start()
     from cuptistream.collector.reply_maps import ReplyMaps

@@ -56,7 +56,7 @@ def test_replies_through_the_socket_reuse_a_mapping_and_never_overwrite_a_held_o
     try:
 
         def reply(payload: bytes) -> wp.Reply | None:
-            message = wp.Reply(calls=[wp.EmitChunk(payload, 1)], events=1)
+            message = wp.Reply(calls=[wp.EmitChunk(payload, 1, 1)], events=1)
             sender = threading.Thread(target=wp.send_reply, args=(theirs, message))
             sender.start()
             got = wp.receive_reply(ours, maps)

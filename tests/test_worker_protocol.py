@@ -18,7 +18,7 @@ def test_a_reply_arrives_whole_with_its_chunks_as_views(big: int) -> None:
     ours, theirs = wp.pair()
     payloads = [os.urandom(big), b"", os.urandom(70_000 if big > 1000 else 500)]
     reply = wp.Reply(
-        calls=[wp.EmitChunk(memoryview(p), i) for i, p in enumerate(payloads)]
+        calls=[wp.EmitChunk(memoryview(p), i, i) for i, p in enumerate(payloads)]
         + [wp.ReportLoss("cupti", "cupti_buffer_dropped", 5, "records")],
         buffers=3, records=1234,
     )  # fmt: skip

@@ -131,14 +131,15 @@ class ProbeConnection:
                     self.link.map_pool(message.spec.pool, pool)
         elif isinstance(message, messages.OpenStream):
             statistics = self.collector.pipeline.config.statistics
+            columns = self.collector.pipeline.accepts_columns
             link = self._worker()
             if link is not None:
                 self.streams[message.stream] = RemoteStream(
-                    link, message, self.pid, self.emitter, self._saw_devices, statistics
+                    link, message, self.pid, self.emitter, self._saw_devices, statistics, columns
                 )
             else:
                 self.streams[message.stream] = DecodeStream(
-                    message, self.pid, self.emitter, self._saw_devices, statistics
+                    message, self.pid, self.emitter, self._saw_devices, statistics, columns=columns
                 )
         elif isinstance(message, messages.LossReport):
             self.intake.report_loss(message.stage, message.reason, message.count, message.unit)

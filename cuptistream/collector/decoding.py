@@ -105,9 +105,11 @@ class DecodeStream:
         on_devices: Callable[[set[int]], None] | None = None,
         statistics: StatisticsConfig | None = None,
         names: ProcessNames | None = None,
+        columns: bool = False,
     ) -> None:
         """``names``: where the records' name pointers are read (default: ``ProcessNames(pid)``,
-        unless ``info`` carries the strings)."""
+        unless ``info`` carries the strings). ``columns``: the hot kinds as ``events.Columns``
+        elements (every sink takes them: ``Pipeline.accepts_columns``)."""
         self.info = info
         self.emitter = emitter
         self._on_devices = on_devices
@@ -117,7 +119,7 @@ class DecodeStream:
             TableNames(info.strings) if info.strings is not None else names or ProcessNames(pid)
         )
         self.decoder = Decoder(
-            self.names, RecordLayouts(dict(info.struct_sizes)), info.demangle, observer=self._observe
+            self.names, RecordLayouts(dict(info.struct_sizes)), info.demangle, self._observe, columns
         )
         self.statistics: Accumulator | None = None
         if statistics is not None and statistics.enabled:

@@ -43,8 +43,10 @@ class RemoteStream:
         emitter: Emitter,
         on_devices: Callable[[set[int]], None] | None = None,
         statistics: StatisticsConfig | None = None,
+        columns: bool = False,
     ) -> None:
         self.link = link
+        self.columns = columns
         self.info = info
         self.pid = pid
         self.emitter = emitter
@@ -58,7 +60,7 @@ class RemoteStream:
         fd, failure = open_memory(pid) if info.strings is None else (None, None)
         request = wp.Open(
             info, pid, on, statistics.interval_ns if statistics else 0,
-            statistics.max_names if statistics else 0, fd is not None, failure,
+            statistics.max_names if statistics else 0, fd is not None, failure, columns,
         )  # fmt: skip
         try:
             reply = link.request(request, [fd] if fd is not None else None)
@@ -153,7 +155,7 @@ class RemoteStream:
         sent = [call.payload for call in reply.calls if isinstance(call, wp.EmitChunk)]
         slotted = [call for call in reply.calls if isinstance(call, wp.EmitSlotChunk)]
         calls = [
-            wp.EmitChunk(self.link.slot_view(c.slot, c.offset, c.size), c.count)
+            wp.EmitChunk(self.link.slot_view(c.slot, c.offset, c.size), c.count, c.elements)
             if isinstance(c, wp.EmitSlotChunk)
             else c
             for c in reply.calls
@@ -167,7 +169,7 @@ class RemoteStream:
             group = ChunkGroup(len(sent) + len(slotted), block + reached)
         for call in calls:
             if isinstance(call, wp.EmitChunk):
-                emitter.emit_chunk(Chunk(call.payload, call.count, group=group))
+                emitter.emit_chunk(Chunk(call.payload, call.count, group=group, elements=call.elements))
             elif isinstance(call, wp.ReportLoss):
                 emitter.report_loss(call.stage, call.reason, call.count, call.unit)
             elif isinstance(call, wp.ReportError):
@@ -202,7 +204,9 @@ class RemoteStream:
             lost.append(f"{unwalkable} buffer(s)")
         self._tell_broken(f"; what it was decoding is lost ({', '.join(lost)})" if lost else "")
         names = ProcessNames(self.pid) if self.info.strings is None else None
-        local = DecodeStream(self.info, self.pid, self.emitter, self._on_devices, self._statistics, names)
+        local = DecodeStream(
+            self.info, self.pid, self.emitter, self._on_devices, self._statistics, names, self.columns
+        )
         local.layouts.sizes.update(self.layouts.sizes)
         for span in self._open_spans.values():
             local.trace_span(span)

@@ -52,6 +52,7 @@ class Open(msgspec.Struct, tag="open", frozen=True):
     max_names: int = 0
     names_fd: bool = False
     names_failure: str | None = None
+    columns: bool = False  # the hot kinds as ``events.Columns`` elements (``DecodeStream``)
 
 
 class Decode(msgspec.Struct, tag="decode", frozen=True):
@@ -93,6 +94,7 @@ Request = MapPool | Open | Decode | Span | Close
 class EmitChunk(msgspec.Struct, tag="chunk", frozen=True, array_like=True):
     payload: memoryview  # on the wire: empty, its bytes after the header (``Reply.payload_sizes``)
     count: int
+    elements: int  # msgpack elements in the payload (``codec.Chunk.elements``)
 
 
 class EmitSlotChunk(msgspec.Struct, tag="slot_chunk", frozen=True, array_like=True):
@@ -103,6 +105,7 @@ class EmitSlotChunk(msgspec.Struct, tag="slot_chunk", frozen=True, array_like=Tr
     offset: int
     size: int
     count: int
+    elements: int
 
 
 class ReportLoss(msgspec.Struct, tag="loss", frozen=True, array_like=True):
@@ -236,7 +239,10 @@ def receive_request(sock: socket.socket) -> tuple[Request, list[int]] | None:
 def send_reply(sock: socket.socket, reply: Reply) -> None:
     """The reply with its chunks' payloads emptied as the header, then the payloads themselves."""
     payloads = [call.payload for call in reply.calls if isinstance(call, EmitChunk)]
-    calls = [EmitChunk(_EMPTY, call.count) if isinstance(call, EmitChunk) else call for call in reply.calls]
+    calls = [
+        msgspec.structs.replace(call, payload=_EMPTY) if isinstance(call, EmitChunk) else call
+        for call in reply.calls
+    ]
     header = msgspec.structs.replace(reply, calls=calls, payload_sizes=[len(p) for p in payloads])
     _send(sock, [_encoder.encode(header), *payloads], [])
 
@@ -257,7 +263,7 @@ def receive_reply(sock: socket.socket, maps: ReplyMaps | None = None) -> Reply |
     for call in reply.calls:
         if isinstance(call, EmitChunk):
             size = next(sizes)
-            call = EmitChunk(message[at : at + size], call.count)
+            call = EmitChunk(message[at : at + size], call.count, call.elements)
             at += size
         calls.append(call)
     if at != len(message):

@@ -50,9 +50,11 @@ class Recorder(Emitter):
         writer = self.writer
         offset = writer.locate(chunk.payload) if writer is not None else None
         if writer is not None and offset is not None:
-            self.calls.append(wp.EmitSlotChunk(writer.slot, offset, len(chunk.payload), chunk.count))
+            self.calls.append(
+                wp.EmitSlotChunk(writer.slot, offset, len(chunk.payload), chunk.count, chunk.elements)
+            )
         else:
-            self.calls.append(wp.EmitChunk(memoryview(chunk.payload), chunk.count))
+            self.calls.append(wp.EmitChunk(memoryview(chunk.payload), chunk.count, chunk.elements))
 
     def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         self.calls.append(wp.ReportLoss(stage, reason, count, unit))
@@ -148,8 +150,9 @@ class Session:
             interval = Duration(request.interval_ns / 1e9)
             statistics = StatisticsConfig(interval=interval, max_names=request.max_names)
         stream = DecodeStream(
-            request.info, request.pid, self.recorder, self.recorder.saw_devices, statistics, names
-        )
+            request.info, request.pid, self.recorder, self.recorder.saw_devices, statistics, names,
+            request.columns,
+        )  # fmt: skip
         self.streams[request.info.stream] = stream
         self._sizes[request.info.stream] = len(stream.layouts.sizes)
 

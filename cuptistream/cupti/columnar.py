@@ -10,14 +10,20 @@ integer written as int64 (``0xd3``): valid msgpack that decodes to exactly the S
 per-record path builds (``tests/test_columnar.py`` checks that on real captures). Within one
 buffer, events come out grouped by kind and by their string fields rather than in record order;
 nothing in a buffer is time-ordered to begin with (concurrent kernels complete out of order).
+
+``Packer.pack_columns`` writes the same records as one ``events.Columns`` element instead (the
+file sink's stored form), and ``expand`` turns that element back into exactly the elements
+``Packer.pack`` writes: the readers decode those as they always did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 
 import msgspec
 import numpy as np
+
+from cuptistream.events import Columns
 
 _encode = msgspec.msgpack.encode
 _INT64 = b"\xd3"
@@ -34,6 +40,7 @@ class Packer:
     def __init__(
         self, tag: str, ints: Sequence[str], triples: Sequence[str] = (), strings: Sequence[str] = ()
     ):
+        self.tag = tag
         self.ints, self.triples, self.strings = list(ints), list(triples), list(strings)
         fields = 1 + len(self.ints) + len(self.triples) + len(self.strings)
         prefix = bytearray(b"\xde" + fields.to_bytes(2, "big") + _encode("type") + _encode(tag))
@@ -60,15 +67,17 @@ class Packer:
         groups: np.ndarray,
         group_strings: Sequence[Sequence[str]],
         allocate: Allocate | None = None,
+        grouped: bool = False,
     ) -> bytes | memoryview:
         """Elements for ``len(groups)`` records. ``groups[i]`` indexes ``group_strings``: the values
         of the string fields that record i has. The elements are written into one buffer (from
-        ``allocate`` where it gives one), returned as a view of it."""
+        ``allocate`` where it gives one), returned as a view of it. ``grouped``: the records come
+        group by group already (``groups`` ascending)."""
         count = len(groups)
         if count == 0:
             return b""
-        # One group: the records in their own order, taken by slices rather than gathered.
-        order = np.argsort(groups, kind="stable") if len(group_strings) > 1 else None
+        # One group, or grouped: the records in their own order, taken by slices, not gathered.
+        order = np.argsort(groups, kind="stable") if len(group_strings) > 1 and not grouped else None
         found = np.searchsorted(
             groups[order] if order is not None else groups, np.arange(len(group_strings) + 1)
         )
@@ -100,10 +109,22 @@ class Packer:
         group = 0
         for first in range(0, count, _BLOCK):
             last = min(first + _BLOCK, count)
+            part = order[first:last] if order is not None else slice(first, last)
+            while bounds[group + 1] <= first:
+                group += 1
+            if bounds[group + 1] >= last:  # one group's block: filled where it goes, no copy after
+                stride = strides[group]
+                where = starts[group] + (first - bounds[group]) * stride
+                dest = out[where : where + (last - first) * stride].reshape(last - first, stride)
+                dest[:, :width] = self.prefix
+                direct = np.ndarray((last - first,), dtype=self._layout(stride), buffer=dest)
+                for name, column in zip(names, columns, strict=True):
+                    direct[name] = column[part]
+                dest[:, width:] = suffixes[group]
+                continue
             rows = head[: last - first]
             rows[:] = self.prefix
             block = fields[: last - first]
-            part = order[first:last] if order is not None else slice(first, last)
             for name, column in zip(names, columns, strict=True):
                 block[name] = column[part]
             at = first
@@ -116,6 +137,44 @@ class Packer:
                 dest[:, :width] = rows[at - first : end - first]
                 dest[:, width:] = suffixes[group]
                 at = end
+        return out.data
+
+    def pack_columns(
+        self,
+        ints: Mapping[str, np.ndarray],
+        triples: Mapping[str, Sequence[np.ndarray]],
+        groups: np.ndarray,
+        group_strings: Sequence[Sequence[str]],
+        allocate: Allocate | None = None,
+    ) -> bytes | memoryview:
+        """The same records as one ``Columns`` element (arguments as ``pack``'s), rows group by group
+        as ``pack`` orders them. Its integers are written straight into the buffer (from
+        ``allocate`` where it gives one) as differences between rows: W3's kernels then take ~1.4
+        bytes a record after zstd, against ~7.8 as maps."""
+        count = len(groups)
+        if count == 0:
+            return b""
+        order = np.argsort(groups, kind="stable") if len(group_strings) > 1 else None
+        columns = self._columns(ints, triples)
+        element = Columns(
+            event=self.tag, rows=count, ints=self.ints, triples=self.triples, strings=self.strings,
+            groups=[list(texts) for texts in group_strings],
+            counts=np.bincount(groups, minlength=len(group_strings)).tolist(), values=b"",
+        )  # fmt: skip
+        # ``values`` is encoded last, as an empty bin (2 bytes): put its real header in their place.
+        head = _encode(element)[:-2] + b"\xc6" + (len(columns) * count * 8).to_bytes(4, "big")
+        size = len(head) + len(columns) * count * 8
+        out = allocate(size) if allocate is not None else None
+        if out is None:
+            out = np.empty(size, np.uint8)
+        out[: len(head)] = np.frombuffer(head, np.uint8)
+        deltas = out[len(head) :].view("<i8").reshape(len(columns), count)
+        for row, column in zip(deltas, columns, strict=True):
+            if order is not None:
+                column = column[order]
+            row[:1] = column[:1]  # an array, not a scalar: cast as the rows are
+            # In int64, wrapping: unsigned 64-bit values come back bit for bit, as ``pack`` writes them.
+            np.subtract(column[1:], column[:-1], out=row[1:], dtype=np.int64, casting="unsafe")
         return out.data
 
     def _columns(
@@ -146,3 +205,66 @@ def group_by(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     stacked = np.stack([np.asarray(k, dtype=np.int64) for k in keys], axis=1)
     _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
     return inverse.reshape(-1), first
+
+
+_PACKERS: dict[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], Packer] = {}
+
+
+def expand(
+    element: Columns, fields: Set[str] | None = None, head: bytes = b"", zero_default: Set[str] = frozenset()
+) -> memoryview:
+    """``head``, then the msgpack elements of the ``element.rows`` events a ``Columns`` element
+    stands for: what ``Packer.pack`` wrote for the same records. ``fields``: only these (a reader
+    whose Structs read a few fields skips packing and parsing the rest); ``zero_default``: fields
+    left out where they are zero in every row (the reader's Struct defaults them to zero). Raises
+    ``msgspec.ValidationError`` for an element whose sizes do not add up (a damaged one)."""
+    rows, groups = element.rows, element.groups
+    slots = len(element.ints) + 3 * len(element.triples)
+    if (
+        rows <= 0
+        or len(element.values) != slots * rows * 8
+        or len(element.counts) != len(groups)
+        or sum(element.counts) != rows
+        or min(element.counts) < 0
+        or any(len(texts) != len(element.strings) for texts in groups)
+    ):
+        raise msgspec.ValidationError(f"columns of {element.event}: sizes do not match {rows} rows")
+    stored = np.frombuffer(element.values, "<i8").reshape(slots, rows)
+
+    def keep(name: str, first: int = 0, width: int = 0) -> bool:
+        if fields is not None and name not in fields:
+            return False
+        return name not in zero_default or bool(stored[first : first + width].any())
+
+    ints = [(k, name) for k, name in enumerate(element.ints) if keep(name, k, 1)]
+    at = len(element.ints)
+    triples = [(at + 3 * k, name) for k, name in enumerate(element.triples) if keep(name, at + 3 * k, 3)]
+    strings = [k for k, name in enumerate(element.strings) if keep(name)]
+    key = (
+        element.event, tuple(n for _, n in ints), tuple(n for _, n in triples),
+        tuple(element.strings[k] for k in strings),
+    )  # fmt: skip
+    packer = _PACKERS.get(key)
+    if packer is None:
+        packer = _PACKERS[key] = Packer(*key)
+    chosen = [k for k, _ in ints] + [k + j for k, _ in triples for j in range(3)]
+    values = np.cumsum(stored[chosen], axis=1) if chosen else stored[:0]
+    by_slot = dict(zip(chosen, values, strict=True))
+    out = None
+
+    def allocate(nbytes: int) -> np.ndarray:
+        nonlocal out
+        out = np.empty(len(head) + nbytes, np.uint8)
+        out[: len(head)] = np.frombuffer(head, np.uint8)
+        return out[len(head) :]
+
+    packer.pack(
+        {name: by_slot[k] for k, name in ints},
+        {name: [by_slot[k + j] for j in range(3)] for k, name in triples},
+        np.repeat(np.arange(len(groups)), element.counts),
+        [[texts[k] for k in strings] for texts in groups],
+        allocate,
+        grouped=True,
+    )
+    assert out is not None
+    return out.data

@@ -44,7 +44,8 @@ class Decoder:
 
     Marker START and END records are paired into ``NvtxRange`` events across buffers
     (``convert.StructConverters``). ``observer`` (optional) sees every gathered array; an exception
-    it raises propagates out of the decode call.
+    it raises propagates out of the decode call. ``columns``: ``decode_packed`` gives the hot kinds
+    as ``events.Columns`` elements (for sinks that take them, ``Sink.accepts_columns``).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class Decoder:
         layouts: RecordLayouts | None = None,
         demangle_names: bool = False,
         observer: Observer | None = None,
+        columns: bool = False,
     ) -> None:
         self.names = names
         self.observer = observer
@@ -62,7 +64,7 @@ class Decoder:
         self.unknown_kinds: dict[int, int] = {}
         self.device_ids: set[int] = set()  # device ordinals the records named (attribution)
         self._structs = StructConverters(names, demangle_names)
-        self._packed = PackedConverters(names)
+        self._packed = PackedConverters(names, columns)
 
     @property
     def allocate(self) -> Allocate | None:
@@ -92,7 +94,8 @@ class Decoder:
             for lo in range(0, len(records), _EVENTS_PER_CHUNK):
                 part = records[lo : lo + _EVENTS_PER_CHUNK]
                 if pack is not None:
-                    chunks.append(Chunk(pack(kind, part), len(part)))
+                    elements = 1 if self._packed.columns else len(part)
+                    chunks.append(Chunk(pack(kind, part), len(part), elements=elements))
                 elif events := self._structs.convert(event, kind, part):
                     chunks.append(encode_chunk(events))
         return chunks

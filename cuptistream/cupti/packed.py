@@ -8,7 +8,7 @@ Structs' do, so both paths decode to the same events.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -51,10 +51,12 @@ _API_PACKER = Packer(
 
 class PackedConverters:
     """The packed converters of one session, by event type (``by_event``): kind and records in,
-    the events' msgpack elements out, written where ``allocate`` says (None: the heap)."""
+    the events' msgpack elements out, written where ``allocate`` says (None: the heap). With
+    ``columns``, one ``events.Columns`` element per call instead of one map per record."""
 
-    def __init__(self, names: Names) -> None:
+    def __init__(self, names: Names, columns: bool = False) -> None:
         self.names = names
+        self.columns = columns
         self.allocate: Allocate | None = None
         self.by_event: dict[str, Callable[[int, np.ndarray], bytes | memoryview]] = {
             "kernel": self._pack_kernels, "memcpy": self._pack_memcpys, "memset": self._pack_memsets,
@@ -77,7 +79,7 @@ class PackedConverters:
             "grid": (r["grid_x"], r["grid_y"], r["grid_z"]),
             "block": (r["block_x"], r["block_y"], r["block_z"]),
         }
-        return _KERNEL_PACKER.pack(ints, triples, groups, names, self.allocate)
+        return self._pack(_KERNEL_PACKER, ints, triples, groups, names)
 
     def _pack_memcpys(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         peer = "src_device_id" in (r.dtype.names or ())
@@ -90,13 +92,13 @@ class PackedConverters:
         ints = {name: _arr(r, name) for name in _MEMCPY_INTS}
         if peer:
             ints |= {"src_device_id": r["src_device_id"], "dst_device_id": r["dst_device_id"]}
-        return _MEMCPY_PACKERS[peer].pack(ints, {}, groups, strings, self.allocate)
+        return self._pack(_MEMCPY_PACKERS[peer], ints, {}, groups, strings)
 
     def _pack_memsets(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         groups, first = group_by(r["memory_kind"])
         strings = [(_name(MEMORY_KINDS, int(mk)),) for mk in r["memory_kind"][first].tolist()]
         ints = {name: _arr(r, name) for name in _MEMSET_PACKER.ints}
-        return _MEMSET_PACKER.pack(ints, {}, groups, strings, self.allocate)
+        return self._pack(_MEMSET_PACKER, ints, {}, groups, strings)
 
     def _pack_api(self, kind: int, r: np.ndarray) -> bytes | memoryview:
         domain = {4: "driver", 5: "runtime"}.get(kind, "internal")
@@ -104,4 +106,16 @@ class PackedConverters:
         groups, first = group_by(r["cbid"])
         strings = [(domain, table.get(cbid) or f"cbid_{cbid}") for cbid in r["cbid"][first].tolist()]
         ints = {name: r[name] for name in _API_PACKER.ints}
-        return _API_PACKER.pack(ints, {}, groups, strings, self.allocate)
+        return self._pack(_API_PACKER, ints, {}, groups, strings)
+
+    def _pack(
+        self,
+        packer: Packer,
+        ints: Mapping[str, np.ndarray],
+        triples: Mapping[str, Sequence[np.ndarray]],
+        groups: np.ndarray,
+        strings: Sequence[Sequence[str]],
+    ) -> bytes | memoryview:
+        if self.columns:
+            return packer.pack_columns(ints, triples, groups, strings, self.allocate)
+        return packer.pack(ints, triples, groups, strings, self.allocate)
