@@ -120,6 +120,46 @@ def test_a_worker_writes_exactly_what_in_thread_decoding_writes(tmp_path: Path, 
         assert after["reply_slot_full"] == 0
 
 
+def test_the_file_sink_stores_the_hot_kinds_as_columns_and_a_flipped_frame_loses_only_itself(
+    tmp_path: Path,
+) -> None:
+    """A real run with a worker writes kernels and API calls as ``Columns`` elements, which read
+    back as every event (``_accounting``). A bit flipped inside a frame that holds columns loses
+    that batch alone, reported at its offset: the tolerant reader's guarantee, as for maps."""
+    import warnings
+
+    import zstandard
+
+    from cuptistream.codec import has_columns
+    from cuptistream.recording.framing import Frame, scan_frames
+
+    capture = str(DEFAULT_PATH / "torch_train.cupti")
+    report = _finished(_run(tmp_path, 1, [sys.executable, "-c", "0"], loops=12, path=capture), tmp_path)
+    events = _accounting(tmp_path, report)
+    path = max(
+        (tmp_path / "out").iterdir(), key=lambda p: p.stat().st_size
+    )  # the program's, not the collector's
+    with path.open("rb") as handle:
+        frames = [f for f in scan_frames(handle, str(path)) if isinstance(f, Frame)]
+    columnar = [f for f in frames if has_columns(f.payload)]
+    assert len(frames) >= 2 and columnar, (len(frames), len(columnar))
+    hit = columnar[len(columnar) // 2]
+    lost = len(cuptistream.codec.decode_batch(hit.payload).events)
+    data = bytearray(path.read_bytes())
+    data[hit.offset + hit.length // 2] ^= 0x10
+    path.write_bytes(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reader = cuptistream.read(tmp_path / "out")
+        after = list(reader)
+    assert len(after) == len(events) - lost
+    assert [(d.offset, d.length) for d in reader.damage] == [(hit.offset, hit.length)]
+    intact = next(f for f in frames if f is not hit)  # another frame of the file reads as before
+    assert zstandard.ZstdDecompressor().decompress(
+        bytes(data[intact.offset : intact.offset + intact.length])
+    ) == (intact.payload)
+
+
 def test_a_killed_worker_is_counted_and_the_probe_decoded_in_the_collector(tmp_path: Path) -> None:
     # An endless replay keeps the worker busy; SIGSTOP first, so a request is surely in flight when
     # the SIGKILL lands (the connection sends its next buffer and waits for the reply).
