@@ -174,7 +174,7 @@ def decoding_columns(decoder: msgspec.msgpack.Decoder[Any]) -> msgspec.msgpack.D
 
 def expand_columns(items: list[Any], decoder: msgspec.msgpack.Decoder[Any]) -> list[Any]:
     """``items`` (decoded with ``decoding_columns(decoder)``) with each ``Columns`` element
-    replaced, in place, by the events it stands for, decoded with ``decoder``
+    replaced, where it stood, by the events it stands for, decoded with ``decoder``
     (``cupti.columnar.expand``: only the fields ``decoder``'s Structs read). Raises
     ``msgspec.ValidationError`` for a damaged element."""
     at = [i for i, item in enumerate(items) if type(item) is Columns]
