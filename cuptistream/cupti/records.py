@@ -105,12 +105,15 @@ def walk(
             if kind != last:
                 last = kind
                 run_start = offset
-            elif offset - run_start >= 7 * size and size > 4:
-                # The eighth of a kind in a row: match the rest of its run in one C call (~0.5-1 us
-                # a call, ~30 ns a record, where a step here is ~100-200 ns). Kinds that alternate
-                # cost a comparison and two names a record (~10-25 % of this loop on the 2-core VM).
-                match = _run(kind, size).match(data, offset, end)
-                assert match is not None  # the record at ``offset`` fits: the run has it at least
+            elif (
+                offset - run_start >= 7 * size
+                and size > 4
+                and (match := _run(kind, size).match(data, offset, end)) is not None
+            ):
+                # The eighth of a kind in a row: the rest of its run matched in one C call (~0.5-1
+                # us a call, ~30 ns a record, where a step here is ~100-200 ns). No match: the record
+                # overruns ``end``, which the step below reports. Kinds that alternate cost a
+                # comparison and two names a record (~10-25 % of this loop on the 2-core VM).
                 stop = match.end()
                 bucket.extend(range(offset, stop, size))
                 offset = stop
