@@ -110,18 +110,6 @@ class Packer:
         for first in range(0, count, _BLOCK):
             last = min(first + _BLOCK, count)
             part = order[first:last] if order is not None else slice(first, last)
-            while bounds[group + 1] <= first:
-                group += 1
-            if bounds[group + 1] >= last:  # one group's block: filled where it goes, no copy after
-                stride = strides[group]
-                where = starts[group] + (first - bounds[group]) * stride
-                dest = out[where : where + (last - first) * stride].reshape(last - first, stride)
-                dest[:, :width] = self.prefix
-                direct = np.ndarray((last - first,), dtype=self._layout(stride), buffer=dest)
-                for name, column in zip(names, columns, strict=True):
-                    direct[name] = column[part]
-                dest[:, width:] = suffixes[group]
-                continue
             rows = head[: last - first]
             rows[:] = self.prefix
             block = fields[: last - first]
