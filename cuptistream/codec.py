@@ -30,7 +30,6 @@ _json_encoder = msgspec.json.Encoder()
 # it (every one but the file sink's hot kinds) cost one scan for it, no decoding.
 _COLUMNS_TAG = b"\xa4type\xa7columns"
 _has_columns = re.compile(re.escape(_COLUMNS_TAG)).search
-_column_decoders: dict[msgspec.msgpack.Decoder[Any], msgspec.msgpack.Decoder[Any]] = {}
 
 
 class _StoredBatch(BatchHeader, kw_only=True):
@@ -40,7 +39,6 @@ class _StoredBatch(BatchHeader, kw_only=True):
 
 
 _stored_batch_decoder = msgspec.msgpack.Decoder(_StoredBatch)
-_stored_events_decoder = msgspec.msgpack.Decoder(list[Union[AnyEvent, Columns]])  # noqa: UP007
 
 
 class ChunkGroup:
@@ -152,9 +150,19 @@ def decode_batch(data: bytes | memoryview) -> Batch:
 
 def decode_events(data: bytes) -> list[AnyEvent]:
     """A msgpack array of events, ``Columns`` elements expanded (errors as ``decode_batch``)."""
+    return decode_expanding(data, _events_decoder)
+
+
+def decode_expanding(
+    data: bytes | memoryview | msgspec.Raw, decoder: msgspec.msgpack.Decoder[Any]
+) -> list[Any]:
+    """A msgpack array of events decoded with ``decoder`` (of ``list[Union[...event Structs...]]``),
+    ``Columns`` elements expanded into events of its Structs (``expand_columns``). Without a
+    ``columns`` tag in ``data``, one scan for it and ``decoder`` alone. Raises
+    ``msgspec.DecodeError`` or ``ValidationError`` on bad input."""
     if _has_columns(data) is None:
-        return _events_decoder.decode(data)
-    return expand_columns(_stored_events_decoder.decode(data), _events_decoder)
+        return decoder.decode(data)
+    return expand_columns(_decoding_columns(decoder).decode(data), decoder)
 
 
 def has_columns(data: bytes | memoryview | msgspec.Raw) -> bool:
@@ -162,18 +170,15 @@ def has_columns(data: bytes | memoryview | msgspec.Raw) -> bool:
     return _has_columns(data) is not None
 
 
-def decoding_columns(decoder: msgspec.msgpack.Decoder[Any]) -> msgspec.msgpack.Decoder[Any]:
-    """For a decoder of ``list[Union[...event Structs...]]``, one that also decodes ``Columns``
-    elements (to hand to ``expand_columns`` with ``decoder``). Made once per decoder."""
-    found = _column_decoders.get(decoder)
-    if found is None:
-        union: Any = Union[(*_members(decoder), Columns)]
-        found = _column_decoders[decoder] = msgspec.msgpack.Decoder(list[union])
-    return found
+@functools.cache
+def _decoding_columns(decoder: msgspec.msgpack.Decoder[Any]) -> msgspec.msgpack.Decoder[Any]:
+    """``decoder`` (of ``list[Union[...]]``) that also decodes ``Columns`` elements."""
+    union: Any = Union[(*_members(decoder), Columns)]
+    return msgspec.msgpack.Decoder(list[union])
 
 
 def expand_columns(items: list[Any], decoder: msgspec.msgpack.Decoder[Any]) -> list[Any]:
-    """``items`` (decoded with ``decoding_columns(decoder)``) with each ``Columns`` element
+    """``items`` (decoded with ``_decoding_columns(decoder)``) with each ``Columns`` element
     replaced, where it stood, by the events it stands for, decoded with ``decoder``
     (``cupti.columnar.expand``: only the fields ``decoder``'s Structs read). Raises
     ``msgspec.ValidationError`` for a damaged element."""

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from cuptistream import events as ev
-from cuptistream.codec import decoding_columns, expand_columns, has_columns
+from cuptistream.codec import decode_expanding
 from cuptistream.recording.framing import TornTail, scan_frames
 
 
@@ -328,12 +328,7 @@ class Recording:
                     continue
                 try:
                     envelope = _envelope.decode(frame.payload)
-                    if has_columns(envelope.events):
-                        events = expand_columns(
-                            decoding_columns(self._events).decode(envelope.events), self._events
-                        )
-                    else:
-                        events = self._events.decode(envelope.events)
+                    events = decode_expanding(envelope.events, self._events)
                 except (msgspec.DecodeError, msgspec.ValidationError) as error:
                     problem = f"not a cuptistream batch: {error}"
                     self.torn_tails.append(TornTail(str(path), frame.offset, frame.length, problem))
