@@ -345,7 +345,7 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
     cpu_window = watch.cpu_between(start, end)
     cpu_s = report["collector_cpu_s"] + report.get("decode_workers_cpu_s", 0.0)  # workers apart in the report
     result: dict[str, Any] = {
-        "probes": n, "workers": workers, "decode_workers_started": report.get("decode_workers", 0), "run": run, "window_s": round(window, 3), "wall_s": round(wall, 3),
+        "probes": n, "workers": workers, "decode_workers_started": report.get("decode_workers", 0), "decode_worker_moves": report.get("decode_worker_moves", 0), "run": run, "window_s": round(window, 3), "wall_s": round(wall, 3),
         "offered_records_per_s": round((records + shed) / window),
         "decoded_records_per_s": round(records / window),
         "delivered_events_per_s": round(file["events_out"] / window),

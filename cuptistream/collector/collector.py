@@ -35,7 +35,7 @@ from cuptistream.collector.reply_maps import ReplyMaps
 from cuptistream.collector.reply_slots import ReplySlots
 from cuptistream.collector.thread_cpu import ThreadCpu
 from cuptistream.collector.windows import WindowRequests
-from cuptistream.collector.worker_pool import AUTO_CONNECTIONS_PER_WORKER, WorkerPool
+from cuptistream.collector.worker_pool import AUTO_CONNECTIONS_PER_WORKER, SPLIT_LOAD, WorkerPool
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
@@ -82,7 +82,8 @@ class Collector:
             maps = ReplyMaps(budget // 8) if replies != "heap" else None
             slots = ReplySlots(max_bytes=budget, idle_bytes=budget // 8) if replies == "shared" else None
             per_worker = AUTO_CONNECTIONS_PER_WORKER if auto else 1
-            self.workers = WorkerPool(workers, int(auto), maps, slots, per_worker)
+            split = SPLIT_LOAD if auto else None  # auto: more workers only where the load needs them
+            self.workers = WorkerPool(workers, int(auto), maps, slots, per_worker, split)
         self._clock_offset: int | None = None
         self._changed = threading.Condition()
         self._connections: set[ProbeConnection] = set()
@@ -264,6 +265,7 @@ class Collector:
             if self.workers is not None:
                 self.report.decode_workers = self.workers.started
                 self.report.decode_workers_died = self.workers.died
+                self.report.decode_worker_moves = self.workers.moves
                 self.report.decode_workers_cpu_s = self.workers.cpu_s
                 self.report.decode_workers_rss_anon_kib = self.workers.rss_anon_kib
                 if (slots := self.workers.reply_slots) is not None:

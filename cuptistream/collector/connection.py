@@ -180,6 +180,30 @@ class ProbeConnection:
             self.link.map_pool(index, pool)
         return self.link
 
+    def _move_if_asked(self) -> None:
+        """Between two requests (so the probe's buffers stay in order): where the worker pool
+        wants this connection on another worker (``WorkerPool.balance``), map the pools there and
+        hand every stream over (``RemoteStream.move``), then let the old link go."""
+        link, workers = self.link, self.collector.workers
+        if link is None or workers is None:
+            return
+        workers.balance()
+        if link.move_to is None:
+            return
+        remote = [s for s in self.streams.values() if isinstance(s, RemoteStream)]
+        if not all(stream.movable for stream in remote):
+            link.move_to = None
+            return
+        fresh = workers.moved(link)
+        if fresh is None:
+            return
+        for index, pool in self.pools.items():
+            fresh.map_pool(index, pool)
+        for stream in remote:
+            stream.move(fresh)
+        self.link = fresh
+        link.close()
+
     def _window(self, message: messages.TraceSpan | messages.WindowAnswer) -> None:
         """A window opened or closed (``TraceSpan``), or the answer to ``OpenWindow``. A closed
         window's ``TraceWindow`` event follows the events of its buffers, and its mark (the intake's
@@ -271,6 +295,8 @@ class ProbeConnection:
         """Decode (or shed) the gathered group, then release its slots and empty ``held``. Where
         something raises, ``_drain`` releases what is still held."""
         assert stream is not None
+        if isinstance(stream, RemoteStream):
+            self._move_if_asked()
         self._decode_or_shed(stream, index, held)
         for slot, _ in held:
             pool.release(slot)

@@ -22,7 +22,7 @@ import msgspec
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
 from cuptistream.codec import Chunk, ChunkGroup
-from cuptistream.collector import shedding
+from cuptistream.collector import handover, shedding
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.decoding import Buffer, DecodeStream
 from cuptistream.collector.names import ProcessNames, open_memory
@@ -134,6 +134,38 @@ class RemoteStream:
         assert self.local is not None
         return self.local.trace_span(span)
 
+    @property
+    def movable(self) -> bool:
+        """Whether ``move`` may take it to another worker: it decodes in one, and does not capture."""
+        return self.local is None and not self.link.broken and not self.info.capture
+
+    def move(self, link: Link) -> None:
+        """Hand this stream over to the worker of ``link`` (the connection's next link, its pools
+        mapped there), state and all (``handover``). Never raises. Where the old worker cannot hand
+        it over (it died), it is lost as a broken link loses it; where the new one cannot take it,
+        the state is kept: it decodes in this thread from then on."""
+        reply = self.link.request(wp.Export(self.info.stream))
+        if reply is None or reply.state is None:
+            self._fall_back([])
+            return
+        self._replay(reply)
+        self.link = link
+        fd, failure = open_memory(self.pid) if self.info.strings is None else (None, None)
+        adopt = wp.Adopt(self.info.stream, reply.state, fd is not None or failure is not None, failure)
+        try:
+            taken = link.request(adopt, [fd] if fd is not None else None)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if taken is not None:
+            self._replay(taken)
+            return
+        # Keep what it had: the state, restored here (with its own counters, which go on from there)
+        self._tell_broken(lost="", kept=True)
+        names = open_memory(self.pid) if self.info.strings is None else None
+        self.local = handover.load(reply.state, self.emitter, self._on_devices, names)
+        self._counts = wp.Reply()
+
     def close(self) -> None:
         """Close the stream (the connection closes the link after all its streams)."""
         if self.local is not None:
@@ -212,14 +244,16 @@ class RemoteStream:
             local.trace_span(span)
         self.local = local
 
-    def _tell_broken(self, lost: str) -> None:
-        """One Error event per link (all the connection's streams share it)."""
+    def _tell_broken(self, lost: str, kept: bool = False) -> None:
+        """One Error event per link (all the connection's streams share it). ``kept``: the stream
+        came back whole (a move the new worker could not take)."""
         if self.link.told:
             return
         self.link.told = True
+        held = "nothing was lost" if kept else "the statistics of intervals the worker held are lost"
         with contextlib.suppress(Exception):
             self.emitter.report_error(
                 ORIGIN,
                 f"{self.link.problem}{lost}; probe {self.pid} is decoded on its connection thread "
-                "from now on (the statistics of intervals the worker held are lost)",
+                f"from now on ({held})",
             )

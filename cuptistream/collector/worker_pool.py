@@ -5,12 +5,15 @@ Workers start lazily, one per probe connection that opens an activity stream, up
 ``pipeline.decode_workers``; past that a connection goes to the worker with the fewest
 connections. Under ``auto`` the first connection (one at a time) decodes on its own thread instead:
 with GPU-sized buffers a worker round trip costs ~40% more CPU per record, which a single probe,
-the common case, need not pay (docs/benchmarks.md, issue 30). Under ``auto`` too, each worker
-takes ``AUTO_CONNECTIONS_PER_WORKER`` connections before the next one starts: with 16 GPU programs
-on a 16-core host, 4 workers cost 0.79x and 0.91x the CPU per record of 8 (2 pairs). A worker that
-died is replaced by a fresh one at the next assignment. They stop at ``Collector.finish``. A
-``Link`` never hangs its connection: it waits for a reply in steps of ``_POLL_S`` while the worker
-lives, and kills a worker that has not answered one request within ``REQUEST_TIMEOUT_S``.
+the common case, need not pay (docs/benchmarks.md, issue 30). Under ``auto`` too, the worker count
+follows the load rather than the probe count: each worker takes ``AUTO_CONNECTIONS_PER_WORKER``
+connections before the next one starts (with 16 GPU programs on a 16-core H200 host, 2 workers
+cost 0.95-0.98 CPU-s per M records against 1.02-1.19 for 4), and a worker that uses more than
+``SPLIT_LOAD`` cores gets a new worker beside it, to which about half its connections move, state
+and all (``balance``, ``handover``; 16 replay probes flat out need 4 or more). A worker that died
+is replaced by a fresh one at the next assignment. They stop at ``Collector.finish``. A ``Link``
+never hangs its connection: it waits for a reply in steps of ``_POLL_S`` while the worker lives,
+and kills a worker that has not answered one request within ``REQUEST_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -37,9 +40,14 @@ from cuptistream.collector.reply_slots import ReplySlots
 from cuptistream.collector.thread_cpu import cpu_seconds
 
 _POLL_S = 1.0
-# Under ``auto``: connections a worker takes before the next worker starts. Fewer, busier workers
-# cost less per record on a host whose cores the GPU programs keep busy (H200, 16 programs).
-AUTO_CONNECTIONS_PER_WORKER = 4
+# Under ``auto``: a worker busier than this many cores splits (``WorkerPool.balance``), looked at
+# this often. Below it a worker keeps up with its probes, and fewer workers cost less per record.
+SPLIT_LOAD = 0.75
+BALANCE_S = 1.0
+# Under ``auto``: connections a worker takes before the next worker starts (more start as the load
+# needs them: ``SPLIT_LOAD``). Fewer, busier workers cost less per record on a host whose cores
+# the GPU programs keep busy (H200, 16 programs).
+AUTO_CONNECTIONS_PER_WORKER = 8
 REQUEST_TIMEOUT_S = 60.0  # one buffer decodes in milliseconds; a minute is a stuck worker
 _STOP_S = 5.0
 _PACKAGE = Path(__file__).resolve().parent.parent  # this cuptistream, for the worker to import
@@ -83,6 +91,18 @@ class Worker:
         self.cpu_s = 0.0  # its CPU time, read when it stops
         self.rss_anon_kib = 0  # its own heap when it stopped
         self.mapped_slots: set[int] = set()  # reply slots whose memfd it has been sent
+        self.links: list[Link] = []  # the connections' links to it (under the pool's lock)
+        self._cpu_seen: tuple[float, float] | None = None  # (monotonic time, its CPU-s) then
+
+    def load(self, now: float) -> float | None:
+        """Cores it used since the last call (None: the first call, or its CPU cannot be read)."""
+        cpu = cpu_seconds(f"/proc/{self.pid}/stat")
+        if cpu is None:
+            return None
+        seen, self._cpu_seen = self._cpu_seen, (now, cpu)
+        if seen is None or now <= seen[0]:
+            return None
+        return (cpu - seen[1]) / (now - seen[0])
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -120,6 +140,19 @@ class Worker:
             self.process.wait()
 
 
+def _heavier_half(links: list[Link]) -> list[Link]:
+    """About half of ``links`` by the bytes each asked for lately (``Link.recent``; by count where
+    they asked for none): the heaviest first, each to the lighter side. The side without the
+    heaviest moves."""
+    sides: tuple[list[Link], list[Link]] = ([], [])
+    totals = [0, 0]
+    for link in sorted(links, key=lambda k: k.recent, reverse=True):
+        side = 0 if totals[0] <= totals[1] else 1
+        sides[side].append(link)
+        totals[side] += link.recent + 1
+    return sides[1]
+
+
 def worker_pids(collector_pid: int) -> list[int]:
     """The decode worker processes of the collector ``collector_pid`` (its children running
     ``collector.workers``), from ``/proc``: for benchmarks and tests watching it from outside."""
@@ -148,13 +181,18 @@ class WorkerPool:
         reply_maps: ReplyMaps | None = None,
         reply_slots: ReplySlots | None = None,
         per_worker: int = 1,
+        split_load: float | None = None,
     ) -> None:
         """``in_thread``: how many connections at a time decode on their own threads first;
         ``per_worker``: a new worker starts only when every running one has this many connections
         (below ``size``); ``reply_maps``: replies land in these mappings
         (``pipeline.worker_replies: mapped``), else in the heap; ``reply_slots``: workers pack a
-        buffer's events into these (``worker_replies: shared``)."""
+        buffer's events into these (``worker_replies: shared``); ``split_load``: move half of a
+        worker's connections to a new worker when it uses more cores than this (``balance``)."""
         self.size = size
+        self.split_load = split_load
+        self._next_balance = 0.0
+        self.moves = 0  # connections moved to another worker
         self.in_thread = in_thread
         self.per_worker = per_worker
         self.reply_maps = reply_maps
@@ -189,18 +227,68 @@ class WorkerPool:
                 self.started += 1
             else:
                 worker = min(self._workers, key=lambda w: w.connections)
-            sock = worker.connect()
-            worker.connections += 1
-            return Link(self, worker, sock)
+            return self._link(worker)
+
+    def _link(self, worker: Worker) -> Link:
+        """A new link to ``worker`` (under the lock). Raises OSError."""
+        link = Link(self, worker, worker.connect())
+        worker.connections += 1
+        worker.links.append(link)
+        return link
+
+    def balance(self) -> None:
+        """Under ``split_load``, at most every ``BALANCE_S``: a worker that used more than that
+        many cores since the last look gets a new worker beside it (while fewer than ``size``
+        run), and about half its connections, by the bytes they asked it to decode, are told to
+        move there (``Link.move_to``; the connection moves at its next request: ``moved``). Called
+        by the connection threads; cheap when there is nothing to do."""
+        now = time.monotonic()
+        if self.split_load is None or now < self._next_balance:
+            return
+        with self._lock:
+            if self._stopped or now < self._next_balance:
+                return
+            self._next_balance = now + BALANCE_S
+            for worker in list(self._workers):
+                load = worker.load(now)
+                for link in worker.links:
+                    link.recent, link.requested = link.requested, 0
+                staying = [link for link in worker.links if link.move_to is None and not link.broken]
+                if load is None or load < self.split_load or len(self._workers) >= self.size:
+                    continue
+                if len(staying) < 2 or not worker.alive():
+                    continue
+                fresh = Worker()
+                self._workers.append(fresh)
+                self.started += 1
+                for link in _heavier_half(staying):
+                    link.move_to = fresh
+
+    def moved(self, link: Link) -> Link | None:
+        """The link that replaces ``link`` on the worker it was told to move to (``balance``); the
+        connection maps its pools there, hands its streams over, and closes ``link``. None: stay
+        (the new worker is gone)."""
+        with self._lock:
+            target, link.move_to = link.move_to, None
+            if target is None or self._stopped or target not in self._workers or not target.alive():
+                return None
+            try:
+                fresh = self._link(target)
+            except OSError:
+                return None
+            self.moves += 1
+            return fresh
 
     def leave_thread(self) -> None:
         """A connection that decoded on its own thread (``assign`` gave None) has finished."""
         with self._lock:
             self._in_thread_now -= 1
 
-    def _released(self, worker: Worker) -> None:
+    def _released(self, link: Link) -> None:
         with self._lock:
-            worker.connections -= 1
+            link.worker.connections -= 1
+            with contextlib.suppress(ValueError):
+                link.worker.links.remove(link)
 
     def stop(self) -> None:
         """Stop every worker (after the connections finished)."""
@@ -246,6 +334,9 @@ class Link:
         self.told = False  # the Error event was emitted (once per link)
         self.sent = False
         self._expansion: float = REPLY_EXPANSION  # reply bytes per buffer byte to ask a slot for
+        self.move_to: Worker | None = None  # where the pool wants this connection (``balance``)
+        self.requested = 0  # buffer bytes asked to decode since the pool's last look
+        self.recent = 0  # ... and in the period before (what ``balance`` weighs)
 
     def request(self, request: wp.Request, fds: list[int] | None = None) -> wp.Reply | None:
         if self.broken or self.sock is None:
@@ -275,6 +366,7 @@ class Link:
     def decode(self, request: wp.Decode, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
         """``request`` (and ``replay`` of its reply), with a reply slot for the events when the
         pool has one idle (``pipeline.worker_replies: shared``); None as for ``request``."""
+        self.requested += request.total_valid
         slots = self._pool.reply_slots
         taken = slots.take(int(request.total_valid * self._expansion)) if slots is not None else None
         if taken is None:
@@ -344,4 +436,4 @@ class Link:
             return
         with contextlib.suppress(OSError):
             sock.close()
-        self._pool._released(self.worker)
+        self._pool._released(self)

@@ -85,7 +85,24 @@ class Close(msgspec.Struct, tag="close", frozen=True):
     stream: int
 
 
-Request = MapPool | Open | Decode | Span | Close
+class Export(msgspec.Struct, tag="export", frozen=True):
+    """Hand stream ``stream`` over: the reply's ``state`` is all of it (``handover.dump``), and the
+    worker forgets it. The connection then ``Adopt``s it on another worker."""
+
+    stream: int
+
+
+class Adopt(msgspec.Struct, tag="adopt", frozen=True):
+    """Take over the stream another worker handed over (``Export``) as ``stream``. With
+    ``names_fd``, the program's ``/proc/PID/mem`` comes with the request, as for ``Open``."""
+
+    stream: int
+    state: bytes
+    names_fd: bool = False
+    names_failure: str | None = None
+
+
+Request = MapPool | Open | Decode | Span | Close | Export | Adopt
 
 
 # --- what the worker's stream did, replayed on the connection's emitter --------------------------
@@ -142,6 +159,7 @@ class Reply(msgspec.Struct, frozen=True):
     events: int = 0
     window: WindowRecords | None = None
     sizes: dict[int, int] | None = None  # record sizes, when the worker learned new ones
+    state: bytes | None = None  # the stream, handed over (``Export``)
     payload_sizes: list[int] = []  # on the wire: each EmitChunk's payload length, in call order
 
 

@@ -24,10 +24,12 @@ import signal
 import socket
 import sys
 
+import msgspec
+
 from cuptistream.channel.messages import WindowRecords
 from cuptistream.channel.shm import SlotPool
 from cuptistream.codec import Chunk
-from cuptistream.collector import memory
+from cuptistream.collector import handover, memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.collector.names import ProcessNames
@@ -120,6 +122,17 @@ class Session:
         if isinstance(request, wp.Open):
             self._open(request, fds)
             return self._reply(request.info.stream)
+        if isinstance(request, wp.Export):
+            stream = self.streams[request.stream]
+            state = handover.dump(stream)
+            self._forget(request.stream)
+            return msgspec.structs.replace(self._reply(request.stream, counters_of=stream), state=state)
+        if isinstance(request, wp.Adopt):
+            opened = (fds[0] if fds else None, request.names_failure) if request.names_fd else None
+            stream = handover.load(request.state, self.recorder, self.recorder.saw_devices, opened)
+            self.streams[request.stream] = stream
+            self._sizes[request.stream] = len(stream.layouts.sizes)
+            return self._reply(request.stream)
         stream = self.streams.pop(request.stream)  # Close
         stream.close()
         return self._reply(request.stream, counters_of=stream)
@@ -170,14 +183,18 @@ class Session:
             sizes=dict(sizes) if learned else None,
         )  # fmt: skip
 
+    def _forget(self, stream_id: int) -> None:
+        """Drop a stream unclosed (handed over, or its connection is gone)."""
+        stream = self.streams.pop(stream_id)
+        self._sizes.pop(stream_id, None)
+        if isinstance(stream.names, ProcessNames):
+            stream.names.close()
+
     def close(self) -> None:
         """The connection is gone (it finished, or decodes in its own thread now): drop its state.
         Streams it did not close are dropped unclosed: the connection counted their losses."""
-        for stream in self.streams.values():
-            names = stream.names
-            if isinstance(names, ProcessNames):
-                names.close()
-        self.streams.clear()
+        for stream_id in list(self.streams):
+            self._forget(stream_id)
         for pool in self.pools.values():
             pool.close()
         self.pools.clear()

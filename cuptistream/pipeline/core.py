@@ -82,10 +82,12 @@ class ShutdownReport:
     collector_threads_cpu_s: dict[str, float] = field(default_factory=dict)
     collector_busiest_thread: str = ""
     collector_busiest_thread_cpu_s: float = 0.0
-    # Decode worker processes (``pipeline.decode_workers``): how many started, died, their CPU
-    # time (not in ``collector_cpu_s``) and their own heaps together at the end.
+    # Decode worker processes (``pipeline.decode_workers``): how many started, died, probe
+    # connections moved to a new worker (``auto``: a busy worker splits), their CPU time (not in
+    # ``collector_cpu_s``) and their own heaps together at the end.
     decode_workers: int = 0
     decode_workers_died: int = 0
+    decode_worker_moves: int = 0
     decode_workers_cpu_s: float = 0.0
     decode_workers_rss_anon_kib: int = 0
     # ``worker_replies: shared``: replies whose events were packed into a reply slot, requests that
