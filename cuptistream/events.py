@@ -529,6 +529,20 @@ class Columns(msgspec.Struct, tag_field="type", tag="columns", kw_only=True, gc=
     counts: list[int]
     values: bytes  # last: the packer writes it in place after the encoded rest
 
+    def check(self) -> None:
+        """Raise ``msgspec.ValidationError`` where the sizes do not add up (a damaged element): every
+        reader checks before it expands one."""
+        slots = len(self.ints) + 3 * len(self.triples)
+        if (
+            self.rows <= 0
+            or len(self.values) != slots * self.rows * 8
+            or len(self.counts) != len(self.groups)
+            or sum(self.counts) != self.rows
+            or min(self.counts) < 0
+            or any(len(texts) != len(self.strings) for texts in self.groups)
+        ):
+            raise msgspec.ValidationError(f"columns of {self.event}: sizes do not match {self.rows} rows")
+
 
 # --- the batch envelope ---------------------------------------------------------------------
 

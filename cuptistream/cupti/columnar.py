@@ -13,7 +13,8 @@ nothing in a buffer is time-ordered to begin with (concurrent kernels complete o
 
 ``Packer.pack_columns`` writes the same records as one ``events.Columns`` element instead (the
 file sink's stored form), and ``expand`` turns that element back into exactly the elements
-``Packer.pack`` writes: the readers decode those as they always did.
+``Packer.pack`` writes: the readers' fallback (``codec.expand_columns``), for Structs that
+``column_structs`` cannot build straight from the columns.
 """
 
 from __future__ import annotations
@@ -206,17 +207,9 @@ def expand(
     whose Structs read a few fields skips packing and parsing the rest); ``zero_default``: fields
     left out where they are zero in every row (the reader's Struct defaults them to zero). Raises
     ``msgspec.ValidationError`` for an element whose sizes do not add up (a damaged one)."""
+    element.check()
     rows, groups = element.rows, element.groups
     slots = len(element.ints) + 3 * len(element.triples)
-    if (
-        rows <= 0
-        or len(element.values) != slots * rows * 8
-        or len(element.counts) != len(groups)
-        or sum(element.counts) != rows
-        or min(element.counts) < 0
-        or any(len(texts) != len(element.strings) for texts in groups)
-    ):
-        raise msgspec.ValidationError(f"columns of {element.event}: sizes do not match {rows} rows")
     stored = np.frombuffer(element.values, "<i8").reshape(slots, rows)
 
     def keep(name: str, first: int = 0, width: int = 0) -> bool:
