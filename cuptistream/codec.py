@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
 
+from cuptistream import column_structs
 from cuptistream.events import AnyEvent, Batch, BatchHeader, Columns, EncodedBatch, Event, header_fields
 
 if TYPE_CHECKING:
@@ -179,25 +180,34 @@ def _decoding_columns(decoder: msgspec.msgpack.Decoder[Any]) -> msgspec.msgpack.
 
 def expand_columns(items: list[Any], decoder: msgspec.msgpack.Decoder[Any]) -> list[Any]:
     """``items`` (decoded with ``_decoding_columns(decoder)``) with each ``Columns`` element
-    replaced, where it stood, by the events it stands for, decoded with ``decoder``
-    (``cupti.columnar.expand``: only the fields ``decoder``'s Structs read). Raises
+    replaced, where it stood, by the events it stands for, as ``decoder``'s Structs: built straight
+    from the columns (``column_structs.build``), or, for Structs that cannot be, decoded from the
+    maps ``cupti.columnar.expand`` packs (only the fields ``decoder``'s Structs read). Raises
     ``msgspec.ValidationError`` for a damaged element."""
     at = [i for i, item in enumerate(items) if type(item) is Columns]
     if not at:
         return items
-    from cuptistream.cupti.columnar import expand  # numpy: only where a reader meets columns
-
-    read = _fields_read(decoder)
+    classes = _classes(decoder)
     out: list[Any] = []
     done = 0
     for i in at:
         columns = items[i]
+        columns.check()
         out += items[done:i]
-        fields, zero = read.get(columns.event, (None, frozenset()))
-        out += decoder.decode(expand(columns, fields, array_header(columns.rows), zero))
+        cls = classes.get(columns.event)
+        events = column_structs.build(columns, cls) if cls is not None else None
+        out += events if events is not None else _expand_as_maps(columns, decoder)
         done = i + 1
     out += items[done:]
     return out
+
+
+def _expand_as_maps(columns: Columns, decoder: msgspec.msgpack.Decoder[Any]) -> list[Any]:
+    """The fallback of ``expand_columns``: the events packed as msgpack maps, then decoded."""
+    from cuptistream.cupti.columnar import expand  # numpy: only where a reader needs maps
+
+    fields, zero = _fields_read(decoder).get(columns.event, (None, frozenset()))
+    return decoder.decode(expand(columns, fields, array_header(columns.rows), zero))
 
 
 def _members(decoder: msgspec.msgpack.Decoder[Any]) -> tuple[Any, ...]:
@@ -206,19 +216,28 @@ def _members(decoder: msgspec.msgpack.Decoder[Any]) -> tuple[Any, ...]:
 
 
 @functools.cache
+def _classes(decoder: msgspec.msgpack.Decoder[Any]) -> dict[str, type[msgspec.Struct]]:
+    """``decoder``'s event Structs by tag."""
+    return {
+        str(cls.__struct_config__.tag): cls
+        for cls in _members(decoder)
+        if isinstance(cls, type) and issubclass(cls, msgspec.Struct)
+    }
+
+
+@functools.cache
 def _fields_read(decoder: msgspec.msgpack.Decoder[Any]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     """By event tag: the encoded field names ``decoder``'s Struct reads, and those of them whose
     default is zero (left out of an expansion where every row is zero: the Struct fills them in)."""
     found = {}
-    for cls in _members(decoder):
-        if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
-            names, defaults = cls.__struct_encode_fields__, cls.__struct_defaults__
-            zero = {
-                n
-                for n, d in zip(names[len(names) - len(defaults) :], defaults, strict=True)
-                if d in (0, (0, 0, 0))
-            }
-            found[str(cls.__struct_config__.tag)] = (frozenset(names), frozenset(zero))
+    for tag, cls in _classes(decoder).items():
+        names, defaults = cls.__struct_encode_fields__, cls.__struct_defaults__
+        zero = {
+            n
+            for n, d in zip(names[len(names) - len(defaults) :], defaults, strict=True)
+            if d in (0, (0, 0, 0))
+        }
+        found[tag] = (frozenset(names), frozenset(zero))
     return found
 
 
