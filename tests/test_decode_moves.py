@@ -77,31 +77,44 @@ def _decode_all(
     buffers: list[bytearray],
     move_at: int | None,
     kill_first: bool = False,
+    from_thread: bool = False,
 ) -> tuple[Any, ...]:
     """One stream over ``buffers`` through a worker, moved to a second worker before buffer
-    ``move_at`` (None: never); ``kill_first``: the second worker is killed before the move.
-    Everything the stream emitted, its trace window's counts, and its counters."""
+    ``move_at`` (None: never); ``kill_first``: the second worker is killed before the move;
+    ``from_thread``: decoded here (as on a connection's thread) until ``move_at``, then adopted
+    by a worker. Everything the stream emitted, its trace window's counts, and its counters."""
     sink = Collect()
-    info = OpenStream(
-        stream=3, source="activity", struct_sizes=dict(CAPTURE.struct_sizes)
-    )  # names: our memory
+    info = OpenStream(stream=3, source="activity", struct_sizes=dict(CAPTURE.struct_sizes))  # names: ours
     statistics = StatisticsConfig(interval=1.0)  # type: ignore[arg-type]
-    link = workers.assign()
-    assert link is not None
-    link.map_pool(0, pool)
-    stream = RemoteStream(link, info, os.getpid(), sink, None, statistics)
-    links = [link]
-    assert stream.trace_span(TraceSpan(**SPAN)) is None  # open across the move
+    here: DecodeStream | None = None
+    links = []
+    if from_thread:
+        here = DecodeStream(info, os.getpid(), sink, None, statistics)
+        assert here.trace_span(TraceSpan(**SPAN)) is None  # open across the move
+    else:
+        links.append(workers.assign())
+        assert links[0] is not None
+        links[0].map_pool(0, pool)
+        stream = RemoteStream(links[0], info, os.getpid(), sink, None, statistics)
+        assert stream.trace_span(TraceSpan(**SPAN)) is None
     for i, data in enumerate(buffers):
+        if here is not None and i < (move_at or 0):
+            here.decode(memoryview(data), len(data), 0)
+            continue
         if i == move_at:
             fresh = workers.assign()
-            assert fresh is not None and fresh.worker is not link.worker
+            assert fresh is not None and all(fresh.worker is not link.worker for link in links)
             if kill_first:
                 fresh.worker.kill()
                 fresh.worker.process.wait()
             fresh.map_pool(0, pool)
-            assert stream.movable
-            stream.move(fresh)
+            if here is not None:  # from the thread: its state, adopted
+                state = handover.dump(here)
+                here.names.close()  # type: ignore[union-attr]
+                stream = RemoteStream(fresh, info, os.getpid(), sink, None, statistics, state=state)
+            else:
+                assert stream.movable
+                stream.move(fresh)
             links.append(fresh)
         slot = pool.take()
         assert slot is not None
@@ -114,7 +127,8 @@ def _decode_all(
     window = stream.trace_span(TraceSpan(**{**SPAN, "end": 2**62}))
     stream.close()
     for each in links:
-        each.close()
+        if each is not None:
+            each.close()
     counts = (stream.buffers, stream.records, stream.records_withheld, stream.events)
     return sink.events, sink.losses, sink.errors, window, counts, stream.local is not None
 
@@ -146,6 +160,36 @@ def test_a_moved_stream_writes_what_one_worker_writes(buffers: Any) -> None:
     kernels = [e for e in moved[0] if isinstance(e, Kernel)]
     assert kernels and {k.name for k in kernels} <= set(names.values())  # read after the move too
     assert workers.started == 2 and workers.died == 0
+
+
+def test_a_stream_decoded_on_its_thread_then_adopted_by_a_worker_writes_the_same(buffers: Any) -> None:
+    data, _ = buffers
+    workers = WorkerPool(2)
+    pool = SlotPool.create("moves-thread", max(map(len, data)) + 8, 2)
+    try:
+        reference = _decode_all(workers, pool, data, None)
+        adopted = _decode_all(workers, pool, data, len(data) // 3, from_thread=True)
+    finally:
+        workers.stop()
+        pool.close()
+    assert adopted == reference and not adopted[5]
+
+
+def test_a_thread_connection_moves_to_a_worker_once_another_comes() -> None:
+    workers = WorkerPool(2, in_thread=1, per_worker=8)
+    try:
+        assert workers.assign() is None and not workers.threads_should_move  # alone: its thread
+        second = workers.assign()
+        assert second is not None and workers.threads_should_move and workers.started == 1
+        moved = workers.from_thread()
+        assert moved is not None and moved.worker is second.worker and not workers.threads_should_move
+        assert workers.from_thread() is None  # no connection is on its thread now
+        third = workers.assign()  # with a worker running, nobody decodes on a thread again
+        assert third is not None and workers.moves == 1
+        for link in (second, moved, third):
+            link.close()
+    finally:
+        workers.stop()
 
 
 def test_a_move_the_new_worker_cannot_take_keeps_the_stream_whole(buffers: Any) -> None:

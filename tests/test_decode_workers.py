@@ -491,20 +491,25 @@ def test_a_session_with_its_own_sinks_starts_no_worker_in_the_program(tmp_path: 
 
 
 def test_under_auto_the_first_probe_decodes_in_its_own_thread() -> None:
-    """``in_thread=1`` (what ``auto`` sets): the first connection at a time decodes on its own
-    thread (no worker round trip for the common single-probe run), the next ones get workers, and
-    the place is free again once that connection has left."""
+    """``in_thread=1`` (what ``auto`` sets): the first connection decodes on its own thread (no
+    worker round trip for the common single-probe run) while no worker runs; the next ones get
+    workers (and the first is told to move to one: tests/test_decode_moves.py). Once that
+    connection has left, a new one alone decodes on its thread again."""
     from cuptistream.collector.worker_pool import WorkerPool
 
     workers = WorkerPool(2, in_thread=1)
     try:
         assert workers.assign() is None  # the first: its own thread
+        workers.leave_thread()
+        assert workers.assign() is None  # it left before any other came: the next alone takes its place
         second = workers.assign()
         assert second is not None and second.worker.alive()
-        assert workers.started == 1
+        assert workers.started == 1 and workers.threads_should_move
         workers.leave_thread()
-        assert workers.assign() is None  # the first left: the next new one takes its place
+        third = workers.assign()  # a worker runs: no connection goes to a thread now
+        assert third is not None and third.worker.alive()
         second.close()
+        third.close()
     finally:
         workers.stop()
 

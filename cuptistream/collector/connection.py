@@ -25,8 +25,9 @@ import msgspec
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.codec import Chunk
-from cuptistream.collector import shedding
+from cuptistream.collector import handover, shedding
 from cuptistream.collector.decoding import Buffer, DecodeStream, join
+from cuptistream.collector.names import ProcessNames
 from cuptistream.collector.remote_stream import RemoteStream
 from cuptistream.collector.windows import SpanBook, WindowRequests
 from cuptistream.collector.worker_pool import Link, WorkerPool
@@ -204,6 +205,31 @@ class ProbeConnection:
         self.link = fresh
         link.close()
 
+    def _leave_thread(self) -> None:
+        """This connection decodes on its own thread, and others came: move its streams, state
+        and all, to a worker (``WorkerPool.from_thread``), so the collector's GIL does not do one
+        probe's decoding while workers wait. A stream that captures its buffers keeps it here."""
+        workers = self.collector.workers
+        local = [s for s in self.streams.values() if isinstance(s, DecodeStream)]
+        if workers is None or not all(handover.movable(stream) for stream in local):
+            return
+        link = workers.from_thread()
+        if link is None:
+            return
+        self._decodes_here = False
+        self.link = link
+        for index, pool in self.pools.items():
+            link.map_pool(index, pool)
+        statistics = self.collector.pipeline.config.statistics
+        columns = self.collector.pipeline.accepts_columns  # as the stream was opened with
+        for stream in local:
+            state = handover.dump(stream)
+            if isinstance(stream.names, ProcessNames):
+                stream.names.close()
+            self.streams[stream.info.stream] = RemoteStream(
+                link, stream.info, self.pid, self.emitter, self._saw_devices, statistics, columns, state
+            )
+
     def _window(self, message: messages.TraceSpan | messages.WindowAnswer) -> None:
         """A window opened or closed (``TraceSpan``), or the answer to ``OpenWindow``. A closed
         window's ``TraceWindow`` event follows the events of its buffers, and its mark (the intake's
@@ -297,6 +323,10 @@ class ProbeConnection:
         assert stream is not None
         if isinstance(stream, RemoteStream):
             self._move_if_asked()
+        elif self._decodes_here and self.collector.workers is not None:
+            if self.collector.workers.threads_should_move:
+                self._leave_thread()
+            stream = self.streams[stream.info.stream]
         self._decode_or_shed(stream, index, held)
         for slot, _ in held:
             pool.release(slot)

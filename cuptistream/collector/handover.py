@@ -42,7 +42,7 @@ def dump(stream: DecodeStream) -> bytes:
         def persistent_id(self, obj: Any) -> Any:
             if obj is stream.emitter:
                 return _EMITTER
-            if obj is stream._on_devices:
+            if obj is stream._on_devices and obj is not None:  # (None is everywhere in a pickle)
                 return _ON_DEVICES
             if obj is names and isinstance(names, ProcessNames):
                 return ("names", names.pid, names.seen, names.unresolved, names.failure)
@@ -71,6 +71,8 @@ def load(
                 return emitter
             if pid == _ON_DEVICES:
                 return on_devices
+            if used:  # the stream's names, referred to again (by its decoder, its statistics)
+                return used[0]
             _, process, seen, unresolved, failure = pid
             names = ProcessNames(process, opened)
             used.append(names)

@@ -44,7 +44,10 @@ class RemoteStream:
         on_devices: Callable[[set[int]], None] | None = None,
         statistics: StatisticsConfig | None = None,
         columns: bool = False,
+        state: bytes | None = None,
     ) -> None:
+        """``state``: the stream so far, decoded in the connection's thread until now
+        (``handover.dump``), adopted by the worker instead of opening a new one. Never raises."""
         self.link = link
         self.columns = columns
         self.info = info
@@ -56,6 +59,9 @@ class RemoteStream:
         self.local: DecodeStream | None = None  # after the link broke
         self._counts = wp.Reply()  # the worker stream's counters, as of its last reply
         self._open_spans: dict[int, TraceSpan] = {}
+        if state is not None:
+            self._adopt(state)
+            return
         on = statistics is not None and statistics.enabled
         fd, failure = open_memory(pid) if info.strings is None else (None, None)
         request = wp.Open(
@@ -150,10 +156,15 @@ class RemoteStream:
             return
         self._replay(reply)
         self.link = link
+        self._adopt(reply.state)
+
+    def _adopt(self, state: bytes) -> None:
+        """Have ``self.link``'s worker take the stream ``state`` is; where it cannot, the stream
+        goes on from ``state`` in this thread."""
         fd, failure = open_memory(self.pid) if self.info.strings is None else (None, None)
-        adopt = wp.Adopt(self.info.stream, reply.state, fd is not None or failure is not None, failure)
+        adopt = wp.Adopt(self.info.stream, state, fd is not None or failure is not None, failure)
         try:
-            taken = link.request(adopt, [fd] if fd is not None else None)
+            taken = self.link.request(adopt, [fd] if fd is not None else None)
         finally:
             if fd is not None:
                 os.close(fd)
@@ -163,7 +174,7 @@ class RemoteStream:
         # Keep what it had: the state, restored here (with its own counters, which go on from there)
         self._tell_broken(lost="", kept=True)
         names = open_memory(self.pid) if self.info.strings is None else None
-        self.local = handover.load(reply.state, self.emitter, self._on_devices, names)
+        self.local = handover.load(state, self.emitter, self._on_devices, names)
         self._counts = wp.Reply()
 
     def close(self) -> None:

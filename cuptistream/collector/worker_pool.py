@@ -183,7 +183,8 @@ class WorkerPool:
         per_worker: int = 1,
         split_load: float | None = None,
     ) -> None:
-        """``in_thread``: how many connections at a time decode on their own threads first;
+        """``in_thread``: how many connections at a time decode on their own threads while no
+        worker runs (the first one moves to a worker when another comes: ``from_thread``);
         ``per_worker``: a new worker starts only when every running one has this many connections
         (below ``size``); ``reply_maps``: replies land in these mappings
         (``pipeline.worker_replies: mapped``), else in the heap; ``reply_slots``: workers pack a
@@ -192,7 +193,10 @@ class WorkerPool:
         self.size = size
         self.split_load = split_load
         self._next_balance = 0.0
-        self.moves = 0  # connections moved to another worker
+        self.moves = 0  # connections moved to another worker, or from their thread to one
+        # A connection decodes on its own thread only while it is alone: once another comes, it
+        # moves to a worker too (``from_thread``), or the collector's one GIL caps the node.
+        self.threads_should_move = False
         self.in_thread = in_thread
         self.per_worker = per_worker
         self.reply_maps = reply_maps
@@ -208,26 +212,47 @@ class WorkerPool:
     def assign(self) -> Link | None:
         """A link to the worker with the fewest connections (a new one while fewer than ``size``
         run and each has ``per_worker``), or None: decode on the connection's own thread (one of
-        the first ``in_thread``; give the place back with ``leave_thread``). Raises OSError (or
+        ``in_thread`` while no worker runs; give the place back with ``leave_thread``). Raises OSError (or
         ``SubprocessError``) when no worker can be reached."""
         with self._lock:
             if self._stopped:
                 raise OSError("the decode workers have stopped")
-            if self._in_thread_now < self.in_thread:
+            if self._in_thread_now < self.in_thread and not self._workers:
                 self._in_thread_now += 1
                 return None
-            for worker in [w for w in self._workers if not w.alive()]:
-                self._workers.remove(worker)
-                self._retired.append(worker)
-                self.died += 1
-            busy = all(w.connections >= self.per_worker for w in self._workers)
-            if len(self._workers) < self.size and busy:
-                worker = Worker()
-                self._workers.append(worker)
-                self.started += 1
-            else:
-                worker = min(self._workers, key=lambda w: w.connections)
-            return self._link(worker)
+            self.threads_should_move = self._in_thread_now > 0
+            return self._place()
+
+    def from_thread(self) -> Link | None:
+        """For a connection that decodes on its own thread (``assign`` gave None), now that others
+        came: a link to a worker to move its streams to (its place on a thread is given back), or
+        None: stay (no worker can be reached)."""
+        with self._lock:
+            if self._stopped or self._in_thread_now <= 0:
+                return None
+            try:
+                link = self._place()
+            except (OSError, subprocess.SubprocessError):
+                return None
+            self._in_thread_now -= 1
+            self.threads_should_move = self._in_thread_now > 0
+            self.moves += 1
+            return link
+
+    def _place(self) -> Link:
+        """A link to the worker with the fewest connections, or to a new one (under the lock)."""
+        for worker in [w for w in self._workers if not w.alive()]:
+            self._workers.remove(worker)
+            self._retired.append(worker)
+            self.died += 1
+        busy = all(w.connections >= self.per_worker for w in self._workers)
+        if len(self._workers) < self.size and busy:
+            worker = Worker()
+            self._workers.append(worker)
+            self.started += 1
+        else:
+            worker = min(self._workers, key=lambda w: w.connections)
+        return self._link(worker)
 
     def _link(self, worker: Worker) -> Link:
         """A new link to ``worker`` (under the lock). Raises OSError."""
@@ -283,6 +308,7 @@ class WorkerPool:
         """A connection that decoded on its own thread (``assign`` gave None) has finished."""
         with self._lock:
             self._in_thread_now -= 1
+            self.threads_should_move = self.threads_should_move and self._in_thread_now > 0
 
     def _released(self, link: Link) -> None:
         with self._lock:

@@ -130,8 +130,7 @@ class Session:
         if isinstance(request, wp.Adopt):
             opened = (fds[0] if fds else None, request.names_failure) if request.names_fd else None
             stream = handover.load(request.state, self.recorder, self.recorder.saw_devices, opened)
-            self.streams[request.stream] = stream
-            self._sizes[request.stream] = len(stream.layouts.sizes)
+            self.streams[request.stream] = stream  # its first reply says every size it knows
             return self._reply(request.stream)
         stream = self.streams.pop(request.stream)  # Close
         stream.close()
