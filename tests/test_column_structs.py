@@ -4,16 +4,13 @@ Structs, on real captures and on edge cases."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
 from typing import Annotated, Any, Union
 
 import msgspec
 import numpy as np
 import pytest
 
-from cuptistream import codec, column_structs
+from cuptistream import codec
 from cuptistream.analysis import compare_read, records
 from cuptistream.column_structs import build
 from cuptistream.cupti import capture, columnar
@@ -22,14 +19,6 @@ from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.events import Columns, NvtxMarker
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
-
-
-@pytest.fixture(params=["numpy loaded", "numpy not loaded"], autouse=True)
-def _sums(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test twice: row sums by numpy (loaded in the process already) and by Python."""
-    if request.param == "numpy not loaded":
-        monkeypatch.setattr(column_structs, "_loaded_numpy", lambda: None)
-
 
 # The full schema (``recording.read``), the analysis views', the summary's, the comparison's.
 DECODERS = {
@@ -184,27 +173,3 @@ def test_a_damaged_element_raises_validation_error_for_every_reader(name: str) -
     for damaged in bad:
         with pytest.raises(msgspec.ValidationError):
             codec.decode_expanding(codec.array_header(1) + msgspec.msgpack.encode(damaged), DECODERS[name])
-
-
-def test_a_full_read_of_columns_imports_no_numpy(tmp_path: Path) -> None:
-    """``recording.read`` of a file with Columns elements builds their events without numpy (its
-    import would cost a short read more than the numpy sums save)."""
-    from cuptistream.events import SCHEMA_VERSION, ClockSync, Resource
-    from cuptistream.recording.segments import SegmentWriter
-
-    elements = _columns_from_captures()
-    writer = SegmentWriter(tmp_path, prefix="cuptistream", suffix=".msgpack.zst", fsync="never", origin="t")
-    batch = {
-        "schema_version": SCHEMA_VERSION, "session_id": "s", "seq": 0, "attributes": {},
-        "resource": Resource(host="h", pid=1, process_name="p", command_line=[]),
-        "clock": ClockSync(cupti_ns=0, unix_ns=0), "events": elements,
-    }  # fmt: skip
-    writer.append(msgspec.msgpack.encode(batch))
-    writer.close()
-    code = "import sys; from cuptistream.recording.reader import read; " + (
-        "print(sum(1 for _ in read(sys.argv[1])), 'numpy' in sys.modules)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
-    )
-    assert done.stdout.split() == [str(sum(e.rows for e in elements)), "False"]
