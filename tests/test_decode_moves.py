@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -175,12 +176,26 @@ def test_a_stream_decoded_on_its_thread_then_adopted_by_a_worker_writes_the_same
     assert adopted == reference and not adopted[5]
 
 
-def test_a_thread_connection_moves_to_a_worker_once_another_comes() -> None:
+def _until_ready(worker: Any) -> None:
+    ends = time.monotonic() + 60
+    while not worker.ready():
+        assert time.monotonic() < ends, "the worker never said it started up"
+        time.sleep(0.02)
+
+
+def test_a_thread_connection_moves_to_a_worker_once_another_comes_and_that_worker_is_up() -> None:
     workers = WorkerPool(2, in_thread=1, per_worker=8)
     try:
         assert workers.assign() is None and not workers.threads_should_move  # alone: its thread
         second = workers.assign()
         assert second is not None and workers.threads_should_move and workers.started == 1
+        # Stopped before it could import anything: not up, so the thread connection stays for now
+        # (moving would leave its probe's buffers undrained while the worker starts)
+        os.kill(second.worker.pid, signal.SIGSTOP)
+        assert not second.worker.ready() and workers.from_thread() is None
+        assert workers.threads_should_move  # still told to move
+        os.kill(second.worker.pid, signal.SIGCONT)
+        _until_ready(second.worker)
         moved = workers.from_thread()
         assert moved is not None and moved.worker is second.worker and not workers.threads_should_move
         assert workers.from_thread() is None  # no connection is on its thread now
@@ -230,6 +245,11 @@ def test_the_pool_splits_a_busy_worker_and_moves_the_heavier_half(monkeypatch: p
         assert sorted(link.recent for link in told) == [450, 500]
         first = told[0]
         target = first.move_to
+        assert target is not None
+        os.kill(target.pid, signal.SIGSTOP)  # not started up yet: the move waits
+        assert workers.moved(first) is None and first.move_to is target
+        os.kill(target.pid, signal.SIGCONT)
+        _until_ready(target)
         fresh = workers.moved(first)
         assert fresh is not None and fresh.worker is target and target is not first.worker
         assert first.move_to is None and workers.moves == 1 and target.connections == 1
@@ -281,7 +301,7 @@ _PROBES = "import subprocess, sys; [p.wait() for p in [subprocess.Popen([sys.exe
 def _run(tmp: Path, workers: int | str) -> dict[str, Any]:
     cfg = {
         "pipeline": {"decode_workers": workers, "full_policy": "block"},
-        "sources": [{"type": "replay", "loops": 6, "path": str(DEFAULT_PATH / "torch_train.cupti")}],
+        "sources": [{"type": "replay", "loops": 40, "path": str(DEFAULT_PATH / "torch_train.cupti")}],
         "statistics": {"interval": "1s", "max_names": 4},
         "sinks": [{"type": "file", "directory": str(tmp / "out")}],
     }

@@ -92,6 +92,7 @@ class Worker:
         self.rss_anon_kib = 0  # its own heap when it stopped
         self.mapped_slots: set[int] = set()  # reply slots whose memfd it has been sent
         self.links: list[Link] = []  # the connections' links to it (under the pool's lock)
+        self._ready = False
         self._cpu_seen: tuple[float, float] | None = None  # (monotonic time, its CPU-s) then
 
     def load(self, now: float) -> float | None:
@@ -106,6 +107,15 @@ class Worker:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def ready(self) -> bool:
+        """Whether it has started up (imported everything) and can answer at once: a connection
+        moved to a worker still starting would leave its probe's buffers undrained meanwhile."""
+        if not self._ready:
+            with contextlib.suppress(OSError):
+                if select.select([self.control], [], [], 0)[0]:
+                    self._ready = self.control.recv(1) == wp.WORKER_READY
+        return self._ready
 
     def connect(self) -> socket.socket:
         """A new socket pair for one probe connection; the worker gets its end. Raises OSError."""
@@ -226,13 +236,15 @@ class WorkerPool:
     def from_thread(self) -> Link | None:
         """For a connection that decodes on its own thread (``assign`` gave None), now that others
         came: a link to a worker to move its streams to (its place on a thread is given back), or
-        None: stay (no worker can be reached)."""
+        None: stay, and ask again at the next buffer (no worker has started up yet, or none can be
+        reached)."""
         with self._lock:
-            if self._stopped or self._in_thread_now <= 0:
-                return None
+            ready = [w for w in self._workers if w.alive() and w.ready()]
+            if self._stopped or self._in_thread_now <= 0 or not ready:
+                return None  # none started up yet: stay, and ask again at the next buffer
             try:
-                link = self._place()
-            except (OSError, subprocess.SubprocessError):
+                link = self._link(min(ready, key=lambda w: w.connections))
+            except OSError:
                 return None
             self._in_thread_now -= 1
             self.threads_should_move = self._in_thread_now > 0
@@ -292,9 +304,12 @@ class WorkerPool:
     def moved(self, link: Link) -> Link | None:
         """The link that replaces ``link`` on the worker it was told to move to (``balance``); the
         connection maps its pools there, hands its streams over, and closes ``link``. None: stay
-        (the new worker is gone)."""
+        (for now while that worker starts up; for good when it is gone)."""
         with self._lock:
-            target, link.move_to = link.move_to, None
+            target = link.move_to
+            if target is not None and target.alive() and not target.ready():
+                return None  # still starting up: move at a later request
+            link.move_to = None
             if target is None or self._stopped or target not in self._workers or not target.alive():
                 return None
             try:

@@ -163,6 +163,7 @@ class Reply(msgspec.Struct, frozen=True):
     payload_sizes: list[int] = []  # on the wire: each EmitChunk's payload length, in call order
 
 
+WORKER_READY = b"r"  # a worker's first datagram on its control socket: it has imported everything
 _FRAGMENT = 128 * 1024  # fits one datagram under the smallest usual wmem_max (212,992 bytes)
 _MORE, _LAST = b"\x01", b"\x00"
 _LENGTHS = struct.Struct("<QQ")  # the whole message's length and its header's, after the first flag

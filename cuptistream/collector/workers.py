@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     memory.keep_freed_heap()
+    with contextlib.suppress(OSError):  # imported: a connection moved here now waits for nothing
+        control.send(wp.WORKER_READY)
     serve(control)
     return 0
 
