@@ -310,6 +310,7 @@ def _run(tmp: Path, workers: int | str) -> dict[str, Any]:
                str(tmp / "report.json"), "--quiet", "--", sys.executable, "-c", _PROBES]  # fmt: skip
     done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr  # e.g. a worker that did not take its hang-up
     return dict(json.loads((tmp / "report.json").read_text()))
 
 

@@ -58,6 +58,7 @@ def _run(
 def _finished(run: subprocess.Popen[str], tmp: Path) -> dict[str, Any]:
     _out, err = run.communicate(timeout=120)
     assert run.returncode == 0, err
+    assert "Traceback" not in err, err  # the workers, too, end quietly
     return dict(json.loads((tmp / "report.json").read_text()))
 
 

@@ -214,7 +214,10 @@ def serve(control: socket.socket) -> None:
         for key, _ in ready:
             session: Session | None = key.data
             if session is None:
-                data, fds, _flags, _addr = socket.recv_fds(control, 16, 1)
+                try:
+                    data, fds, _flags, _addr = socket.recv_fds(control, 16, 1)
+                except OSError:  # a reset: the collector closed with our WORKER_READY unread
+                    return
                 if not data:
                     return
                 sock = socket.socket(fileno=fds[0])
