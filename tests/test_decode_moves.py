@@ -232,7 +232,10 @@ def test_the_pool_splits_a_busy_worker_and_moves_the_heavier_half(monkeypatch: p
     try:
         links = [workers.assign() for _ in range(4)]
         assert all(link is not None for link in links) and workers.started == 1
-        workers.balance()  # the first look only reads the worker's CPU time
+        workers.balance()  # still starting up (importing): its CPU time is not the probes' load
+        assert workers.started == 1
+        _until_ready(links[0].worker)  # type: ignore[union-attr]
+        workers.balance()  # the first look after it started up only reads its CPU time
         assert workers.started == 1
         for link, requested in zip(links, (900, 100, 500, 450), strict=True):
             assert link is not None
@@ -301,7 +304,16 @@ _PROBES = "import subprocess, sys; [p.wait() for p in [subprocess.Popen([sys.exe
 def _run(tmp: Path, workers: int | str) -> dict[str, Any]:
     cfg = {
         "pipeline": {"decode_workers": workers, "full_policy": "block"},
-        "sources": [{"type": "replay", "loops": 40, "path": str(DEFAULT_PATH / "torch_train.cupti")}],
+        # Paced (4 s a probe), so that the workers split and have started up while there is
+        # still decoding to move
+        "sources": [
+            {
+                "type": "replay",
+                "loops": 40,
+                "interval": "50ms",
+                "path": str(DEFAULT_PATH / "torch_train.cupti"),
+            }
+        ],
         "statistics": {"interval": "1s", "max_names": 4},
         "sinks": [{"type": "file", "directory": str(tmp / "out")}],
     }

@@ -287,14 +287,15 @@ class WorkerPool:
                 return
             self._next_balance = now + BALANCE_S
             for worker in list(self._workers):
-                load = worker.load(now)
+                # From its first look after it started up: the imports are not the probes' load
+                load = worker.load(now) if worker.ready() else None
                 for link in worker.links:
                     link.recent, link.requested = link.requested, 0
                 staying = [link for link in worker.links if link.move_to is None and not link.broken]
                 if load is None or load < self.split_load or len(self._workers) >= self.size:
                     continue
-                if len(staying) < 2 or not worker.alive():
-                    continue
+                if len(staying) < 2 or len(staying) < len(worker.links) or not worker.alive():
+                    continue  # (its last split has not moved yet: its load is still theirs)
                 fresh = Worker()
                 self._workers.append(fresh)
                 self.started += 1
