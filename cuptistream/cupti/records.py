@@ -65,6 +65,10 @@ def size_table(layouts: RecordLayouts) -> list[int]:
     return table
 
 
+_SHORT_RUNS = 7  # records of a kind in a row before a run match, for a kind not known to run long
+_LONG_RUN = 8  # a match of at least this many records: match that kind's next run from its second
+
+
 def walk(
     data: memoryview, valid: int, layouts: RecordLayouts, learn: SizeLearner | None, ends: Sequence[int] = ()
 ) -> dict[int, list[int]]:
@@ -82,6 +86,10 @@ def walk(
     ints = data[: valid - valid % 4].cast("i")
     found: dict[int, list[int]] = {}
     buckets: list[list[int] | None] = [None] * limit
+    # Per kind, how many in a row before the rest of a run is matched: 7, or 1 while its last
+    # matched run was long (a CUDA graph's kernels: matching from the second record saves 6 steps
+    # a run); never 1 for kinds in short runs, where a match per run costs more than its steps.
+    after = [_SHORT_RUNS] * limit
     offset = 0
     last = run_start = -1  # the kind of the record before, and where its run began
     for end in (*ends, valid):
@@ -97,6 +105,7 @@ def walk(
                     grow = kind + 1 - limit
                     table += [0] * grow
                     buckets += [None] * grow
+                    after += [_SHORT_RUNS] * grow
                     limit = len(table)
                 table[kind] = size
             bucket = buckets[kind]
@@ -106,7 +115,7 @@ def walk(
                 last = kind
                 run_start = offset
             elif (
-                offset - run_start >= 7 * size
+                offset - run_start >= after[kind] * size
                 and size > 4
                 and (match := _run(kind, size).match(data, offset, end)) is not None
             ):
@@ -115,6 +124,7 @@ def walk(
                 # overruns ``end``, which the step below reports. Kinds that alternate cost a
                 # comparison and two names a record (~10-25 % of this loop on the 2-core VM).
                 stop = match.end()
+                after[kind] = 1 if stop - offset >= _LONG_RUN * size else _SHORT_RUNS
                 bucket.extend(range(offset, stop, size))
                 offset = stop
                 continue
