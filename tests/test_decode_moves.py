@@ -31,7 +31,7 @@ import pytest
 
 import cuptistream
 from cuptistream.channel.messages import OpenStream, TraceSpan
-from cuptistream.channel.shm import ACTIVITY, SlotPool
+from cuptistream.channel.shm import SlotPool
 from cuptistream.collector import handover, worker_pool
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.collector.remote_stream import RemoteStream
@@ -43,6 +43,7 @@ from cuptistream.cupti.records import RecordLayouts, walk
 from cuptistream.events import Error, Kernel, Loss, SelfStats
 from cuptistream.sources.replay import DEFAULT_PATH
 from tests.gpu.workloads.collect import Collect
+from tests.slot_buffers import remotely, through_slot
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -117,14 +118,7 @@ def _decode_all(
                 assert stream.movable
                 stream.move(fresh)
             links.append(fresh)
-        slot = pool.take()
-        assert slot is not None
-        pool.view(slot)[: len(data)] = data
-        pool.publish(slot, ACTIVITY, 3, len(data))
-        view = pool.view(slot, len(data))
-        stream.decode_slots(0, [(slot, (view, len(data), 0))])
-        del view
-        pool.release(slot)
+        through_slot(pool, 3, data, remotely(stream))
     window = stream.trace_span(TraceSpan(**{**SPAN, "end": 2**62}))
     stream.close()
     for each in links:
@@ -141,16 +135,21 @@ def buffers() -> Any:
     del kept
 
 
-def test_a_moved_stream_writes_what_one_worker_writes(buffers: Any) -> None:
-    data, names = buffers
+@pytest.fixture
+def two_workers(buffers: Any) -> Any:
+    """Two decode workers and a slot pool the buffers fit in; stopped and closed after the test."""
     workers = WorkerPool(2)
-    pool = SlotPool.create("moves", max(map(len, data)) + 8, 2)
-    try:
-        (events, losses, errors, window, counts, local) = _decode_all(workers, pool, data, None)
-        moved = _decode_all(workers, pool, data, len(data) // 2)
-    finally:
-        workers.stop()
-        pool.close()
+    pool = SlotPool.create("moves", max(map(len, buffers[0])) + 8, 2)
+    yield workers, pool
+    workers.stop()
+    pool.close()
+
+
+def test_a_moved_stream_writes_what_one_worker_writes(buffers: Any, two_workers: Any) -> None:
+    data, names = buffers
+    workers, pool = two_workers
+    (events, losses, errors, window, counts, local) = _decode_all(workers, pool, data, None)
+    moved = _decode_all(workers, pool, data, len(data) // 2)
     # Only the warning that other kinds' name pointers (left as captured) cannot be read, as in
     # the collector
     assert not local and all(e[2] == "warning" for e in errors), errors
@@ -163,16 +162,12 @@ def test_a_moved_stream_writes_what_one_worker_writes(buffers: Any) -> None:
     assert workers.started == 2 and workers.died == 0
 
 
-def test_a_stream_decoded_on_its_thread_then_adopted_by_a_worker_writes_the_same(buffers: Any) -> None:
-    data, _ = buffers
-    workers = WorkerPool(2)
-    pool = SlotPool.create("moves-thread", max(map(len, data)) + 8, 2)
-    try:
-        reference = _decode_all(workers, pool, data, None)
-        adopted = _decode_all(workers, pool, data, len(data) // 3, from_thread=True)
-    finally:
-        workers.stop()
-        pool.close()
+def test_a_stream_decoded_on_its_thread_then_adopted_by_a_worker_writes_the_same(
+    buffers: Any, two_workers: Any
+) -> None:
+    workers, pool = two_workers
+    reference = _decode_all(workers, pool, buffers[0], None)
+    adopted = _decode_all(workers, pool, buffers[0], len(buffers[0]) // 3, from_thread=True)
     assert adopted == reference and not adopted[5]
 
 
@@ -207,18 +202,13 @@ def test_a_thread_connection_moves_to_a_worker_once_another_comes_and_that_worke
         workers.stop()
 
 
-def test_a_move_the_new_worker_cannot_take_keeps_the_stream_whole(buffers: Any) -> None:
+def test_a_move_the_new_worker_cannot_take_keeps_the_stream_whole(buffers: Any, two_workers: Any) -> None:
     data, _ = buffers
-    workers = WorkerPool(2)
-    pool = SlotPool.create("moves-kept", max(map(len, data)) + 8, 2)
-    try:
-        reference = _decode_all(workers, pool, data, None)
-        events, losses, errors, window, counts, local = _decode_all(
-            workers, pool, data, len(data) // 2, kill_first=True
-        )
-    finally:
-        workers.stop()
-        pool.close()
+    workers, pool = two_workers
+    reference = _decode_all(workers, pool, data, None)
+    events, losses, errors, window, counts, local = _decode_all(
+        workers, pool, data, len(data) // 2, kill_first=True
+    )
     assert local  # decoded in this thread after the failed move
     assert (events, losses, window, counts) == (reference[0], reference[1], reference[3], reference[4])
     told = [e for e in errors if e not in reference[2]]

@@ -29,6 +29,7 @@ from cuptistream.collector.names import ProcessNames, open_memory
 from cuptistream.collector.worker_pool import worker_pids
 from cuptistream.events import Error, Loss, SelfStats
 from cuptistream.sources.replay import DEFAULT_PATH
+from tests.slot_buffers import remotely, through_slot
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -345,7 +346,7 @@ def test_a_worker_reads_kernel_names_from_the_program_through_the_collectors_fd(
     import numpy as np
 
     from cuptistream.channel.messages import OpenStream
-    from cuptistream.channel.shm import ACTIVITY, SlotPool
+    from cuptistream.channel.shm import SlotPool
     from cuptistream.collector.remote_stream import RemoteStream
     from cuptistream.collector.worker_pool import WorkerPool
     from cuptistream.cupti import capture
@@ -391,14 +392,7 @@ def test_a_worker_reads_kernel_names_from_the_program_through_the_collectors_fd(
         info = OpenStream(stream=0, source="activity", struct_sizes=dict(cap.struct_sizes))  # strings None
         stream = RemoteStream(link, info, program.pid, sink)
         for data, _ in buffers:
-            slot = pool.take()
-            assert slot is not None
-            pool.view(slot)[: len(data)] = data
-            pool.publish(slot, ACTIVITY, 0, len(data))
-            view = pool.view(slot, len(data))
-            stream.decode_slots(0, [(slot, (view, len(data), 0))])
-            del view
-            pool.release(slot)
+            through_slot(pool, 0, data, remotely(stream))
         stream.close()
         assert not link.broken, link.problem
         link.close()
@@ -417,8 +411,8 @@ def test_a_request_the_worker_fails_is_counted_and_the_rest_decoded_in_the_colle
     problem: that buffer counts as ``decode_worker_failed`` (records), one Error, and the stream
     decodes every later buffer in the connection's thread."""
     from cuptistream.channel.messages import OpenStream
-    from cuptistream.channel.shm import ACTIVITY, SlotPool
-    from cuptistream.collector.decoding import DecodeStream
+    from cuptistream.channel.shm import SlotPool
+    from cuptistream.collector.decoding import Buffer, DecodeStream
     from cuptistream.collector.remote_stream import RemoteStream
     from cuptistream.collector.worker_pool import WorkerPool
     from cuptistream.cupti import capture
@@ -438,16 +432,13 @@ def test_a_request_the_worker_fails_is_counted_and_the_rest_decoded_in_the_colle
         link = workers.assign()  # no map_pool: the worker cannot find the slot
         stream = RemoteStream(link, info, 0, sink)
         local = DecodeStream(info, 0, reference)
+
+        def both(slot: int, buffer: Buffer) -> None:
+            stream.decode_slots(0, [(slot, buffer)])
+            local.decode(*buffer)
+
         for buf in cap.buffers:
-            slot = pool.take()
-            assert slot is not None
-            pool.view(slot)[: len(buf.data)] = buf.data
-            pool.publish(slot, ACTIVITY, 0, len(buf.data))
-            view = pool.view(slot, len(buf.data))
-            stream.decode_slots(0, [(slot, (view, len(buf.data), 0))])
-            local.decode(view, len(buf.data), 0)
-            del view
-            pool.release(slot)
+            through_slot(pool, 0, buf.data, both)
             if not first:  # what the buffer the worker failed holds
                 first = (local.records, len(reference.events))
         stream.close()
