@@ -171,6 +171,39 @@ def test_a_stream_decoded_on_its_thread_then_adopted_by_a_worker_writes_the_same
     assert adopted == reference and not adopted[5]
 
 
+def test_a_window_open_when_a_thread_stream_moved_outlives_that_workers_death(
+    buffers: Any, two_workers: Any
+) -> None:
+    """The window opened while the stream decoded on its thread is reopened in the thread when
+    the worker that adopted the stream dies, so its close still counts what came after."""
+    data, _ = buffers
+    workers, pool = two_workers
+    sink = Collect()
+    info = OpenStream(stream=3, source="activity", struct_sizes=dict(CAPTURE.struct_sizes))
+    statistics = StatisticsConfig(interval=1.0)  # type: ignore[arg-type]
+    here = DecodeStream(info, os.getpid(), sink, None, statistics)
+    here.trace_span(TraceSpan(**SPAN))
+    here.decode(memoryview(data[0]), len(data[0]), 0)
+    link = workers.assign()
+    assert link is not None
+    link.map_pool(0, pool)
+    state = handover.dump(here)
+    here.names.close()  # type: ignore[union-attr]
+    stream = RemoteStream(
+        link, info, os.getpid(), sink, None, statistics, state=state, open_spans=here.open_spans
+    )
+    assert stream.local is None and here.open_spans
+    link.worker.kill()
+    link.worker.process.wait()
+    for buffer in data[1:]:
+        through_slot(pool, 3, buffer, remotely(stream))
+    window = stream.trace_span(TraceSpan(**{**SPAN, "end": 2**62}))
+    stream.close()
+    link.close()
+    assert stream.local is not None  # decoded in the thread after the worker died
+    assert window is not None and window.records.get("kernel", 0) > 0, window
+
+
 def _until_ready(worker: Any) -> None:
     ends = time.monotonic() + 60
     while not worker.ready():

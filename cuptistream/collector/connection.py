@@ -227,8 +227,9 @@ class ProbeConnection:
             if isinstance(stream.names, ProcessNames):
                 stream.names.close()
             self.streams[stream.info.stream] = RemoteStream(
-                link, stream.info, self.pid, self.emitter, self._saw_devices, statistics, columns, state
-            )
+                link, stream.info, self.pid, self.emitter, self._saw_devices, statistics, columns, state,
+                stream.open_spans,
+            )  # fmt: skip
 
     def _window(self, message: messages.TraceSpan | messages.WindowAnswer) -> None:
         """A window opened or closed (``TraceSpan``), or the answer to ``OpenWindow``. A closed

@@ -87,8 +87,9 @@ def join(buffers: list[Buffer]) -> memoryview:
 class _Window:
     """What one open trace window has decoded so far."""
 
-    def __init__(self, on_demand: bool) -> None:
-        self.on_demand = on_demand
+    def __init__(self, span: TraceSpan) -> None:
+        self.span = span  # its open
+        self.on_demand = span.on_demand
         self.records: Counter[str] = Counter()
         self.kernel_ns = 0
 
@@ -141,6 +142,11 @@ class DecodeStream:
     def layouts(self) -> RecordLayouts:
         """The record sizes known so far (the front door walks shed buffers with them)."""
         return self.decoder.layouts
+
+    @property
+    def open_spans(self) -> list[TraceSpan]:
+        """The opens of the trace windows open now."""
+        return [window.span for window in self._windows.values()]
 
     @property
     def joins(self) -> bool:
@@ -266,7 +272,7 @@ class DecodeStream:
         On a close, what the window decoded, for the probe; else None."""
         self._emit_statistics(lambda acc: acc.span(span.window, span.start, span.end, span.kinds, span.fresh))
         if not span.end:
-            self._windows[span.window] = _Window(span.on_demand)
+            self._windows[span.window] = _Window(span)
             return None
         window = self._windows.pop(span.window, None)
         if window is None:  # a close without its open: nothing was counted

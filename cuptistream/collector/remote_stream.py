@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -45,9 +45,12 @@ class RemoteStream:
         statistics: StatisticsConfig | None = None,
         columns: bool = False,
         state: bytes | None = None,
+        open_spans: Sequence[TraceSpan] = (),
     ) -> None:
         """``state``: the stream so far, decoded in the connection's thread until now
-        (``handover.dump``), adopted by the worker instead of opening a new one. Never raises."""
+        (``handover.dump``), adopted by the worker instead of opening a new one; ``open_spans``:
+        its trace windows open now (``DecodeStream.open_spans``), reopened here should the worker
+        die. Never raises."""
         self.link = link
         self.columns = columns
         self.info = info
@@ -58,7 +61,7 @@ class RemoteStream:
         self.layouts = RecordLayouts(dict(info.struct_sizes))  # for the front door's header walks
         self.local: DecodeStream | None = None  # after the link broke
         self._counts = wp.Reply()  # the worker stream's counters, as of its last reply
-        self._open_spans: dict[int, TraceSpan] = {}
+        self._open_spans: dict[int, TraceSpan] = {span.window: span for span in open_spans}
         if state is not None:
             self._adopt(state)
             return
