@@ -73,6 +73,7 @@ class ProbeConnection:
         self.link: Link | None = None  # to this probe's decode worker, once it opened a stream
         self._assigned = False
         self._decodes_here = False  # given a place to decode on this thread by the worker pool
+        self._stays_on_thread = False  # ... and keeps it however many probes come (``_leave_thread``)
         self.said_goodbye = False
         self.spans = SpanBook()
         self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
@@ -208,22 +209,29 @@ class ProbeConnection:
     def _leave_thread(self) -> None:
         """This connection decodes on its own thread, and others came: move its streams, state
         and all, to a worker (``WorkerPool.from_thread``), so the collector's GIL does not do one
-        probe's decoding while workers wait. A stream that captures its buffers keeps it here."""
+        probe's decoding while workers wait. A stream that captures its buffers keeps them all
+        here, as does one whose state cannot be handed over (an Error event says so)."""
         workers = self.collector.workers
         local = [s for s in self.streams.values() if isinstance(s, DecodeStream)]
         if workers is None or not all(handover.movable(stream) for stream in local):
+            self._stays_on_thread = True
+            return
+        try:
+            states = [handover.dump(stream) for stream in local]
+        except Exception as error:  # a bug: decoding goes on here, as before
+            self._stays_on_thread = True
+            self.intake.report_error(self.origin, f"cannot move its decoding to a worker: {error!r}")
             return
         link = workers.from_thread()
         if link is None:
-            return
+            return  # no worker has started up yet: at the next buffer
         self._decodes_here = False
         self.link = link
         for index, pool in self.pools.items():
             link.map_pool(index, pool)
         statistics = self.collector.pipeline.config.statistics
         columns = self.collector.pipeline.accepts_columns  # as the stream was opened with
-        for stream in local:
-            state = handover.dump(stream)
+        for stream, state in zip(local, states, strict=True):
             if isinstance(stream.names, ProcessNames):
                 stream.names.close()
             self.streams[stream.info.stream] = RemoteStream(
@@ -324,7 +332,7 @@ class ProbeConnection:
         assert stream is not None
         if isinstance(stream, RemoteStream):
             self._move_if_asked()
-        elif self._decodes_here and self.collector.workers is not None:
+        elif self._decodes_here and self.collector.workers is not None and not self._stays_on_thread:
             if self.collector.workers.threads_should_move:
                 self._leave_thread()
             stream = self.streams[stream.info.stream]
