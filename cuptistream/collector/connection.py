@@ -178,9 +178,13 @@ class ProbeConnection:
         if self.link is None:  # this thread decodes (``WorkerPool.in_thread``)
             self._decodes_here = True
             return None
-        for index, pool in self.pools.items():
-            self.link.map_pool(index, pool)
+        self._map_pools(self.link)
         return self.link
+
+    def _map_pools(self, link: Link) -> None:
+        """Map every pool of this probe on ``link``'s worker (a new link: its first requests)."""
+        for index, pool in self.pools.items():
+            link.map_pool(index, pool)
 
     def _move_if_asked(self) -> None:
         """Between two requests (so the probe's buffers stay in order): where the worker pool
@@ -199,8 +203,7 @@ class ProbeConnection:
         fresh = workers.moved(link)
         if fresh is None:
             return
-        for index, pool in self.pools.items():
-            fresh.map_pool(index, pool)
+        self._map_pools(fresh)
         for stream in remote:
             stream.move(fresh)
         self.link = fresh
@@ -227,8 +230,7 @@ class ProbeConnection:
             return  # no worker has started up yet: at the next buffer
         self._decodes_here = False
         self.link = link
-        for index, pool in self.pools.items():
-            link.map_pool(index, pool)
+        self._map_pools(link)
         statistics = self.collector.pipeline.config.statistics
         columns = self.collector.pipeline.accepts_columns  # as the stream was opened with
         for stream, state in zip(local, states, strict=True):

@@ -87,11 +87,10 @@ class Worker:
             theirs.close()
         self.control = ours
         self.pid = self.process.pid
-        self.connections = 0  # assigned now
         self.cpu_s = 0.0  # its CPU time, read when it stops
         self.rss_anon_kib = 0  # its own heap when it stopped
         self.mapped_slots: set[int] = set()  # reply slots whose memfd it has been sent
-        self.links: list[Link] = []  # the connections' links to it (under the pool's lock)
+        self.links: list[Link] = []  # the connections assigned now, their links (under the pool's lock)
         self._ready = False
         self._cpu_seen: tuple[float, float] | None = None  # (monotonic time, its CPU-s) then
 
@@ -104,6 +103,10 @@ class Worker:
         if seen is None or now <= seen[0]:
             return None
         return (cpu - seen[1]) / (now - seen[0])
+
+    @property
+    def connections(self) -> int:
+        return len(self.links)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -269,7 +272,6 @@ class WorkerPool:
     def _link(self, worker: Worker) -> Link:
         """A new link to ``worker`` (under the lock). Raises OSError."""
         link = Link(self, worker, worker.connect())
-        worker.connections += 1
         worker.links.append(link)
         return link
 
@@ -328,9 +330,7 @@ class WorkerPool:
 
     def _released(self, link: Link) -> None:
         with self._lock:
-            link.worker.connections -= 1
-            with contextlib.suppress(ValueError):
-                link.worker.links.remove(link)
+            link.worker.links.remove(link)
 
     def stop(self) -> None:
         """Stop every worker (after the connections finished)."""

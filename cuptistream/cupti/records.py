@@ -76,10 +76,11 @@ def walk(
     they first appear). ``ends``: where buffers joined into ``data`` end before ``valid``, in order;
     a record must not cross one (``LayoutError``). Learns sizes it does not know through ``learn``.
 
-    From the eighth record of a kind in a row, the rest of the run is matched by a regular expression
-    over the bytes (``_run``), one C call: W3's kernels come ~25 to a run between API records, and
-    record by record they took ~114 ns each on the H200 host, the largest part of a worker's decode.
-    Buffers whose kinds alternate, or come in short runs, are walked record by record."""
+    From the eighth record of a kind in a row (the second, for a kind whose last matched run was
+    long), the rest of the run is matched by a regular expression over the bytes (``_run``), one C
+    call: W3's kernels come ~25 to a run between API records, and record by record they took ~114 ns
+    each on the H200 host, the largest part of a worker's decode. Buffers whose kinds alternate, or
+    come in short runs, are walked record by record."""
     sizes = layouts.sizes
     table = size_table(layouts)
     limit = len(table)
