@@ -115,14 +115,40 @@ def test_a_header_of_another_size_or_a_torn_end_is_reported(
 def test_gather_picks_each_record_whole_wherever_it_starts(shift: int) -> None:
     """``gather`` copies rows of machine words, not fields: every record it returns must hold
     exactly the bytes at its offset, for offsets on 8-byte, 4-byte and odd boundaries."""
-    from cuptistream.cupti.records import gather
+    from cuptistream.cupti.records import Runs, gather
 
     dtype = np.dtype({"names": ["kind", "start", "name"], "formats": ["<u4", "<u8", "<u8"],
                       "offsets": [0, 8, 16], "itemsize": 24})  # fmt: skip
     rng = np.random.default_rng(7)
     data = bytearray(rng.integers(0, 256, 4096, dtype=np.uint8).tobytes())
     offsets = [shift + 24 * i + (8 * (i // 3)) for i in range(40)]  # gaps: not one contiguous run
-    picked = gather(memoryview(data), offsets, dtype)
+    picked = gather(memoryview(data), Runs.of(offsets, 24), dtype)
     assert picked.dtype == dtype and len(picked) == len(offsets)
     for record, offset in zip(picked, offsets, strict=True):
         assert record.tobytes() == bytes(data[offset : offset + 24])
+
+
+def test_runs_are_the_walks_records_run_by_run(
+    buffer: tuple[bytes, dict[int, int], list[tuple[int, int]]],
+) -> None:
+    """``walk_runs`` gives each kind's records as maximal runs: expanded, they are ``buffer``'s
+    records of that kind; no run starts where the kind's run before it stops (they would be one);
+    and ``gather`` over the runs picks the same records as over their offsets one by one."""
+    from cuptistream.cupti.records import Runs, gather, walk_runs
+
+    data, sizes, records = buffer
+    runs = walk_runs(memoryview(data), len(data), RecordLayouts(dict(sizes)), None)
+    assert {kind for _, kind in records} == set(runs)
+    many = 0
+    for kind, found in runs.items():
+        offsets = [offset for offset, k in records if k == kind]
+        assert found.offsets() == offsets and len(found) == len(offsets)
+        starts, stops = found.bounds[0::2], found.bounds[1::2]
+        assert all(stop < start for stop, start in zip(stops, starts[1:], strict=False))
+        assert Runs.of(offsets, sizes[kind]).bounds == found.bounds
+        many += len(starts) > 1
+        dtype = RecordLayouts(dict(sizes)).dtype(kind)
+        if dtype is not None:
+            picked = gather(memoryview(data), found, dtype[1])
+            assert [r.tobytes() for r in picked] == [data[o : o + sizes[kind]] for o in offsets]
+    assert many  # the capture's kinds interleave: some kind comes in more than one run

@@ -158,12 +158,17 @@ class Packer:
             out = np.empty(size, np.uint8)
         out[: len(head)] = np.frombuffer(head, np.uint8)
         deltas = out[len(head) :].view("<i8").reshape(len(columns), count)
-        for row, column in zip(deltas, columns, strict=True):
-            if order is not None:
-                column = column[order]
-            row[:1] = column[:1]  # an array, not a scalar: cast as the rows are
-            # In int64, wrapping: unsigned 64-bit values come back bit for bit, as ``pack`` writes them.
-            np.subtract(column[1:], column[:-1], out=row[1:], dtype=np.int64, casting="unsafe")
+        # Every column into one int64 table in the records' order (strided reads, in order), then
+        # the table reordered by group in one take, then the differences in one call: reordering
+        # each column from the records cost a random read per value (~1.6x the time for W3's kernels).
+        # In int64, wrapping: unsigned 64-bit values come back bit for bit, as ``pack`` writes them.
+        table = np.empty((len(columns), count), np.int64)
+        for row, column in zip(table, columns, strict=True):
+            np.copyto(row, column, casting="unsafe")
+        if order is not None:
+            table = table.take(order, axis=1)
+        deltas[:, :1] = table[:, :1]
+        np.subtract(table[:, 1:], table[:, :-1], out=deltas[:, 1:])
         return out.data
 
     def _columns(

@@ -28,7 +28,7 @@ from cuptistream.cupti.records import (
     RecordLayouts,
     SizeLearner,
     gather,
-    walk,
+    walk_runs,
 )
 from cuptistream.events import Event
 
@@ -113,17 +113,23 @@ class Decoder:
         """(kind, event type, records as a structured array) per kind in the buffer."""
         view = memoryview(data).cast("B")
         out: list[tuple[int, str, np.ndarray]] = []
-        for kind, offsets in walk(view, valid, self.layouts, learn, ends).items():
+        for kind, runs in walk_runs(view, valid, self.layouts, learn, ends).items():
             spec = BY_VALUE.get(kind)
             chosen = self.layouts.dtype(kind)
             if spec is None or chosen is None:
-                self.unknown_kinds[kind] = self.unknown_kinds.get(kind, 0) + len(offsets)
+                self.unknown_kinds[kind] = self.unknown_kinds.get(kind, 0) + len(runs)
                 continue
-            records = gather(view, offsets, chosen[1])
+            records = gather(view, runs, chosen[1])
             if "device_id" in (records.dtype.names or ()) and spec.event != "device":
-                self.device_ids.update(np.unique(records["device_id"]).tolist())
+                self.device_ids.update(_distinct(records["device_id"]))
             out.append((kind, spec.event, records))
-            self.records_decoded += len(offsets)
+            self.records_decoded += len(records)
             if self.observer is not None:
                 self.observer(kind, spec.event, records)
         return out
+
+
+def _distinct(values: np.ndarray) -> list[int]:
+    """The distinct values: most buffers name one device, found without ``np.unique``'s sort."""
+    low, high = int(values.min()), int(values.max())
+    return [low] if low == high else np.unique(values).tolist()
