@@ -26,3 +26,17 @@ def test_reclaim_frees_the_buffers_cupti_held_and_keeps_those_handed_over() -> N
     assert pool.headers["state"][published] == READY  # the collector still reads it
     assert pool.headers["state"].tolist().count(FREE) == 3
     assert outlet.reclaim() == 0
+
+
+def test_ready_lists_the_ready_slots_in_publication_order_whatever_their_places() -> None:
+    """The collector decodes a probe's buffers in the order the probe published them: ``ready``
+    sorts by publication, not by slot, and leaves out the slots being filled or free."""
+    pool = SlotPool.create("ready", 4096, 8)
+    slots = [pool.take() for _ in range(6)]
+    assert slots == [0, 1, 2, 3, 4, 5]
+    for slot in (4, 1, 5, 0):  # published out of slot order; 2 and 3 are still filling
+        pool.publish(slot, ACTIVITY, stream=1, valid=8)
+    assert pool.ready() == [4, 1, 5, 0]
+    pool.release(1)
+    assert pool.ready() == [4, 5, 0]
+    assert SlotPool.create("empty", 4096, 4).ready() == []

@@ -149,12 +149,12 @@ class SlotPool:
     # --- the collector's side -----------------------------------------------------------------
 
     def ready(self) -> list[int]:
-        """READY slots in the order they were published."""
-        states = self.headers["state"]
-        slots = np.flatnonzero(states == READY)
-        if len(slots) <= 1:
-            return [int(s) for s in slots]
-        return [int(s) for s in slots[np.argsort(self.headers["seq"][slots], kind="stable")]]
+        """READY slots in the order they were published. In lists, not numpy: a pool holds 4-16
+        slots, and numpy's four calls cost 5x as much there (a drain runs on every ``Ready``)."""
+        ready = [slot for slot, state in enumerate(self.headers["state"].tolist()) if state == READY]
+        if len(ready) > 1:
+            ready.sort(key=self.headers["seq"].tolist().__getitem__)
+        return ready
 
     def release(self, slot: int) -> None:
         self.headers["state"][slot] = FREE
