@@ -3,17 +3,18 @@
 import json
 import sys
 
-for line in open(sys.argv[1]):
-    tag, _, js = line.partition("{")
-    try:
-        d = json.loads("{" + js)
-    except ValueError:
-        print(tag, "no result")
-        continue
-    c = d.get("check", {})
-    print(
-        tag.strip(), d["probes"], d["decode_workers_started"], d["decode_worker_moves"],
-        d["delivered_events_per_s"], d.get("steady_delivered_events_per_s"), d["cpu_s_per_m_records"],
-        d["collector_cpu_s"], d["workers_cpu_s"], d["peak_rss_anon_mib"],
-        c.get("in_equals_disk_plus_drops"), d["drops"], d["shed_records"],
-    )
+with open(sys.argv[1]) as results:
+    for line in results:
+        tag, _, js = line.partition("{")
+        try:
+            d = json.loads("{" + js)
+        except ValueError:
+            print(tag, "no result")
+            continue
+        c = d.get("check", {})
+        print(
+            tag.strip(), d["probes"], d["decode_workers_started"], d["decode_worker_moves"],
+            d["delivered_events_per_s"], d.get("steady_delivered_events_per_s"), d["cpu_s_per_m_records"],
+            d["collector_cpu_s"], d["workers_cpu_s"], d["peak_rss_anon_mib"],
+            c.get("in_equals_disk_plus_drops"), d["drops"], d["shed_records"],
+        )  # fmt: skip
