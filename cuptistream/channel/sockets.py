@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import socket
 import struct
 import tempfile
@@ -90,3 +91,12 @@ def receive(sock: socket.socket) -> tuple[messages.AnyMessage, list[int]] | None
             os.close(fd)
         return None
     return messages.decode(data), list(fds)
+
+
+def ready_for(sock: socket.socket, seconds: float, *, write: bool = False) -> bool:
+    """Whether ``sock`` can be read (``write``: written) within ``seconds``; a hang-up or an error
+    counts as ready (the next call says which). ``poll``, not ``select``: ``select`` raises
+    ValueError for a descriptor past 1023, which a node collector's sockets or a large job's can be."""
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT if write else select.POLLIN)
+    return bool(poller.poll(max(0.0, seconds) * 1000))

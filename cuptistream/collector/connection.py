@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import socket
 import subprocess
 from typing import Protocol
@@ -269,7 +268,7 @@ class ProbeConnection:
         """Send without waiting: a probe that does not read its socket (older probes ignore these
         messages) must not stall decoding. What cannot be sent now is counted and dropped."""
         try:
-            if select.select([], [self.sock], [], 0)[1]:
+            if sockets.ready_for(self.sock, 0, write=True):
                 sockets.send(self.sock, message)
                 return
         except OSError:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 import msgspec
 
 from cuptistream import blas_threads
+from cuptistream.channel import sockets
 from cuptistream.channel.shm import SlotPool
 from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
@@ -116,7 +116,7 @@ class Worker:
         moved to a worker still starting would leave its probe's buffers undrained meanwhile."""
         if not self._ready:
             with contextlib.suppress(OSError):
-                if select.select([self.control], [], [], 0)[0]:
+                if sockets.ready_for(self.control, 0):
                     self._ready = self.control.recv(1) == wp.WORKER_READY
         return self._ready
 
@@ -370,6 +370,9 @@ class Link:
         self._pool = pool
         self.worker = worker
         self.sock: socket.socket | None = sock
+        # Once, not per reply (each ``settimeout`` is an ioctl): ``_wait`` polls for the reply, then
+        # reads it with this bound for its further fragments.
+        sock.settimeout(REQUEST_TIMEOUT_S)
         self.broken = False
         self.reason = ""  # the loss reason for a buffer the worker had: decode_worker_died / _failed
         self.problem = ""  # one line for the Error event
@@ -447,14 +450,13 @@ class Link:
 
     def _wait(self, sock: socket.socket) -> wp.Reply | None:
         began = time.monotonic()
-        while not select.select([sock], [], [], _POLL_S)[0]:
+        while not sockets.ready_for(sock, _POLL_S):
             if not self.worker.alive():
                 return None  # its end is closed too by now; read what is left, if anything
             if time.monotonic() - began > REQUEST_TIMEOUT_S:
                 self.worker.kill()  # its other connections fall back too: it serves none of them
                 raise OSError(f"no reply within {REQUEST_TIMEOUT_S:.0f}s; killed it")
-        sock.settimeout(REQUEST_TIMEOUT_S)  # the rest of the reply follows at once
-        return wp.receive_reply(sock, self._pool.reply_maps)
+        return wp.receive_reply(sock, self._pool.reply_maps)  # the rest follows at once
 
     def _exit_status(self) -> str:
         with contextlib.suppress(subprocess.TimeoutExpired):

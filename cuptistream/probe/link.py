@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import select
 import socket
 import threading
 import time
@@ -194,7 +193,7 @@ def await_hangup(sock: socket.socket, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     try:
         while (left := deadline - time.monotonic()) > 0:
-            if not select.select([sock], [], [], left)[0]:
+            if not sockets.ready_for(sock, left):
                 return
             if not sock.recv(messages.MAX_MESSAGE):
                 return  # the collector shut its side
