@@ -534,7 +534,31 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         if "programs_by_device" in rs[0]:
             summary[key]["programs_by_device"] = rs[0]["programs_by_device"]
             summary[key]["kernels_by_device"] = [r.get("kernels_by_device") for r in rs]
+    if overload := overload_ratios(results):
+        summary["overload"] = overload
     return summary
+
+
+def overload_ratios(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 30's overload item, where the runs hold N and 2N probes: per run (and decode workers),
+    what 2N delivered over what N did, over the window and steady, with the median of each."""
+    rate = {(r["probes"], r["workers"], r["run"]): r for r in results}
+    found: dict[str, Any] = {}
+    for (n, w, run), one in sorted(rate.items(), key=lambda item: (item[0][0], str(item[0][1]), item[0][2])):
+        two = rate.get((2 * n, w, run))
+        if two is None:
+            continue
+        pair = found.setdefault(f"{2 * n}/{n}/w{w}", {"window": [], "steady": []})
+        pair["window"].append(round(two["delivered_events_per_s"] / max(one["delivered_events_per_s"], 1), 3))
+        if one.get("steady_delivered_events_per_s") and two.get("steady_delivered_events_per_s"):
+            pair["steady"].append(
+                round(two["steady_delivered_events_per_s"] / one["steady_delivered_events_per_s"], 3)
+            )
+    for pair in found.values():
+        for kind in ("window", "steady"):
+            if pair[kind]:
+                pair[f"{kind}_median"] = round(statistics.median(pair[kind]), 3)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -650,6 +674,12 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"meta": meta, "summary": summarize(results), "runs": results}, indent=1)
     )
     print(f"fanin: results in {out}", file=sys.stderr)
+    for pair, ratios in overload_ratios(results).items():
+        steady = f", steady {ratios['steady']}" if ratios["steady"] else ""
+        print(
+            f"fanin: overload {pair} probes, delivered 2N / N by run: {ratios['window']}{steady}",
+            file=sys.stderr,
+        )
     failed = [
         (r["probes"], r["workers"], r["run"], c)
         for r in results

@@ -52,6 +52,23 @@ def test_the_steady_rate_leaves_the_start_out_and_needs_two_seconds_of_samples()
     assert fanin.steady_rate([], 100 * s, 107 * s) is None
 
 
+def test_the_overload_ratio_pairs_each_run_of_n_probes_with_the_same_run_of_2n() -> None:
+    """Issue 30's overload item from the runs themselves: 2N / N per run, window and steady."""
+    fanin: Any = _fanin()
+
+    def run(n: int, r: int, rate: float, steady: float | None) -> dict[str, Any]:
+        return {"probes": n, "workers": "auto", "run": r, "delivered_events_per_s": rate,
+                "steady_delivered_events_per_s": steady}  # fmt: skip
+
+    runs = [run(4, 0, 2.0e6, 2.5e6), run(8, 0, 1.8e6, 2.0e6), run(4, 1, 2.0e6, None), run(8, 1, 2.1e6, 2.2e6)]
+    runs.append(run(16, 0, 1.0e6, None))  # 16 = 2 x 8: a pair too, for run 0 only
+    found = fanin.overload_ratios(runs)
+    assert found["8/4/wauto"] == {"window": [0.9, 1.05], "steady": [0.8], "window_median": 0.975,
+                                  "steady_median": 0.8}  # fmt: skip
+    assert found["16/8/wauto"]["window"] == [round(1.0 / 1.8, 3)]
+    assert fanin.overload_ratios([run(4, 0, 1.0, None), run(6, 0, 1.0, None)]) == {}
+
+
 def test_gpu_programs_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
     fanin: Any = _fanin()
     args = argparse.Namespace(mode="gpu", seconds=10.0, program_cpus="", gpus=2, loops=0)
