@@ -164,20 +164,24 @@ class RemoteStream:
     def _adopt(self, state: bytes) -> None:
         """Have ``self.link``'s worker take the stream ``state`` is; where it cannot, the stream
         goes on from ``state`` in this thread."""
-        fd, failure = open_memory(self.pid) if self.info.strings is None else (None, None)
-        adopt = wp.Adopt(self.info.stream, state, fd is not None or failure is not None, failure)
+        opened = open_memory(self.pid) if self.info.strings is None else None
+        fd, failure = opened or (None, None)
+        adopt = wp.Adopt(self.info.stream, state, opened is not None, failure)
         try:
             taken = self.link.request(adopt, [fd] if fd is not None else None)
-        finally:
+        except BaseException:
             if fd is not None:
                 os.close(fd)
+            raise
         if taken is not None:
+            if fd is not None:
+                os.close(fd)  # the worker holds its own copy
             self._replay(taken)
             return
-        # Keep what it had: the state, restored here (with its own counters, which go on from there)
+        # Keep what it had: the state, restored here (with its own counters, which go on from
+        # there), reading the program's memory through the same fd (the stream's now)
         self._tell_broken(lost="", kept=True)
-        names = open_memory(self.pid) if self.info.strings is None else None
-        self.local = handover.load(state, self.emitter, self._on_devices, names)
+        self.local = handover.load(state, self.emitter, self._on_devices, opened)
         self._counts = wp.Reply()
 
     def close(self) -> None:
