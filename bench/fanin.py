@@ -542,10 +542,12 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
 def overload_ratios(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Issue 30's overload item, where the runs hold N and 2N probes: per run (and decode workers),
     what 2N delivered over what N did, over the window and steady, with the median of each."""
-    rate = {(r["probes"], r["workers"], r["run"]): r for r in results}
+    by_run = {(r["probes"], r["workers"], r["run"]): r for r in results}
     found: dict[str, Any] = {}
-    for (n, w, run), one in sorted(rate.items(), key=lambda item: (item[0][0], str(item[0][1]), item[0][2])):
-        two = rate.get((2 * n, w, run))
+    for (n, w, run), one in sorted(
+        by_run.items(), key=lambda item: (item[0][0], str(item[0][1]), item[0][2])
+    ):
+        two = by_run.get((2 * n, w, run))
         if two is None:
             continue
         pair = found.setdefault(f"{2 * n}/{n}/w{w}", {"window": [], "steady": []})
