@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from cuptistream.collector.reply_slots import ReplySlots, SlotWriter
+from cuptistream.collector.reply_slots import ARENA_BYTES, Arena, ReplySlots, SlotWriter
 from tests.shared_writes import overlapping_writes
 
 MIB = 1 << 20
@@ -57,6 +57,38 @@ def test_what_the_worker_packs_is_what_the_collector_reads() -> None:
     assert slots.view(taken.slot, 1016, 8).tobytes() == bytes([3]) * 8
     writer.release()
     del parts, part
+    mapping.close()
+
+
+def test_a_links_replies_share_its_slot_until_one_does_not_fit() -> None:
+    slots = ReplySlots(max_bytes=64 * MIB, idle_bytes=16 * MIB)
+    arena = Arena(slots)
+    first = arena.place(MIB)
+    assert first is not None and first[1] == 0 and first[0].size == ARENA_BYTES
+    taken = first[0]
+    mapping = _worker_mapping(taken.fd, taken.size)
+    chunks = []
+    # The first reply's events reached 1 MiB + 3: the next one goes after them, 8-byte aligned.
+    arena.packed(MIB + 3)
+    second = arena.place(MIB)
+    assert second is not None and second[0] is taken and second[1] == MIB + 8
+    writer = SlotWriter(taken.slot, mapping, second[1])
+    part = writer.allocate(100)
+    assert part is not None and writer.locate(part.data) == MIB + 8  # the worker writes from there on
+    part[:] = 5
+    chunks.append(slots.view(taken.slot, MIB + 8, 100))
+    assert chunks[0].tobytes() == bytes([5]) * 100
+    writer.release()
+    del part
+    arena.packed(3 * MIB)
+    third = arena.place(2 * MIB)  # 3 + 2 MiB > 4: another slot; the first is the sinks' until they let go
+    assert third is not None and third[0].slot != taken.slot and third[1] == 0
+    assert slots.take(ARENA_BYTES) is not None and slots.created == 3  # a chunk still views the first
+    chunks.clear()
+    again = slots.take(ARENA_BYTES)
+    assert again is not None and again.slot == taken.slot  # idle now: nothing views it
+    assert slots.replies == 3 and slots.taken == 4
+    arena.release()
     mapping.close()
 
 

@@ -269,7 +269,7 @@ class Collector:
                 self.report.decode_workers_cpu_s = self.workers.cpu_s
                 self.report.decode_workers_rss_anon_kib = self.workers.rss_anon_kib
                 if (slots := self.workers.reply_slots) is not None:
-                    self.report.reply_slot_replies = slots.taken
+                    self.report.reply_slot_replies = slots.replies
                     self.report.reply_slot_full = slots.full
                     self.report.reply_slots = slots.created
         return self.report

@@ -201,7 +201,8 @@ class RemoteStream:
         emitter = self.emitter
         # The reply's chunks are views into one block (a mapping, or a heap buffer), and those the
         # worker packed into a reply slot into that slot: each stays, whole, until the last of the
-        # reply's chunks is let go, and the memory budget counts them until then.
+        # reply's chunks is let go, and the memory budget counts them until then (in a slot, the
+        # part this reply packed: the slot holds the link's other replies too).
         sent = [call.payload for call in reply.calls if isinstance(call, wp.EmitChunk)]
         slotted = [call for call in reply.calls if isinstance(call, wp.EmitSlotChunk)]
         calls = [
@@ -215,8 +216,10 @@ class RemoteStream:
             # The socket's block counts whole (its mapping), a slot up to where this reply reached.
             block = len(sent[0].obj) if sent and isinstance(sent[0], memoryview) else 0  # type: ignore[arg-type]
             block = max(block, sum(len(p) for p in sent))
-            reached = max((c.offset + c.size for c in slotted), default=0)
-            group = ChunkGroup(len(sent) + len(slotted), block + reached)
+            packed = 0
+            if slotted:
+                packed = max(c.offset + c.size for c in slotted) - min(c.offset for c in slotted)
+            group = ChunkGroup(len(sent) + len(slotted), block + packed)
         for call in calls:
             if isinstance(call, wp.EmitChunk):
                 emitter.emit_chunk(Chunk(call.payload, call.count, group=group, elements=call.elements))

@@ -7,15 +7,20 @@ slot that both processes map, they are not copied at all (``bench/reply_transpor
 docs/benchmarks.md). The collector owns the slots:
 
 - ``ReplySlots.take(size)`` (collector) names an idle slot of at least ``size`` bytes for the next
-  ``Decode`` request, creating one (a memfd) while the slots stay within ``max_bytes``; None when
+  ``Decode`` requests, creating one (a memfd) while the slots stay within ``max_bytes``; None when
   every slot is in use, and the reply's events then come over the socket as before.
   "Idle" is checked, not assumed, as ``ReplyMaps`` checks it: a slot's own mapping in the
   collector cannot be resized while any view points into it (an event chunk a sink still holds),
   so the worker never writes over bytes that something still reads.
+- A probe connection's link packs reply after reply into one slot, an ``Arena`` of at least
+  ``ARENA_BYTES``, and takes another only when the next reply does not fit the rest: a slot per
+  reply pinned a whole MiB for the ~250 KB of a replayed reply, so that a backlog in the sinks
+  used up every slot within ``max_bytes``, and each reply then paid a scan of ~230 slots, or the
+  socket (8 replay probes on the H200, docs/benchmarks.md).
 - The worker maps a slot the first time a request names it (its memfd comes with that request)
-  and packs into it through a ``SlotWriter``; each chunk that landed there is named in the reply
-  by slot, offset and size (``worker_protocol.EmitSlotChunk``), and ``view`` turns it back into
-  bytes on the collector's side.
+  and packs into the part the request gives it through a ``SlotWriter``; each chunk that landed
+  there is named in the reply by slot, offset and size (``worker_protocol.EmitSlotChunk``), and
+  ``view`` turns it back into bytes on the collector's side.
 - Idle slots beyond ``idle_bytes`` give their pages back (``MADV_REMOVE``), the least recently
   taken first, at a ``take`` at most every ``TRIM_INTERVAL_S`` (or one that would make a slot);
   slots in use are the pipeline's, counted by its memory budget.
@@ -38,6 +43,7 @@ from cuptistream.collector.reply_maps import is_idle
 
 _ROUND = 1 << 20  # slot sizes in whole MiB, so that probes with similar buffers share slots
 _ALIGN = 8
+ARENA_BYTES = 4 << 20  # a link's slot: ~16 replayed replies, or one to three of a GPU's 4 MiB buffers
 TRIM_INTERVAL_S = 0.5  # idle slots beyond the bound give their pages back within this
 
 
@@ -87,8 +93,9 @@ class ReplySlots:
         self._lock = threading.Lock()
         self._trim_due = 0.0
         self.created = 0
-        self.taken = 0  # requests that named a slot
-        self.full = 0  # requests that found no idle slot (their events came over the socket)
+        self.taken = 0  # slots taken (an arena's replies share one)
+        self.replies = 0  # requests that named a slot
+        self.full = 0  # takes that found no idle slot (their replies' events came over the socket)
 
     def take(self, size: int) -> Taken | None:
         """An idle slot for one reply of up to ``size`` bytes of events, held (``Taken.hold``) until
@@ -149,6 +156,10 @@ class ReplySlots:
                 slot.mapping.madvise(mmap.MADV_REMOVE)
                 slot.resident = False
 
+    def count_reply(self) -> None:
+        with self._lock:
+            self.replies += 1
+
     def view(self, slot: int, offset: int, size: int) -> memoryview:
         """``size`` bytes at ``offset`` of ``slot``. Raises ValueError for a range outside it (a
         reply that does not match what was asked)."""
@@ -166,15 +177,50 @@ class ReplySlots:
             self._recent.clear()
 
 
-class SlotWriter:
-    """The worker's side of one reply: hands out parts of a slot it mapped, in order, for the
-    packer to write events into (``allocate``), and says where a chunk's payload lies
-    (``locate``)."""
+class Arena:
+    """One link's current reply slot, packed reply after reply: ``place`` says where the next
+    reply's events go, ``packed`` where the last one ended. The link holds the slot (``Taken.hold``)
+    until a reply does not fit the rest, or ``release``; the slot is idle again once the sinks let
+    go of its last reply's chunks. Used by one thread at a time (the link's connection)."""
 
-    def __init__(self, slot: int, mapping: mmap.mmap) -> None:
+    def __init__(self, slots: ReplySlots) -> None:
+        self._slots = slots
+        self._taken: Taken | None = None
+        self._at = 0
+
+    def place(self, need: int) -> tuple[Taken, int] | None:
+        """The slot and the offset from which the next reply, of about ``need`` bytes, may use the
+        rest of it; None when no slot can be had (the events come over the socket)."""
+        taken = self._taken
+        if taken is None or self._at + need > taken.size:
+            self.release()
+            taken = self._slots.take(max(need, ARENA_BYTES))
+            if taken is None:
+                return None
+            self._taken, self._at = taken, 0
+        self._slots.count_reply()
+        return taken, self._at
+
+    def packed(self, end: int) -> None:
+        """The last reply's events reached ``end``: the next one goes after them."""
+        self._at = max(self._at, -(-end // _ALIGN) * _ALIGN)
+
+    def release(self) -> None:
+        """Let the slot go (the link closes, or the next reply needs another)."""
+        if self._taken is not None:
+            self._taken.release()
+            self._taken = None
+
+
+class SlotWriter:
+    """The worker's side of one reply: hands out parts of a slot it mapped, from ``start`` on and
+    in order, for the packer to write events into (``allocate``), and says where a chunk's payload
+    lies (``locate``)."""
+
+    def __init__(self, slot: int, mapping: mmap.mmap, start: int = 0) -> None:
         self.slot = slot
         self._bytes = np.frombuffer(mapping, dtype=np.uint8)
-        self._at = 0
+        self._at = start
         self._given: dict[int, tuple[int, np.ndarray]] = {}  # id(array) -> (offset, array)
 
     def allocate(self, nbytes: int) -> np.ndarray | None:

@@ -36,7 +36,7 @@ from cuptistream.channel.shm import SlotPool
 from cuptistream.collector import memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.reply_maps import ReplyMaps
-from cuptistream.collector.reply_slots import ReplySlots
+from cuptistream.collector.reply_slots import Arena, ReplySlots
 from cuptistream.collector.thread_cpu import cpu_seconds
 
 _POLL_S = 1.0
@@ -379,6 +379,7 @@ class Link:
         self.told = False  # the Error event was emitted (once per link)
         self.sent = False
         self._expansion: float = REPLY_EXPANSION  # reply bytes per buffer byte to ask a slot for
+        self._arena = Arena(pool.reply_slots) if pool.reply_slots is not None else None
         self.move_to: Worker | None = None  # where the pool wants this connection (``balance``)
         self.requested = 0  # buffer bytes asked to decode since the pool's last look
         self.recent = 0  # ... and in the period before (what ``balance`` weighs)
@@ -409,28 +410,31 @@ class Link:
         return reply
 
     def decode(self, request: wp.Decode, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
-        """``request`` (and ``replay`` of its reply), with a reply slot for the events when the
-        pool has one idle (``pipeline.worker_replies: shared``); None as for ``request``."""
+        """``request`` (and ``replay`` of its reply), its events packed into this link's reply slot
+        when the pool has one (``pipeline.worker_replies: shared``); None as for ``request``."""
         self.requested += request.total_valid
-        slots = self._pool.reply_slots
-        taken = slots.take(int(request.total_valid * self._expansion)) if slots is not None else None
-        if taken is None:
+        arena = self._arena
+        place = arena.place(int(request.total_valid * self._expansion)) if arena is not None else None
+        if arena is None or place is None:
             return self._replayed(self.request(request), replay)
+        taken, offset = place
         fresh = taken.slot not in self.worker.mapped_slots
-        named = msgspec.structs.replace(request, reply_slot=taken.slot, reply_slot_size=taken.size)
-        try:
-            reply = self.request(named, [taken.fd] if fresh else None)
-            if fresh and self.sent:
-                self.worker.mapped_slots.add(taken.slot)
-            if reply is not None and request.total_valid:
-                # Ask for what this probe's buffers pack into, with a margin, next time: a slot
-                # larger than needed holds the memory budget for nothing.
-                packed = sum(c.size for c in reply.calls if isinstance(c, wp.EmitSlotChunk))
+        named = msgspec.structs.replace(
+            request, reply_slot=taken.slot, reply_slot_size=taken.size, reply_offset=offset
+        )
+        reply = self.request(named, [taken.fd] if fresh else None)
+        if fresh and self.sent:
+            self.worker.mapped_slots.add(taken.slot)
+        if reply is not None:
+            slotted = [c for c in reply.calls if isinstance(c, wp.EmitSlotChunk)]
+            arena.packed(max((c.offset + c.size for c in slotted), default=offset))
+            if request.total_valid:
+                # Ask for what this probe's buffers pack into, with a margin, next time: the rest of
+                # a slot too small for it goes unused.
+                packed = sum(c.size for c in slotted)
                 packed += sum(len(c.payload) for c in reply.calls if isinstance(c, wp.EmitChunk))
                 self._expansion = min(REPLY_EXPANSION, max(1.0, 1.25 * packed / request.total_valid))
-            return self._replayed(reply, replay)  # its chunks view the slot: the hold can go
-        finally:
-            taken.release()
+        return self._replayed(reply, replay)
 
     def _replayed(self, reply: wp.Reply | None, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
         if reply is None:
@@ -478,6 +482,8 @@ class Link:
         sock, self.sock = self.sock, None
         if sock is None:
             return
+        if self._arena is not None:
+            self._arena.release()  # idle once the sinks let go of its replies
         with contextlib.suppress(OSError):
             sock.close()
         self._pool._released(self)

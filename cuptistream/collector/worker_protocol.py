@@ -59,8 +59,9 @@ class Decode(msgspec.Struct, tag="decode", frozen=True):
     """Decode the activity buffer in slot ``slot`` of pool ``pool``; the connection releases it.
     ``more``: the (slot, valid, dropped) of further buffers of the pool that follow it in the
     stream, decoded with it as one (``DecodeStream.decode_many``). ``reply_slot`` (not -1): pack
-    the events into that reply slot (``collector.reply_slots``) of ``reply_slot_size`` bytes,
-    whose memfd comes with the request the first time it is named."""
+    the events into that reply slot (``collector.reply_slots``) of ``reply_slot_size`` bytes, from
+    ``reply_offset`` on (what lies before is earlier replies'), whose memfd comes with the request
+    the first time it is named."""
 
     stream: int
     pool: int
@@ -69,6 +70,7 @@ class Decode(msgspec.Struct, tag="decode", frozen=True):
     dropped: int
     reply_slot: int = -1
     reply_slot_size: int = 0
+    reply_offset: int = 0
     more: tuple[tuple[int, int, int], ...] = ()
 
     @property

@@ -151,7 +151,9 @@ class Session:
                 return None
             finally:
                 os.close(fd)
-        return SlotWriter(request.reply_slot, mapping) if mapping is not None else None
+        if mapping is None or not 0 <= request.reply_offset <= len(mapping):
+            return None
+        return SlotWriter(request.reply_slot, mapping, request.reply_offset)
 
     def _open(self, request: wp.Open, fds: list[int]) -> None:
         names = None
