@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
 import cuptistream
@@ -339,6 +340,81 @@ def test_a_remote_stream_answers_as_a_decode_stream_does(
             assert in_slots > 5 * over_socket > 0
         else:  # slots of a buffer's size hold a quarter of what its events pack into
             assert over_socket > in_slots > 0
+
+
+def test_a_links_replies_pack_one_after_another_into_its_slot_and_each_counts_its_own_part() -> None:
+    """Under ``worker_replies: shared`` a link's consecutive replies go into one reply slot (its
+    ``Arena``), the second after the first; the memory budget counts each reply's own part of the
+    slot (``ChunkGroup``), not the slot from its start. A slot per reply used up every slot within
+    the budget once the sinks fell behind (8 replay probes on the H200, docs/benchmarks.md)."""
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import SlotPool
+    from cuptistream.codec import Chunk
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.reply_slots import ReplySlots
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.cupti import capture
+    from tests.gpu.workloads.collect import Collect
+
+    class Groups(Collect):
+        """Keeps each chunk, as a sink holds it, and the reply slot part it views."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.chunks: list[Chunk] = []
+
+        def emit_chunk(self, chunk: Chunk) -> None:
+            self.chunks.append(chunk)
+            super().emit_chunk(chunk)
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    data = max((b.data for b in cap.buffers), key=len)
+    slots = ReplySlots(max_bytes=64 << 20, idle_bytes=8 << 20)
+    workers = WorkerPool(1, reply_slots=slots)
+    pool = SlotPool.create("arena", len(data) + 8, 2)
+    sink = Groups()
+    try:
+        link = workers.assign()
+        assert link is not None
+        link.map_pool(0, pool)
+        info = OpenStream(
+            stream=1, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+        )
+        stream = RemoteStream(link, info, 0, sink)
+        replies = []
+        for _ in range(2):
+            before = len(sink.chunks)
+            through_slot(pool, 1, data, remotely(stream))
+            replies.append(sink.chunks[before:])
+        stream.close()
+        assert not link.broken, link.problem
+        link.close()
+        assert slots.replies == 2 and slots.created == 1  # one slot for both
+        mapping = slots.view(0, 0, 0).obj
+    finally:
+        workers.stop()
+        pool.close()
+    first, second = (
+        [c for c in r if isinstance(c.payload, memoryview) and c.payload.obj is mapping] for r in replies
+    )
+    assert first and second
+    ends = [max(_offset(c) + len(c.payload) for c in r) for r in (first, second)]
+    starts = [min(_offset(c) for c in r) for r in (first, second)]
+    assert starts[1] >= ends[0] > 0  # the second reply went after the first
+    for reply, chunks, start, end in zip(replies, (first, second), starts, ends, strict=True):
+        group = chunks[0].group
+        assert group is not None and all(c.group is group for c in reply)
+        # What came over the socket (the statistics' events) counts as the block it landed in.
+        sent = [c.payload for c in reply if c not in chunks]
+        block = len(sent[0].obj) if sent and isinstance(sent[0], memoryview) else sum(len(p) for p in sent)
+        assert group.nbytes == max(block, sum(len(p) for p in sent)) + end - start  # its part, not from 0
+
+
+def _offset(chunk: Any) -> int:
+    """Where a chunk's payload (a view of a reply slot) starts in the slot."""
+    view = chunk.payload
+    base = np.frombuffer(view.obj, np.uint8)  # the slot's whole mapping
+    return int(np.frombuffer(view, np.uint8).ctypes.data - base.ctypes.data)
 
 
 def test_a_worker_reads_kernel_names_from_the_program_through_the_collectors_fd(tmp_path: Path) -> None:
