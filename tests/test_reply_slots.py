@@ -69,7 +69,7 @@ def test_a_links_replies_share_its_slot_until_one_does_not_fit() -> None:
     mapping = _worker_mapping(taken.fd, taken.size)
     chunks = []
     # The first reply's events reached 1 MiB + 3: the next one goes after them, 8-byte aligned.
-    arena.packed(MIB + 3)
+    arena.packed(MIB + 3, MIB)
     second = arena.place(MIB)
     assert second is not None and second[0] is taken and second[1] == MIB + 8
     writer = SlotWriter(taken.slot, mapping, second[1])
@@ -80,14 +80,21 @@ def test_a_links_replies_share_its_slot_until_one_does_not_fit() -> None:
     assert chunks[0].tobytes() == bytes([5]) * 100
     writer.release()
     del part
-    arena.packed(3 * MIB)
-    third = arena.place(2 * MIB)  # 3 + 2 MiB > 4: another slot; the first is the sinks' until they let go
+    arena.packed(2 * MIB, MIB)
+    third = arena.place(3 * MIB)  # 2 + 3 MiB > 4: another slot; the first is the sinks' until they let go
     assert third is not None and third[0].slot != taken.slot and third[1] == 0
     assert slots.take(ARENA_BYTES) is not None and slots.created == 3  # a chunk still views the first
     chunks.clear()
     again = slots.take(ARENA_BYTES)
     assert again is not None and again.slot == taken.slot  # idle now: nothing views it
     assert slots.replies == 3 and slots.taken == 4
+    again.release()
+    # A reply that leaves no room for the next one like it lets the slot go at once, not at the
+    # next reply: the link holds no slot it will not use (a GPU's replies fill one each).
+    arena.packed(3 * MIB, 2 * MIB)
+    after = slots.take(ARENA_BYTES)  # the least recently taken idle slot: third's, let go already
+    assert after is not None and after.slot == third[0].slot and slots.created == 3
+    after.release()
     arena.release()
     mapping.close()
 

@@ -201,9 +201,13 @@ class Arena:
         self._slots.count_reply()
         return taken, self._at
 
-    def packed(self, end: int) -> None:
-        """The last reply's events reached ``end``: the next one goes after them."""
+    def packed(self, end: int, next_need: int) -> None:
+        """The last reply's events reached ``end``: the next one goes after them. Where the next,
+        of about ``next_need`` bytes, will not fit the rest, the slot goes now, not at that reply:
+        a GPU's replies fill a slot each, and 16 links each holding one used up ``max_bytes``."""
         self._at = max(self._at, -(-end // _ALIGN) * _ALIGN)
+        if self._taken is not None and self._at + next_need > self._taken.size:
+            self.release()
 
     def release(self) -> None:
         """Let the slot go (the link closes, or the next reply needs another)."""

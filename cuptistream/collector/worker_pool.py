@@ -427,13 +427,14 @@ class Link:
             self.worker.mapped_slots.add(taken.slot)
         if reply is not None:
             slotted = [c for c in reply.calls if isinstance(c, wp.EmitSlotChunk)]
-            arena.packed(max((c.offset + c.size for c in slotted), default=offset))
             if request.total_valid:
                 # Ask for what this probe's buffers pack into, with a margin, next time: the rest of
                 # a slot too small for it goes unused.
                 packed = sum(c.size for c in slotted)
                 packed += sum(len(c.payload) for c in reply.calls if isinstance(c, wp.EmitChunk))
                 self._expansion = min(REPLY_EXPANSION, max(1.0, 1.25 * packed / request.total_valid))
+            end = max((c.offset + c.size for c in slotted), default=offset)
+            arena.packed(end, int(request.total_valid * self._expansion))  # the next much like this one
         return self._replayed(reply, replay)
 
     def _replayed(self, reply: wp.Reply | None, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
