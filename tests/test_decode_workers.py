@@ -410,6 +410,47 @@ def test_a_links_replies_pack_one_after_another_into_its_slot_and_each_counts_it
         assert group.nbytes == max(block, sum(len(p) for p in sent)) + end - start  # its part, not from 0
 
 
+def test_a_resting_link_lets_its_reply_slot_go() -> None:
+    """A probe that sends nothing for a while holds no reply slot: ``Link.rest`` (the connection
+    calls it when its socket stays quiet for ``_POLL_S``) lets the link's slot go, so that another
+    link can take it, or the trim give its pages back."""
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import SlotPool
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.reply_slots import ARENA_BYTES, ReplySlots
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.cupti import capture
+    from tests.gpu.workloads.collect import Collect
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    data = max((b.data for b in cap.buffers), key=len)
+    slots = ReplySlots(max_bytes=64 << 20, idle_bytes=8 << 20)
+    workers = WorkerPool(1, reply_slots=slots)
+    pool = SlotPool.create("rest", len(data) + 8, 2)
+    try:
+        link = workers.assign()
+        assert link is not None
+        link.map_pool(0, pool)
+        info = OpenStream(
+            stream=1, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+        )
+        stream = RemoteStream(link, info, 0, Collect())  # decodes the chunks and keeps no view
+        through_slot(pool, 1, data, remotely(stream))
+        other = slots.take(ARENA_BYTES)  # the link holds slot 0 for its next reply
+        assert other is not None and other.slot == 1
+        other.release()
+        link.rest()
+        again = slots.take(ARENA_BYTES)  # the least recently taken idle slot: the link's, let go
+        assert again is not None and again.slot == 0
+        again.release()
+        stream.close()
+        assert not link.broken, link.problem
+        link.close()
+    finally:
+        workers.stop()
+        pool.close()
+
+
 def _offset(chunk: Any) -> int:
     """Where a chunk's payload (a view of a reply slot) starts in the slot."""
     view = chunk.payload

@@ -102,6 +102,8 @@ class ProbeConnection:
                     received = sockets.receive(self.sock)
                 except TimeoutError:
                     self._drain_all()
+                    if self.link is not None:
+                        self.link.rest()  # a probe quiet for _POLL_S holds no reply slot
                     continue
                 if received is None:
                     break

@@ -437,6 +437,12 @@ class Link:
             arena.packed(end, int(request.total_valid * self._expansion))  # the next much like this one
         return self._replayed(reply, replay)
 
+    def rest(self) -> None:
+        """The connection has nothing to decode for now: let this link's reply slot go, so that an
+        idle probe holds none (the slot's pages can then be given back)."""
+        if self._arena is not None:
+            self._arena.release()
+
     def _replayed(self, reply: wp.Reply | None, replay: Callable[[wp.Reply], None]) -> wp.Reply | None:
         if reply is None:
             return None
@@ -483,8 +489,7 @@ class Link:
         sock, self.sock = self.sock, None
         if sock is None:
             return
-        if self._arena is not None:
-            self._arena.release()  # idle once the sinks let go of its replies
+        self.rest()  # its slot is idle once the sinks let go of its replies
         with contextlib.suppress(OSError):
             sock.close()
         self._pool._released(self)
