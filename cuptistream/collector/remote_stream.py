@@ -213,7 +213,7 @@ class RemoteStream:
         ]
         group = None
         if slotted or (sent and isinstance(sent[0], memoryview)):
-            # The socket's block counts whole (its mapping), a slot up to where this reply reached.
+            # The socket's block counts whole (its mapping), a slot the part this reply packed.
             block = len(sent[0].obj) if sent and isinstance(sent[0], memoryview) else 0  # type: ignore[arg-type]
             block = max(block, sum(len(p) for p in sent))
             packed = 0

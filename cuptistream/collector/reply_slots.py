@@ -98,8 +98,8 @@ class ReplySlots:
         self.full = 0  # takes that found no idle slot (their replies' events came over the socket)
 
     def take(self, size: int) -> Taken | None:
-        """An idle slot for one reply of up to ``size`` bytes of events, held (``Taken.hold``) until
-        the caller has viewed the reply's chunks; None when no slot is idle and no other fits
+        """An idle slot for replies of up to ``size`` bytes of events, held (``Taken.hold``) until
+        the caller has viewed their chunks; None when no slot is idle and no other fits
         within ``max_bytes``. Raises nothing: a memfd that cannot be made means None."""
         with self._lock:
             chosen = self._idle_fit(size)
@@ -180,8 +180,8 @@ class ReplySlots:
 class Arena:
     """One link's current reply slot, packed reply after reply: ``place`` says where the next
     reply's events go, ``packed`` where the last one ended. The link holds the slot (``Taken.hold``)
-    until a reply does not fit the rest, or ``release``; the slot is idle again once the sinks let
-    go of its last reply's chunks. Used by one thread at a time (the link's connection)."""
+    until the next reply will not fit the rest, or ``release``; the slot is idle again once the
+    sinks let go of its last reply's chunks. Used by one thread at a time (the link's connection)."""
 
     def __init__(self, slots: ReplySlots) -> None:
         self._slots = slots
