@@ -10,6 +10,7 @@ collectors with replay probes over the shipped captures, real worker processes, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -342,18 +344,46 @@ def test_a_remote_stream_answers_as_a_decode_stream_does(
             assert over_socket > in_slots > 0
 
 
+@contextlib.contextmanager
+def _shared_replies(sink: Any) -> Iterator[tuple[Any, Any, Callable[[], None]]]:
+    """A real worker under ``worker_replies: shared``: its reply slots, a link to it and a
+    ``RemoteStream`` on that link emitting to ``sink``, and a call that decodes the replayed
+    capture's largest buffer through a real pool slot. The stream closes on the way out."""
+    from cuptistream.channel.messages import OpenStream
+    from cuptistream.channel.shm import SlotPool
+    from cuptistream.collector.remote_stream import RemoteStream
+    from cuptistream.collector.reply_slots import ReplySlots
+    from cuptistream.collector.worker_pool import WorkerPool
+    from cuptistream.cupti import capture
+
+    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
+    data = max((b.data for b in cap.buffers), key=len)
+    slots = ReplySlots(max_bytes=64 << 20, idle_bytes=8 << 20)
+    workers = WorkerPool(1, reply_slots=slots)
+    pool = SlotPool.create("shared-replies", len(data) + 8, 2)
+    try:
+        link = workers.assign()
+        assert link is not None
+        link.map_pool(0, pool)
+        info = OpenStream(
+            stream=1, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
+        )
+        stream = RemoteStream(link, info, 0, sink)
+        yield slots, link, lambda: through_slot(pool, 1, data, remotely(stream))
+        stream.close()
+        assert not link.broken, link.problem
+        link.close()
+    finally:
+        workers.stop()
+        pool.close()
+
+
 def test_a_links_replies_pack_one_after_another_into_its_slot_and_each_counts_its_own_part() -> None:
     """Under ``worker_replies: shared`` a link's consecutive replies go into one reply slot (its
     ``Arena``), the second after the first; the memory budget counts each reply's own part of the
     slot (``ChunkGroup``), not the slot from its start. A slot per reply used up every slot within
     the budget once the sinks fell behind (8 replay probes on the H200, docs/benchmarks.md)."""
-    from cuptistream.channel.messages import OpenStream
-    from cuptistream.channel.shm import SlotPool
     from cuptistream.codec import Chunk
-    from cuptistream.collector.remote_stream import RemoteStream
-    from cuptistream.collector.reply_slots import ReplySlots
-    from cuptistream.collector.worker_pool import WorkerPool
-    from cuptistream.cupti import capture
     from tests.gpu.workloads.collect import Collect
 
     class Groups(Collect):
@@ -367,33 +397,15 @@ def test_a_links_replies_pack_one_after_another_into_its_slot_and_each_counts_it
             self.chunks.append(chunk)
             super().emit_chunk(chunk)
 
-    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
-    data = max((b.data for b in cap.buffers), key=len)
-    slots = ReplySlots(max_bytes=64 << 20, idle_bytes=8 << 20)
-    workers = WorkerPool(1, reply_slots=slots)
-    pool = SlotPool.create("arena", len(data) + 8, 2)
     sink = Groups()
-    try:
-        link = workers.assign()
-        assert link is not None
-        link.map_pool(0, pool)
-        info = OpenStream(
-            stream=1, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
-        )
-        stream = RemoteStream(link, info, 0, sink)
+    with _shared_replies(sink) as (slots, _link, decode):
         replies = []
         for _ in range(2):
             before = len(sink.chunks)
-            through_slot(pool, 1, data, remotely(stream))
+            decode()
             replies.append(sink.chunks[before:])
-        stream.close()
-        assert not link.broken, link.problem
-        link.close()
         assert slots.replies == 2 and slots.created == 1  # one slot for both
         mapping = slots.view(0, 0, 0).obj
-    finally:
-        workers.stop()
-        pool.close()
     first, second = (
         [c for c in r if isinstance(c.payload, memoryview) and c.payload.obj is mapping] for r in replies
     )
@@ -414,28 +426,11 @@ def test_a_resting_link_lets_its_reply_slot_go() -> None:
     """A probe that sends nothing for a while holds no reply slot: ``Link.rest`` (the connection
     calls it when its socket stays quiet for ``_POLL_S``) lets the link's slot go, so that another
     link can take it, or the trim give its pages back."""
-    from cuptistream.channel.messages import OpenStream
-    from cuptistream.channel.shm import SlotPool
-    from cuptistream.collector.remote_stream import RemoteStream
-    from cuptistream.collector.reply_slots import ARENA_BYTES, ReplySlots
-    from cuptistream.collector.worker_pool import WorkerPool
-    from cuptistream.cupti import capture
+    from cuptistream.collector.reply_slots import ARENA_BYTES
     from tests.gpu.workloads.collect import Collect
 
-    cap = capture.read(DEFAULT_PATH / "torch_train.cupti")
-    data = max((b.data for b in cap.buffers), key=len)
-    slots = ReplySlots(max_bytes=64 << 20, idle_bytes=8 << 20)
-    workers = WorkerPool(1, reply_slots=slots)
-    pool = SlotPool.create("rest", len(data) + 8, 2)
-    try:
-        link = workers.assign()
-        assert link is not None
-        link.map_pool(0, pool)
-        info = OpenStream(
-            stream=1, source="replay", struct_sizes=dict(cap.struct_sizes), strings=dict(cap.strings)
-        )
-        stream = RemoteStream(link, info, 0, Collect())  # decodes the chunks and keeps no view
-        through_slot(pool, 1, data, remotely(stream))
+    with _shared_replies(Collect()) as (slots, link, decode):  # Collect decodes chunks, keeps no view
+        decode()
         other = slots.take(ARENA_BYTES)  # the link holds slot 0 for its next reply
         assert other is not None and other.slot == 1
         other.release()
@@ -443,12 +438,6 @@ def test_a_resting_link_lets_its_reply_slot_go() -> None:
         again = slots.take(ARENA_BYTES)  # the least recently taken idle slot: the link's, let go
         assert again is not None and again.slot == 0
         again.release()
-        stream.close()
-        assert not link.broken, link.problem
-        link.close()
-    finally:
-        workers.stop()
-        pool.close()
 
 
 def _offset(chunk: Any) -> int:
