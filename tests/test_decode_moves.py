@@ -9,6 +9,7 @@ shipped torch capture:
 - a move the new worker cannot take (it was killed) keeps the stream whole, in the connection's
   thread, with one Error event and nothing lost;
 - the pool splits a busy worker and picks the heavier half of its connections;
+- a worker left without connections stops, unless it is the last one or connections move to it;
 - end to end, a ``cuptistream run`` whose workers split writes exactly the events of in-thread
   decoding.
 """
@@ -233,6 +234,36 @@ def test_a_thread_connection_moves_to_a_worker_once_another_comes_and_that_worke
             link.close()
     finally:
         workers.stop()
+
+
+def test_a_worker_left_without_connections_stops_unless_it_is_the_last_or_awaited() -> None:
+    """A node collector outlives its jobs: a worker whose last connection closed stops (its CPU
+    time still counted), except the only one left (the next probe's) and one that connections
+    are moving to."""
+    workers = WorkerPool(3, per_worker=1)
+    try:
+        first, second, third = (workers.assign() for _ in range(3))
+        assert first is not None and second is not None and third is not None
+        assert workers.started == 3 and len({k.worker for k in (first, second, third)}) == 3
+        for link in (first, second, third):
+            _until_ready(link.worker)
+        third.move_to = second.worker  # as a split would tell it: second's worker is awaited
+        second.close()
+        assert second.worker.alive()  # kept: a connection is coming to it
+        third.move_to = None
+        first.close()
+        first.worker.process.wait(10)  # stopped: its socket closed, it exits
+        assert workers.cpu_s > 0  # its CPU time was read as it stopped
+        third.close()  # third's worker stops too; second's, with no connection, is the one left
+        third.worker.process.wait(10)
+        assert second.worker.alive()
+        again = workers.assign()  # the next probe goes to the one kept; none starts
+        assert again is not None and again.worker is second.worker and workers.started == 3
+        again.close()
+        assert second.worker.alive()
+    finally:
+        workers.stop()
+    assert workers.died == 0
 
 
 def test_a_move_the_new_worker_cannot_take_keeps_the_stream_whole(buffers: Any, two_workers: Any) -> None:

@@ -11,7 +11,8 @@ connections before the next one starts (with 16 GPU programs on a 16-core H200 h
 cost 0.95-0.98 CPU-s per M records against 1.02-1.19 for 4), and a worker that uses more than
 ``SPLIT_LOAD`` cores gets a new worker beside it, to which about half its connections move, state
 and all (``balance``, ``handover``; 16 replay probes flat out need 4 or more). A worker that died
-is replaced by a fresh one at the next assignment. They stop at ``Collector.finish``. A ``Link``
+is replaced by a fresh one at the next assignment. A worker whose last connection closed stops
+(``_released``; not the last one), the rest at ``Collector.finish``. A ``Link``
 never hangs its connection: it waits for a reply in steps of ``_POLL_S`` while the worker lives,
 and kills a worker that has not answered one request within ``REQUEST_TIMEOUT_S``.
 """
@@ -217,6 +218,8 @@ class WorkerPool:
         self._in_thread_now = 0
         self._workers: list[Worker] = []
         self._retired: list[Worker] = []  # died, or stopped: their CPU time counts
+        self._let_go_cpu_s = 0.0  # of workers stopped when their last connection left (``_released``)
+        self._exiting: list[Worker] = []  # ... those not yet waited for
         self._lock = threading.Lock()
         self.started = 0
         self.died = 0
@@ -329,8 +332,23 @@ class WorkerPool:
             self.threads_should_move = self.threads_should_move and self._in_thread_now > 0
 
     def _released(self, link: Link) -> None:
+        """``link`` closed. A worker left with no connection stops, unless it is the only one (the
+        next probe's) or connections are moving to it: a node collector outlives its jobs, and
+        each idle worker would keep its heap (~46 MiB, 128-136 MiB after GPU-sized buffers)."""
         with self._lock:
-            link.worker.links.remove(link)
+            worker = link.worker
+            worker.links.remove(link)
+            self._exiting = [w for w in self._exiting if w.process.poll() is None]  # no zombies
+            if worker.links or self._stopped or worker not in self._workers or not worker.alive():
+                return  # (a dead one is counted as died at the next assignment, or at ``stop``)
+            others = [w for w in self._workers if w is not worker and w.alive()]
+            coming = any(k.move_to is worker for w in others for k in w.links)
+            if not others or coming:
+                return
+            self._workers.remove(worker)
+            worker.hang_up()
+            self._let_go_cpu_s += worker.cpu_s
+            self._exiting.append(worker)
 
     def stop(self) -> None:
         """Stop every worker (after the connections finished)."""
@@ -343,6 +361,8 @@ class WorkerPool:
         until = time.monotonic() + _STOP_S  # one wait for all of them
         for worker in workers:
             worker.reap(until)
+        for worker in self._exiting:
+            worker.reap(until)
         self._retired.extend(workers)
         if self.reply_maps is not None:
             self.reply_maps.close()
@@ -351,7 +371,7 @@ class WorkerPool:
 
     @property
     def cpu_s(self) -> float:
-        return round(sum(w.cpu_s for w in self._retired), 3)
+        return round(sum(w.cpu_s for w in self._retired) + self._let_go_cpu_s, 3)
 
     @property
     def rss_anon_kib(self) -> int:

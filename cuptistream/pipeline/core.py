@@ -84,14 +84,15 @@ class ShutdownReport:
     collector_busiest_thread_cpu_s: float = 0.0
     # Decode worker processes (``pipeline.decode_workers``): how many started, died, probe
     # connections moved to a new worker (``auto``: a busy worker splits), their CPU time (not in
-    # ``collector_cpu_s``) and their own heaps together at the end.
+    # ``collector_cpu_s``; with those stopped when their last connection left) and the heaps of
+    # those still running at the end.
     decode_workers: int = 0
     decode_workers_died: int = 0
     decode_worker_moves: int = 0
     decode_workers_cpu_s: float = 0.0
     decode_workers_rss_anon_kib: int = 0
-    # ``worker_replies: shared``: replies whose events were packed into a reply slot, requests that
-    # found none idle (their events came over the socket), and the slots made.
+    # ``worker_replies: shared``: replies whose events were packed into a reply slot, slot takes
+    # that found none idle (those replies' events came over the socket), and the slots made.
     reply_slot_replies: int = 0
     reply_slot_full: int = 0
     reply_slots: int = 0
