@@ -80,3 +80,21 @@ def test_await_hangup_returns_when_another_thread_closed_the_socket() -> None:
     probe, _collector_end = _pair()
     probe.close()
     await_hangup(probe, 5.0)
+
+
+def test_a_probe_hangs_up_by_its_shutdown_deadline_when_the_collector_cannot_read() -> None:
+    """A collector whose intake is full under ``block`` reads nothing: the probe's Goodbye and its
+    wait for the hang-up keep to the shutdown deadline (``ProbeLink.close(until=...)``), so the
+    program is not held past it (before: up to 1 s of hang-up wait after it, besides the Goodbye)."""
+    from cuptistream.events import Resource
+    from cuptistream.probe.link import ProbeLink
+
+    probe, collector = _pair()
+    link = ProbeLink("unused", "s", Resource(host="h", pid=1, process_name="p", command_line=[]))
+    link._sock = probe  # connected; the collector's end is never read
+    began = time.monotonic()
+    link.close(until=began + 0.2)
+    assert time.monotonic() - began < 0.8, "the probe waited past its deadline"
+    received = sockets.receive(collector)  # the Goodbye was still sent
+    assert received is not None and isinstance(received[0], messages.Goodbye)
+    collector.close()

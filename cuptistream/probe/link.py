@@ -23,6 +23,8 @@ from cuptistream.libc import libc
 _PR_SET_PTRACER = 0x59616D61
 _CONTROL_WAIT_S = 2.0  # pool and stream announcements: rare, and the collector needs them
 _HANGUP_WAIT_S = 1.0  # after Goodbye, how long to wait for the collector to have read everything
+_GOODBYE_WAIT_S = 2.0  # room in the channel for the Goodbye
+_LAST_WORD_S = 0.1  # each of those two, at least, with the shutdown deadline spent
 
 
 def allow_reading_by(pid: int) -> None:
@@ -168,16 +170,22 @@ class ProbeLink:
         with contextlib.suppress(OSError):
             sock.close()
 
-    def close(self, stats: dict[str, int] | None = None) -> None:
-        """Say goodbye and hang up; the pools stay mapped in the collector until it has drained them."""
+    def close(self, stats: dict[str, int] | None = None, until: float | None = None) -> None:
+        """Say goodbye and hang up; the pools stay mapped in the collector until it has drained them.
+        ``until`` (a ``time.monotonic()``): the shutdown deadline's, which the Goodbye and the wait for
+        the collector's hang-up keep to (``_LAST_WORD_S`` at least); a collector that cannot read
+        now (its intake full under ``block``) would otherwise hold the program past it."""
         self.send_losses()
         sock = self._sock
         if sock is not None:
+            bound = None if until is None else max(_LAST_WORD_S, until - time.monotonic())
             with contextlib.suppress(OSError):
                 sock.setblocking(True)
-                sock.settimeout(2.0)
+                sock.settimeout(_GOODBYE_WAIT_S if bound is None else min(_GOODBYE_WAIT_S, bound))
                 sockets.send(sock, messages.Goodbye(stats=stats or {}))
-                await_hangup(sock, _HANGUP_WAIT_S)
+                if until is not None:
+                    bound = max(_LAST_WORD_S, until - time.monotonic())
+                await_hangup(sock, _HANGUP_WAIT_S if bound is None else min(_HANGUP_WAIT_S, bound))
             self._disconnected(sock)
         for pool in self.pools:
             pool.close()

@@ -210,7 +210,7 @@ class Probe:
         release.cancel()
         stats = {"activity_buffers": sum(o.buffers for o in self.emitter.outlets)}
         connected = self.link.connected
-        self.link.close(stats)
+        self.link.close(stats, until=ends)
         unsent = self.link.unsent_losses()
         if (unsent or not connected) and not self.quiet:
             note(f"the collector at {self.link.address} was gone; not handed over: {unsent or 'nothing'}")
