@@ -175,17 +175,18 @@ class ProbeLink:
         ``until`` (a ``time.monotonic()``): the shutdown deadline's, which the Goodbye and the wait for
         the collector's hang-up keep to (``_LAST_WORD_S`` at least); a collector that cannot read
         now (its intake full under ``block``) would otherwise hold the program past it."""
+
+        def within(seconds: float) -> float:
+            return seconds if until is None else min(seconds, max(_LAST_WORD_S, until - time.monotonic()))
+
         self.send_losses()
         sock = self._sock
         if sock is not None:
-            bound = None if until is None else max(_LAST_WORD_S, until - time.monotonic())
             with contextlib.suppress(OSError):
                 sock.setblocking(True)
-                sock.settimeout(_GOODBYE_WAIT_S if bound is None else min(_GOODBYE_WAIT_S, bound))
+                sock.settimeout(within(_GOODBYE_WAIT_S))
                 sockets.send(sock, messages.Goodbye(stats=stats or {}))
-                if until is not None:
-                    bound = max(_LAST_WORD_S, until - time.monotonic())
-                await_hangup(sock, _HANGUP_WAIT_S if bound is None else min(_HANGUP_WAIT_S, bound))
+                await_hangup(sock, within(_HANGUP_WAIT_S))
             self._disconnected(sock)
         for pool in self.pools:
             pool.close()
