@@ -447,8 +447,12 @@ class Loss(Event, tag="loss"):
 
 class StageStats(msgspec.Struct, kw_only=True):
     events_in: int = 0
-    events_out: int = 0
+    events_out: int = 0  # handed on (a sink: accepted by ``write``) and not lost since
     events_dropped: int = 0
+    # A sink's part of ``events_out``: acknowledged by its receiver (a file written, an HTTP 200, a
+    # Kafka ack), and waiting in its spool instead. ``delivered`` never counts a spooled event.
+    events_delivered: int = 0
+    events_spooled: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
     queued_bytes: int = 0

@@ -267,6 +267,18 @@ class Sink(abc.ABC):
         ``DeliveryError`` is counted by the pipeline already: do not count it here too."""
         return {}
 
+    def acknowledged_events(self) -> int | None:
+        """Events a receiver has acknowledged, cumulative, for a sink whose ``write`` returns before
+        that (it holds, then sends, as Kafka's does). None, the default: ``write`` returns only once
+        the batch is delivered, so everything it accepted and did not lose later counts as delivered."""
+        return None
+
+    def spooled_events(self) -> int:
+        """Events accepted by ``write`` that wait in the sink's own spool now (on its disk, for a
+        later send or the next run): neither delivered nor lost. Reported as ``events_spooled``;
+        never counted as delivered."""
+        return 0
+
     def where(self, key: str = "") -> str:
         """How every message about this sink starts: ``sinks[<name>]`` or ``sinks[<name>].<key>``."""
         return sink_where(self.name, key)

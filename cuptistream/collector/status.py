@@ -93,6 +93,8 @@ class StatusLine:
             state = "dropping" if grew else f"queued {mib} MiB" if mib else "ok"
             if sink_state != "ok":
                 state = sink_state if state == "ok" else f"{sink_state}, {state}"
+            if stats.events_spooled:  # held on the sink's disk: neither delivered nor lost
+                state += f", {_count(stats.events_spooled)} spooled"
             health.append(f"{lane.sink.name} {state}")
         errors = getattr(intake, "errors_reported", 0)
         return (

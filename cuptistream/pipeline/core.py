@@ -102,7 +102,9 @@ class ShutdownReport:
         for name, stats in self.sinks.items():
             health = self.health.get(name)
             state = f" ({health.state}: {health.problem})" if health and health.state != "ok" else ""
-            parts.append(f"{name}: {stats.events_out} delivered, {stats.events_dropped} dropped{state}")
+            spooled = f", {stats.events_spooled} spooled" if stats.events_spooled else ""
+            delivered = f"{stats.events_delivered} delivered{spooled}"
+            parts.append(f"{name}: {delivered}, {stats.events_dropped} dropped{state}")
         if self.intake_dropped:
             parts.append(f"intake dropped {self.intake_dropped}")
         if self.deadline_hit:

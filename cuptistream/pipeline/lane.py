@@ -409,7 +409,23 @@ class SinkLane:
         stats = StageStats(**{f: getattr(self.counters, f) for f in StageStats.__struct_fields__})
         stats.queued_bytes = self._queued_bytes
         stats.counters = self._ask_sink(self.sink.stats)
+        stats.events_spooled, stats.events_delivered = self._receipts(stats.events_out)
         return stats
+
+    def _receipts(self, events_out: int) -> tuple[int, int]:
+        """(spooled, delivered) of the ``events_out`` the sink accepted, never an exception."""
+        try:
+            spooled = max(0, int(self.sink.spooled_events()))
+            acked = self.sink.acknowledged_events()
+        except Exception as error:  # a sink bug must not stop the accounting
+            if not self._sink_failed:
+                self._sink_failed = True
+                problem = f"sink failed in its receipts: {type(error).__name__}: {error}"
+                self._report_error(self.stage, problem)
+            return 0, 0
+        if acked is None:  # ``write`` returned once delivered
+            return spooled, max(0, events_out - spooled)
+        return spooled, max(0, int(acked))
 
 
 def _without_where(message: str, where: str) -> str:

@@ -227,6 +227,10 @@ class Delivery:
         self.held_bytes = 0
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.lost: Counter[str] = Counter()  # events, by reason (LOSS_REASONS); all in dropped_events
+        # This run's events as a receiver sees them: acked (replays of an earlier run's spool left
+        # out), and waiting in the spool now. Neither of the spooled ones is delivered yet.
+        self.acked_this_run = 0
+        self.in_spool = 0
         self._thread = threading.Thread(target=self._run, name="cuptistream-kafka", daemon=True)
         self._thread.start()
 
@@ -275,6 +279,7 @@ class Delivery:
             spooled = messages[: len(messages) - len(refused)]
             self.counters["spooled_messages"] += len(spooled)
             self.counters["spooled_events"] += sum(m.events for m in spooled)
+            self.in_spool += sum(m.events for m in spooled)
             self._lose(refused, reason)
             self._cond.notify_all()
 
@@ -445,7 +450,10 @@ class Delivery:
         self.held_bytes -= item.nbytes
         self.counters["acked_messages"] += 1
         self.counters["acked_events"] += item.message.events
+        if item.reader is None or not item.reader.earlier_run:
+            self.acked_this_run += item.message.events
         if item.reader is not None:
+            self._left_spool(item)
             item.reader.outstanding -= 1
             self.counters["replayed_messages"] += 1
             self.counters["replayed_events"] += item.message.events
@@ -471,6 +479,7 @@ class Delivery:
             self.held_bytes -= item.nbytes
             self._lose([item.message], "rejected" if permanent else "retries_exhausted")
             if item.reader is not None:
+                self._left_spool(item)
                 item.reader.outstanding -= 1
             topic = item.message.topic
             why = str(error) if permanent else f"{type(error).__name__}, {item.backoff.give_up_reason()}"
@@ -485,6 +494,11 @@ class Delivery:
             f"{self._where}: the broker did not ack a message to {item.message.topic} "
             f"({type(error).__name__}); retrying with backoff",
         )
+
+    def _left_spool(self, item: _Item) -> None:
+        """A replayed message was acked or given up: this run's spooled events are fewer by its events."""
+        if item.reader is not None and not item.reader.earlier_run:
+            self.in_spool = max(0, self.in_spool - item.message.events)
 
     def _release_readers(self) -> None:
         assert self.spool is not None or not self._readers

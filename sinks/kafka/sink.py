@@ -190,6 +190,14 @@ class KafkaSink(Sink):
         stats["spool_bytes"] = spool.bytes if spool is not None else 0
         return stats
 
+    def acknowledged_events(self) -> int:
+        """This run's events the broker acked (replays of an earlier run's spool not included)."""
+        return self._delivery.acked_this_run if self._delivery is not None else 0
+
+    def spooled_events(self) -> int:
+        """This run's events waiting in the spool (``on_unavailable: spool``), not acked by a broker."""
+        return self._delivery.in_spool if self._delivery is not None else 0
+
     def delivery_losses(self) -> dict[str, int]:
         """Events accepted by ``write`` and then given up, by reason: ``rejected`` (an error no retry
         fixes), ``retries_exhausted`` (block mode: unacked ``retry.max_elapsed`` after the first send),

@@ -45,8 +45,11 @@ _decode = msgspec.msgpack.Decoder(Message).decode
 class SpoolReader:
     """Reads one finished segment message by message (only one frame decompressed at a time)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, earlier_run: bool = False) -> None:
         self.path = path
+        # Written by an earlier process: its messages are not among this run's events, so acking
+        # them delivers nothing this run counted (``Delivery.acked_this_run``).
+        self.earlier_run = earlier_run
         self.outstanding = 0  # messages handed out and not yet acked or dropped
         self.exhausted = False
         self.torn: TornTail | None = None
@@ -79,6 +82,7 @@ class Spool:
         self._unsealed_bytes = 0  # written to the live segment, not yet renamed
         self._waiting = 0  # finished segments not taken yet
         self._taken: set[Path] = set()
+        self._earlier: set[Path] = set()  # segments found at ``open``: an earlier run's
         self.bytes = 0  # on disk, all segments
 
     def open(self) -> None:
@@ -101,6 +105,7 @@ class Spool:
         leftover = list_segments(self.directory, PREFIX, SUFFIX)
         self.bytes = sum(p.stat().st_size for p in leftover)
         self._waiting = len(leftover)
+        self._earlier = set(leftover)
         if leftover:
             log.info(
                 "kafka spool: %d segments (%d bytes) left by an earlier run; replaying them first",
@@ -150,7 +155,7 @@ class Spool:
                 if found not in self._taken:
                     self._taken.add(found)
                     self._waiting = max(0, self._waiting - 1)
-                    return SpoolReader(found)
+                    return SpoolReader(found, earlier_run=found in self._earlier)
             if self._unsealed_bytes and self._writer is not None:
                 path = self._writer.rotate()
                 self._unsealed_bytes = 0
