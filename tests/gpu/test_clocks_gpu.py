@@ -359,7 +359,7 @@ def test_times_are_dated_at_the_capture(capture: Callable[[str], Capture], name:
     assert not missing, f"{name} → {sink}: nothing of {missing}; got {sorted(seen)}"
     far = far_from(seen, c.began_ns)
     assert not far, f"{name} → {sink}: times beyond an hour of the capture (worst, in s): {far}"
-    # Tighter than the acceptance asks: the source's own times fall within the run (clock pairing
+    # Tighter than the hour above: the source's own times fall within the run (clock pairing
     # error, CUPTI's timestamps of work queued before the run ended), give or take a minute.
     for key in SCENARIOS[name].expected[sink]:
         first, last = min(seen[key]), max(seen[key])
