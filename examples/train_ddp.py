@@ -5,8 +5,8 @@
 
 Each rank trains the same MLP on its own random batches; DDP all-reduces the gradients with NCCL
 every step. The run is deterministic in the work it launches (fixed seed, fixed step count), so two
-runs of the same command launch the same kernels: the GPU validation compares cuptistream's kernel
-count per rank with torch.profiler's on a second run.
+runs of the same command launch the same kernels: tests/gpu/test_multiprocess_gpu.py compares
+cuptistream's kernel count per rank with torch.profiler's on a second run.
 
 ``--out DIR`` writes ``DIR/rank{N}.json`` per rank: the device's ordinal and UUID, the step count,
 and the per-step wall times (ms, each step ends with a CUDA synchronize) after ``--warmup`` steps.

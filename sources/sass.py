@@ -1,7 +1,7 @@
 """SASS metrics source (type ``sass``): per-instruction metrics in short, periodic windows.
 
 Uses CUPTI's SASS Metrics API (``cupti_sass_metrics.h``, guide §2.11). Patched kernels run much
-slower (about 190x for a tight loop on the H100, DESIGN.md §5), so collection is duty-cycled: every
+slower (two orders of magnitude for a tight loop), so collection is duty-cycled: every
 ``period`` a worker thread opens a window on the configured device's context —
 
     SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable → decode
@@ -13,7 +13,7 @@ and a later session reuses it (``_kept_configs``).
 Metric names are checked against ``cuptiSassMetricsGetMetrics`` for the chip at start; an unknown
 name fails the source with a one-line error listing close matches. A CUPTI call that does not return
 within ``watchdog_timeout`` (a wedged flush has been reported under PyTorch) disables the source
-with an Error event; see ``docs/gpu-validation.md`` for what was seen on the GPU machine.
+with an Error event.
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ EVENT_RECORDS = 200  # instruction records per sass_metrics event (see window())
 _kept_configs: dict[int, list[tuple[int, int]]] = {}
 
 # Under a budget, a window is charged per window, not per second open: its cost is the kernels it
-# patches, whatever its length. On the H100 with CUPTI 13.0 a torch transformer's SASS window alone
-# patched almost nothing (0.01-0.18 s of Enable/Flush/Disable); with PC sampling enabled on the same
-# context every window patched ~78k instructions and the program lost 2-15 s, most of it in FlushData
-# while the launch queue's patched kernels drained (bench/results/2026-11-23c-h100,
-# docs/benchmarks.md). The prior is the worst window measured, so a first window does not overspend.
+# patches, whatever its length. On CUPTI 13.0 a torch transformer's SASS window alone patches almost
+# nothing (well under a second of Enable/Flush/Disable); with PC sampling enabled on the same context
+# every window patches tens of thousands of instructions and the program loses seconds, most of it in
+# FlushData while the launch queue's patched kernels drain (docs/performance.md, row "PC sampling and
+# SASS together"). The prior is the worst window measured, so a first window does not overspend.
 _PRIOR_WINDOW_COST_S = 15.0
 # Kernels launched before Disable still run patched after it: there, a PC sampling window that opened
-# right after a SASS window lost about 1 s more than one alone. No other source's window opens sooner.
+# right after a SASS window loses about a second more than one alone. No other source's window opens sooner.
 _SETTLE_S = 5.0
 
 
@@ -107,11 +107,11 @@ class SassMetricsSource(CuptiWorkerSource):
 
         driver.require_gpu()
         if driver.detached_once:
-            # Seen on the H200 with CUPTI 13.0: a SASS session after an earlier session's
-            # cuptiFinalize (PC sampling had run) crashed the process. Refuse rather than risk it.
+            # On CUPTI 13.0 a SASS session after an earlier session's cuptiFinalize (PC sampling had
+            # run) can crash the process. Refuse rather than risk it.
             raise UserError(
                 "SASS metrics cannot start after CUPTI was detached earlier in this process "
-                "(a crash was seen on CUPTI 13.0); start the sass source in the process's first session"
+                "(CUPTI 13.0 can crash); start the sass source before anything detaches CUPTI"
             )
         cfg = self.config
         self._stopping = threading.Event()
@@ -165,7 +165,7 @@ class SassMetricsSource(CuptiWorkerSource):
         ):
             # CUPTI detaches after us: unset first. While it stays attached the config is kept for
             # the process's next SASS session, because CUPTI 13.0 fails a SetConfig after an
-            # UnsetConfig with OUT_OF_MEMORY (docs/gpu-validation.md).
+            # UnsetConfig with OUT_OF_MEMORY.
             try:
                 self._call("cuptiSassMetricsUnsetConfig", sass.unset_config, self.config.device)
                 _kept_configs.pop(self.config.device, None)

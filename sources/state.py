@@ -9,11 +9,12 @@ result code.
 State notifications are rare and a fatal one may be the last thing the process says, so each is
 handed to the emitter at once (``report_error`` never blocks and never raises) rather than batched.
 Except repeats: CUPTI says "User did not give a new activity buffer" once per buffer it asked for
-while the activity source's pool was empty (97,753 times in 21 s for one program on the H100, each
-of those records already counted as ``cupti_buffer_dropped``), and an event per notification only
-filled the channel that was already full. So an error or warning whose result and message repeat
-within ``REPEAT_WINDOW_S`` of their last report is counted, not sent; the next report of it says
-how many came since, and ``stop`` reports what is still pending. Fatal errors are always sent.
+while the activity source's pool was empty (tens of thousands of times in seconds for a busy
+program, each of those records already counted as ``cupti_buffer_dropped``), and an event per
+notification only fills the channel that is already full. So an error or warning whose result
+and message repeat within ``REPEAT_WINDOW_S`` of their last report is counted, not sent; the next
+report of it says how many came since, and ``stop`` reports what is still pending. Fatal errors are
+always sent.
 
 Failure modes: ``start()`` raises ``SubscriberBusy`` when another tool holds CUPTI's callback
 subscriber, ``CuptiUnavailable`` without a driver.

@@ -1,5 +1,5 @@
-"""Every time a session's sinks delivered, read back as each sink's consumer would, in Unix-epoch ns
-(issue 14, clocks). Shared by the CPU tests (tests/test_clock_sinks.py: replay, synthetic) and the GPU
+"""Every time a session's sinks delivered, read back as each sink's consumer would, in Unix-epoch ns.
+Shared by the CPU tests (tests/test_clock_sinks.py: replay, synthetic) and the GPU
 tests (tests/gpu/test_clocks_gpu.py: activity, callbacks, state, pc_sampling, sass).
 
 Each reader returns ``{key: [times]}``: the file sink and Kafka ``jsonl`` by event type (``kernel``,

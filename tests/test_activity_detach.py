@@ -216,8 +216,8 @@ def _disabled(lib: FakeLibcupti) -> list[str]:
 def test_attached_between_windows_copies_stay_on_with_a_span_and_kernels_toggle(
     cupti: tuple[FakeLibcupti, FakeCupti],
 ) -> None:
-    """Toggling the copy and memset kinds per window with CUPTI attached crashed a CUPTI thread under
-    DDP on the H200 (docs/benchmarks.md): only the kernel kind goes off after a window; the others
+    """Toggling the copy and memset kinds per window with CUPTI attached crashes a CUPTI thread under
+    DDP on CUPTI 13.0: only the kernel kind goes off after a window; the others
     stay on, announced by one open span, so the statistics count them as traced throughout."""
     lib, _ = cupti
     emitter = Spans()

@@ -196,7 +196,8 @@ def test_between_windows_detaches_only_in_budget_mode_when_asked(
 
 
 def test_production_config_detaches_between_windows() -> None:
-    """Proven on the H100 with graphs, four launching threads and 2-rank DDP (docs/gpu-validation.md)."""
+    """The always-on config detaches CUPTI between windows; the GPU tests (tests/gpu/test_budget_gpu.py,
+    tests/gpu/test_detach_multigpu.py) prove that safe with graphs, launching threads and DDP."""
     from pathlib import Path
 
     config = load(Path(__file__).resolve().parent.parent / "configs" / "production.yaml")

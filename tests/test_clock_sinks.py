@@ -1,4 +1,4 @@
-"""Every time a sink emits is Unix-epoch ns, whatever the source (issue 14, clocks): a real session
+"""Every time a sink emits is Unix-epoch ns, whatever the source: a real session
 per source feeds the file sink, the OTLP sink (the real receiver) and the Kafka sink with
 ``value_format: jsonl`` (a real tansu broker), and every time read back lands within an hour of when
 the data was captured.

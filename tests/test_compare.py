@@ -431,7 +431,7 @@ def _rebuilt(recorded: dict, shared: bool) -> list[GpuWork]:
 
 @pytest.mark.parametrize("percent", [0, 5, 10, 20])
 def test_gpu_acceptance_checks_on_the_recorded_h100_runs(percent: int) -> None:
-    """The GPU test's assertions (``tests/gpu/test_compare_gpu.py``) on the first H100 run (4 gloo
+    """The GPU test's assertions (``tests/gpu/test_compare_gpu.py``) on a recorded H100 run (4 gloo
     ranks sharing one GPU), rebuilt from its recorded totals (``_rebuilt``)."""
     from tests.gpu.test_compare_gpu import check_clean, check_slow
 
@@ -448,8 +448,8 @@ def test_gpu_acceptance_checks_on_the_recorded_h100_runs(percent: int) -> None:
 @pytest.mark.parametrize("mode", ["full", "always-on"])
 @pytest.mark.parametrize("percent", [0, 5, 10, 20])
 def test_a_pair_of_ranks_names_its_straggler_on_the_recorded_nccl_runs(percent: int, mode: str) -> None:
-    """The 2-GPU NCCL runs of tests/gpu/test_compare_multigpu.py (2 x H100, 2026-11-27), which the
-    median rule could not judge (two ranks, no majority), rebuilt from their recorded totals and
+    """Recorded 2-GPU NCCL runs of tests/gpu/test_compare_multigpu.py (2 x H100), which the
+    median rule cannot judge (two ranks, no majority), rebuilt from their recorded totals and
     held to that test's assertions: nobody flagged without injection, rank 1 at 5, 10 and 20 % with
     the injected kernel first and its peer waiting longer in NCCL. With no injection the ranks'
     NCCL time differed by 20-23 %; their compute time by 0.2-0.4 %."""
@@ -461,9 +461,9 @@ def test_a_pair_of_ranks_names_its_straggler_on_the_recorded_nccl_runs(percent: 
         check_clean(result, recorded["workload"], 2)
         return
     if (mode, percent) == ("always-on", 5):
-        # Recorded before budget windows were aligned across ranks: rank 1's estimated sgemm time came
-        # out 2.07 s above its peer's (windows at phases of its own), more than the 1.77 s of injected
-        # matmuls, so the right rank is flagged with the injected kernel second, not first.
+        # This run's budget windows are not aligned across ranks (each at phases of its own): rank 1's
+        # estimated sgemm time is 2.07 s above its peer's, more than the 1.77 s of injected matmuls,
+        # so the right rank is flagged with the injected kernel second, not first.
         (outlier,) = result["outliers"]
         assert outlier["rank"] == "rank 1" and outlier["cause"].startswith("straggler")
         assert [k["name"][:6] for k in outlier["kernels_longer"][:2]] == ["void c", "nvjet_"]
@@ -532,11 +532,12 @@ ALWAYS_ON_RUNS = Path(__file__).resolve().parent.parent / "bench" / "results" / 
 
 @pytest.mark.parametrize("run", ["compare_always_on_run5", "compare_always_on_run6"])
 def test_recorded_always_on_runs_flag_counts_only_past_the_estimates_spread(run: str) -> None:
-    """The always-on H100 runs of tests/gpu/test_compare_gpu.py (before the estimate tolerance on
-    counts): their clean runs flagged a rank on its estimated kernel count alone (+3.8 %, -8.9 %).
-    The ranks' recorded counts, flagged as the rule flags them now: nobody in the clean run, the
-    slowed rank (extra kernels) in the others. Kernel time is left out (equal work values): the runs
-    recorded only its outcome on the work basis, which this change does not touch."""
+    """Recorded always-on H100 runs of tests/gpu/test_compare_gpu.py, whose clean runs have one
+    rank's estimated kernel count off by +3.8 % and -8.9 %: a rule without the estimate tolerance on
+    counts flags that rank on the count alone. The ranks' recorded counts, flagged by the rule:
+    nobody in the clean run, the slowed rank (extra kernels) in the others. Kernel time is left out
+    (equal work values): the runs recorded only its outcome on the work basis, which the count
+    tolerance does not touch."""
     for path in sorted((ALWAYS_ON_RUNS / run).glob("compare_always-on_slow_rank_*.json")):
         rows = json.loads(path.read_text())["compare"]["total"]["ranks"]
         assert len(rows) == 4 and all(r["basis"].startswith("statistics (estimated") for r in rows)

@@ -321,7 +321,7 @@ def _estimated_ranks(
 
 
 def test_an_estimated_rank_is_an_outlier_only_where_its_intervals_bear_it_out() -> None:
-    """The always-on 4 x H100 run at 5 % (2026-11-27): rank 0's estimated busy fraction came out 10 %
+    """A recorded always-on 4 x H100 run at 5 %: rank 0's estimated busy fraction came out 10 %
     under its peers' in one thinly traced interval (1.7 % of it traced) and 1.5-2 % under in the
     other two, which carried its whole-span busy 4.7 % under the median: flagged, though the same
     rank matched its peers in the full-mode run. One low interval of three does not make an
@@ -342,8 +342,8 @@ RECORDED_4_GPU = [
 
 @pytest.mark.parametrize("folder", RECORDED_4_GPU, ids=["unaligned", "aligned"])
 def test_the_recorded_4_gpu_always_on_runs_keep_only_the_slowed_rank(folder: Path) -> None:
-    """The always-on runs of tests/gpu/test_compare_multigpu.py on 4 x H100 with NCCL, before budget
-    windows were aligned (2026-11-27, 1 of 4 passed) and after (7 of 8 with full mode), filtered by
+    """Recorded always-on runs of tests/gpu/test_compare_multigpu.py on 4 x H100 with NCCL, one with
+    budget windows at each rank's own phases and one with them aligned across ranks, filtered by
     ``borne_out`` on their recorded interval counts (every rank had a row in every interval): every
     flagged rank other than the slowed one goes, and the slowed one stays wherever it was flagged."""
     from cuptistream.analysis.outliers import borne_out

@@ -1,4 +1,4 @@
-"""Decode workers (``pipeline.decode_workers``, issue 30) end to end: real ``cuptistream run``
+"""Decode workers (``pipeline.decode_workers``) end to end: real ``cuptistream run``
 collectors with replay probes over the shipped captures, real worker processes, memfds and sockets.
 
 - a worker decodes to exactly the events in-thread decoding writes (statistics included);
@@ -381,8 +381,8 @@ def _shared_replies(sink: Any) -> Iterator[tuple[Any, Any, Callable[[], None]]]:
 def test_a_links_replies_pack_one_after_another_into_its_slot_and_each_counts_its_own_part() -> None:
     """Under ``worker_replies: shared`` a link's consecutive replies go into one reply slot (its
     ``Arena``), the second after the first; the memory budget counts each reply's own part of the
-    slot (``ChunkGroup``), not the slot from its start. A slot per reply used up every slot within
-    the budget once the sinks fell behind (8 replay probes on the H200, docs/benchmarks.md)."""
+    slot (``ChunkGroup``), not the slot from its start. A slot per reply would use up every slot
+    within the budget as soon as the sinks fall behind with several probes."""
     from cuptistream.codec import Chunk
     from tests.gpu.workloads.collect import Collect
 

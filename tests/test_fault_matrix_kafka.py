@@ -1,4 +1,4 @@
-"""The Kafka column of the fault matrix (issue 33): a telemetry outage never stops, stalls or slows
+"""The Kafka column of the fault matrix: a telemetry outage never stops, stalls or slows
 the program. Real servers, started here:
 
 - ``closed``: a loopback port nothing listens on;
@@ -150,7 +150,7 @@ class Cell:
 CELLS = [
     *(Cell("closed", p) for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
     *(Cell("silent", p) for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
-    Cell("silent", "SASL_SSL", "spool"),  # the known hang of issue 33, with the broker-down mode
+    Cell("silent", "SASL_SSL", "spool"),  # a login that never completes, with the broker-down mode
     Cell("closed", "PLAINTEXT", "spool"),
     *(Cell("tls_stall", p) for p in ("SSL", "SASL_SSL")),
     *(Cell("stopped", p) for p in ("PLAINTEXT", "SSL")),

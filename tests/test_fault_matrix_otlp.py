@@ -1,4 +1,4 @@
-"""The OTLP rows of issue 33's fault matrix: a receiver that is down, silent, stalled mid-TLS-handshake,
+"""The OTLP rows of the fault matrix: a receiver that is down, silent, stalled mid-TLS-handshake,
 or answers 503, 401 or nothing never stops, stalls or slows the program, and every event is accounted.
 
 Every cell is a real ``cuptistream run`` of a program (a synthetic source, no GPU) with one OTLP sink,

@@ -1,4 +1,4 @@
-"""Fault tests with exact reconciliation (issue 16): for every fault, what the synthetic source emitted
+"""Fault tests with exact reconciliation: for every fault, what the synthetic source emitted
 equals what the sink delivered plus the losses cuptistream counted, event for event.
 
 - emitted: the synthetic source's count (``events: N`` is generated in full at a normal exit; where
@@ -410,7 +410,7 @@ def test_disk_full_and_recovery(tmp_path: Path) -> None:
     needs root, as in CI containers; elsewhere it skips rather than fill a real disk) for a second,
     then has room again: every batch is written once there is room again or counted
     (``delivery_failed``), writing resumes in the same run, and the files keep every frame written
-    before and after. The fault is visible while it lasts (issue 33): one ``Error`` event and one
+    before and after. The fault is visible while it lasts: one ``Error`` event and one
     stderr line when the sink starts failing, one each when it recovers, read back from the reference
     sink's recording and the run's stderr; the report's ``health`` counts the fault."""
     disk = tmp_path / "disk"
@@ -589,7 +589,7 @@ def _correlation_id(span: Any) -> int:
 def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
     """A program produces for about 54 s to an OTLP/HTTP sink (``timeout`` 2 s, retries within an 8 s
     deadline per batch, a 1 MiB ``drop_newest`` queue) whose receiver, driven by the test's clock,
-    accepts everything for 2 s (the sink comes up: issue 33's background connect, whose empty export
+    accepts everything for 2 s (the sink comes up: its background connect, whose empty export
     would otherwise meet the faults instead of the batches), then
     answers 503 with ``Retry-After: 1`` (15 s), 503 without it (15 s), then answers after 3 s, past the
     sink's timeout (6 s), then after 0.2 s (5 s), then resets every connection without an answer

@@ -331,7 +331,7 @@ def test_each_process_gets_its_own_file_set_in_order(tmp_path: Path) -> None:
 
 
 def test_process_writers_share_one_zstd_context(tmp_path: Path) -> None:
-    # A zstd context per process grew the collector ~3.5 MiB per probe (issue 30); writes come one
+    # A zstd context per process would grow the collector by a few MiB per probe; writes come one
     # at a time, so the sink's writers share one (the test above reads each process's frames back).
     import msgspec
     from helpers.batchgen import RESOURCE

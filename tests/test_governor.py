@@ -1,4 +1,4 @@
-"""The overhead governor on the CPU (issue 17): a fake cost signal drives it, and the duty cycle it
+"""The overhead governor on the CPU: a fake cost signal drives it, and the duty cycle it
 chooses must hold the budget. The cost signal is fake because the real one (CUPTI control calls and
 patched kernels) needs a GPU; tests/gpu and bench/sampling_overhead.py measure that one."""
 

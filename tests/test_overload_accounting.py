@@ -1,5 +1,5 @@
-"""Overload against a slow receiver, for every ``pipeline.full_policy`` x lane ``queue.full_policy``
-(issue 33): the accounting adds up exactly, stage by stage, and the recording says what the report says.
+"""Overload against a slow receiver, for every ``pipeline.full_policy`` x lane ``queue.full_policy``:
+the accounting adds up exactly, stage by stage, and the recording says what the report says.
 
 Each cell is a real ``cuptistream run``: a synthetic source at full speed for 2 s (the observed
 program's probe queue, then the collector's intake, both 2 MiB under the cell's ``full_policy``)
@@ -18,7 +18,7 @@ so the 2 s ``shutdown_deadline`` passes while the OTLP lane writes: its rest is 
 (``sink:otlp/shutdown_deadline``) before the final accounting. With ``block`` lanes the receiver
 stays quick and the deadline is 30 s, long enough to drain: had it passed, the chunks the distributor
 held (waiting for the OTLP lane's room) would be lost for ``ref`` too, so ``ref`` could no longer
-count the control events on its own. That case, issue 33's own (``drop_newest`` intake, ``block``
+count the control events on its own. That case (``drop_newest`` intake, ``block``
 lanes, the receiver stuck), is ``test_the_last_intervals_losses_reach_the_recording``: the intake
 still holds data at the deadline, and the recording's losses must still equal the report's.
 
@@ -102,7 +102,7 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any
     for intake, lane in combos:
         (base / f"{intake}-{lane}").mkdir()
     outcomes: dict[tuple[str, str], Any] = {}
-    (base / "issue-33").mkdir()
+    (base / "deadline").mkdir()
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {
             (intake, lane): pool.submit(
@@ -115,7 +115,7 @@ def cells(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any
             )
             for intake, lane in combos
         }
-        futures["issue 33", ""] = pool.submit(run_cell, base / "issue-33", "drop_newest", "block", True, "2s")
+        futures["deadline", ""] = pool.submit(run_cell, base / "deadline", "drop_newest", "block", True, "2s")
         for combo, future in futures.items():
             try:
                 outcomes[combo] = future.result()
@@ -161,7 +161,7 @@ def test_overload_accounting_is_exact(cells: dict[tuple[str, str], Any], intake:
 
 
 def test_the_last_intervals_losses_reach_the_recording(cells: dict[tuple[str, str], Any]) -> None:
-    outcome = cells["issue 33", ""]
+    outcome = cells["deadline", ""]
     if isinstance(outcome, BaseException):
         raise outcome
     report, recorded, kernels, _ = outcome

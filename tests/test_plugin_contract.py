@@ -1,4 +1,4 @@
-"""The plug-in contract (issue 27): ``cuptistream.plugin`` is what a third-party source or sink
+"""The plug-in contract: ``cuptistream.plugin`` is what a third-party source or sink
 imports, its ``__all__`` is pinned here as trio's ``test_exports`` pins trio's; the old import paths
 still work for one release; the lane applies every sink's ``retry`` and ``timeout`` keys to ``write``.
 """

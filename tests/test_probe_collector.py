@@ -110,8 +110,8 @@ def test_resource_kinds_are_enabled_with_a_dump_of_what_predates_cupti(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """CUPTI makes device records at CUDA's initialization and context/stream records at creation; a
-    probe attached later (the usual case) sees them only through cuptiActivityEnableAndDump. On the
-    H100 the plain enable gave no device event, so no hw.gpu.memory.limit (docs/gpu-validation.md)."""
+    probe attached later (the usual case) sees them only through cuptiActivityEnableAndDump. A plain
+    enable gives no device event there, and so no hw.gpu.memory.limit."""
     from cuptistream.cupti import driver, gpus, library
     from cuptistream.sources.activity import ActivitySource, ActivitySourceConfig
 

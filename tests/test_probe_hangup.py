@@ -1,7 +1,7 @@
 """The probe's hang-up: after Goodbye the collector shuts its side, and the probe closes only then
 (``probe.link.await_hangup``), so it never closes with a reply unread. Closed with one unread, a
 Unix SEQPACKET socket resets, and its peer's next read fails before the messages still queued for it
-are read (16 programs exiting at once on one H100 left 4-5 connections "reset by peer"). Real
+are read (with many programs exiting at once, some connections end "reset by peer"). Real
 socket pairs, a real collector's probe connection (the collector itself not started)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What ``records.walk`` does with a real capture that has an unknown or torn record in the middle.
 
 ``test_activity_decode`` checks the walk on clean captures and on a three-record buffer; these pin
-the rest of its contract on real buffers, the contract any faster walk must keep (issue 30): which
+the rest of its contract on real buffers, the contract any faster walk must keep: which
 sizes it asks the learner for, and where; what it leaves in the layouts; which error it raises.
 """
 
@@ -55,7 +55,7 @@ def _with_kind(data: bytes, offset: int, kind: int) -> bytes:
 
 def _deep_in_a_run(records: list[tuple[int, int]]) -> int:
     """The index of a record 100 records into the capture's longest run of one kind (577 kernels):
-    where a walk that steps over runs in bulk would be (one was tried: issue 30)."""
+    where a walk that steps over runs in bulk would be, and must still notice an odd record."""
     start, best, length = 0, (0, 0), 0
     for i, (_, kind) in enumerate(records):
         length = length + 1 if i and kind == records[i - 1][1] else 1

@@ -121,7 +121,7 @@ class FakeSass:
         if self.flush_error:
             raise CuptiError("cuptiSassMetricsFlushData", self.flush_error, "fake failure")
         # As CUPTI does: every record patched so far, also those after GetDataProperties; a buffer
-        # without room for them is CUPTI's OUT_OF_MEMORY (and on the H100, a corrupt heap).
+        # without room for them is CUPTI's OUT_OF_MEMORY (or a corrupt heap).
         if buffer.records < len(self.records) or buffer.instances != self.instances:
             raise CuptiError("cuptiSassMetricsFlushData", 8, "buffer too small")
         self.buffers.append(buffer)
@@ -330,7 +330,7 @@ def test_records_dropped_at_disable_are_a_loss(h: Harness) -> None:
 
 def test_records_patched_after_the_query_fit_and_are_decoded(h: Harness) -> None:
     """Kernels launched between GetDataProperties and FlushData add records. The buffer has room for
-    them (the H100 crash: a buffer sized to the query), and every one is decoded, none twice."""
+    them (a buffer sized to the query lets CUPTI corrupt the heap), and every one is decoded, none twice."""
     source, emitter = h.session()
     h.fake.records = list(WINDOW)
     h.fake.patched_after_query = 1  # the query saw all but one

@@ -1,4 +1,4 @@
-"""A planted secret appears in no output unless explicitly enabled (issue 16, acceptance).
+"""A planted secret appears in no output unless explicitly enabled.
 
 One unique token is planted where a user keeps secrets: the OTLP sink's ``headers_env`` variable,
 ``OTEL_EXPORTER_OTLP_HEADERS``, the Kafka sink's ``sasl_password_env`` variable, and a

@@ -145,7 +145,7 @@ def test_front_door_decodes_when_there_is_room_and_sheds_one_connection_at_a_tim
 def test_buffers_being_decoded_count_against_the_lanes() -> None:
     """Each admitted buffer reserves ``RESERVE_PER_BYTE`` times its bytes until ``decoded``: with
     decode workers several are decoded at once, and the lanes must have room for all their events
-    (16 programs on one H100 dropped 1.37 M events after decoding them without this). A buffer that
+    (without this, many programs under one collector drop events after decoding them). A buffer that
     only those in flight leave without room waits for one to be decoded, and is then admitted, not
     shed. Its own events are not counted against it: an idle pipeline admits one of any size."""
 

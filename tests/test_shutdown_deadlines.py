@@ -1,4 +1,4 @@
-"""Every policy combination shuts down within ``shutdown_deadline`` + 2 s (issue 16), measured.
+"""Every policy combination shuts down within ``shutdown_deadline`` + 2 s, measured.
 
 Each combination is a real ``cuptistream run`` with a synthetic flood feeding three sinks at once,
 each stalled its own way:
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 POLICIES = ("block", "drop_newest", "drop_oldest")
 DEADLINE_S = 2.0
-GRACE_S = 2.0  # the acceptance bound: shutdown_deadline + 2 s
+GRACE_S = 2.0  # the bound every combination must meet: shutdown_deadline + 2 s
 
 PROGRAM = """
 import signal, sys, time

@@ -1,4 +1,4 @@
-"""The component model every sink shares (issue 15): the same ``queue``/``batch``/``retry``/``timeout``
+"""The component model every sink shares: the same ``queue``/``batch``/``retry``/``timeout``
 keys with the same defaults, documented once; one retry policy; one error form; and a sink's own
 losses (``Sink.delivery_losses``) reaching ``SelfStats``, ``Loss`` events and the shutdown report."""
 
@@ -240,7 +240,7 @@ def test_delivery_losses_become_loss_events_self_stats_and_the_report() -> None:
 def test_kafka_losses_after_acceptance_reach_self_stats_loss_events_and_the_report(
     kafka_broker: TansuBroker,
 ) -> None:
-    """Acceptance (issue 15): the broker stops after writes were accepted; block mode gives the
+    """The broker stops after writes were accepted; block mode gives the
     messages up after retry.max_elapsed; every one of them is in SelfStats, a Loss event and the
     shutdown report, with the reason the Kafka sink gives."""
     from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig

@@ -113,8 +113,8 @@ def test_a_sink_failing_for_a_while_is_said_once_then_recovered(capsys: Any) -> 
 def test_a_recovery_while_the_pipeline_drains_reaches_the_other_sinks(capsys: Any) -> None:
     """The sink fails until after the program ended (a disk full until the end of the run), so it
     recovers while the lanes drain, after the distributor stopped: its ``recovered`` event still
-    reaches the other sink, with the final accounting (it was left in the intake before; CI saw it
-    missing from tests/test_fault_reconciliation.py's disk-full run once)."""
+    reaches the other sink, with the final accounting, rather than staying in an intake nobody reads
+    any more (tests/test_fault_reconciliation.py's disk-full run depends on it)."""
     config = {"pipeline": {"batch": {"max_events": 100, "max_latency": "20ms"}}, "sinks": [{"type": "null"}]}
     other = MemorySink("other", queue=QueueConfig(max_bytes=64 << 20, full_policy="block"))
     flaky = FlakySink("late", healthy_at=math.inf)
@@ -123,7 +123,7 @@ def test_a_recovery_while_the_pipeline_drains_reaches_the_other_sinks(capsys: An
             session.emitter.emit(_kernels(start, 100))
         time.sleep(0.3)  # failing by now
         # Recovers while the session stops, after the distributor returned (about 0.7 s after this
-        # block on the 2-core VM; without the fix the ``recovered`` event then never left the intake).
+        # block on a 2-core machine; a ``recovered`` event emitted then must still leave the intake).
         flaky.healthy_at = time.monotonic() + 2.0
     lines = [line for line in capsys.readouterr().err.splitlines() if "sinks[late]" in line]
     assert len(lines) == 2 and "recovered after" in lines[1], lines

@@ -409,7 +409,7 @@ def _bursty_program(seed: int) -> tuple[LaunchRate, LaunchRate]:
     """A program held to a rate: a 50 ms burst of calls every 80 ms (one every 20 us), then a wait;
     150 ms windows at random phases, one every 1-3 s, for 120 s. It calls at the same rate traced or
     not, so the true correction is 1. Returns the windows seen as their spans, and as the spans of
-    their records alone (the inside rate before 2026-11-27 came from those)."""
+    their records alone (the spans that read a waiting program's rate low)."""
     rng = np.random.default_rng(seed)
     t0 = 1000 * SECOND
     period, burst, gap = 80_000_000, 50_000_000, 20_000
@@ -435,8 +435,8 @@ def _bursty_program(seed: int) -> tuple[LaunchRate, LaunchRate]:
 
 
 def test_a_program_that_waits_between_bursts_is_counted_by_its_windows_spans() -> None:
-    """W2 and W4 held to a fixed rate read -7.5 % and -7.8 % kernels per iteration when the rate
-    inside a window came from its records' span (2026-11-27, H100): a window that opens or closes in
+    """W2 and W4 held to a fixed rate read about 7.5 % too few kernels per iteration when the rate
+    inside a window comes from its records' span: a window that opens or closes in
     a wait has records over part of it only. Over the window's own span the correction is 1."""
     for seed in range(3):
         by_span, by_records = _bursty_program(seed)

@@ -1,4 +1,4 @@
-"""TLS for the network sinks (issue 16): each tested with a CA this file makes, and a wrong CA refused
+"""TLS for the network sinks: each tested with a CA this file makes, and a wrong CA refused
 with a clear one-line error.
 
 ``openssl`` makes a CA, a server certificate it signs (SAN ``127.0.0.1`` and ``localhost``), and a
@@ -192,7 +192,7 @@ def otlp_sink(endpoint: str, ca: Path, **extra: Any) -> dict[str, Any]:
 
 def assert_refused(outcome: Run, needle: str) -> None:
     """Nothing delivered, every event counted lost (a certificate that does not verify stops the
-    sink: issue 33), and one Error event naming the certificate."""
+    sink: no retry makes it verify), and one Error event naming the certificate."""
     assert outcome.returncode == 0, outcome.stderr
     assert "Traceback" not in outcome.stderr, outcome.stderr
     assert outcome.report is not None

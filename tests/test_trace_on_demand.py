@@ -1,4 +1,4 @@
-"""``cuptistream trace --for``: a window on demand on a running job, with no GPU (issue 26).
+"""``cuptistream trace --for``: a window on demand on a running job, with no GPU.
 
 Real processes and sockets, no mocks: ``cuptistream run`` replays the committed H200 captures
 endlessly through its probes (``replay``, ``loops: 0``) into the file sink, and ``cuptistream

@@ -57,8 +57,8 @@ class ActivitySourceConfig(SourceConfig):
     align: Literal["job", "none"] = "job"
     continuous: list[str] = []  # budget mode: kinds also traced between windows
     # Budget mode: what its windows trace; [] = the GPU-work kinds among ``kinds`` (what the
-    # statistics need). API kinds cost a per-cbid filter pass at each window's start (8-11 ms during
-    # which the program's launches wait on the H100), so they belong to on-demand windows.
+    # statistics need). API kinds cost a per-cbid filter pass at each window's start (milliseconds
+    # during which the program's launches wait), so they belong to on-demand windows.
     window_kinds: list[str] = []
     # "all": the raw records go to the sinks; "on_demand": only those of on-demand windows (the
     # collector's statistics still see every record).

@@ -1,12 +1,12 @@
 """When budget windows open: at phases of the process's own, or together with every rank of its job.
 
-A rank inside a window runs slower (full tracing: 1.38x the iteration time of a 2-rank DDP job on
-the H100), so in a job that synchronizes its ranks (NCCL, gloo) it is the straggler for as long as
-the window is open, and its untraced peers wait for it. With windows at phases of each rank's own,
-each rank's statistics come from the moments it waited least: on 2 and 4 H100s with NCCL the
-all-reduce's share of kernel time came out 10 points low, and ``compare`` flagged clean ranks on
-NCCL time (docs/gpu-validation.md, "Multi-GPU runs"). When every rank traces the same moments, the
-job is slowed as a whole, as in a ``full`` run, and what the ranks record is comparable.
+A rank inside a window runs slower (full tracing costs a DDP rank's step a noticeable fraction:
+docs/performance.md, row "full mode per DDP rank", measures it against bare CUPTI), so in a job that
+synchronizes its ranks (NCCL, gloo) it is the straggler for as long as the window is open, and its
+untraced peers wait for it. With windows at phases of each rank's own, each rank's statistics come
+from the moments it waited least: the all-reduce's share of kernel time comes out low, and
+``compare`` flags clean ranks on NCCL time. When every rank traces the same moments, the job is
+slowed as a whole, as in a ``full`` run, and what the ranks record is comparable.
 
 ``JobSchedule`` needs no messages between ranks: the wall clock is cut into slots of ``slot_s`` (the
 source's longest window, the same in every rank of a job that shares a config), and a hash of the

@@ -11,7 +11,7 @@ It runs in the observed process (the probe) and does per-buffer work only:
 
 Per-cbid API filters (``runtime_api``/``driver_api``) are applied *after*
 ``cuptiActivityEnable(RUNTIME/DRIVER)``: enabling a kind resets its filter, so filters set before
-are lost (measured: every API call recorded).
+are lost (with filters set first, every API call is recorded).
 
 ``stop()`` disables the kinds, forces a flush (every buffer is handed over), waits briefly for the
 collector to read them (record names point into CUPTI's memory), and then, where no other CUPTI
@@ -21,12 +21,12 @@ user remains and ``detach`` is set, calls ``cuptiFinalize``.
 (``windows``); the kinds in ``continuous`` and the resource kinds (device, context, stream) stay on
 between them. With ``between_windows: detach`` CUPTI is detached after each window once the
 collector has read its buffers (``driver.park``) and attached again at the next: attached with
-nothing traced, CUPTI still costs every kernel launch about 1 µs (``bench/launch_cost.py``: +25 %
-per empty-kernel launch on the H100), and only ``cuptiFinalize`` takes that off. The resource kinds
-are then dumped at each window's start instead. Detaching while the process has a CUDA graph made
-its replays fail (``cudaErrorLaunchFailure`` on the H100), so the source detaches only where it
-started before any CUDA context (it has seen every graph) and stops for good at the first graph
-(a resource callback on graph creation and instantiation), with one warning event. Where CUPTI
+nothing traced, CUPTI still costs every kernel launch about 1 µs (``bench/launch_cost.py`` measures
+it), and only ``cuptiFinalize`` takes that off. The resource kinds are then dumped at each window's
+start instead. Detaching while the process has a CUDA graph makes its replays fail
+(``cudaErrorLaunchFailure``), so the source detaches only where it started before any CUDA context
+(it has seen every graph) and stops for good at the first graph (a resource callback on graph
+creation and instantiation), with one warning event. Where CUPTI
 stays attached after a window, the copy and memset kinds stay on from then on (``KEPT_ON_KINDS``).
 
 In either mode ``open_window`` traces an on-demand window (``cuptistream trace``). Every span in
@@ -74,9 +74,9 @@ GRAPH_CBIDS = (9, 11, 18)
 # The kinds of GPU work: what the collector's statistics are computed from.
 GPU_WORK_KINDS = frozenset({"concurrent_kernel", "kernel", "memcpy", "memcpy2", "memset"})
 # Kinds never disabled while CUPTI stays attached: once a window enabled them they stay on (a span
-# says so) until CUPTI detaches or the source stops. Toggling them per window crashed a CUPTI thread
-# under DDP (H200, CUPTI 13.0: SIGSEGV within 18-52 s at ~3 windows/s in 5 of 5 runs; with only the
-# kernel kinds toggled, none in ~330 windows). Copies and memsets are few next to kernels.
+# says so) until CUPTI detaches or the source stops. Toggling them per window crashes a CUPTI thread
+# under DDP on CUPTI 13.0 (a SIGSEGV within a minute at a few windows a second), while toggling only
+# the kernel kinds does not. Copies and memsets are few next to kernels.
 KEPT_ON_KINDS = frozenset({"memcpy", "memcpy2", "memset"})
 
 
@@ -157,7 +157,7 @@ class ActivitySource(Source):
         # CUPTI's thread or the program's, inside the CUDA call: a flag and, once, a queued event.
         if self._may_detach:
             self._may_detach = False
-            self._no_detach("the process made a CUDA graph (a detach made graph replays fail on the H100)")
+            self._no_detach("the process made a CUDA graph (a detach makes graph replays fail)")
 
     def _no_detach(self, why: str) -> None:
         self.emitter.report_error(
@@ -307,8 +307,8 @@ class ActivitySource(Source):
             end = driver.timestamp()
             self._keep_on(kept, end)
         # Work launched in the window may still be queued on the GPU: a forced flush now would hand
-        # over its records incomplete (no end time) and the window would undercount (-12% kernels on
-        # a launch-bound MLP step on the H100). Our thread waits; the program does not.
+        # over its records incomplete (no end time) and the window would undercount the kernels of a
+        # launch-bound program. Our thread waits; the program does not.
         time.sleep(_DRAIN_S)
         with self._lock:
             if window not in self._spans:

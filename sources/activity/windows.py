@@ -1,8 +1,9 @@
 """Windows of full tracing: ``activity.mode: budget``'s, at random phases under ``overhead.budget``,
 and deep windows on demand (``cuptistream trace --for``), in either mode.
 
-Continuous tracing costs the program 1.3-1.7x its untraced time on the H100 (docs/benchmarks.md),
-so under a budget the source traces its kinds only inside windows. One thread runs them, one at a
+Continuous tracing costs the program a large fraction of its untraced time (docs/performance.md,
+row "bare CUPTI against untraced"), so under a budget the source traces its kinds only inside
+windows. One thread runs them, one at a
 time:
 
 - **Budget windows.** The governor's ``Throttle`` plans each window's length and the pause before
@@ -34,9 +35,9 @@ from .schedule import FreeSchedule, Schedule
 
 # What tracing costs the observed program per record the collector decoded, in seconds: CUPTI's work
 # on the launching thread plus the instrumented kernels' extra GPU time, from (traced - untraced)
-# time per iteration over records per iteration of bench/overhead_gpu.py's workloads on the H100
-# (docs/benchmarks.md, "Activity windows"). The largest per-workload figure is used: a budget is a
-# ceiling.
+# time per iteration over records per iteration of bench/overhead_gpu.py's workloads, measured on an
+# H100 (a calibration: another chip's costs differ). The largest per-workload figure is used: a budget
+# is a ceiling.
 UNIT_COST_S: dict[str, float] = {
     "kernel": 8.0e-6, "graph_kernel": 1.0e-6, "api": 2.0e-6, "memcpy": 8.0e-6, "memset": 8.0e-6,
 }  # fmt: skip

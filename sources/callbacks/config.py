@@ -12,7 +12,7 @@ from cuptistream.cupti import api_functions
 CallbackDomainName = Literal["resource", "synchronize", "nvtx", "runtime", "driver"]
 
 # Launches, copies, sets and synchronizations: what a performance engineer reads first, at a
-# fraction of the cost of every API call (DESIGN.md §5).
+# fraction of the cost of every API call: each traced call costs the launching thread a callback.
 DEFAULT_RUNTIME_API = [
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cudaGraphLaunch",
     "cudaMemcpy", "cudaMemcpyAsync", "cudaMemset", "cudaMemsetAsync",

@@ -28,7 +28,8 @@ How it runs:
 - A CUPTI call that does not return within ``watchdog_timeout`` disables the source with an Error
   event (``cuptistream.cupti.watchdog``).
 
-Defaults come from the H200 measurements in ``docs/gpu-validation.md`` and ``docs/benchmarks.md``.
+The defaults (window, pause, sampling period, buffer sizes) are sized from measurements of torch
+programs; what they cost is docs/performance.md's row "PC sampling and SASS together".
 
 Modules: ``source`` (start, stop, resource callbacks), ``attach`` (Enable, configure, Disable per
 context), ``schedule`` (the worker and each context's tick), ``windows`` (window lengths and pauses,

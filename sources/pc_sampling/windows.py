@@ -10,7 +10,7 @@ from cuptistream.probe.governor import PC_SAMPLING_KERNEL_SLOWDOWN, Governor, Th
 from .config import PcSamplingConfig
 
 # Under a budget: the pause past which windows get shorter, the shortest window, and the cost per second of
-# open window assumed until one is measured (H100, torch MLP: docs/benchmarks.md).
+# open window assumed until one is measured (a torch MLP's, measured on an H100: a calibration).
 _MAX_PAUSE_S = 600.0
 _MIN_WINDOW_S = 0.05
 _PRIOR_UNIT_COST = 0.85

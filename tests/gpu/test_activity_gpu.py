@@ -1,4 +1,5 @@
-"""GPU acceptance for the activity source (issue 3). Runs on the GPU test machine; skipped elsewhere.
+"""GPU acceptance for the activity source: every kind decoded against known launches. Runs on a GPU
+machine; skipped elsewhere.
 
 Each test runs its workload in a fresh process: CUPTI is process-wide state, and a real program
 under ``cuptistream run`` is what users run.
@@ -161,7 +162,7 @@ def test_per_thread_buffers_reaches_cupti_as_configured(
 ) -> None:
     """``CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER`` (9) as the program sees it under ``cuptistream
     run``: the value given, or CUPTI's own default when unset (1 from CUPTI 13 on, says
-    ``cupti_activity.h``; until 2026-11-29 the config claimed ``false`` and wrote nothing)."""
+    ``cupti_activity.h``): an unset config writes nothing, so it must not be reported as ``false``."""
     pytest.importorskip("torch")
     fields = {} if per_thread_buffers is None else {"per_thread_buffers": per_thread_buffers}
     cfg = _config(tmp_path, kinds=["concurrent_kernel"], **fields)

@@ -1,4 +1,4 @@
-"""GPU acceptance of always-on mode (issue 26): budget windows, statistics, and a deep window on demand.
+"""GPU acceptance of always-on mode: budget windows, statistics, and a deep window on demand.
 
 - ``configs/production.yaml`` on a torch step loop: the activity source traces only in windows (the
   recording holds no raw kernel, only statistics and ``trace_window`` events), the statistics say
@@ -145,9 +145,9 @@ def test_trace_for_opens_a_full_window_on_a_running_job(tmp_path: Path) -> None:
 
 
 # Plain launches, then CUDA graphs captured and replayed, under budget windows that detach CUPTI
-# (between_windows: detach). Detaching while graphs existed made their replays fail with
-# cudaErrorLaunchFailure on the H100 (2026-11-28), so the source must stop detaching at the first
-# graph; every replay's work is checked. float64: the sum stays exact past 2**24 adds.
+# (between_windows: detach). Detaching while graphs exist makes their replays fail with
+# cudaErrorLaunchFailure, so the source must stop detaching at the first graph; every replay's work
+# is checked. float64: the sum stays exact past 2**24 adds.
 GRAPHS = r"""
 import json, sys, time, torch
 plain_s, graphs_s = float(sys.argv[1]), float(sys.argv[2])

@@ -1,4 +1,5 @@
-"""GPU acceptance for the callbacks and state sources (issue 3). Runs on the GPU test machine only.
+"""GPU acceptance for the callbacks and state sources: known NVTX, API, module and stream activity
+comes back as events. Runs on a GPU machine only.
 
 The workload runs in a fresh process (CUPTI's subscriber is process-wide) and reports what it did;
 the events come back through the file sink and the public reader.
@@ -104,6 +105,6 @@ def test_forced_cupti_error_is_reported_and_program_continues(run: tuple[dict[st
     assert any("kind 9999:" in f and "accepted" not in f for f in did["forced"])
     errors = [e for e in events if isinstance(e, Error)]
     assert not [e for e in errors if e.origin.startswith("source:")], errors  # no callback failed
-    # Invalid kinds are refused by the API call itself; CUPTI raised no state callback for them
-    # (recorded in docs/gpu-validation.md), so any cupti_state Error here must be well formed.
+    # Invalid kinds are refused by the API call itself and CUPTI raises no state callback for them,
+    # so any cupti_state Error here must be well formed.
     assert all(e.severity in ("fatal", "error", "warning") for e in errors if e.origin == "cupti_state")

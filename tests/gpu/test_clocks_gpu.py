@@ -1,5 +1,5 @@
-"""GPU acceptance for issue 14: every live source's times are epoch ns in every sink, and the OTLP
-sink's GPU metrics (``hw.gpu.*``) are right on a real GPU. Runs on the GPU test machine; skipped
+"""GPU acceptance for clocks: every live source's times are epoch ns in every sink, and the OTLP
+sink's GPU metrics (``hw.gpu.*``) are right on a real GPU. Runs on a GPU machine; skipped
 elsewhere.
 
 **Clocks** (``test_times_are_dated_at_the_capture``, one per source and sink). Each live source runs
@@ -15,8 +15,8 @@ be there. The CPU tests (tests/test_clock_sinks.py) do the same for ``replay`` a
 
 * ``activity``: kernels, copies, sets, API records, NVTX ranges and allocations of a torch program.
 * ``callbacks``: API, NVTX, synchronization and resource callbacks of the same kind of program.
-* ``state``: CUPTI raised no state callback that we could provoke on the GPU (docs/gpu-validation.md,
-  issue 3), so the program hands the running state source two ``CUpti_StateData`` notifications (an
+* ``state``: no program we can write makes CUPTI raise a state callback on demand, so the program
+  hands the running state source two ``CUpti_StateData`` notifications (an
   error and a warning) as CUPTI would, from inside the probe: they travel the live path (probe
   emitter → collector → sinks) with the probe's clock. Real ``cupti_state`` events, if any, are
   checked the same way.
@@ -132,9 +132,9 @@ while time.monotonic() < end:
 print(json.dumps({"steps": steps, "at": time.time_ns()}))
 """
 
-# SASS on CUPTI 13.0 (H100) gave records in some windows and none in others for the same torch
-# kernels (docs/gpu-validation.md): the program moves to a kernel it has not launched before every
-# 0.6 s, so some of the six windows see a fresh one.
+# SASS on CUPTI 13.0 gives records in some windows and none in others for the same torch kernels:
+# the program moves to a kernel it has not launched before every 0.6 s, so some of the six windows
+# see a fresh one.
 ELEMENTWISE_FRESH = r"""
 import json, sys, time
 import torch
@@ -359,7 +359,7 @@ def test_times_are_dated_at_the_capture(capture: Callable[[str], Capture], name:
     assert not missing, f"{name} → {sink}: nothing of {missing}; got {sorted(seen)}"
     far = far_from(seen, c.began_ns)
     assert not far, f"{name} → {sink}: times beyond an hour of the capture (worst, in s): {far}"
-    # Tighter than the acceptance asks: the source's own times fall within the run (clock pairing
+    # Tighter than the hour above: the source's own times fall within the run (clock pairing
     # error, CUPTI's timestamps of work queued before the run ended), give or take a minute.
     for key in SCENARIOS[name].expected[sink]:
         first, last = min(seen[key]), max(seen[key])

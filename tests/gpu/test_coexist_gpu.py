@@ -1,4 +1,4 @@
-"""GPU acceptance for sharing CUPTI with torch.profiler (issue 25). Runs on the H100 test machine.
+"""GPU acceptance for sharing CUPTI with torch.profiler. Runs on a GPU machine.
 
 - Under ``cuptistream run`` with the default config, torch.profiler on its schedule API records
   exactly the per-kernel-name counts it records with no cuptistream; the recording holds one

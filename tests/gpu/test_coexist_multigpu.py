@@ -1,4 +1,4 @@
-"""GPU acceptance: torch.profiler on one rank of a torchrun job under ``cuptistream run`` (issue 32).
+"""GPU acceptance: torch.profiler on one rank of a torchrun job under ``cuptistream run``.
 
 Needs two GPUs or more; on fewer it skips (the one-process version is
 ``tests/gpu/test_coexist_gpu.py``, whose workload and constants this reuses). Two ranks, a GPU each,
@@ -12,8 +12,7 @@ API (3 cycles), rank 1 the same steps with no profiler. Three jobs:
    none, and its kernels are exactly those it records in job 3 (its probe never stepped aside);
 3. the same under ``cuptistream run`` with nobody profiling: rank 1's kernels, name for name.
 
-With ``CUPTISTREAM_GPU_RESULTS=DIR`` the counts go to ``DIR/coexist_torchrun.json``. Passed on 2 H100s
-on 2026-11-27 (docs/gpu-validation.md, "Multi-GPU runs").
+With ``CUPTISTREAM_GPU_RESULTS=DIR`` the counts go to ``DIR/coexist_torchrun.json``.
 """
 
 from __future__ import annotations
@@ -41,9 +40,7 @@ def gpus() -> int:
     torch = pytest.importorskip("torch")
     count = torch.cuda.device_count()
     if count < WORLD:
-        pytest.skip(
-            f"needs {WORLD} or more GPUs, this machine has {count} (issue 32: nvidia-h200-x2 or larger)"
-        )
+        pytest.skip(f"needs {WORLD} or more GPUs, this machine has {count}")
     return count
 
 

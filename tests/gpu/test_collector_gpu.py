@@ -1,4 +1,4 @@
-"""GPU acceptance for the probe/collector split (issue 11). Runs on the GPU test machine.
+"""GPU acceptance for the probe/collector split. Runs on a GPU machine.
 
 Every test runs a real program under ``cuptistream run`` (the program is the probe, the CLI process
 the collector) and counts what arrived against what the program did, with exact launch counts from

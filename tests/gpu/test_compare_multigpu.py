@@ -1,6 +1,6 @@
-"""GPU acceptance of ``cuptistream compare`` and ``export`` across GPUs with NCCL (issue 32).
+"""GPU acceptance of ``cuptistream compare`` and ``export`` across GPUs with NCCL.
 
-Needs two GPUs or more (``nvidia-h200-x2`` or larger); on fewer it skips, and the one-GPU version is
+Needs a host with two GPUs or more; on fewer it skips, and the one-GPU version is
 ``tests/gpu/test_compare_gpu.py``. One rank per GPU (up to 4) under ``torchrun`` in
 ``tests/gpu/workloads/slow_rank.py --backend nccl``: each step's gradient is all-reduced with NCCL on
 the GPU, so the peers of a slowed rank wait for it inside the NCCL kernel. Per mode (``full``, and the
@@ -15,9 +15,8 @@ always-on ``configs/production.yaml``, as in the one-GPU test):
   started its kernel earlier and waited.
 
 With ``CUPTISTREAM_GPU_RESULTS=DIR`` each run's ``compare`` JSON, the workload's calibration and the
-export's alignment are written to ``DIR``. Ran on 2 and 4 H100s on 2026-11-27 (docs/gpu-validation.md,
-"Multi-GPU runs"): `full` mode passed on 4. Two ranks then flagged nothing
-(the median rule needs 3); they are compared as a pair since (``outliers.flag_pair``).
+export's alignment are written to ``DIR``. With two ranks the median rule (which needs 3) cannot
+flag either, so a pair is compared as a pair (``outliers.flag_pair``).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ def world() -> int:
     torch = pytest.importorskip("torch")
     gpus = torch.cuda.device_count()
     if gpus < 2:
-        pytest.skip(f"needs 2 or more GPUs, this machine has {gpus} (issue 32: nvidia-h200-x2 or larger)")
+        pytest.skip(f"needs 2 or more GPUs, this machine has {gpus}")
     return min(gpus, 4)
 
 

@@ -3,7 +3,7 @@
 ``python -m tests.gpu.workloads.callbacks_workload OUT_DIR`` runs everything inside one
 ``cuptistream.session`` (the callbacks source sets ``NVTX_INJECTION64_PATH`` itself, before the
 first NVTX call) and prints one JSON line saying what it did. Then, with the session closed, it
-checks that a second session can subscribe again, and that a foreign subscriber makes the callbacks
+checks that a new session can subscribe again, and that a foreign subscriber makes the callbacks
 source fail with a message naming it.
 """
 

@@ -208,7 +208,7 @@ def sass_part(cuda: Cuda, result: dict[str, Any], lazy: bool = True, key: str = 
         timings.append(timed(cuda, counted, launches, 132, 128, out))
         t.join()
         # One launch between windows, as a running program makes: with back-to-back windows the
-        # kernel gave no data after the first (docs/gpu-validation.md).
+        # kernel gives no data after the first.
         timed(cuda, counted, 1, 132, 128, out)
     src.stop()
     base = timed(cuda, counted, launches, 132, 128, out)

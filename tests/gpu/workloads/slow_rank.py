@@ -16,7 +16,7 @@ matmul_ms)``, at least 1 when ``slowdown > 0``, so the job's step gets ``slowdow
 decides when ``--seconds`` have passed and the decision rides on the all-reduce, so every rank runs
 the same number of steps.
 
-``--backend nccl`` (issue 32): one GPU per rank (``LOCAL_RANK``), and each step ends with an NCCL
+``--backend nccl``: one GPU per rank (``LOCAL_RANK``), and each step ends with an NCCL
 all-reduce of a ``--allreduce-mb`` gradient on the GPU, then the stop flag's, also on the GPU. A fast
 rank then waits for the slow one inside the NCCL kernel, on its GPU: the peers' extra NCCL time that
 ``compare`` names as the sign of a straggler.
