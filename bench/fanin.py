@@ -44,8 +44,6 @@ was dropped (``--full-policy block``; the collector's statistics events are deri
 ``--workers W[,W2...]`` sets ``pipeline.decode_workers`` (each W is run for each N, interleaved);
 CPU, cores and RSS then count the collector's decode worker processes too (``workers_*`` apart).
 
-``--profile`` records the collector and its decode workers with py-spy (``bench/profile_stages.py``
-reads the stacks; the programs, also the collector's children, are sampled and left out there);
 ``--collector-cpus`` / ``--program-cpus`` pin the collector and the programs apart.
 """
 
@@ -68,9 +66,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import profile_stages  # bench/ is no package: its own folder on the path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTROL = {"Loss", "SelfStats", "Error"}  # the collector's accounting, not the probes' data
@@ -316,21 +311,9 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
         command, cwd=where, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     )
     watch = ProcWatch(collector.pid)
-    spy = None
-    if args.profile:  # sampled from outside: py-spy reads the collector's memory, no GIL taken
-        spy = subprocess.Popen(["py-spy", "record", "--pid", str(collector.pid), "--rate", str(args.profile_rate),
-                                "--format", "raw", "--threads", "--subprocesses",
-                                # py-spy unwinds native stacks only with the process paused
-                                *(["--native"] if args.profile_native else ["--nonblocking"]),
-                                *(["--gil"] if args.profile_gil else []),
-                                "-o", str(where / "profile.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     code = collector.wait(timeout=args.seconds * 20 + 120)
     wall = _now() - began
     watch.stop()
-    if spy is not None:
-        spy.wait(timeout=60)
-        if (where / "profile.txt").exists():
-            profile_stages.keep_collector(where / "profile.txt")
     if code != 0:
         raise SystemExit(f"fanin: `cuptistream run` exited {code} for N={n} (see {where})")
     report = json.loads(report_path.read_text())
@@ -623,20 +606,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shutdown-deadline", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: a temporary one)")
     parser.add_argument("--no-check", dest="check", action="store_false", help="skip reading the files back")
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="py-spy the collector and its decode workers (raw stacks: n*/profile.txt)",
-    )
-    parser.add_argument("--profile-rate", type=int, default=200)
-    parser.add_argument(
-        "--profile-gil", action="store_true", help="with --profile: only samples holding the GIL"
-    )
-    parser.add_argument(
-        "--profile-native",
-        action="store_true",
-        help="with --profile: native frames too (C extensions, numpy, zstd; slower to sample)",
-    )
     parser.add_argument(
         "--collector-cpus", default="", help="pin the collector (cuptistream run) to these CPUs, e.g. 0-7"
     )

@@ -140,42 +140,6 @@ def test_a_node_collector_in_front_of_a_two_rank_job(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "ddp-n2" / "result.json").read_text())["probes"] == 2
 
 
-def _profile_stages() -> Any:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import profile_stages
-
-    return profile_stages
-
-
-# py-spy --subprocesses --threads --format raw, as it recorded `cuptistream run -- sh -c PROGRAMS`: each
-# sample names its process chain first. The programs' `python -c SOURCE` command lines hold newlines
-# and quotes, and one sample of such a program once broke the summary ("invalid literal for int()").
-_COLLECTOR = 'process 10:"python -m cuptistream.cli run -c cfg.yaml -- sh -c a; b"'
-_PROGRAM = 'process 30:"python -c \nimport os, sys\nx = os.environ.get("FANIN_DEVICE", "0")\nblock(200)\n"'
-_WORKER = 'process 20:"python -m cuptistream.collector.workers 18"'
-RAW_PROFILE = (
-    f"{_COLLECTOR};{_PROGRAM};thread (30): MainThread;block (bench/workloads.py:9) 7\n"
-    f"{_COLLECTOR};{_WORKER};thread (20): MainThread;serve (w.py:1);Packer.pack (cuptistream/cupti/columnar.py:80) 5\n"
-    f"{_COLLECTOR};{_WORKER};thread (20): MainThread;serve (w.py:1);add (cuptistream/statistics/busy.py:40) 2\n"
-    f"{_COLLECTOR};thread (11): Trio thread 0;FrameEncoder.frame (sinks/file.py:5) 3\n"
-)
-
-
-def test_profile_stages_counts_the_collector_and_its_workers_not_the_programs(tmp_path: Path) -> None:
-    stages = _profile_stages()
-    profile = tmp_path / "profile.txt"
-    profile.write_text(RAW_PROFILE)
-    expected = collections.Counter({
-        ("pack: columnar msgpack (hot kinds)", "worker: MainThread"): 5,
-        ("statistics", "worker: MainThread"): 2,
-        ("zstd compress", "collector: Trio thread"): 3,
-    })  # fmt: skip
-    assert stages.stages(profile) == (expected, 10)
-    stages.keep_collector(profile)  # what fanin.py --profile keeps: one line a sample, no program
-    assert len(profile.read_text().splitlines()) == 3 and "FANIN_DEVICE" not in profile.read_text()
-    assert stages.stages(profile) == (expected, 10)
-
-
 def test_an_out_folder_holding_an_earlier_run_is_refused_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text("{}")
     command = [sys.executable, str(ROOT / "bench" / "fanin.py"), "--probes", "1", "--out", str(tmp_path)]
