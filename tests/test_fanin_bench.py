@@ -53,7 +53,7 @@ def test_the_steady_rate_leaves_the_start_out_and_needs_two_seconds_of_samples()
 
 
 def test_the_overload_ratio_pairs_each_run_of_n_probes_with_the_same_run_of_2n() -> None:
-    """Issue 30's overload item from the runs themselves: 2N / N per run, window and steady."""
+    """Overload from the runs themselves: 2N / N per run, window and steady."""
     fanin: Any = _fanin()
 
     def run(n: int, r: int, rate: float, steady: float | None) -> dict[str, Any]:
@@ -67,6 +67,15 @@ def test_the_overload_ratio_pairs_each_run_of_n_probes_with_the_same_run_of_2n()
                                   "steady_median": 0.8}  # fmt: skip
     assert found["16/8/wauto"]["window"] == [round(1.0 / 1.8, 3)]
     assert fanin.overload_ratios([run(4, 0, 1.0, None), run(6, 0, 1.0, None)]) == {}
+    printed = fanin.rows(runs)  # the rows the bench ends with
+    assert (
+        printed[0]
+        == "4 probes, workers auto, 2 runs: delivered 2.00 [2.00..2.00] M events/s (steady 2.50 [2.50..2.50])"
+    )
+    assert (
+        "overload 8/4/wauto probes: delivered 2N / N 0.975 [0.900..1.050] (steady 0.800 [0.800..0.800])"
+        in printed
+    )
 
 
 def test_gpu_programs_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
