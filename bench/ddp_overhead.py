@@ -14,7 +14,7 @@ order so no mode always runs first:
 
 Every rank reports its median step time (each step ends with a CUDA synchronize, after warm-up).
 Per round and rank, the ratios cuptistream/none and cuptistream/bare are taken within the round;
-the table gives median [min-max] over rounds, per rank; the last lines are the headline rows,
+the table gives median [min..max] over rounds, per rank; the last lines are the headline rows,
 cuptistream/bare per rank as median [min..max] (the goal: at most 1.05). The raw numbers go to
 ``--out`` (default ``bench/out/ddp_overhead.json``).
 """

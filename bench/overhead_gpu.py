@@ -42,7 +42,7 @@ a wall-clock limit still ends with its table. For more rounds or longer windows,
 over several runs (e.g. ``--workloads W1,W3`` then ``W2,W4``) and ``--merge`` their files.
 
 Reading the results: the table printed last has, per workload and mode, the per-iteration time in µs
-as median [min-max] over rounds, its ratio to ``none`` and, for cuptistream and kineto, to ``bare``
+as median [min..max] over rounds, its ratio to ``none`` and, for cuptistream and kineto, to ``bare``
 (same round). The goal is ``cuptistream / bare`` ≤ 1.05 and ``cuptistream / none`` below
 ``kineto / none``. Spreads wider than the differences between modes mean noise: run more rounds.
 The second table gives, for cuptistream, the collector's CPU seconds per million activity records,
@@ -456,7 +456,7 @@ def _num(report: dict[str, Any] | None, key: str) -> float | None:
 
 def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> str:
     lines = [
-        "| workload | mode | µs / iteration, median [min-max] | ratio to none | ratio to bare | failed |",
+        "| workload | mode | µs / iteration, median [min..max] | ratio to none | ratio to bare | failed |",
         "|---|---|---|---|---|---|",
     ]
     for w in workloads:
