@@ -337,7 +337,7 @@ def run_one(
     workload: str, args: argparse.Namespace, label: str, no_session: bool = False
 ) -> dict[str, Any] | None:
     """One session's process (or torchrun job) and what it wrote; None, said in one line, if it failed."""
-    # A crash prints every thread's Python stack (a SIGSEGV in a DDP session left none, 2026-11-28).
+    # A crash prints every thread's Python stack (a native crash in a DDP rank otherwise leaves none).
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / ("ranks" if args.ddp else "result.json")
