@@ -1,5 +1,5 @@
 /*
- * bare_cupti.c: "bare CUPTI", the floor that cuptistream's overhead is measured against (DESIGN.md §5, §9).
+ * bare_cupti.c: "bare CUPTI", the floor that cuptistream's overhead is measured against.
  *
  * A minimal CUPTI activity client, loaded into a CUDA program through the driver's injection hook:
  *

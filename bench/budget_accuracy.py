@@ -1,8 +1,11 @@
 """Always-on statistics against a full trace: the same deterministic workload once under
 ``configs/default.yaml`` (``mode: full``) and once under ``configs/production.yaml`` (budget windows),
-in separate processes, compared on what the collector's statistics report (issue 26).
+in separate processes, compared on what the collector's statistics report.
 
-    python bench/budget_accuracy.py --workloads W2,W4,W5 --seconds 300 --out accuracy.json
+    python bench/budget_accuracy.py --workloads W2,W4,W5 --seconds 300 --rate 70
+
+The results go to ``--out`` (default ``bench/out/budget_accuracy.json``); the last lines printed are
+the headline rows, one per workload.
 
 Per workload and mode it runs ``cuptistream run -c CONFIG -o DIR -- python bench/workloads.py
 --workload W --seconds S`` and reads the ``activity_stats`` and ``gpu_stats`` events back. Compared:
@@ -14,33 +17,33 @@ Per workload and mode it runs ``cuptistream run -c CONFIG -o DIR -- python bench
   as ``compare`` scales it: weighting by traced time over-weights the phases where the governor's
   windows run longer, W5's cheap W4 phase);
 - for the budget run, the traced fraction, the windows (``trace_window`` events), and the
-  recording's bytes on disk per hour of the run (issue 26's statistics volume: a budget recording
-  with no deep window holds the statistics and the few state and accounting events).
+  recording's bytes on disk per hour of the run (the statistics' volume: a budget recording with no
+  deep window holds the statistics and the few state and accounting events).
 
-Under DDP (``--ddp N``, issue 32) each run is ``torchrun --standalone --nproc_per_node=N
+Under DDP (``--ddp N``) each run is ``torchrun --standalone --nproc_per_node=N
 bench/workloads.py --workload D1`` (a GPU per rank, gradients all-reduced with NCCL), iterations are
 summed over the ranks, and the NCCL kernels' figures are compared per device as well (recorded, not
 part of the verdict): estimated NCCL kernels per iteration, NCCL time per iteration, and NCCL's
 share of kernel time, from ``activity_stats`` rows with ``nccl`` set::
 
-    python bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 --out accuracy_ddp.json
+    python bench/budget_accuracy.py --ddp 2 --workloads D1 --seconds 60 --out bench/out/accuracy_ddp.json
 
 ``--modes budget`` runs the ``production.yaml`` recording alone, with no full run to compare against:
-issue 26's statistics volume over one long recording (``bench/gpu_session.sh``'s ``volume`` steps)::
+the statistics' volume over one long recording, against the bound of 2 MB per GPU-hour::
 
-    python bench/budget_accuracy.py --modes budget --workloads W4 --seconds 660 --out volume.json
+    python bench/budget_accuracy.py --modes budget --workloads W4 --seconds 660 --out bench/out/volume.json
 
 ``--rate R`` holds the workload to R iterations per second in both runs (``bench/pacing.py``; R
 below what the ``full`` run sustains, e.g. 80 for W4's ~85/s under full tracing): unpaced, full
 tracing slows the program and its GPU idles more, so busy compares only at equal work per second.
 Each run says whether it kept pace::
 
-    python bench/budget_accuracy.py --workloads W4 --seconds 300 --rate 70 --out accuracy_paced.json
+    python bench/budget_accuracy.py --workloads W4 --seconds 300 --rate 70
 
 It reports the recording's bytes per GPU-hour (per hour of the run, over the ranks' GPUs under
 ``--ddp``), its windows and traced fraction.
 
-``compare`` is pure (CI tests it on recorded events); ``main`` needs the GPU machine.
+``compare`` is pure (CI tests it on recorded events); ``main`` needs a GPU.
 """
 
 from __future__ import annotations
@@ -216,7 +219,7 @@ def run(
     return stats, iterations
 
 
-VOLUME_BOUND_MB = 2.0  # issue 26: at most 2 MB of statistics per GPU-hour at the defaults
+VOLUME_BOUND_MB = 2.0  # the bound: at most 2 MB of statistics per GPU-hour at the defaults
 
 
 def volume(workload: str, seconds: float, budget: dict[str, Any], iterations: int) -> dict[str, Any]:
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="W2,W4,W5")
     parser.add_argument("--seconds", type=float, default=300.0)
-    parser.add_argument("--out", type=Path, default=Path("budget_accuracy.json"))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "budget_accuracy.json")
     parser.add_argument(
         "--ddp", type=int, default=0, metavar="N", help="run under torchrun with N ranks (D1)"
     )
@@ -267,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         "sustains), so their GPU busy compares at equal work per second",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
+    rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for workload in args.workloads.split(","):
             stats, iterations = {}, {}
@@ -276,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                     workload, "budget", args.seconds, Path(tmp), args.ddp, args.rate
                 )
                 results.append(volume(workload, args.seconds, stats["budget"], iterations["budget"]))
-                print(volume_line(results[-1]), flush=True)
+                rows.append(volume_line(results[-1]))
+                print(rows[-1], flush=True)
                 args.out.write_text(json.dumps(results, indent=1))
                 continue
             for mode in ("full", "budget"):
@@ -292,13 +298,13 @@ def main(argv: list[str] | None = None) -> int:
             if paced is not None and not all(paced.values()):
                 print(f"{workload}: a run fell behind {args.rate:g} iterations/s ({paced}): its busy is not "
                       "comparable; lower --rate", flush=True)  # fmt: skip
-            print(f"{workload}: top-10 worst {verdict['top10_worst_points']:.2f} pts, kernels/iteration "
-                  f"{100 * verdict['kernel_count_error']:+.2f}%, busy {verdict['busy_points']['full']:.1f} vs "
-                  f"{verdict['busy_points']['budget']:.1f}% ({verdict['busy_points']['full_at_budget_rate']:.1f}% at equal rate), traced {100 * verdict['budget_traced_fraction']:.2f}% "
-                  f"in {verdict['budget_windows']} windows, budget recording "
-                  f"{stats['budget']['recording_mb_per_hour']:.2f} MB/h -> {'pass' if verdict['pass'] else 'MISS'}"
-                  f" ({'pass' if verdict['pass_at_equal_rate'] else 'MISS'} at equal rate)",
-                  flush=True)  # fmt: skip
+            rows.append(f"{workload}: top-10 worst {verdict['top10_worst_points']:.2f} pts, kernels/iteration "
+                        f"{100 * verdict['kernel_count_error']:+.2f}%, busy {verdict['busy_points']['full']:.1f} vs "
+                        f"{verdict['busy_points']['budget']:.1f}% ({verdict['busy_points']['full_at_budget_rate']:.1f}% at equal rate), traced {100 * verdict['budget_traced_fraction']:.2f}% "
+                        f"in {verdict['budget_windows']} windows, budget recording "
+                        f"{stats['budget']['recording_mb_per_hour']:.2f} MB/h -> {'pass' if verdict['pass'] else 'MISS'}"
+                        f" ({'pass' if verdict['pass_at_equal_rate'] else 'MISS'} at equal rate)")  # fmt: skip
+            print(rows[-1], flush=True)
             for device, row in verdict["nccl"].items():
                 print(f"{workload} device {device} NCCL: kernels/iteration {row['full']['kernels_per_iteration']:.2f} "
                       f"full vs {row['budget']['kernels_per_iteration']:.2f} budget, ms/iteration "
@@ -306,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"kernel time {row['full']['share_of_kernel_time']:.1f} vs {row['budget']['share_of_kernel_time']:.1f} %",
                       flush=True)  # fmt: skip
             args.out.write_text(json.dumps(results, indent=1))
+    print(f"\nwrote {args.out}", flush=True)
+    for row in rows:
+        print(row, flush=True)
     return 0
 
 

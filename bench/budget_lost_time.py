@@ -1,12 +1,16 @@
 """What always-on mode (``configs/production.yaml``) costs W1-W4, read from the program's own block
-times around each activity window, with the method's null measured in the same process (issue 26).
+times around each activity window, with the method's null measured in the same process.
 
-Run on the GPU machine (torch, cupti-python and cuptistream importable)::
+Run on a GPU machine (torch, cupti-python and cuptistream importable)::
 
-    python bench/budget_lost_time.py --workloads W1,W2,W3,W4 --sessions 5 --seconds 25 --out lost.json
+    python bench/budget_lost_time.py --workloads W1,W2,W3,W4 --sessions 5 --seconds 25
+
+The result JSON goes to ``--out`` (default ``bench/out/budget_lost_time.json``); the last lines
+printed are the headline rows: per workload (per rank under DDP), the cost pooled over every window
+of every session, both nulls and the resolution (``bench/lost_pooled.py``).
 
 Each session is its own process (a session started and stopped inside a process leaves CUPTI
-detached mid-run, which costs the blocks after it; see bench/budget_overhead.py). In it:
+detached mid-run, which costs the blocks after it). In it:
 
 1. ``cuptistream.session(config)`` starts before any CUDA context (probe in this process, collector
    in its own), as ``cuptistream run`` starts it: only then may the activity source detach CUPTI
@@ -24,17 +28,17 @@ detached mid-run, which costs the blocks after it; see bench/budget_overhead.py)
 
 ``--late-session`` starts the session after the base part instead, with CUDA in use: the source
 then never detaches (a CUDA graph it did not see may exist), so CUPTI stays attached between
-windows. Every run before 2026-11-29 measured that way, whatever the config said.
+windows, as for a session a program starts in-process after its first CUDA work.
 
 A second null comes from the session itself: pretend windows in the middle of the gaps between real
 windows' spans (the untouched time), valued with the real windows marked as touched.
 
-**Under DDP** (``--ddp N``, issue 32): each session is ``torchrun --standalone --nproc_per_node=N``
+**Under DDP** (``--ddp N``): each session is ``torchrun --standalone --nproc_per_node=N``
 of this script, and every rank does the above itself: its own ``cuptistream.session`` (its probe, its
 collector process), its own base, windows and nulls, and writes ``rank{R}.json``. Ranks stop every
 loop after the same block (``workloads.agreed``). ``D1`` (``bench/workloads.py``) is the DDP step::
 
-    python bench/budget_lost_time.py --ddp 2 --workloads D1 --sessions 5 --seconds 30 --out ddp.json
+    python bench/budget_lost_time.py --ddp 2 --workloads D1 --sessions 5 --seconds 30 --out bench/out/ddp.json
 
 A rank's window also slows its peers, which wait for it in the gradient all-reduce: valued against
 its own windows only, a rank misses what the others' windows cost it (and counts that as its
@@ -46,13 +50,15 @@ The method sees what happens near windows. Between windows the probe holds CUPTI
 kind enabled, or has detached it, and the collector runs on other cores; a cost spread evenly over
 the session would not show here, so the JSON also keeps the block time between windows over the
 base part's (same process, a minute apart: a drift check, not a resolved cost; the base part runs
-with the session on but before its first window, or with no session under ``--late-session``). ``--drift`` is there to settle it: after each
-session, the same process runs again with no session at all (``--no-session``), and the summary
-sets the sessions' between-windows/base against these no-session runs' later/base (a DDP job's
-block time moved 10-17 % between its base part and the session's gaps on 2 x H100, 2026-11-27)::
+with the session on but before its first window, or with no session under ``--late-session``).
+``--drift`` is there to settle it: after each session, the same process runs again with no session
+at all (``--no-session``), and the summary sets the sessions' between-windows/base against these
+no-session runs' later/base (a DDP job's block time can move by more than the cost measured here
+between its base part and the session's gaps). The whole-process figure that does see such a cost
+is ``bench/overhead_gpu.py --modes none,cuptistream --config configs/production.yaml``::
 
     python bench/budget_lost_time.py --ddp 2 --workloads D1 --sessions 4 --seconds 40 --base 40 --drift
-    python bench/budget_lost_time.py --workloads W1 --sessions 5 --seconds 25 --drift   # gpu_session.sh drift1
+    python bench/budget_lost_time.py --workloads W1 --sessions 5 --seconds 25 --drift
 """
 
 from __future__ import annotations
@@ -331,7 +337,7 @@ def run_one(
     workload: str, args: argparse.Namespace, label: str, no_session: bool = False
 ) -> dict[str, Any] | None:
     """One session's process (or torchrun job) and what it wrote; None, said in one line, if it failed."""
-    # A crash prints every thread's Python stack (a SIGSEGV in a DDP session left none, 2026-11-28).
+    # A crash prints every thread's Python stack (a native crash in a DDP rank otherwise leaves none).
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         result_path = Path(tmp) / ("ranks" if args.ddp else "result.json")
@@ -443,11 +449,11 @@ def summarize(sessions: list[dict[str, Any]], keys: tuple[str, ...] = KEYS) -> d
     return {"sessions": len(sessions), **{k: mmm(k) for k in keys}}
 
 
-GOAL, NULL_RESOLVED = 0.01, 0.003  # issue 32: <= 1 % on every rank, with a null within 0.3 %
+GOAL, NULL_RESOLVED = 0.01, 0.003  # the goal: <= 1 % on every rank, with a null within 0.3 %
 
 
 def verdict(row: dict[str, Any]) -> dict[str, bool | None]:
-    """One rank's summary against issue 32's goal: the median cost (own windows, and every rank's)
+    """One rank's summary against the goal: the median cost (own windows, and every rank's)
     at most 1 %, and the median of every null within 0.3 % (else the method did not resolve it).
     None where a figure is missing, and all None where a session had no window (nothing measured)."""
     if not row.get("windows") or row["windows"]["min"] == 0:
@@ -496,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", type=float, default=12.0, help="seconds of the null before the session")
     parser.add_argument("--settle", type=float, default=1.0)
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--out", type=Path, default=Path("budget_lost_time.json"))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "budget_lost_time.json")
     parser.add_argument(
         "--ddp", type=int, default=0, metavar="N", help="each session a torchrun job of N ranks (a GPU each)"
     )
@@ -508,8 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--late-session",
         action="store_true",
-        help="start the session after the base part, with CUDA in use: CUPTI then stays attached between "
-        "windows (every run before 2026-11-29 measured this way)",
+        help="start the session after the base part, with CUDA in use: CUPTI then stays attached between windows",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-session", action="store_true", help=argparse.SUPPRESS)
@@ -525,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(result, default=str))
         return 0
     results = {}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
         sessions, drift = run_sessions(workload, args)
         if args.ddp:
@@ -555,6 +561,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"difference {_pct(d[label + 'difference_of_medians'])}", flush=True)  # fmt: skip
         args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
                                        indent=1, default=str))  # fmt: skip
+    print(f"\nwrote {args.out}; pooled over each workload's sessions:", flush=True)
+    for result in results.values():
+        for label, p in result["pooled"].items():
+            print(line(label, p), flush=True)
     return 0
 
 

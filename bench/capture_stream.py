@@ -1,15 +1,17 @@
 """Capture what a busy GPU hands the collector: a workload's activity buffers as the default config's
 activity source completes them (4 MiB buffers, the default kinds and API filters), as a capture file.
 
-    python bench/capture_stream.py --workload W3 --seconds 0.5 --out w3_stream.cupti
+    python bench/capture_stream.py --workload W3 --seconds 0.2 --out tests/fixtures/w3_stream.cupti
 
 The shipped captures hold ~930 records per buffer, mostly small API records; a GPU running W3 fills
 4 MiB buffers with ~19,000 records, nearly all 216-byte kernel records, which cost the collector
-3-5x as much per record (docs/benchmarks.md, "Fan-in with decode workers on the H100 hosts"). With
-this file the CPU benches decode GPU-shaped buffers: ``python bench/fanin.py --replay-path FILE``.
+more per record. With this file the CPU benchmarks and tests decode GPU-shaped buffers
+(``python bench/fanin.py --replay-path FILE``, ``bench/raw_floor.py``; the tests read
+``tests/fixtures/w3_stream.cupti``, made by the command above).
 
-Prints one JSON line: buffers, records by activity kind, bytes of buffers, the file's bytes, and the
-records CUPTI dropped. Needs a GPU, torch and CUPTI (the lent hosts); not run in CI.
+Writes ``--out`` (default ``bench/out/<workload>_stream.cupti``) and prints one JSON line: buffers,
+records by activity kind, bytes of buffers, the file's bytes, and the records CUPTI dropped. Needs a
+GPU, torch and CUPTI; not run in CI.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="W3", help="a bench/workloads.py workload (default W3)")
     parser.add_argument("--seconds", type=float, default=0.5, help="how long it runs traced")
-    parser.add_argument("--out", required=True, help="the capture file to write")
+    parser.add_argument(
+        "--out", default="", help="the capture file to write (default bench/out/<workload>_stream.cupti)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -42,7 +46,7 @@ def main() -> None:
 
     if args.workload not in WORKLOADS:
         raise SystemExit(f"capture_stream: unknown workload {args.workload}; one of {', '.join(WORKLOADS)}")
-    out = Path(args.out).resolve()
+    out = Path(args.out or ROOT / "bench" / "out" / f"{args.workload.lower()}_stream.cupti").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     block = WORKLOADS[args.workload]()
     block(10)  # built and warm before tracing starts

@@ -16,7 +16,10 @@ rows are written); ``os.wait4`` gives its CPU time and its ``VmHWM`` its peak RS
     python bench/compare.py                              # 8 ranks x 1M records, 3 rounds
     python bench/compare.py --records 200000 --rounds 1  # a quick look
 
-Target (issue 31): >= 1M records/s per core; peak RSS that does not grow with the span.
+The goal: >= 1M records/s per core; peak RSS that does not grow with the span. The recordings are
+built under ``--dir`` (default ``bench/out/compare``, removed after unless ``--keep``), the results
+go to ``--out`` (default ``bench/out/compare.json``), and the last lines printed are the headline
+rows: per span, records/s per core and peak RSS, median [min..max] over the rounds.
 """
 
 from __future__ import annotations
@@ -152,10 +155,14 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--records", type=int, default=1_000_000, help="records per rank")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--dir", default="/tmp/cuptistream-bench-compare")
+    parser.add_argument(
+        "--dir", default=str(ROOT / "bench" / "out" / "compare"), help="where the recordings are built"
+    )
     parser.add_argument("--cpu", type=int, default=min(os.sched_getaffinity(0)))
     parser.add_argument("--keep", action="store_true", help="keep the recordings (reused if present)")
-    parser.add_argument("--json", metavar="FILE", help="also write the results here")
+    parser.add_argument(
+        "--out", default=str(ROOT / "bench" / "out" / "compare.json"), help="the results (JSON)"
+    )
     args = parser.parse_args()
 
     root = Path(args.dir)
@@ -190,13 +197,16 @@ def main() -> None:
         }  # fmt: skip
         print(json.dumps({span: results["spans"][span]}), file=sys.stderr)
     results["load_after"] = os.getloadavg()
-    text = json.dumps(results, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(text + "\n")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
+    print(f"wrote {args.out}")
+    for span, row in results["spans"].items():
+        rate, rss = row["records_per_cpu_s"], row["peak_rss_mb"]
+        print(f"{span} ({row['span_s']:g} s, {row['records']:,} records): "
+              f"{rate['median'] / 1e6:.2f} [{rate['min'] / 1e6:.2f}..{rate['max'] / 1e6:.2f}] M records/s per core, "
+              f"peak RSS {rss['median']:.0f} [{rss['min']:.0f}..{rss['max']:.0f}] MB")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Overhead per rank of a torchrun DDP job: cuptistream's default config against no tracing and bare CUPTI.
 
-    python3 bench/ddp_overhead.py [--rounds 5] [--steps 200] [--nproc 2] [--out results.json]
+    python3 bench/ddp_overhead.py [--rounds 5] [--steps 200] [--nproc 2]
+
+Needs a host with ``--nproc`` GPUs (torch with NCCL, cupti-python, a C compiler for the bare client).
 
 Each round runs ``torchrun --nproc_per_node=N examples/train_ddp.py`` once per mode, in a rotated
 order so no mode always runs first:
@@ -12,8 +14,9 @@ order so no mode always runs first:
 
 Every rank reports its median step time (each step ends with a CUDA synchronize, after warm-up).
 Per round and rank, the ratios cuptistream/none and cuptistream/bare are taken within the round;
-the table gives median [min-max] over rounds, per rank. The collector issue's target is
-cuptistream/bare <= 1.05 (DESIGN.md §9).
+the table gives median [min..max] over rounds, per rank; the last lines are the headline rows,
+cuptistream/bare per rank as median [min..max] (the goal: at most 1.05). The raw numbers go to
+``--out`` (default ``bench/out/ddp_overhead.json``).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "ddp_overhead.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ddp-overhead-") as scratch:
         work = Path(scratch)
@@ -104,10 +107,13 @@ def main() -> None:
         summary[str(rank)] = {**per_mode, "cuptistream_to_none": to_none, "cuptistream_to_bare": to_bare}
         print(f"| {rank} | {spread_text(per_mode['none'], '.3f')} | {spread_text(per_mode['bare'], '.3f')} | "
               f"{spread_text(per_mode['cuptistream'], '.3f')} | {spread_text(to_none, '.3f')} | {spread_text(to_bare, '.3f')} |")  # fmt: skip
-    if args.out:
-        args.out.write_text(
-            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "ranks": summary})
-        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "ranks": summary}))
+    print(f"\nwrote {args.out}")
+    for rank, row in summary.items():
+        to_bare = row["cuptistream_to_bare"]
+        print(f"rank {rank}: cuptistream / bare {statistics.median(to_bare):.3f} "
+              f"[{min(to_bare):.3f}..{max(to_bare):.3f}] over {len(to_bare)} rounds")  # fmt: skip
 
 
 if __name__ == "__main__":

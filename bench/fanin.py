@@ -1,10 +1,11 @@
-"""Fan-in: N probed processes into ONE collector, the file sink at the end (issue 30).
+"""Fan-in: N probed processes into ONE collector, the file sink at the end.
 
-    python bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 --runs 3 --out bench/results/DIR
-    python bench/fanin.py --mode cpu --probes 16 --full-policy block --loops 200 --out ...   # exact read-back
-    python bench/fanin.py --mode gpu --probes 1,4,8,16 --seconds 15 --runs 3 --out ...      # on the H100
-    python bench/fanin.py --mode gpu --probes 2,16 --seconds 10 --out ...   # 2 GPUs: 1, then 8 per GPU
-    python bench/fanin.py --mode ddp --nproc 2 --out ...   # a node collector in front of a torchrun job
+    python bench/fanin.py --mode cpu --probes 1,4,8,16 --seconds 15 --runs 3
+    python bench/fanin.py --mode cpu --probes 16 --full-policy block --loops 200   # exact read-back
+    python bench/fanin.py --mode cpu --probes 4,8 --runs 3                 # overload: 2N against N
+    python bench/fanin.py --mode gpu --probes 1,4,8,16 --seconds 15 --runs 3       # on a GPU host
+    python bench/fanin.py --mode gpu --probes 2,16 --seconds 10   # 2 GPUs: 1, then 8 per GPU
+    python bench/fanin.py --mode ddp --nproc 2   # a node collector in front of a torchrun job
 
 Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N programs> & wait'``: the
 ``run`` process is the collector, and ``sh`` is not Python, so exactly N processes are probed.
@@ -33,7 +34,10 @@ left out), drops by stage and reason, collector CPU-s per million records (and, 
 million events delivered over the steady rate's span: the start-up of the collector and its
 workers left out), cores used (collector CPU over that window, sampled from
 /proc), and the collector's anonymous and shared RSS (peak of /proc/PID/status samples every 0.1 s).
-With ``--runs K``: median, min and max. JSON per run and a summary go under ``--out``.
+With ``--runs K``: median, min and max. JSON per run and a summary go under ``--out`` (default: a new
+``bench/out/fanin-<time>`` folder). The last lines printed are the headline rows: per N (and decode
+workers), delivered events/s, collector CPU-s per million records and peak anonymous RSS, median
+[min..max] over the runs; and, where the runs hold N and 2N probes, 2N's delivered events over N's.
 
 The read-back check (``--no-check`` skips it; a failed one makes the exit status 1) reads every
 event on disk and checks ``events_in == data events on disk + counted drops`` exactly (event
@@ -44,8 +48,6 @@ was dropped (``--full-policy block``; the collector's statistics events are deri
 ``--workers W[,W2...]`` sets ``pipeline.decode_workers`` (each W is run for each N, interleaved);
 CPU, cores and RSS then count the collector's decode worker processes too (``workers_*`` apart).
 
-``--profile`` records the collector and its decode workers with py-spy (``bench/profile_stages.py``
-reads the stacks; the programs, also the collector's children, are sampled and left out there);
 ``--collector-cpus`` / ``--program-cpus`` pin the collector and the programs apart.
 """
 
@@ -60,7 +62,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -68,9 +69,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import profile_stages  # bench/ is no package: its own folder on the path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTROL = {"Loss", "SelfStats", "Error"}  # the collector's accounting, not the probes' data
@@ -316,21 +314,9 @@ def one_run(args: argparse.Namespace, n: int, workers: int | str, run: int, work
         command, cwd=where, preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     )
     watch = ProcWatch(collector.pid)
-    spy = None
-    if args.profile:  # sampled from outside: py-spy reads the collector's memory, no GIL taken
-        spy = subprocess.Popen(["py-spy", "record", "--pid", str(collector.pid), "--rate", str(args.profile_rate),
-                                "--format", "raw", "--threads", "--subprocesses",
-                                # py-spy unwinds native stacks only with the process paused
-                                *(["--native"] if args.profile_native else ["--nonblocking"]),
-                                *(["--gil"] if args.profile_gil else []),
-                                "-o", str(where / "profile.txt")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     code = collector.wait(timeout=args.seconds * 20 + 120)
     wall = _now() - began
     watch.stop()
-    if spy is not None:
-        spy.wait(timeout=60)
-        if (where / "profile.txt").exists():
-            profile_stages.keep_collector(where / "profile.txt")
     if code != 0:
         raise SystemExit(f"fanin: `cuptistream run` exited {code} for N={n} (see {where})")
     report = json.loads(report_path.read_text())
@@ -539,9 +525,40 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def _mmm(values: list[float], fmt: str) -> str:
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}..{max(values):{fmt}}]"
+
+
+def rows(results: list[dict[str, Any]]) -> list[str]:
+    """The headline rows: per N probes and decode workers, delivered events/s (and steady), the
+    collector's CPU-s per million records and its peak anonymous RSS; then each 2N / N pair's
+    delivered events, per run, as median [min..max]."""
+    out = []
+    by_n: dict[tuple[int, int | str], list[dict[str, Any]]] = collections.defaultdict(list)
+    for r in results:
+        by_n[r["probes"], r["workers"]].append(r)
+    for (n, w), rs in sorted(by_n.items(), key=lambda item: (item[0][0], str(item[0][1]))):
+        delivered = [r["delivered_events_per_s"] / 1e6 for r in rs]
+        steady = [
+            r["steady_delivered_events_per_s"] / 1e6 for r in rs if r.get("steady_delivered_events_per_s")
+        ]
+        cpu = [r["cpu_s_per_m_records"] for r in rs if r.get("cpu_s_per_m_records") is not None]
+        anon = [r["peak_rss_anon_mib"] for r in rs if r.get("peak_rss_anon_mib") is not None]
+        text = f"{n} probes, workers {w}, {len(rs)} runs: delivered {_mmm(delivered, '.2f')} M events/s"
+        text += f" (steady {_mmm(steady, '.2f')})" if steady else ""
+        text += f", collector {_mmm(cpu, '.2f')} CPU-s per M records" if cpu else ""
+        text += f", peak anon {_mmm(anon, '.0f')} MiB" if anon else ""
+        out.append(text)
+    for pair, ratios in overload_ratios(results).items():
+        text = f"overload {pair} probes: delivered 2N / N {_mmm(ratios['window'], '.3f')}"
+        text += f" (steady {_mmm(ratios['steady'], '.3f')})" if ratios["steady"] else ""
+        out.append(text)
+    return out
+
+
 def overload_ratios(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Issue 30's overload item, where the runs hold N and 2N probes: per run (and decode workers),
-    what 2N delivered over what N did, over the window and steady, with the median of each."""
+    """Overload, where the runs hold N and 2N probes: per run (and decode workers), what 2N
+    delivered over what N did, over the window and steady, with the median of each."""
     by_run = {(r["probes"], r["workers"], r["run"]): r for r in results}
     found: dict[str, Any] = {}
     for (n, w, run), one in sorted(
@@ -621,22 +638,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the file sink's zstd_level (default: the sink's; a high one makes the sink the bottleneck)",
     )
     parser.add_argument("--shutdown-deadline", type=float, default=30.0)
-    parser.add_argument("--out", type=Path, default=None, help="results folder (default: a temporary one)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results folder (default: a new bench/out/fanin-<time>)"
+    )
     parser.add_argument("--no-check", dest="check", action="store_false", help="skip reading the files back")
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="py-spy the collector and its decode workers (raw stacks: n*/profile.txt)",
-    )
-    parser.add_argument("--profile-rate", type=int, default=200)
-    parser.add_argument(
-        "--profile-gil", action="store_true", help="with --profile: only samples holding the GIL"
-    )
-    parser.add_argument(
-        "--profile-native",
-        action="store_true",
-        help="with --profile: native frames too (C extensions, numpy, zstd; slower to sample)",
-    )
     parser.add_argument(
         "--collector-cpus", default="", help="pin the collector (cuptistream run) to these CPUs, e.g. 0-7"
     )
@@ -645,7 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the recordings")
     args = parser.parse_args(argv)
-    out = (args.out or Path(tempfile.mkdtemp(prefix="fanin-"))).resolve()  # the runs work in subfolders
+    default = ROOT / "bench" / "out" / time.strftime("fanin-%Y%m%d-%H%M%S")
+    out = (args.out or default).resolve()  # the runs work in subfolders
     if args.out is not None and out.exists() and any(out.iterdir()):
         print(f"fanin: --out {out} holds an earlier run; give an empty or new folder", file=sys.stderr)
         return 2
@@ -676,12 +682,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"meta": meta, "summary": summarize(results), "runs": results}, indent=1)
     )
     print(f"fanin: results in {out}", file=sys.stderr)
-    for pair, ratios in overload_ratios(results).items():
-        steady = f", steady {ratios['steady']}" if ratios["steady"] else ""
-        print(
-            f"fanin: overload {pair} probes, delivered 2N / N by run: {ratios['window']}{steady}",
-            file=sys.stderr,
-        )
+    for row in rows(results):
+        print(row)
     failed = [
         (r["probes"], r["workers"], r["run"], c)
         for r in results

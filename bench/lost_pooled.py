@@ -1,9 +1,9 @@
-"""Issue 26's lost-time figures pooled over a workload's sessions, with the method's resolution.
+"""Always-on mode's lost-time figures pooled over a workload's sessions, with the method's resolution.
 
 One 20-25 s session holds 4-5 budget windows, and a window's lost time reads +-60-100 ms on the
 H100's workloads where nothing happened (their block times wander by 10-40 % over seconds). So one
-session's cost, and one session's null, move by +-0.6-1 % (docs/benchmarks.md, "Pooling the
-lost-time method"): the median of five such nulls does not resolve 0.3 %. Pooled over every window of
+session's cost, and one session's null, move by +-0.6-1 %: the median of five such nulls does not
+resolve 0.3 %. Pooled over every window of
 every session, the same estimator resolves ``noise * sqrt(windows) / seconds``:
 
 - ``cost``: all sessions' lost seconds over all sessions' seconds (each session's ``window_cost``
@@ -18,12 +18,13 @@ every session, the same estimator resolves ``noise * sqrt(windows) / seconds``:
 
 ``verdict``: the pooled cost within 1 %, both pooled nulls and the resolution within 0.3 %.
 
-    python bench/lost_pooled.py bench/results/2026-11-28c-h100/gpu-lost2/lost_W2.json [...]
+    python bench/lost_pooled.py bench/out/budget_lost_time.json [...]
 
     python bench/lost_pooled.py --together RUN_CUT_SHORT.partial.json MORE_SESSIONS.json
 
-reads ``budget_lost_time.py``'s results (single-process or DDP, old runs too: only the raw series
-and each session's figures are used; or the ``.partial.json`` a run cut short leaves) and prints one line per workload (per rank under DDP).
+reads ``budget_lost_time.py``'s results (single-process or DDP: only the raw series and each
+session's figures are used; or the ``.partial.json`` a run cut short leaves) and prints one line per
+workload (per rank under DDP): the pooled cost, both nulls and the resolution, and the verdict.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 CI tests it): ``window_cost`` and ``excess`` for ``bench/sampling_overhead.py``, and ``long_run``,
 which turns a ``--steady`` result into the cost and the samples per minute of a long run.
 
-    python3 bench/lost_time.py bench/results/2026-11-23c-h100/steady_*.json
+    python3 bench/lost_time.py bench/out/sampling_overhead.json [more --steady results ...]
+
+Prints one JSON line per session: its condition, the long-run cost of all sources together
+(``total``) and, per source, the long-run cost and what it collects per minute.
 
 A steady session is shorter than a governed cycle at low budgets (one PC sampling window per 170 s at
 0.5%; one SASS window per tens of minutes), so what one session reads depends on whether a window
@@ -12,12 +15,13 @@ cycle the governor planned after them: lost seconds per window / (window + pause
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
 from typing import Any
 
-# How issue 26's activity windows are valued (bench/budget_lost_time.py, bench/lost_pooled.py): a
+# How always-on mode's activity windows are valued (bench/budget_lost_time.py, bench/lost_pooled.py): a
 # window's records are flushed and priced before its cost is measured (the span's end), so 0.5 s after
 # that covers what is left; the baseline is the untouched blocks' mean (their median reads block-time
 # skew as lost time).
@@ -130,14 +134,16 @@ def long_run_total(session: dict[str, Any]) -> float | None:
     return round(sum(x["long_run_cost"] for x in per_source.values()), 5)
 
 
-def main() -> None:
-    for path in sys.argv[1:]:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench/lost_time.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", help="bench/sampling_overhead.py --steady result files")
+    for path in parser.parse_args(argv).results:
         with open(path) as f:
             steady = json.load(f).get("steady")
         if not steady:
             continue
         if not isinstance(steady, dict) or any("windows_by_source" not in x for x in steady["sessions"]):
-            # Runs before 2026-11-23c kept no windows per source.
+            # Without each source's windows the cost cannot be split by source.
             print(
                 f"{path}: a --steady result without windows per source (an older run); skipped",
                 file=sys.stderr,

@@ -4,7 +4,9 @@
 
 Each batch is half runtime API calls, half kernels (every kernel a child of its call), inside one
 NVTX range per batch. The receiver reads the body and answers 200 without decoding, so the number
-measures the sink. Also prints the mapping+encoding rate alone (no HTTP). Prints median/min/max.
+measures the sink. Also measures the mapping+encoding rate alone (no HTTP). Each run's rate goes to
+``--out`` (default ``bench/out/otlp.json``); the last two lines are the headline rows, spans/s as
+median [min..max] over the runs.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import http.server
+import json
 import statistics
 import sys
 import threading
@@ -105,6 +108,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--batch-events", type=int, default=8192)
     parser.add_argument("--encoding", default="protobuf", choices=["protobuf", "json"])
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "otlp.json", help="rates (JSON)"
+    )
     args = parser.parse_args()
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
@@ -112,6 +118,7 @@ def main() -> None:
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     work = batches(args.batches, args.batch_events)
 
+    rows, raw = [], {}
     for label, fn in (
         ("encode only (map + serialize + gzip)", lambda: encode_only(work, args.encoding)),
         ("sent to local receiver", lambda: run_once(endpoint, work, args.encoding)),
@@ -120,11 +127,18 @@ def main() -> None:
         for _ in range(args.runs):
             seconds, spans = fn()
             rates.append(spans / seconds)
-        print(
-            f"{label} [{args.encoding}, gzip, {spans} spans/run]: spans/s median {statistics.median(rates):,.0f}"
-            f"  min {min(rates):,.0f}  max {max(rates):,.0f}"
+        raw[label] = rates
+        rows.append(
+            f"otlp {label} [{args.encoding}, gzip, {spans} spans/run]: {statistics.median(rates):,.0f} "
+            f"[{min(rates):,.0f}..{max(rates):,.0f}] spans/s over {args.runs} runs"
         )
+        print(rows[-1], flush=True)
     server.shutdown()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "spans_per_s": raw}))
+    print(f"wrote {args.out}")
+    for row in rows:
+        print(row)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""GPU overhead of cuptistream's default config against no tracing, bare CUPTI and Kineto (DESIGN.md §5, §9).
+"""GPU overhead of cuptistream's default config against no tracing, bare CUPTI and Kineto.
 
 What it measures: the per-iteration time of four workloads (``bench/workloads.py``: W1 tiny-kernel
 loop, W2 MLP SGD step, W3 CUDA-graph replay of 50 tiny kernels, W4 transformer-encoder AdamW step)
@@ -8,7 +8,7 @@ under each mode, every run in its own process:
 - ``bare``: "bare CUPTI", ``bench/bare_cupti.c`` injected through ``CUDA_INJECTION64_PATH``. It enables
   the default config's activity kinds and the same per-cbid runtime/driver API filters (taken from
   ``configs/default.yaml`` through ``cuptistream.cupti.kinds.select_cbids``), walks every buffer with
-  ``cuptiActivityGetNextRecord``, counts and frees it. The floor that the §9 target (cuptistream <= 1.05 x
+  ``cuptiActivityGetNextRecord``, counts and frees it. The floor that the goal (cuptistream <= 1.05 x
   bare) is measured against;
 - ``cuptistream``: ``cuptistream run -c configs/default.yaml --report-json R.json -- python
   bench/workloads.py ...`` in a fresh temporary directory (the default config writes ./cuptistream-out,
@@ -21,28 +21,36 @@ warms up for ``--warmup-seconds`` (not timed), runs timed blocks for ``--seconds
 with a device sync) and prints per-iteration time and its peak RSS. Ratios are taken within a round
 and workload (mode / none, mode / bare of the same round), then summarized over rounds.
 
-Command (on the GPU machine, in the repository root; python3 is the one with torch; cupti-python and
-cuptistream's dependencies importable, e.g. the carried wheels in /tmp/site on PYTHONPATH)::
+Command (on a GPU machine, in the repository root, with torch, cupti-python and cuptistream's
+dependencies importable; ``bare`` compiles ``bench/bare_cupti.c`` with the system's C compiler)::
 
     python3 bench/overhead_gpu.py [--rounds 3] [--workloads W1,W2,W3,W4] \\
-        [--modes none,bare,cuptistream,kineto] [--seconds 1.5] [--warmup-seconds 0.5] [--out results.json]
-    python3 bench/overhead_gpu.py --merge a.json b.json --out all.json    # one table from several calls
+        [--modes none,bare,cuptistream,kineto] [--seconds 1.5] [--warmup-seconds 0.5]
+    python3 bench/overhead_gpu.py --modes none,cuptistream --config configs/production.yaml  # always-on
+    python3 bench/overhead_gpu.py --merge a.json b.json --out all.json    # one table from several runs
+
+The second line is the whole-process view of always-on mode: the same program's throughput bare and
+under ``cuptistream run -c configs/production.yaml``, interleaved processes; a cost spread between
+budget windows shows here, where the lost-time method (``bench/budget_lost_time.py``) values only the
+blocks near windows.
 
 Time: a process costs ~4.5 s beyond its warm-up and timed region (Python, torch import, CUDA init,
 exit), W2 and W4 4 s more of setup, Kineto's stop up to 6 s per traced second (W3). The defaults
 (3 rounds x 4 workloads x 4 modes = 48 processes) are planned at about 8.3 minutes; the plan is
-printed first. ``--budget`` (default 540 s) starts no process that would end past it, so the table
-still comes back inside a 10-minute device command. For more rounds or longer windows, split the
-workloads over several calls (e.g. ``--workloads W1,W3`` then ``W2,W4``) and ``--merge`` their files.
+printed first. ``--budget`` (default 540 s) starts no process that would end past it, so a run under
+a wall-clock limit still ends with its table. For more rounds or longer windows, split the workloads
+over several runs (e.g. ``--workloads W1,W3`` then ``W2,W4``) and ``--merge`` their files.
 
 Reading the results: the table printed last has, per workload and mode, the per-iteration time in µs
-as median [min-max] over rounds, its ratio to ``none`` and, for cuptistream and kineto, to ``bare``
-(same round). The §9 target is ``cuptistream / bare`` ≤ 1.05 and ``cuptistream / none`` below
+as median [min..max] over rounds, its ratio to ``none`` and, for cuptistream and kineto, to ``bare``
+(same round). The goal is ``cuptistream / bare`` ≤ 1.05 and ``cuptistream / none`` below
 ``kineto / none``. Spreads wider than the differences between modes mean noise: run more rounds.
 The second table gives, for cuptistream, the collector's CPU seconds per million activity records,
 the collector's and the program's peak RSS, and the records and losses cuptistream reported; for
-bare, the records CUPTI delivered and dropped. ``--out`` holds every raw number (each process's
-blocks, rc, stderr tail on failure, the cbids used).
+bare, the records CUPTI delivered and dropped. The last lines are the headline rows: per traced
+mode, its ratio to ``bare`` (or to ``none`` where bare was not run), median [min..max] over rounds.
+``--out`` (default ``bench/out/overhead_gpu.json``) holds every raw number (each process's blocks,
+rc, stderr tail on failure, the cbids used).
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import os
 import re
 import shutil
 import site
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,12 +80,9 @@ BARE_C = ROOT / "bench" / "bare_cupti.c"
 DEFAULT_CONFIG = ROOT / "configs" / "default.yaml"
 ALL_WORKLOADS = ["W1", "W2", "W3", "W4"]
 ALL_MODES = ["none", "bare", "cuptistream", "kineto"]
-# Seconds per process beyond warm-up and timed region: interpreter + torch import, CUDA init, model
-# setup, exit. Kineto's stop and cuptistream's drain add a little more.
-# Seconds a process takes beyond warm-up + timed region, measured on the H100 (2026-11-22): about 4.5 s for
-# Python, torch import, CUDA init and exit; W2 and W4 +4 s of setup (the optimizer's first call imports
-# torch._dynamo); Kineto's stop, per second of traced run (W3's 3M records took 24 s); cuptistream's
-# start and drain (a guess until measured).
+# Seconds a process takes beyond warm-up + timed region, for the plan: Python, torch import, CUDA init
+# and exit; W2 and W4's setup (the optimizer's first call imports torch._dynamo); Kineto's stop, per
+# second of traced run (W3's millions of records); cuptistream's start and drain.
 BASE_OVERHEAD_S = 4.5
 SETUP_S = {"W1": 0.3, "W2": 4.0, "W3": 0.3, "W4": 4.0}
 KINETO_STOP_PER_RUN_S = {"W1": 0.8, "W2": 0.5, "W3": 6.0, "W4": 0.5}
@@ -450,7 +456,7 @@ def _num(report: dict[str, Any] | None, key: str) -> float | None:
 
 def tables(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> str:
     lines = [
-        "| workload | mode | µs / iteration, median [min-max] | ratio to none | ratio to bare | failed |",
+        "| workload | mode | µs / iteration, median [min..max] | ratio to none | ratio to bare | failed |",
         "|---|---|---|---|---|---|",
     ]
     for w in workloads:
@@ -509,6 +515,7 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path, skipped:
     seen = list(dict.fromkeys(r["mode"] for r in runs))
     modes = [m for m in ALL_MODES if m in seen] + [m for m in seen if m not in ALL_MODES]
     summary = summarize(runs, workloads, modes)
+    out.parent.mkdir(parents=True, exist_ok=True)
     devices = sorted({r["result"]["device"] for r in runs if r["ok"]})
     meta["device"] = devices
     meta["torch"] = sorted({r["result"]["torch"] for r in runs if r["ok"]})
@@ -522,7 +529,28 @@ def report(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path, skipped:
         log(f"skipped (over --budget): {', '.join(skipped)}")
     log("")
     log(tables(summary, workloads, modes))
+    log("")
+    for line in headline(summary, workloads, modes):
+        log(line)
     return 1 if failed else 0
+
+
+def headline(summary: dict[str, Any], workloads: list[str], modes: list[str]) -> list[str]:
+    """Per traced mode, one row: its ratio to bare CUPTI (to no tracing where bare was not run) on
+    each workload, median [min..max] over rounds."""
+    rows = []
+    for m in modes:
+        if m in ("none", "bare"):
+            continue
+        against = "bare" if "bare" in modes else "none"
+        cells = []
+        for w in workloads:
+            values = summary[f"{w}/{m}"][f"ratio_to_{against}"]
+            if values:
+                cells.append(f"{w} {statistics.median(values):.2f} [{min(values):.2f}..{max(values):.2f}]")
+        if cells:
+            rows.append(f"{m} / {against}: {', '.join(cells)}")
+    return rows
 
 
 def merge(paths: list[Path], out: Path) -> int:
@@ -555,8 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         "--budget",
         type=float,
         default=540.0,
-        help="start no process that would end past this many seconds (default 540: "
-        "a device command is limited to 600); the table covers what ran",
+        help="start no process that would end past this many seconds (default 540); "
+        "the table covers what ran",
     )
     parser.add_argument(
         "--merge",
@@ -572,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=CONFIG",
         help="also run cuptistream with CONFIG, as mode cuptistream:NAME (for cost breakdowns; repeatable)",
     )
-    parser.add_argument("--out", type=Path, default=Path("overhead_gpu.json"), help="raw numbers (JSON)")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench/out/overhead_gpu.json", help="raw numbers (JSON)"
+    )
     args = parser.parse_args(argv)  # fmt: skip
     os.environ["PYTHONUNBUFFERED"] = "1"
     if args.merge:

@@ -1,7 +1,7 @@
 """Holding a workload to a fixed iteration rate, so that two runs of it do the same GPU work per
-second whatever each one's tracing costs (issue 26: GPU busy of a ``full`` run against a budget
-run is only comparable at equal work per second; unpaced, full tracing slows the program and its
-GPU idles more). Torch-free, so CI tests it."""
+second whatever each one's tracing costs (GPU busy of a ``full`` run against a budget run is only
+comparable at equal work per second; unpaced, full tracing slows the program and its GPU idles
+more). Used by ``bench/workloads.py`` and ``bench/budget_accuracy.py``; torch-free, so CI tests it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
 """Events/s from a synthetic source through the pipeline into the file sink (msgpack + zstd).
 
 Runs each round in a fresh subprocess pinned to one CPU core (sched_setaffinity), so the
-figure is per core: source thread, pipeline thread and zstd all share that core. Prints
-median/min/max over the rounds. Usage: python bench/pipeline.py [--events N] [--rounds R]
+figure is per core: source thread, pipeline thread and zstd all share that core. Each round's
+rate goes to ``--out`` (default ``bench/out/pipeline.json``); the last line is the headline row,
+events/s as median [min..max] over the rounds, and the bytes per event on disk.
+
+    python bench/pipeline.py [--events N] [--rounds R] [--core C]
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 ROUND = r"""
 import json, os, sys, time, tempfile
@@ -39,10 +43,11 @@ print(json.dumps({"elapsed": elapsed, "bytes": size}))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--core", type=int, default=0)
+    parser.add_argument("--core", type=int, default=0, help="the CPU core each round is pinned to")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "pipeline.json")
     args = parser.parse_args()
     rates, sizes = [], []
     for _ in range(args.rounds):
@@ -52,10 +57,13 @@ def main() -> None:
         row = json.loads(result.stdout.strip().splitlines()[-1])
         rates.append(args.events / row["elapsed"])
         sizes.append(row["bytes"] / args.events)
-    print(f"synthetic -> file (msgpack+zstd), {args.events} events x {args.rounds} rounds, one core "
-          f"({os.cpu_count()} on this machine), {time.strftime('%Y-%m-%d')}")  # fmt: skip
-    print(f"events/s  median {statistics.median(rates):,.0f}  min {min(rates):,.0f}  max {max(rates):,.0f}")
-    print(f"bytes/event on disk  median {statistics.median(sizes):.2f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"events": args.events, "cpus": os.cpu_count(), "events_per_s": rates,
+                                    "bytes_per_event": sizes, "date": time.strftime("%Y-%m-%d")}))  # fmt: skip
+    print(f"wrote {args.out}")
+    print(f"synthetic -> file (msgpack+zstd) on one core ({os.cpu_count()} on this machine): "
+          f"{statistics.median(rates):,.0f} [{min(rates):,.0f}..{max(rates):,.0f}] events/s over {args.rounds} "
+          f"rounds of {args.events} events, {statistics.median(sizes):.2f} bytes/event on disk")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
     taskset -c 1 python bench/raw_floor.py [--rounds 5] [--seconds 1] [--captures PATH ...]
 
-Would storing CUPTI's activity buffers as they come (zstd over the buffer bytes, decoded only when
-the file is read) bring the collector to about 1 us per record end to end? Per buffer, in this
-thread's CPU time, three paths over captured buffers (default: W3's 4 MiB buffers from
-bench/results/2026-11-27f-h100 and the shipped ``sources/captures``):
+What storing CUPTI's activity buffers as they come (zstd over the buffer bytes, decoded only when
+the file is read) would save the collector against today's decode, per record end to end. Per
+buffer, in this thread's CPU time, three paths over captured buffers (default: W3's 4 MiB buffers,
+``tests/fixtures/w3_stream.cupti``, and the shipped ``sources/captures``):
 
 A (today): ``DecodeStream.decode`` as a decode worker runs it (``Decoder.decode_packed`` with the
   stream's statistics observer, then ``Accumulator.buffer_done``), then the chunks cut into batches
@@ -25,12 +25,15 @@ data set starts fresh streams, one per capture, as a session does (replayed time
 on, so a stream kept across passes would fold them into intervals already seen); a small data set
 thus pays a session's setup (first statistics tables, first names) on every pass. Each round runs
 every path for about ``--seconds``, the order of the paths alternating between rounds; the table
-shows ns per record, median [min .. max] over rounds.
+shows ns per record, median [min .. max] over rounds. Every sample goes to ``--out`` (default
+``bench/out/raw_floor.json``); the last lines are the headline rows: per data set, A's and B's
+whole-pass ns per record and A0/B0 within each round, median [min..max].
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -53,7 +56,7 @@ from cuptistream.plugin import Emitter
 from cuptistream.recording.framing import FrameEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
-W3 = ROOT / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"
+W3 = ROOT / "tests/fixtures/w3_stream.cupti"  # made by bench/capture_stream.py
 SHIPPED = ROOT / "sources/captures"
 BATCH = BatchConfig()  # the lanes' batch limits
 STRING_FIELDS = ("name", "domain", "source", "cache_path")  # records' const char * columns
@@ -291,6 +294,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0, help="CPU seconds per path and round")
     parser.add_argument("--captures", type=Path, nargs="+", default=[W3, SHIPPED], help="files or folders")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "raw_floor.json")
     args = parser.parse_args()
 
     encoder = FrameEncoder(level=1)  # the file sink's default level; one context for every write
@@ -313,6 +317,22 @@ def main() -> None:
                 samples[data.name][path].append(measure(path, data, passes[(data.name, path)], encoder))
     for data in sets:
         report(data, samples[data.name])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(samples))
+    print(f"\nwrote {args.out}")
+    for data in sets:
+        print(headline(data, samples[data.name]))
+
+
+def headline(data: DataSet, samples: dict[str, list[dict[str, float]]]) -> str:
+    def mmm(values: list[float], fmt: str) -> str:
+        return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}..{max(values):{fmt}}]"
+
+    ratios = [x["pass"] / y["pass"] for x, y in zip(samples["A0"], samples["B0"], strict=True)]
+    return (
+        f"{data.name}: today (A0) {mmm([s['pass'] for s in samples['A0']], '.0f')} ns/record, "
+        f"raw (B0) {mmm([s['pass'] for s in samples['B0']], '.0f')} ns/record, A0/B0 {mmm(ratios, '.2f')}"
+    )
 
 
 if __name__ == "__main__":

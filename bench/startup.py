@@ -1,6 +1,6 @@
-"""Start-up cost of cuptistream's boot hook in processes that never use CUDA (issue 12).
+"""Start-up cost of cuptistream's boot hook in processes that never use CUDA.
 
-    python3 bench/startup.py [--rounds 40] [--code "pass"] [--code "import torch"] [--out FILE]
+    python3 bench/startup.py [--rounds 40] [--code "pass"] [--code "import torch"]
 
 Under ``cuptistream run`` every Python process of the program loads ``boot/sitecustomize.py``,
 which arms the probe's CUDA trigger. A CPU-only worker (a data loader, a launcher) should not
@@ -12,8 +12,9 @@ process from fork to exit:
   config variables, ``probe.start: cuda``); the collector address points nowhere, so a trigger
   that fired by mistake would show as a one-line error on stderr, which fails the run.
 
-Prints per code the wall milliseconds of each variant (median [min-max]) and the per-round ratio
-hooked/bare (median [min-max]); ``--out`` keeps every number as JSON.
+Prints per code the wall milliseconds of each variant (median [min..max]) and the per-round ratio
+hooked/bare (median [min..max]); the last lines repeat these rows. ``--out`` (default
+``bench/out/startup.json``) keeps every number as JSON.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--code", action="append", help='Python code to start (default: "pass")')
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out" / "startup.json")
     args = parser.parse_args()
     codes = args.code or ["pass"]
     with tempfile.TemporaryDirectory() as work:
@@ -65,6 +66,7 @@ def main() -> None:
         config.write_text(json.dumps({"sources": [{"type": "activity"}], "sinks": [{"type": "null"}]}))
         envs = environments(config)
         results: dict[str, dict[str, list[float]]] = {}
+        rows = []
         for code in codes:
             times: dict[str, list[float]] = {name: [] for name in envs}
             for env in envs.values():
@@ -75,11 +77,15 @@ def main() -> None:
                     times[name].append(time_once(code, envs[name]))
             ratios = [h / b for h, b in zip(times["hooked"], times["bare"], strict=True)]
             results[code] = {**times, "ratio": ratios}
-            print(f"python -c {code!r}: bare {spread_text(times['bare'], '.1f')} ms, "
-                  f"hooked {spread_text(times['hooked'], '.1f')} ms, "
-                  f"hooked/bare {spread_text(ratios, '.3f')} over {args.rounds} rounds")  # fmt: skip
-    if args.out:
-        args.out.write_text(json.dumps(results))
+            rows.append(f"python -c {code!r}: bare {spread_text(times['bare'], '.1f')} ms, "
+                        f"hooked {spread_text(times['hooked'], '.1f')} ms, "
+                        f"hooked/bare {spread_text(ratios, '.3f')} over {args.rounds} rounds")  # fmt: skip
+            print(rows[-1], flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results))
+    print(f"wrote {args.out}")
+    for row in rows:
+        print(row)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,13 @@ arrays into events (``PackedConverters``, the collector's hot path) is timed bes
 ``--names N`` the kernels get N distinct names. Best of ``--rounds``.
 
 Bytes: the fullest interval's statistics events, msgpack in one zstd frame at level 3 (as the file
-sink writes a batch), times 360 intervals of 10 s. A CPU estimate; docs/benchmarks.md has the method.
+sink writes a batch), times 360 intervals of 10 s: a CPU estimate of what a GPU-hour of the
+statistics weighs (``bench/budget_accuracy.py --modes budget`` measures it on a GPU).
 
-Usage: python bench/statistics_cost.py [--records 40000] [--buffers 50] [--names 0] [--rounds 5]
+    python bench/statistics_cost.py [--records 40000] [--buffers 50] [--names 0] [--rounds 5]
+
+The result goes to ``--out`` (default ``bench/out/statistics_cost.json``); the last line is the
+headline row: ns per record (best of the rounds) and zstd bytes per GPU-hour.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -132,12 +137,23 @@ def main() -> None:
     parser.add_argument("--buffers", type=int, default=50)
     parser.add_argument("--names", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "statistics_cost.json"
+    )
     args = parser.parse_args()
     result = {
         "cost": cost(args.records, args.buffers, args.names, args.rounds),
         "bytes": bytes_per_hour(args.records, args.buffers, args.names),
     }
-    print(json.dumps(result, indent=2))
+    text = json.dumps(result, indent=2)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    c, b = result["cost"], result["bytes"]
+    names = f"{args.names} kernel names" if args.names else "the captures' kernel names"
+    print(f"statistics ({names}): {c['ns_per_record']:.1f} ns per record "
+          f"(packing {c['packing_ns_per_record']:.1f}), best of {args.rounds}; "
+          f"{b['zstd_bytes_per_gpu_hour'] / 1e6:.2f} MB per GPU-hour (zstd-3)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ a fresh process pinned to one CPU core; os.wait4 gives its peak RSS and CPU time
     python bench/summary.py                      # 10M events, summary + export
     python bench/summary.py --events 1000000 --skip-export
     python bench/summary.py --against /tmp/old-checkout --rounds 5 --skip-export   # reader A/B
+    python bench/summary.py --events 2000000 --layouts packed,columns --rounds 5  # file layouts
 
 With ``--against DIR`` every summary round runs this checkout's reader and DIR's on the same
 recording, interleaved (each in a fresh process on the same core), and the report gives both, and
@@ -16,7 +17,13 @@ this checkout's events per CPU second over DIR's per round (median, min, max). D
 a checkout does (``cuptistream/sources`` and ``cuptistream/sinks`` reachable, as
 ``tests/gpu/entry_points.py`` links them).
 
-Targets (issue 13): peak RSS < 300 MB for both; summary >= 1M events/s per core.
+With ``--layouts A,B`` the same events are written in each layout and every round runs ``summary``
+and a full read (``cuptistream.read``) over each, interleaved; the report gives B over A per round.
+
+The goals: peak RSS < 300 MB for both; summary >= 1M events/s per core; columns not slower to read
+than the packed maps. The recording is built under ``--dir`` (default ``bench/out/summary``, removed
+after unless ``--keep``); the results go to ``--out`` (default ``bench/out/summary.json``), and the
+last lines printed are the headline rows, median [min..max] over the rounds.
 """
 
 from __future__ import annotations
@@ -50,9 +57,9 @@ sys.exit(code)
 
 def as_stored(events: list[dict], layout: str) -> msgspec.Raw:
     """One batch's events array as the file sink writes it: kernels, memory copies and sets, and
-    API calls as one ``events.Columns`` element per type (``columns``, since issue 30) or as the
-    collector's packed maps (``packed``: every field, integers as int64, what it wrote before); the
-    rest as maps."""
+    API calls as one ``events.Columns`` element per type (``columns``, as the file sink writes them)
+    or as the collector's packed maps (``packed``: every field, integers as int64); the rest as
+    maps."""
     import numpy as np
 
     from cuptistream.codec import array_header
@@ -172,7 +179,12 @@ def measure(argv: list[str], cpu: int, root: Path = ROOT) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=10_000_000)
-    parser.add_argument("--dir", default="/tmp/cuptistream-bench-summary")
+    parser.add_argument(
+        "--dir", default=str(ROOT / "bench" / "out" / "summary"), help="where the recording is built"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "out" / "summary.json", help="the results (JSON)"
+    )
     parser.add_argument("--cpu", type=int, default=min(os.sched_getaffinity(0)))
     parser.add_argument(
         "--rounds",
@@ -186,8 +198,8 @@ def main() -> None:
     parser.add_argument(
         "--layouts",
         default="maps",
-        help="maps (one msgpack map per event), packed (the hot kinds as the collector packed them "
-        "before issue 30: every field, int64), columns (the file sink's Columns elements), or several, "
+        help="maps (one msgpack map per event), packed (the hot kinds as the collector's packed maps: "
+        "every field, int64), columns (the file sink's Columns elements), or several, "
         "comma-separated: recordings of the same events, summaries and full reads interleaved",
     )
     args = parser.parse_args()
@@ -241,6 +253,26 @@ def main() -> None:
     print(json.dumps(results, indent=1))
     if not args.keep:
         shutil.rmtree(directory, ignore_errors=True)
+    rows = [f"summary of {n:,} events: {_mmm(results['summary_events_per_cpu_s'], 1e6, '.2f')} M events/s per core, "
+            f"peak RSS {_mmm(spread([r['peak_rss_mb'] for r in runs['this']]), 1, '.0f')} MB"]  # fmt: skip
+    if args.against:
+        rows.append(f"this checkout over {args.against}: {_mmm(results['this_over_against'], 1, '.3f')}")
+    if "export" in results:
+        rows.append(f"export: {results['export']['events_per_s_wall'] / 1e6:.2f} M events/s wall, "
+                    f"peak RSS {results['export']['peak_rss_mb']:.0f} MB")  # fmt: skip
+    write(args.out, results, rows)
+
+
+def _mmm(s: dict[str, float], scale: float, fmt: str) -> str:
+    return f"{s['median'] / scale:{fmt}} [{s['min'] / scale:{fmt}}..{s['max'] / scale:{fmt}}]"
+
+
+def write(out: Path, results: dict, rows: list[str]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {out}")
+    for row in rows:
+        print(row)
 
 
 READ = """
@@ -300,6 +332,12 @@ def compare_layouts(args: argparse.Namespace, layouts: list[str]) -> None:
     print(json.dumps(results, indent=1))
     if not args.keep:
         shutil.rmtree(directory, ignore_errors=True)
+    rows = [
+        f"{layout} over {layouts[0]}: full read {_mmm(results[f'{layout}_over_{layouts[0]}']['read'], 1, '.2f')}, "
+        f"summary {_mmm(results[f'{layout}_over_{layouts[0]}']['summary'], 1, '.2f')}"
+        for layout in layouts[1:]
+    ]
+    write(args.out, results, rows)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The four GPU workloads of the overhead benchmark (DESIGN.md §5, §9), one per process.
+"""The GPU workloads the benchmarks run (W1-W4, and W5 and D1), one per process.
 
     python bench/workloads.py --workload W1 [--seconds 2] [--warmup-seconds 0.5] [--profiler] [--block N]
 
@@ -37,14 +37,15 @@ import resource
 import sys
 import time
 from collections.abc import Callable
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 try:
     from pacing import pace_delay
 except ImportError:  # imported as ``bench.workloads`` (bench/fanin.py's GPU programs)
     from bench.pacing import pace_delay
+
+if TYPE_CHECKING:
+    from torch import nn
 
 Block = Callable[[int], None]
 
@@ -54,6 +55,8 @@ DEFAULT_BLOCK = {"W1": 2000, "W2": 20, "W3": 200, "W4": 4, "W5": 20, "D1": 10}
 
 
 def w1_tiny_kernels() -> Block:
+    import torch
+
     y = torch.zeros(1024, device="cuda")
 
     def block(n: int) -> None:
@@ -65,6 +68,9 @@ def w1_tiny_kernels() -> Block:
 
 
 def w2_mlp_sgd() -> Block:
+    import torch
+    from torch import nn
+
     layers: list[nn.Module] = []
     for i in range(8):
         layers.append(nn.Linear(1024, 1024))
@@ -87,6 +93,8 @@ def w2_mlp_sgd() -> Block:
 
 
 def w3_graph_replay(kernels: int = 50) -> Block:
+    import torch
+
     y = torch.zeros(1024, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -109,6 +117,9 @@ def w3_graph_replay(kernels: int = 50) -> Block:
 
 
 def w4_transformer_adamw() -> Block:
+    import torch
+    from torch import nn
+
     layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, batch_first=True)
     model = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -126,7 +137,7 @@ def w4_transformer_adamw() -> Block:
 
 def w5_phases(period_s: float = 30.0) -> Block:
     """W2's MLP steps and W4's transformer steps, alternating every ``period_s`` seconds of wall
-    time (the always-on mode's accuracy on a program that changes phase, issue 26)."""
+    time (the always-on mode's accuracy on a program that changes phase)."""
     mlp, transformer = w2_mlp_sgd(), w4_transformer_adamw()
     began = time.monotonic()
 
@@ -146,6 +157,7 @@ _STOP_GROUP: object | None = None  # the gloo group ``agreed`` uses, once a DDP 
 def init_ddp() -> int:
     """Join the torchrun job (NCCL, the GPU of ``LOCAL_RANK``) unless joined; this process's rank."""
     global _STOP_GROUP
+    import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -166,6 +178,7 @@ def agreed(done: bool) -> bool:
     ``done`` as is outside a DDP job. A CPU all-reduce: ranks leave a time-bounded loop after the same block."""
     if _STOP_GROUP is None:
         return done
+    import torch
     import torch.distributed as dist
 
     flag = torch.tensor([int(done)], dtype=torch.int32)
@@ -184,6 +197,8 @@ def leave_ddp() -> None:
 
 
 def d1_ddp_step(width: int = 2048, batch: int = 64) -> Block:
+    import torch
+    from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -217,6 +232,8 @@ WORKLOADS: dict[str, Callable[[], Block]] = {
 def run_blocks(block: Block, n: int, seconds: float, min_blocks: int = 1, rate: float = 0.0) -> list[float]:
     """Run blocks of ``n`` iterations until ``seconds`` have passed; each block's seconds (its
     work, not the wait). ``rate`` > 0: at most that many iterations per second (``pacing``)."""
+    import torch
+
     times: list[float] = []
     start = time.perf_counter()
     while True:
@@ -241,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         "--rate", type=float, default=0.0, help="at most this many iterations per second (pacing)"
     )
     args = parser.parse_args(argv)
+    import torch
+
     if not torch.cuda.is_available():
         print("workloads.py: no CUDA device", file=sys.stderr)
         return 2

@@ -206,10 +206,7 @@ def test_the_run_matcher_finds_every_record_the_record_by_record_walk_does() -> 
     from cuptistream.sources.replay import DEFAULT_PATH
 
     paths = [*sorted(DEFAULT_PATH.glob("*.cupti"))]
-    paths.append(
-        Path(__file__).resolve().parents[1]
-        / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"
-    )
+    paths.append(Path(__file__).resolve().parent / "fixtures" / "w3_stream.cupti")
     checked = 0
     for path in paths:
         cap = capture.read(path)

@@ -1,5 +1,5 @@
 """The estimator behind bench/sampling_overhead.py's ``--steady`` numbers, on synthetic step times
-(the GPU runs themselves are in docs/benchmarks.md)."""
+(the GPU figures are in docs/performance.md)."""
 
 from __future__ import annotations
 

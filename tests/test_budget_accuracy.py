@@ -131,8 +131,8 @@ def test_budget_mode_runs_the_budget_recording_alone_and_reports_its_bytes(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``--modes budget`` (issue 26's statistics volume, ``bench/gpu_session.sh``): no full run, the
-    bytes per GPU-hour of the one recording and its windows, from ``run``'s figures."""
+    """``--modes budget`` (the statistics' volume over one long recording): no full run, the bytes
+    per GPU-hour of the one recording and its windows, from ``run``'s figures."""
     ran: list[str] = []
 
     def fake_run(

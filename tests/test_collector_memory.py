@@ -133,7 +133,7 @@ def test_a_decode_worker_keeps_its_freed_heap_so_buffers_stop_faulting(tmp_path:
     tunable the user set makes it stand aside, which is how the default is run here."""
     from test_decode_workers import ENV, _config, _wait_for_worker
 
-    capture = ROOT / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"
+    capture = ROOT / "tests/fixtures/w3_stream.cupti"
 
     def worker_faults(env: dict[str, str], where: Path) -> int:
         where.mkdir()

@@ -45,10 +45,7 @@ def test_w3s_own_gpu_sized_buffers_pack_to_the_per_record_events() -> None:
     """W3's 4 MiB H100 buffers: ~19k kernels a buffer, many fill blocks (``columnar._BLOCK``)."""
     from pathlib import Path
 
-    path = (
-        Path(__file__).resolve().parents[1]
-        / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"
-    )
+    path = Path(__file__).resolve().parent / "fixtures" / "w3_stream.cupti"
     cap = capture.read(path)
     slow, fast = _decoder(cap), _decoder(cap)
     for buf in cap.buffers:
@@ -92,8 +89,7 @@ def test_groups_that_straddle_fill_blocks_keep_every_record_its_own_strings() ->
 def _w3() -> capture.Capture:
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    return capture.read(root / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti")
+    return capture.read(Path(__file__).resolve().parent / "fixtures" / "w3_stream.cupti")
 
 
 def _columns_decoder(cap: capture.Capture) -> Decoder:

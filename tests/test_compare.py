@@ -398,9 +398,9 @@ def test_shared_gpu_compares_kernel_time_on_the_work_basis() -> None:
     assert [o["rank"] for o in _compare(own)["outliers"]] == ["rank 0"]
 
 
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
-H100_RUNS = RESULTS / "2026-11-25-h100" / "final"
-NCCL_PAIR_RUNS = RESULTS / "2026-11-27-h100x2" / "compare" / "gpu"
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "compare"
+H100_RUNS = RECORDED / "gloo_4_ranks_one_gpu"
+NCCL_PAIR_RUNS = RECORDED / "nccl_2_gpus"
 
 
 def _rebuilt(recorded: dict, shared: bool) -> list[GpuWork]:
@@ -527,10 +527,7 @@ def test_estimated_ranks_are_flagged_only_past_the_estimate_tolerance() -> None:
     assert [(f.rank, f.metric) for f in flag_all(rows, rule)] == [("rank 2", "kernels")]
 
 
-ALWAYS_ON_RUNS = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-25c-h100"
-
-
-@pytest.mark.parametrize("run", ["compare_always_on_run5", "compare_always_on_run6"])
+@pytest.mark.parametrize("run", ["always_on_one_gpu_a", "always_on_one_gpu_b"])
 def test_recorded_always_on_runs_flag_counts_only_past_the_estimates_spread(run: str) -> None:
     """Recorded always-on H100 runs of tests/gpu/test_compare_gpu.py, whose clean runs have one
     rank's estimated kernel count off by +3.8 % and -8.9 %: a rule without the estimate tolerance on
@@ -538,7 +535,9 @@ def test_recorded_always_on_runs_flag_counts_only_past_the_estimates_spread(run:
     nobody in the clean run, the slowed rank (extra kernels) in the others. Kernel time is left out
     (equal work values): the runs recorded only its outcome on the work basis, which the count
     tolerance does not touch."""
-    for path in sorted((ALWAYS_ON_RUNS / run).glob("compare_always-on_slow_rank_*.json")):
+    paths = sorted((RECORDED / run).glob("compare_always-on_slow_rank_*.json"))
+    assert len(paths) == 4
+    for path in paths:
         rows = json.loads(path.read_text())["compare"]["total"]["ranks"]
         assert len(rows) == 4 and all(r["basis"].startswith("statistics (estimated") for r in rows)
         shared = {r["rank"]: {"compute_ns": 0.0, "nccl_ns": 0.0} for r in rows}  # one GPU, time-sliced

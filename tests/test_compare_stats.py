@@ -335,8 +335,8 @@ def test_an_estimated_rank_is_an_outlier_only_where_its_intervals_bear_it_out() 
 
 
 RECORDED_4_GPU = [
-    Path(__file__).resolve().parent.parent / "bench" / "results" / run
-    for run in ("2026-11-27-h100x4/compare/gpu", "2026-11-27b-h100x4/multigpu-compare/gpu")
+    Path(__file__).resolve().parent / "fixtures" / "compare" / run
+    for run in ("nccl_4_gpus_unaligned", "nccl_4_gpus_aligned")
 ]
 
 
@@ -348,7 +348,9 @@ def test_the_recorded_4_gpu_always_on_runs_keep_only_the_slowed_rank(folder: Pat
     flagged rank other than the slowed one goes, and the slowed one stays wherever it was flagged."""
     from cuptistream.analysis.outliers import borne_out
 
-    for path in sorted(folder.glob("compare_nccl_always-on_slow_rank_*.json")):
+    paths = sorted(folder.glob("compare_nccl_always-on_slow_rank_*.json"))
+    assert len(paths) == 4
+    for path in paths:
         recorded = json.loads(path.read_text())
         slow = f"rank {recorded['workload'][0]['slow_rank']}"
         outliers = recorded["compare"]["outliers"]
@@ -356,7 +358,7 @@ def test_the_recorded_4_gpu_always_on_runs_keep_only_the_slowed_rank(folder: Pat
         flagged_slow = [o["rank"] for o in outliers if o["rank"] == slow]
         if path.stem.endswith("_0"):
             assert kept == [], path.name
-        elif folder.parent.name == "multigpu-compare":  # aligned: the slowed rank, and only it
+        elif folder.name == "nccl_4_gpus_aligned":  # aligned: the slowed rank, and only it
             assert kept == [slow], (path.name, outliers)
         else:
             assert kept == flagged_slow, (path.name, outliers)

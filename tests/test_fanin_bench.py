@@ -53,7 +53,7 @@ def test_the_steady_rate_leaves_the_start_out_and_needs_two_seconds_of_samples()
 
 
 def test_the_overload_ratio_pairs_each_run_of_n_probes_with_the_same_run_of_2n() -> None:
-    """Issue 30's overload item from the runs themselves: 2N / N per run, window and steady."""
+    """Overload from the runs themselves: 2N / N per run, window and steady."""
     fanin: Any = _fanin()
 
     def run(n: int, r: int, rate: float, steady: float | None) -> dict[str, Any]:
@@ -67,6 +67,15 @@ def test_the_overload_ratio_pairs_each_run_of_n_probes_with_the_same_run_of_2n()
                                   "steady_median": 0.8}  # fmt: skip
     assert found["16/8/wauto"]["window"] == [round(1.0 / 1.8, 3)]
     assert fanin.overload_ratios([run(4, 0, 1.0, None), run(6, 0, 1.0, None)]) == {}
+    printed = fanin.rows(runs)  # the rows the bench ends with
+    assert (
+        printed[0]
+        == "4 probes, workers auto, 2 runs: delivered 2.00 [2.00..2.00] M events/s (steady 2.50 [2.50..2.50])"
+    )
+    assert (
+        "overload 8/4/wauto probes: delivered 2N / N 0.975 [0.900..1.050] (steady 0.800 [0.800..0.800])"
+        in printed
+    )
 
 
 def test_gpu_programs_go_round_robin_over_the_gpus(tmp_path: Path) -> None:
@@ -138,42 +147,6 @@ def test_a_node_collector_in_front_of_a_two_rank_job(tmp_path: Path) -> None:
                                "kernels_on_own_device": True, "nccl_on_every_rank": False}  # fmt: skip
     assert not list((tmp_path / "ddp-n2" / "out").glob("*"))  # the recording is not kept
     assert json.loads((tmp_path / "ddp-n2" / "result.json").read_text())["probes"] == 2
-
-
-def _profile_stages() -> Any:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import profile_stages
-
-    return profile_stages
-
-
-# py-spy --subprocesses --threads --format raw, as it recorded `cuptistream run -- sh -c PROGRAMS`: each
-# sample names its process chain first. The programs' `python -c SOURCE` command lines hold newlines
-# and quotes, and one sample of such a program once broke the summary ("invalid literal for int()").
-_COLLECTOR = 'process 10:"python -m cuptistream.cli run -c cfg.yaml -- sh -c a; b"'
-_PROGRAM = 'process 30:"python -c \nimport os, sys\nx = os.environ.get("FANIN_DEVICE", "0")\nblock(200)\n"'
-_WORKER = 'process 20:"python -m cuptistream.collector.workers 18"'
-RAW_PROFILE = (
-    f"{_COLLECTOR};{_PROGRAM};thread (30): MainThread;block (bench/workloads.py:9) 7\n"
-    f"{_COLLECTOR};{_WORKER};thread (20): MainThread;serve (w.py:1);Packer.pack (cuptistream/cupti/columnar.py:80) 5\n"
-    f"{_COLLECTOR};{_WORKER};thread (20): MainThread;serve (w.py:1);add (cuptistream/statistics/busy.py:40) 2\n"
-    f"{_COLLECTOR};thread (11): Trio thread 0;FrameEncoder.frame (sinks/file.py:5) 3\n"
-)
-
-
-def test_profile_stages_counts_the_collector_and_its_workers_not_the_programs(tmp_path: Path) -> None:
-    stages = _profile_stages()
-    profile = tmp_path / "profile.txt"
-    profile.write_text(RAW_PROFILE)
-    expected = collections.Counter({
-        ("pack: columnar msgpack (hot kinds)", "worker: MainThread"): 5,
-        ("statistics", "worker: MainThread"): 2,
-        ("zstd compress", "collector: Trio thread"): 3,
-    })  # fmt: skip
-    assert stages.stages(profile) == (expected, 10)
-    stages.keep_collector(profile)  # what fanin.py --profile keeps: one line a sample, no program
-    assert len(profile.read_text().splitlines()) == 3 and "FANIN_DEVICE" not in profile.read_text()
-    assert stages.stages(profile) == (expected, 10)
 
 
 def test_an_out_folder_holding_an_earlier_run_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
-"""bench/lost_pooled.py: issue 26's lost-time figures pooled over a workload's sessions, and the
-method's resolution from pretend windows on the base parts. Synthetic block series with a known
-cost and known noise check the arithmetic; a real H100 run (W2 under production.yaml, committed in
-bench/results) checks it reads what that run's files hold."""
+"""bench/lost_pooled.py: the lost-time figures of bench/budget_lost_time.py pooled over a workload's
+sessions, and the method's resolution from pretend windows on the base parts. Synthetic block series
+with a known cost and known noise check the arithmetic; a real H100 run (W2 under production.yaml,
+``tests/fixtures/lost_time_w2.json``) checks it reads what that run's file holds."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from budget_lost_time import job_view, null_in_base, null_in_gaps  # noqa: E402
 from lost_pooled import main, pool, pool_results, seconds, verdict, window_noise  # noqa: E402
 from lost_time import ACTIVITY_AFTER_S, ACTIVITY_BEFORE_S, window_cost  # noqa: E402
 
-W2_RUN = ROOT / "bench/results/2026-11-28c-h100/gpu-lost2/lost_W2.json"
+W2_RUN = ROOT / "tests/fixtures/lost_time_w2.json"
 
 
 def _blocks(
@@ -137,8 +137,11 @@ def test_the_command_reads_a_results_file_and_refuses_none(tmp_path: Path) -> No
     run = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"), str(W2_RUN)],
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert "W2: pooled over 5 sessions, 19 windows" in run.stdout and "resolution" in run.stdout
-    partial = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"),
-                              str(W2_RUN.with_name("lost_W2.W2.partial.json"))],
+    # A run cut short writes its sessions so far as WORKLOAD.partial.json: the same sessions, read alike.
+    cut = tmp_path / "lost_W2.W2.partial.json"
+    sessions = json.loads(W2_RUN.read_text())["results"]["W2"]["sessions"]
+    cut.write_text(json.dumps({"workload": "W2", "sessions": sessions}))
+    partial = subprocess.run([sys.executable, str(ROOT / "bench/lost_pooled.py"), str(cut)],
                              capture_output=True, text=True, check=True)  # fmt: skip
     assert partial.stdout.split(": ", 1)[1] == run.stdout.split(": ", 1)[1]  # the same sessions
     none = subprocess.run(

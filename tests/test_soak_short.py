@@ -1,4 +1,4 @@
-"""The soak (bench/soak.py, issue 16) in a short version: replayed real CUPTI data at full speed
+"""The soak (bench/soak.py) in a short version: replayed real CUPTI data at full speed
 through file + Kafka (a real tansu broker) + OTLP (a real receiver) for about 40 s, then the same
 reconciliation and flatness checks as the 30-minute run, on relaxed limits (a short run is mostly
 warm-up). The checks themselves are tested to fail on a leak and on an uncounted loss."""

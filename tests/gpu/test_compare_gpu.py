@@ -1,4 +1,4 @@
-"""GPU acceptance of ``cuptistream compare`` (issue 31), on one H100 or H200.
+"""GPU acceptance of ``cuptistream compare``, on one H100 or H200.
 
 Four ranks share the GPU in lockstep (``tests/gpu/workloads/slow_rank.py``, torchrun, gloo) under
 ``cuptistream run``; one rank gets extra fp16 matmuls that make the job's step 5, 10 or 20 % longer. For
@@ -12,7 +12,7 @@ mode (``configs/production.yaml``: statistics from budget windows, every rank's 
 About 8 minutes in all.
 
 ``check_clean`` and ``check_slow`` are the assertions; ``tests/test_compare.py`` runs them on the
-recorded results of the first H100 run (``bench/results/2026-11-25-h100/final``).
+recorded results of an H100 run (``tests/fixtures/compare/gloo_4_ranks_one_gpu``).
 
 With ``CUPTISTREAM_GPU_RESULTS=DIR`` each run's ``compare`` JSON and the workload's calibration are
 written to ``DIR/compare_slow_rank_<pct>.json``.

@@ -1,5 +1,5 @@
 """GPU acceptance: budget windows that detach CUPTI (``between_windows: detach``) under a two-rank DDP
-job, where NCCL's threads call CUDA around each ``cuptiFinalize`` (issue 26).
+job, where NCCL's threads call CUDA around each ``cuptiFinalize``.
 
 CUPTI's guide warns that other threads inside CUDA calls during ``cuptiFinalize`` can crash (so it
 runs at a CUDA call's exit, ``driver.park``); the single-GPU tests (tests/gpu/test_budget_gpu.py)
