@@ -21,7 +21,8 @@ user remains and ``detach`` is set, calls ``cuptiFinalize``.
 (``windows``); the kinds in ``continuous`` and the resource kinds (device, context, stream) stay on
 between them. With ``between_windows: detach`` CUPTI is detached after each window once the
 collector has read its buffers (``driver.park``) and attached again at the next: attached with
-nothing traced, CUPTI still costs every kernel launch (docs/performance.md, the always-on rows), and only ``cuptiFinalize`` takes that off. The resource kinds are then dumped at each window's
+nothing traced, CUPTI still costs every kernel launch (docs/performance.md, the always-on rows),
+and only ``cuptiFinalize`` takes that off. The resource kinds are then dumped at each window's
 start instead. Detaching while the process has a CUDA graph makes its replays fail
 (``cudaErrorLaunchFailure``), so the source detaches only where it started before any CUDA context
 (it has seen every graph) and stops for good at the first graph (a resource callback on graph
