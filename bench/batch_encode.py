@@ -17,7 +17,7 @@ from pathlib import Path
 _ONE_ROUND = """
 import sys, time
 sys.path[:0] = [{root!r}, {root!r} + "/tests"]
-from cuptistream import codec
+from cuptistream.recording import codec
 from cuptistream.events import NvtxMarker
 from helpers.batchgen import header
 events = [NvtxMarker(name=f"kernel_{{i % 50}}_" + "x" * 40, timestamp=i, thread_id=1) for i in range(8192)]

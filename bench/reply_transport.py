@@ -35,13 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cuptistream.codec import array_header  # noqa: E402
 from cuptistream.collector import worker_protocol as wp  # noqa: E402
 from cuptistream.collector.reply_maps import ReplyMaps  # noqa: E402
 from cuptistream.cupti import capture  # noqa: E402
 from cuptistream.cupti.decode import Decoder  # noqa: E402
 from cuptistream.cupti.names import TableNames  # noqa: E402
 from cuptistream.cupti.records import RecordLayouts  # noqa: E402
+from cuptistream.recording.codec import array_header  # noqa: E402
 from cuptistream.recording.framing import FrameEncoder  # noqa: E402
 
 W3 = ROOT / "bench/results/2026-11-27f-h100/gpu-capture-stream/w3_stream.cupti"

@@ -216,7 +216,7 @@ def test_decisions_are_events_with_the_measurements_behind_them() -> None:
 
 
 def test_decision_events_round_trip_through_the_codec() -> None:
-    from cuptistream.codec import array_header, decode_events, encode_chunk
+    from cuptistream.recording.codec import array_header, decode_events, encode_chunk
 
     gov, decisions = governor(0.01)
     run(throttle(gov), 3, proportional(0.5))

@@ -757,9 +757,9 @@ def test_a_large_drain_is_split_into_events_that_fit_an_event_buffer_and_add_up(
 ) -> None:
     """Seen on the H100: a drain of 4,753 PCs encoded to more than the probe's 1 MiB event buffer
     and was lost whole (probe/chunk_larger_than_slot). Now each event holds at most EVENT_PCS PCs."""
-    from cuptistream.codec import encode_chunk
     from cuptistream.cupti.sampling_decode import PcData
     from cuptistream.events import PcSample
+    from cuptistream.recording.codec import encode_chunk
 
     h = make()
     source = h.start()

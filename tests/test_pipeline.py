@@ -9,11 +9,11 @@ import pytest
 import trio
 
 import cuptistream
-from cuptistream.codec import decode_batch, encode_chunk
 from cuptistream.config import QueueConfig
 from cuptistream.events import Kernel, SelfStats
 from cuptistream.pipeline.core import ShutdownReport
 from cuptistream.plugin import OutgoingBatch
+from cuptistream.recording.codec import decode_batch, encode_chunk
 from tests.pipeline_helpers import MemorySink
 
 

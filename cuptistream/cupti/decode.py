@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.cupti.columnar import Allocate
 from cuptistream.cupti.convert import StructConverters
 from cuptistream.cupti.kinds import BY_VALUE
@@ -31,6 +30,7 @@ from cuptistream.cupti.records import (
     walk_runs,
 )
 from cuptistream.events import Event
+from cuptistream.recording.codec import Chunk, encode_chunk
 
 _EVENTS_PER_CHUNK = 8192
 

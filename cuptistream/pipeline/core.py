@@ -20,7 +20,6 @@ from typing import TypeVar
 import msgspec
 import trio
 
-from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.config import Config
 from cuptistream.events import (
     SCHEMA_VERSION,
@@ -38,6 +37,7 @@ from cuptistream.pipeline.intake import Intake
 from cuptistream.pipeline.lane import SinkLane
 from cuptistream.pipeline.producers import Producer
 from cuptistream.plugin import Sink
+from cuptistream.recording.codec import Chunk, encode_chunk
 
 # The last part of ``shutdown_deadline`` (this long, at most a quarter of it) is kept for closing
 # the sinks (seal the file, release clients and threads, count what they held) when draining does

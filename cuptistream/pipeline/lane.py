@@ -22,7 +22,6 @@ from typing import Protocol
 
 import trio
 
-from cuptistream.codec import Chunk, encode_batch_parts
 from cuptistream.config import BatchConfig, QueueConfig
 from cuptistream.errors import PermanentSinkError, RetriesExhausted, RetryableError
 from cuptistream.events import EncodedBatch, StageStats
@@ -30,6 +29,7 @@ from cuptistream.pipeline import health as sink_health
 from cuptistream.pipeline.producers import Producer
 from cuptistream.pipeline.retry import call_with_retry
 from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink
+from cuptistream.recording.codec import Chunk, encode_batch_parts
 
 # How many chunks of other producers a batch looks past for more of its own producer's.
 _SCAN_LIMIT = 4096
