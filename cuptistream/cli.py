@@ -14,8 +14,8 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from cuptistream import blas_threads
 from cuptistream.analysis.commands import add_commands as add_view_commands
+from cuptistream.collector import blas_threads
 from cuptistream.collector.trace_command import add_command as add_trace_command
 from cuptistream.errors import UserError
 from cuptistream.recording.repair import add_command as add_repair_command

@@ -31,10 +31,9 @@ from pathlib import Path
 
 import msgspec
 
-from cuptistream import blas_threads
 from cuptistream.channel import sockets
 from cuptistream.channel.shm import SlotPool
-from cuptistream.collector import memory
+from cuptistream.collector import blas_threads, memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.reply_maps import ReplyMaps
 from cuptistream.collector.reply_slots import Arena, ReplySlots
