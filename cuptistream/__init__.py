@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from cuptistream.correlate import correlate
+    from cuptistream.cupti.external_correlation import correlate
     from cuptistream.recording.reader import read
     from cuptistream.runtime import Session, session
 
@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
 
         return read
     if name == "correlate":
-        from cuptistream.correlate import correlate
+        from cuptistream.cupti.external_correlation import correlate
 
         return correlate
     raise AttributeError(name)

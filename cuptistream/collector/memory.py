@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from cuptistream.libc import libc
+from cuptistream.cupti.libc import libc
 
 
 @dataclass(frozen=True)

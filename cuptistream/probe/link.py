@@ -17,8 +17,8 @@ from collections import Counter
 
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ChannelError, SlotPool
+from cuptistream.cupti.libc import libc
 from cuptistream.events import ClockSync, DeviceInfo, Resource
-from cuptistream.libc import libc
 
 _PR_SET_PTRACER = 0x59616D61
 _CONTROL_WAIT_S = 2.0  # pool and stream announcements: rare, and the collector needs them

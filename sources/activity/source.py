@@ -51,10 +51,10 @@ import msgspec
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
 from cuptistream.config import SourceConfig
-from cuptistream.correlate import activate as activate_correlation
-from cuptistream.correlate import deactivate as deactivate_correlation
 from cuptistream.cupti import api_functions, driver, gpus, kinds, library, subscriber
 from cuptistream.cupti.buffers import BufferCallbacks
+from cuptistream.cupti.external_correlation import activate as activate_correlation
+from cuptistream.cupti.external_correlation import deactivate as deactivate_correlation
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
 from cuptistream.plugin import Emitter, Source
