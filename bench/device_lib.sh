@@ -105,7 +105,7 @@ setup() {
         nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader
         nvidia-smi topo -m 2>/dev/null
         $PY -c "import torch, torch.distributed as d; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count(), 'nccl available', d.is_nccl_available())"
-        $PY -c "import cuptistream, cuptistream.sources.activity, cuptistream.launch as l; print('cuptistream from', cuptistream.__file__, 'probe_environment' in dir(l))"
+        $PY -c "import cuptistream, cuptistream.sources.activity, cuptistream.run.program as l; print('cuptistream from', cuptistream.__file__, 'probe_environment' in dir(l))"
         nproc; lscpu 2>/dev/null | grep -E "^(Model name|Thread|Core|Socket|NUMA node[0-9]* CPU)"; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)_' | sort
     } > "$RESULTS/env.txt" 2>&1
     local missing need=${MIN_GPUS:-$MIN_GPUS_DEFAULT}

@@ -20,7 +20,7 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
 - ``--mode ddp``: no ``run`` collector. A node collector, ``cuptistream collector -c CFG --socket
   S``, is started first, then ``torchrun --standalone --nproc_per_node=NPROC examples/train_ddp.py``
   with the environment ``cuptistream run`` gives a program, aimed at S
-  (``cuptistream.launch.probe_environment``): each rank's probe starts at CUDA initialization and
+  (``cuptistream.run.program.probe_environment``): each rank's probe starts at CUDA initialization and
   feeds the node collector, which is stopped (SIGTERM: it drains) once the job has exited. Checked:
   ``--nproc`` probes came, every rank's kernels are all on its own device, NCCL kernels among them.
 
@@ -435,7 +435,7 @@ def ddp_behind_node_collector(
 ) -> dict[str, Any]:
     """``--mode ddp``: a node collector first, then a torchrun job pointed at it (see the docstring).
     ``job`` gives the job's command; its ranks write ``ranks/rank{R}.json`` with the ``device`` they used."""
-    from cuptistream.launch import probe_environment
+    from cuptistream.run.program import probe_environment
 
     where = workdir / f"ddp-n{args.nproc}"
     where.mkdir(parents=True)

@@ -164,7 +164,7 @@ def _cmd_source_lines(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from cuptistream.launch import parse_program, run_program
+    from cuptistream.run.program import parse_program, run_program
 
     config = _config_path(args, "run")
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
