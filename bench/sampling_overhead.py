@@ -47,7 +47,7 @@ from lost_time import excess, long_run_total, window_cost
 
 import cuptistream
 from cuptistream.events import Error, Loss, PcSampleBatch, SassMetricBatch
-from cuptistream.probe.governor import Throttle, WindowCost
+from cuptistream.overhead import Throttle, WindowCost
 from cuptistream.recording.reader import read
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}

@@ -313,7 +313,7 @@ class SassMetricBatch(Event, tag="sass_metrics"):
 
 class GovernorDecision(Event, tag="governor"):
     """What the overhead governor decided for a sampling source, and the measurements behind it
-    (``overhead.budget``; ``cuptistream.probe.governor``). Fractions are of the program's time."""
+    (``overhead.budget``; ``cuptistream.overhead``). Fractions are of the program's time."""
 
     timestamp: int
     source: str  # the governed source's name

@@ -13,7 +13,7 @@ import yaml
 from cuptistream.config import load
 from cuptistream.errors import ConfigError
 from cuptistream.events import GovernorDecision
-from cuptistream.probe.governor import HEADROOM, Governor, Plan, Throttle, WindowCost
+from cuptistream.overhead import HEADROOM, Governor, Plan, Throttle, WindowCost
 
 
 def governor(budget: float | None) -> tuple[Governor, list[GovernorDecision]]:

@@ -723,7 +723,7 @@ def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
     """The source tells its throttle what a window cost (control calls timed, plus the estimated
     kernel slowdown), and waits the pause it gets back; the decisions reach the emitter."""
     from cuptistream.events import GovernorDecision
-    from cuptistream.probe.governor import HEADROOM, PC_SAMPLING_KERNEL_SLOWDOWN, Governor
+    from cuptistream.overhead import HEADROOM, PC_SAMPLING_KERNEL_SLOWDOWN, Governor
 
     h = make()
     decisions: list[GovernorDecision] = []

@@ -166,7 +166,7 @@ class ProbeConfig(Strict):
 
 class OverheadConfig(Strict):
     """What the sampling sources (pc_sampling, sass) may cost the program, together: they adapt
-    their duty cycles to stay under it (``cuptistream.probe.governor``). ``budget: off`` (YAML's
+    their duty cycles to stay under it (``cuptistream.overhead``). ``budget: off`` (YAML's
     false) keeps the duty cycles each source configures."""
 
     budget: Percent = Percent(0.01)

@@ -19,13 +19,13 @@ from cuptistream.channel import messages
 from cuptistream.config import Config
 from cuptistream.cupti.gpus import visible_devices
 from cuptistream.events import ClockSync
+from cuptistream.overhead import Governed, Governor, WindowPriced
 from cuptistream.pipeline.resource import current_resource
 from cuptistream.plugin import OnDemand, Source
 from cuptistream.probe import torch_profiler
 from cuptistream.probe.coexist import CuptiSharing
 from cuptistream.probe.control import ControlReader
 from cuptistream.probe.emitter import ProbeEmitter
-from cuptistream.probe.governor import Governed, Governor, WindowPriced
 from cuptistream.probe.link import ProbeLink
 
 # The end of ``shutdown_deadline`` the collector keeps for closing its sinks (as the pipeline's

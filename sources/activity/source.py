@@ -57,8 +57,8 @@ from cuptistream.cupti.external_correlation import activate as activate_correlat
 from cuptistream.cupti.external_correlation import deactivate as deactivate_correlation
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
+from cuptistream.overhead import Governor, Throttle
 from cuptistream.plugin import Emitter, Source
-from cuptistream.probe.governor import Governor, Throttle
 
 from .config import ATTRIBUTES, ActivitySourceConfig, attribute_values
 from .schedule import schedule_for
