@@ -248,8 +248,8 @@ class ProcWatch:
 def per_loop_events(path: str = "") -> collections.Counter[str]:
     """Events by type that one loop over the captures at ``path`` ("": the shipped ones) decodes to,
     by the collector's decoder."""
+    from cuptistream.collector.buffer_decoder import Decoder
     from cuptistream.cupti import capture
-    from cuptistream.cupti.decode import Decoder
     from cuptistream.cupti.names import TableNames
     from cuptistream.cupti.records import RecordLayouts
     from cuptistream.sources.replay import capture_files

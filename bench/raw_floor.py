@@ -42,10 +42,10 @@ from pathlib import Path
 import numpy as np
 
 from cuptistream.channel.messages import OpenStream
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.config.model import BatchConfig, StatisticsConfig
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import Names, TableNames
 from cuptistream.cupti.records import RecordLayouts, walk
 from cuptistream.plugin import Emitter

@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cuptistream.collector import worker_protocol as wp  # noqa: E402
+from cuptistream.collector.buffer_decoder import Decoder  # noqa: E402
 from cuptistream.collector.reply_maps import ReplyMaps  # noqa: E402
 from cuptistream.cupti import capture  # noqa: E402
-from cuptistream.cupti.decode import Decoder  # noqa: E402
 from cuptistream.cupti.names import TableNames  # noqa: E402
 from cuptistream.cupti.records import RecordLayouts  # noqa: E402
 from cuptistream.recording.codec import array_header  # noqa: E402

@@ -32,8 +32,8 @@ from typing import TypeVar
 import numpy as np
 import zstandard
 
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 

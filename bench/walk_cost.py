@@ -51,8 +51,8 @@ def sample(seconds: float, where: str = "") -> dict[str, object]:
     """One sample of every stage, in this interpreter (whichever ``cuptistream`` it imports), over
     the captures at ``where`` (a file or folder; "": this checkout's shipped ones)."""
     import cuptistream
+    from cuptistream.collector.buffer_decoder import Decoder
     from cuptistream.cupti import capture, records
-    from cuptistream.cupti.decode import Decoder
     from cuptistream.cupti.names import TableNames
 
     captures = (

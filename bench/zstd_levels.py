@@ -16,8 +16,8 @@ from pathlib import Path
 import msgspec
 import zstandard
 
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.cupti import capture, records
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 
 ROOT = Path(__file__).resolve().parent.parent

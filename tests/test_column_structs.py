@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from cuptistream.analysis import compare_read, records
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.cupti import capture, columnar
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.events import Columns, NvtxMarker

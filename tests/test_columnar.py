@@ -7,8 +7,8 @@ import collections
 import msgspec
 import pytest
 
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.recording.codec import array_header, decode_events

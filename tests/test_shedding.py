@@ -10,9 +10,9 @@ import trio
 
 import cuptistream
 from cuptistream.collector import shedding
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.collector.collector import Collector
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.recording.codec import Chunk
