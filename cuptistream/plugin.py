@@ -65,7 +65,7 @@ __all__ = [
 if TYPE_CHECKING:
     from cuptistream.channel.messages import OpenStream
     from cuptistream.channel.outlet import ActivityOutlet
-    from cuptistream.pipeline.retry import call_with_retry
+    from cuptistream.delivery.retry import call_with_retry
     from cuptistream.recording.codec import Chunk
 
 
@@ -291,7 +291,7 @@ def secret_from_env(sink: str, key: str, variable: str) -> str:
 def __getattr__(name: str) -> object:
     # The retry helper runs on trio: imported when a sink asks for it, not with the contract.
     if name == "call_with_retry":
-        from cuptistream.pipeline.retry import call_with_retry
+        from cuptistream.delivery.retry import call_with_retry
 
         return call_with_retry
     raise AttributeError(f"module 'cuptistream.plugin' has no attribute {name!r}")

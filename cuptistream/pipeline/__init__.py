@@ -1,7 +1,7 @@
 """The collector's trio pipeline, stage by stage: ``intake`` (byte-bounded, full policy) →
 ``core`` (the distributor and shutdown) → one ``lane`` per sink (queue, batching, retry, health),
 with ``connect`` (sinks coming up in the background), ``producers`` and ``resource`` (who sent
-what) and ``retry`` (the shared backoff).
+what). The retry policy and the health a lane keeps for its sink are ``cuptistream.delivery``.
 
 ``from cuptistream.pipeline import Pipeline`` still works; it imports ``core`` only then, so the
 probe, which uses ``intake`` alone, never loads trio's pipeline.

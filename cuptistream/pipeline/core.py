@@ -21,6 +21,7 @@ import msgspec
 import trio
 
 from cuptistream.config import Config
+from cuptistream.delivery.health import HealthReport
 from cuptistream.events import (
     SCHEMA_VERSION,
     ClockSync,
@@ -32,7 +33,6 @@ from cuptistream.events import (
     StageStats,
 )
 from cuptistream.pipeline.connect import require_healthy, serve_lane
-from cuptistream.pipeline.health import HealthReport
 from cuptistream.pipeline.intake import Intake
 from cuptistream.pipeline.lane import SinkLane
 from cuptistream.pipeline.producers import Producer
