@@ -173,7 +173,7 @@ def test_a_batch_holds_one_process_and_each_process_keeps_its_order() -> None:
     # Three observed processes feed one collector pipeline, their chunks interleaved.
     from cuptistream.collector.collector import Collector
     from cuptistream.events import Resource
-    from cuptistream.pipeline.producers import Producer
+    from cuptistream.recording.producers import Producer
 
     sink = MemorySink("memory")
     collector = Collector(cuptistream.load_config(_config()), sinks=[sink]).start()

@@ -31,9 +31,9 @@ from cuptistream.collector.windows import SpanBook, WindowRequests
 from cuptistream.collector.worker_pool import Link, WorkerPool
 from cuptistream.events import ClockSync, Error
 from cuptistream.pipeline.core import Pipeline
-from cuptistream.pipeline.producers import Producer
 from cuptistream.plugin import Emitter
 from cuptistream.recording.codec import Chunk
+from cuptistream.recording.producers import Producer
 
 _POLL_S = 0.5
 # Consecutive buffers of a stream up to this many bytes are decoded as one; a GPU's buffers (4 MiB

@@ -35,9 +35,9 @@ from cuptistream.events import (
 from cuptistream.pipeline.connect import require_healthy, serve_lane
 from cuptistream.pipeline.intake import Intake
 from cuptistream.pipeline.lane import SinkLane
-from cuptistream.pipeline.producers import Producer
 from cuptistream.plugin import Sink
 from cuptistream.recording.codec import Chunk, encode_chunk
+from cuptistream.recording.producers import Producer
 
 # The last part of ``shutdown_deadline`` (this long, at most a quarter of it) is kept for closing
 # the sinks (seal the file, release clients and threads, count what they held) when draining does

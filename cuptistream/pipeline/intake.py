@@ -33,7 +33,7 @@ from cuptistream.plugin import Emitter
 from cuptistream.recording.codec import Chunk
 
 if TYPE_CHECKING:
-    from cuptistream.pipeline.producers import Producer
+    from cuptistream.recording.producers import Producer
 
 CONTROL_CAP_EVENTS = 10_000
 

@@ -27,9 +27,9 @@ from cuptistream.delivery import health as sink_health
 from cuptistream.delivery.retry import call_with_retry
 from cuptistream.errors import PermanentSinkError, RetriesExhausted, RetryableError
 from cuptistream.events import EncodedBatch, StageStats
-from cuptistream.pipeline.producers import Producer
 from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink
 from cuptistream.recording.codec import Chunk, encode_batch_parts
+from cuptistream.recording.producers import Producer
 
 # How many chunks of other producers a batch looks past for more of its own producer's.
 _SCAN_LIMIT = 4096

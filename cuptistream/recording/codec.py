@@ -21,7 +21,7 @@ from cuptistream.events import AnyEvent, Batch, BatchHeader, Columns, EncodedBat
 from cuptistream.recording import column_structs
 
 if TYPE_CHECKING:
-    from cuptistream.pipeline.producers import Producer
+    from cuptistream.recording.producers import Producer
 
 _encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(Batch)
