@@ -1,5 +1,5 @@
 """A decode worker: a process of its own that decodes the activity buffers of the probes assigned to
-it, so that several probes' decoding runs on several cores (issue 30; ``docs/architecture.md``).
+it, so that several probes' decoding runs on several cores (``docs/architecture.md``).
 
 ``python -m cuptistream.collector.workers FD``: FD is a ``SOCK_SEQPACKET`` socket to the collector,
 which sends one ``Adopt``-style datagram per probe connection assigned here, with that connection's

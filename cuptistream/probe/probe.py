@@ -171,8 +171,8 @@ class Probe:
         self.stop()
         if self.sharing is not None and self.sharing.yields:
             # Another tool (Kineto) used CUPTI: detach it now, so that its callbacks do not run during
-            # CUDA's own teardown after Python (on the H100 Kineto's context-destroy callback then
-            # freed memory twice, in 2 to 7 of 10 runs started with probe.start: process).
+            # CUDA's own teardown after Python (Kineto's context-destroy callback then can free memory
+            # twice, in a fair share of runs started with probe.start: process).
             from cuptistream.cupti import driver
 
             driver.detach_at_exit()
