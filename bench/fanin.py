@@ -21,7 +21,7 @@ Each (run, N) is one ``cuptistream run -c CFG --report-json R -- sh -c '<N progr
 - ``--mode ddp``: no ``run`` collector. A node collector, ``cuptistream collector -c CFG --socket
   S``, is started first, then ``torchrun --standalone --nproc_per_node=NPROC examples/train_ddp.py``
   with the environment ``cuptistream run`` gives a program, aimed at S
-  (``cuptistream.launch.probe_environment``): each rank's probe starts at CUDA initialization and
+  (``cuptistream.run.program.probe_environment``): each rank's probe starts at CUDA initialization and
   feeds the node collector, which is stopped (SIGTERM: it drains) once the job has exited. Checked:
   ``--nproc`` probes came, every rank's kernels are all on its own device, NCCL kernels among them.
 
@@ -246,8 +246,8 @@ class ProcWatch:
 def per_loop_events(path: str = "") -> collections.Counter[str]:
     """Events by type that one loop over the captures at ``path`` ("": the shipped ones) decodes to,
     by the collector's decoder."""
+    from cuptistream.collector.buffer_decoder import Decoder
     from cuptistream.cupti import capture
-    from cuptistream.cupti.decode import Decoder
     from cuptistream.cupti.names import TableNames
     from cuptistream.cupti.records import RecordLayouts
     from cuptistream.sources.replay import capture_files
@@ -421,7 +421,7 @@ def ddp_behind_node_collector(
 ) -> dict[str, Any]:
     """``--mode ddp``: a node collector first, then a torchrun job pointed at it (see the docstring).
     ``job`` gives the job's command; its ranks write ``ranks/rank{R}.json`` with the ``device`` they used."""
-    from cuptistream.launch import probe_environment
+    from cuptistream.run.program import probe_environment
 
     where = workdir / f"ddp-n{args.nproc}"
     where.mkdir(parents=True)

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the
 
 from kafka_broker import TansuBroker, tansu_binary
 
-from cuptistream.codec import encode_batch, encode_chunk
 from cuptistream.config import convert
 from cuptistream.events import SCHEMA_VERSION, ClockSync, EncodedBatch, Kernel, Resource
 from cuptistream.plugin import OutgoingBatch
+from cuptistream.recording.codec import encode_batch, encode_chunk
 from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ under each mode, every run in its own process:
 - ``none``: no tracing;
 - ``bare``: "bare CUPTI", ``bench/bare_cupti.c`` injected through ``CUDA_INJECTION64_PATH``. It enables
   the default config's activity kinds and the same per-cbid runtime/driver API filters (taken from
-  ``configs/default.yaml`` through ``cuptistream.cupti.kinds.select_cbids``), walks every buffer with
+  ``configs/default.yaml`` through ``cuptistream.cupti.api_functions.select_cbids``), walks every buffer with
   ``cuptiActivityGetNextRecord``, counts and frees it. The floor that the goal (cuptistream <= 1.05 x
   bare) is measured against;
 - ``cuptistream``: ``cuptistream run -c configs/default.yaml --report-json R.json -- python
@@ -259,7 +259,8 @@ def select_api_cbids(config: Path, include: Path) -> tuple[dict[str, list[int]],
     if str(ROOT) not in sys.path:
         sys.path.append(str(ROOT))
     try:
-        from cuptistream.cupti.kinds import DEFAULT_DRIVER_API, DEFAULT_RUNTIME_API, api_names, select_cbids
+        from cuptistream.cupti.api_functions import api_names, select_cbids
+        from cuptistream.cupti.kinds import DEFAULT_DRIVER_API, DEFAULT_RUNTIME_API
 
         defaults = {"runtime": DEFAULT_RUNTIME_API, "driver": DEFAULT_DRIVER_API}
         cbids = {d: select_cbids(d, patterns[d] or defaults[d]) for d in ("runtime", "driver")}

@@ -45,14 +45,14 @@ from pathlib import Path
 import numpy as np
 
 from cuptistream.channel.messages import OpenStream
-from cuptistream.codec import Chunk, array_header
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.config.model import BatchConfig, StatisticsConfig
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import Names, TableNames
 from cuptistream.cupti.records import RecordLayouts, walk
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk, array_header
 from cuptistream.recording.framing import FrameEncoder
 
 ROOT = Path(__file__).resolve().parent.parent

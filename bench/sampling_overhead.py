@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from lost_time import excess, long_run_total, window_cost
 
 if TYPE_CHECKING:  # torch and cuptistream are imported where used: --help needs neither
-    from cuptistream.probe.governor import WindowCost
+    from cuptistream.overhead import WindowCost
 
 PC_SAMPLING: dict[str, Any] = {"type": "pc_sampling"}
 # No initial delay: the program is warm before the first window, and with it the first SASS window
@@ -433,7 +433,7 @@ def place_first_windows(at: dict[str, float]) -> None:
     of minutes (PC sampling's, minutes at 0.5%), so at a random phase most sessions hold no window
     of it and say nothing of its cost; with this each holds one, and ``long_run_total`` charges it
     over the cycle the governor planned after measuring it."""
-    from cuptistream.probe.governor import Throttle
+    from cuptistream.overhead import Throttle
 
     random_phase = Throttle.first_delay
 

@@ -28,9 +28,9 @@ import msgspec
 import numpy as np
 import zstandard
 
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.config.model import StatisticsConfig
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.packed import PackedConverters
 from cuptistream.cupti.records import RecordLayouts

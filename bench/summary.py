@@ -62,8 +62,8 @@ def as_stored(events: list[dict], layout: str) -> msgspec.Raw:
     maps."""
     import numpy as np
 
-    from cuptistream.codec import array_header
     from cuptistream.cupti import packed
+    from cuptistream.recording.codec import array_header
 
     packers = {
         "kernel": packed._KERNEL_PACKER, "memcpy": packed._MEMCPY_PACKERS[False],

@@ -32,24 +32,24 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from cuptistream.correlate import correlate
+    from cuptistream.cupti.external_correlation import correlate
     from cuptistream.recording.reader import read
-    from cuptistream.runtime import Session, session
+    from cuptistream.run.session import Session, session
 
 
 def __getattr__(name: str) -> Any:
     # Imported lazily: the probe in an observed program needs neither trio nor the pipeline, reading
     # files needs no trio, correlating needs CUPTI.
     if name in ("Session", "session"):
-        from cuptistream import runtime
+        from cuptistream.run import session as in_process
 
-        return getattr(runtime, name)
+        return getattr(in_process, name)
     if name == "read":
         from cuptistream.recording.reader import read
 
         return read
     if name == "correlate":
-        from cuptistream.correlate import correlate
+        from cuptistream.cupti.external_correlation import correlate
 
         return correlate
     raise AttributeError(name)

@@ -14,8 +14,8 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from cuptistream import blas_threads
 from cuptistream.analysis.commands import add_commands as add_view_commands
+from cuptistream.collector import blas_threads
 from cuptistream.collector.trace_command import add_command as add_trace_command
 from cuptistream.errors import UserError
 from cuptistream.recording.repair import add_command as add_repair_command
@@ -164,7 +164,7 @@ def _cmd_source_lines(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from cuptistream.launch import parse_program, run_program
+    from cuptistream.run.program import parse_program, run_program
 
     config = _config_path(args, "run")
     program = args.program[1:] if args.program[:1] == ["--"] else args.program

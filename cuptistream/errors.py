@@ -8,8 +8,8 @@
   ``DeliveryError`` (a batch is lost; the pipeline does not retry it).
 - From the CUPTI layer and readers: ``CuptiError``, ``LayoutError``, ``JsonlError``.
 
-The modules where they used to live re-export them, so ``cuptistream.pipeline.retry.RetryableError`` and the
-like keep working.
+The modules that raise them re-export them too (``cuptistream.delivery.retry.RetryableError`` and
+the like).
 """
 
 from __future__ import annotations

@@ -313,7 +313,7 @@ class SassMetricBatch(Event, tag="sass_metrics"):
 
 class GovernorDecision(Event, tag="governor"):
     """What the overhead governor decided for a sampling source, and the measurements behind it
-    (``overhead.budget``; ``cuptistream.probe.governor``). Fractions are of the program's time."""
+    (``overhead.budget``; ``cuptistream.overhead``). Fractions are of the program's time."""
 
     timestamp: int
     source: str  # the governed source's name
@@ -514,7 +514,7 @@ class Columns(msgspec.Struct, tag_field="type", tag="columns", kw_only=True, gc=
     Not an event: a sink that stores batches as they are (``Sink.accepts_columns``: the file sink's
     msgpack) gets the hot kinds' records this way, and every reader expands it back into the events
     it stands for (``codec.expand_columns``), so no consumer ever sees one. Per record it costs the
-    collector about half the CPU of one map per event, packing and zstd together (issue 30).
+    collector about half the CPU of one map per event, packing and zstd together.
 
     The events are ``rows`` ``event``-typed maps: every field in ``ints``, then each field in
     ``triples`` (three integers), then each field in ``strings``. The rows come group by group:

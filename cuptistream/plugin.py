@@ -22,7 +22,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from cuptistream import events
-from cuptistream.codec import decode_batch, encode_chunk
 from cuptistream.config.model import ComponentConfig, Duration, RetryConfig, SinkConfig, Size, SourceConfig
 from cuptistream.errors import (
     ConfigError,
@@ -34,6 +33,7 @@ from cuptistream.errors import (
     UserError,
 )
 from cuptistream.events import Batch, Event, Resource
+from cuptistream.recording.codec import decode_batch, encode_chunk
 
 __all__ = [
     "Batch",
@@ -65,8 +65,8 @@ __all__ = [
 if TYPE_CHECKING:
     from cuptistream.channel.messages import OpenStream
     from cuptistream.channel.outlet import ActivityOutlet
-    from cuptistream.codec import Chunk
-    from cuptistream.pipeline.retry import call_with_retry
+    from cuptistream.delivery.retry import call_with_retry
+    from cuptistream.recording.codec import Chunk
 
 
 class Emitter(abc.ABC):
@@ -303,7 +303,7 @@ def secret_from_env(sink: str, key: str, variable: str) -> str:
 def __getattr__(name: str) -> object:
     # The retry helper runs on trio: imported when a sink asks for it, not with the contract.
     if name == "call_with_retry":
-        from cuptistream.pipeline.retry import call_with_retry
+        from cuptistream.delivery.retry import call_with_retry
 
         return call_with_retry
     raise AttributeError(f"module 'cuptistream.plugin' has no attribute {name!r}")

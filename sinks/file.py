@@ -23,9 +23,9 @@ from typing import Literal
 import trio
 
 from cuptistream.config import Duration, SinkConfig, Size
+from cuptistream.delivery.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.errors import SinkUnavailableError
 from cuptistream.events import Resource
-from cuptistream.pipeline.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink
 from cuptistream.recording import jsonl
 from cuptistream.recording.framing import FrameEncoder

@@ -39,7 +39,7 @@ from cuptistream.cupti.library import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import SassMetricBatch
-from cuptistream.probe.governor import CLAIM_RETRY_S, SASS_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
+from cuptistream.overhead import CLAIM_RETRY_S, SASS_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
 
 from .cupti_worker import CuptiWorkerSource
 

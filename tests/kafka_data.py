@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 
-from cuptistream.codec import encode_batch, encode_chunk
 from cuptistream.events import SCHEMA_VERSION, ApiCall, ClockSync, EncodedBatch, Event, Kernel, Resource
 from cuptistream.plugin import OutgoingBatch
+from cuptistream.recording.codec import encode_batch, encode_chunk
 
 RESOURCE = Resource(host="testhost", pid=4242, process_name="train.py", command_line=["python", "train.py"])
 

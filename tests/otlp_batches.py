@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cuptistream.codec import encode_batch_object
 from cuptistream.events import (
     ApiCall,
     Batch,
@@ -28,6 +27,7 @@ from cuptistream.events import (
     Synchronization,
 )
 from cuptistream.plugin import OutgoingBatch
+from cuptistream.recording.codec import encode_batch_object
 
 SESSION = "sess-1"
 OFFSET = 1_700_000_000_000_000_000  # CUPTI clock + OFFSET = Unix-epoch ns

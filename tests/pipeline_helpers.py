@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import trio
 
-from cuptistream.codec import decode_batch
 from cuptistream.config import QueueConfig, SinkConfig
 from cuptistream.events import Batch, Kernel, Loss
 from cuptistream.plugin import OutgoingBatch, Sink
+from cuptistream.recording.codec import decode_batch
 
 
 class MemorySink(Sink):

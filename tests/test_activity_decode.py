@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.cupti import capture, kinds
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, choose_dtype, walk
 from cuptistream.events import ApiCall, ExternalCorrelation, Kernel, Memcpy, NvtxRange

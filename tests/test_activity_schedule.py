@@ -12,7 +12,7 @@ import pytest
 
 from cuptistream.config import load
 from cuptistream.errors import ConfigError
-from cuptistream.probe.governor import Governor, Plan, Throttle
+from cuptistream.overhead import Governor, Plan, Throttle
 from sources.activity.schedule import _MAX_SEARCH, FreeSchedule, JobSchedule, job_key, schedule_for
 from sources.activity.windows import Windows
 from tests.test_activity_windows import RecordingTracer

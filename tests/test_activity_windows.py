@@ -14,7 +14,7 @@ import pytest
 from cuptistream.channel.messages import WindowRecords
 from cuptistream.config import load
 from cuptistream.errors import ConfigError
-from cuptistream.probe.governor import Governor, Throttle
+from cuptistream.overhead import Governor, Throttle
 from sources.activity.windows import UNIT_COST_S, Windows, price
 
 

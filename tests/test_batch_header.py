@@ -7,7 +7,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cuptistream import codec, jsonl
 from cuptistream.events import (
     HEADER_FIELDS,
     Batch,
@@ -18,6 +17,7 @@ from cuptistream.events import (
     Resource,
     header_fields,
 )
+from cuptistream.recording import codec, jsonl
 
 # The wire order of the header (msgpack map and JSON object keys): changing it changes the bytes.
 WIRE_HEADER = ("schema_version", "session_id", "seq", "resource", "attributes", "clock")

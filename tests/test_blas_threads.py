@@ -1,4 +1,4 @@
-"""One BLAS thread in cuptistream's own processes (``cuptistream.blas_threads``), and the observed
+"""One BLAS thread in cuptistream's own processes (``cuptistream.collector.blas_threads``), and the observed
 program's environment as the user had it. Real subprocesses throughout."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cuptistream.blas_threads import VARIABLE
+from cuptistream.collector.blas_threads import VARIABLE
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -19,7 +19,9 @@ COUNT_THREADS = "import os, time, numpy; time.sleep(0.2); print(len(os.listdir('
 
 
 def _threads_after_numpy(single: bool) -> int:
-    setup = "from cuptistream import blas_threads; blas_threads.single_threaded(); " if single else ""
+    setup = (
+        "from cuptistream.collector import blas_threads; blas_threads.single_threaded(); " if single else ""
+    )
     env = {k: v for k, v in ENV.items() if k != VARIABLE}
     out = subprocess.run([sys.executable, "-c", setup + COUNT_THREADS], env=env, capture_output=True,
                          text=True, timeout=60, check=True)  # fmt: skip

@@ -157,7 +157,7 @@ def test_a_ddp_session_is_torchrun_of_the_child_per_rank() -> None:
 def test_the_base_part_holds_the_sessions_windows_shut() -> None:
     """``hold_windows`` takes the governor's window slot as another source's window would: the
     activity source's claim fails until the base part ends; a window already open is waited for."""
-    from cuptistream.probe.governor import Governor
+    from cuptistream.overhead import Governor
 
     governor = Governor(0.01, lambda decision: None)
     assert governor.claim("activity")  # a window opened before the bench's hold

@@ -20,7 +20,6 @@ import pytest
 
 import cuptistream
 from cuptistream import events as ev
-from cuptistream.codec import Chunk, decode_events
 from cuptistream.config import load as load_config
 from cuptistream.cupti import api_functions
 from cuptistream.cupti.contexts import ModuleResourceData
@@ -28,6 +27,7 @@ from cuptistream.cupti.subscriber import ApiCallbackData as _CallbackData
 from cuptistream.cupti.subscriber import Subscriber, SubscriberBusy
 from cuptistream.errors import ConfigError
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk, decode_events
 from cuptistream.sources.callbacks import CallbacksConfig, CallbackSource
 from cuptistream.sources.callbacks.structs import (
     EventAttributes,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import threading
 
-from cuptistream.codec import Chunk, ChunkGroup
 from cuptistream.pipeline.intake import Intake
+from cuptistream.recording.codec import Chunk, ChunkGroup
 
 
 def _reply(sizes: list[int], block: int) -> list[Chunk]:

@@ -326,8 +326,8 @@ def test_the_summary_reports_what_was_left_to_other_tools(tmp_path: Path) -> Non
 
     from cuptistream.analysis.records import Recording
     from cuptistream.analysis.summary import summarize
-    from cuptistream.codec import encode_batch, encode_chunk
     from cuptistream.plugin import OutgoingBatch
+    from cuptistream.recording.codec import encode_batch, encode_chunk
     from cuptistream.sinks.file import FileSink, FileSinkConfig
 
     spans = [

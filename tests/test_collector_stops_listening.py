@@ -16,10 +16,10 @@ import pytest
 import cuptistream
 from cuptistream.channel import sockets
 from cuptistream.channel.shm import ChannelError
-from cuptistream.codec import encode_chunk
 from cuptistream.collector.collector import Collector
 from cuptistream.events import Kernel
 from cuptistream.pipeline.core import ShutdownReport
+from cuptistream.recording.codec import encode_chunk
 
 
 def test_a_closed_listener_still_accepts_under_a_blocked_accept() -> None:

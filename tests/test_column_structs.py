@@ -10,14 +10,14 @@ import msgspec
 import numpy as np
 import pytest
 
-from cuptistream import codec
 from cuptistream.analysis import compare_read, records
-from cuptistream.column_structs import build
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.cupti import capture, columnar
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.events import Columns, NvtxMarker
+from cuptistream.recording import codec
+from cuptistream.recording.column_structs import build
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 
 # The full schema (``recording.read``), the analysis views', the summary's, the comparison's.

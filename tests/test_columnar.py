@@ -7,11 +7,11 @@ import collections
 import msgspec
 import pytest
 
-from cuptistream.codec import array_header, decode_events
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
+from cuptistream.recording.codec import array_header, decode_events
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 
 
@@ -100,9 +100,9 @@ def _columns_decoder(cap: capture.Capture) -> Decoder:
 def test_columns_expand_to_exactly_the_packed_elements(name: str) -> None:
     """A ``Columns`` element expands, byte for byte, into what the map packer writes for the same
     records, and it is one msgpack element that stands for ``count`` events."""
-    from cuptistream.codec import has_columns
     from cuptistream.cupti.columnar import expand
     from cuptistream.events import Columns
+    from cuptistream.recording.codec import has_columns
 
     cap = _w3() if name == "w3" else capture.read(CAPTURES / name)
     maps, columns = _decoder(cap), _columns_decoder(cap)
@@ -162,9 +162,9 @@ def test_a_damaged_columns_element_is_refused_not_expanded_wrong() -> None:
     count as a damaged frame."""
     import numpy as np
 
-    from cuptistream.codec import decode_events
     from cuptistream.cupti import columnar
     from cuptistream.events import Columns
+    from cuptistream.recording.codec import decode_events
 
     packer = columnar.Packer("kernel", ["start"], strings=["name"])
     good = msgspec.msgpack.decode(

@@ -225,7 +225,7 @@ def test_compare_reads_a_kafka_topic(kafka_broker: TansuBroker, slow_kernel: str
     """The 8 ranks' batches on one topic (full Structs when read back): the same verdict as files."""
     from kafka import KafkaProducer
 
-    from cuptistream.codec import encode_batch_object
+    from cuptistream.recording.codec import encode_batch_object
 
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
     processes = rank_processes(8, scale=Scale(SLOW_RANK, slow_kernel, 1.3))
@@ -260,7 +260,7 @@ def test_follow_prints_a_line_when_a_rank_becomes_an_outlier(
     it); Ctrl-C prints the whole span and exits 0."""
     from kafka import KafkaProducer
 
-    from cuptistream.codec import encode_batch_object
+    from cuptistream.recording.codec import encode_batch_object
 
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
     for batch in batches(rank_processes(8, scale=Scale(SLOW_RANK, slow_kernel, 1.3)), 200):

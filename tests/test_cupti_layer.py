@@ -23,7 +23,7 @@ LOADERS = {
     "cuptistream/cupti/library.py": 1,  # libcupti
     "cuptistream/cupti/gpus.py": 1,  # libcuda
     "cuptistream/cupti/names.py": 1,  # libstdc++ for __cxa_demangle
-    "cuptistream/libc.py": 1,  # libc: prctl (probe), mallopt (collector), free (CUPTI buffers)
+    "cuptistream/cupti/libc.py": 1,  # libc: prctl (probe), mallopt (collector), free (CUPTI buffers)
 }
 
 

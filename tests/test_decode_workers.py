@@ -135,7 +135,7 @@ def test_the_file_sink_stores_the_hot_kinds_as_columns_and_a_flipped_frame_loses
 
     import zstandard
 
-    from cuptistream.codec import has_columns
+    from cuptistream.recording.codec import has_columns
     from cuptistream.recording.framing import Frame, scan_frames
 
     capture = str(DEFAULT_PATH / "torch_train.cupti")
@@ -149,7 +149,7 @@ def test_the_file_sink_stores_the_hot_kinds_as_columns_and_a_flipped_frame_loses
     columnar = [f for f in frames if has_columns(f.payload)]
     assert len(frames) >= 2 and columnar, (len(frames), len(columnar))
     hit = columnar[len(columnar) // 2]
-    lost = len(cuptistream.codec.decode_batch(hit.payload).events)
+    lost = len(cuptistream.recording.codec.decode_batch(hit.payload).events)
     data = bytearray(path.read_bytes())
     data[hit.offset + hit.length // 2] ^= 0x10
     path.write_bytes(data)
@@ -383,7 +383,7 @@ def test_a_links_replies_pack_one_after_another_into_its_slot_and_each_counts_it
     ``Arena``), the second after the first; the memory budget counts each reply's own part of the
     slot (``ChunkGroup``), not the slot from its start. A slot per reply would use up every slot
     within the budget as soon as the sinks fall behind with several probes."""
-    from cuptistream.codec import Chunk
+    from cuptistream.recording.codec import Chunk
     from tests.gpu.workloads.collect import Collect
 
     class Groups(Collect):

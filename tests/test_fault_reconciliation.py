@@ -300,7 +300,7 @@ def reconcile_split(
 
 
 def _event_bytes() -> int:
-    from cuptistream.codec import encode_chunk
+    from cuptistream.recording.codec import encode_chunk
 
     kernel = Kernel(
         start=1, end=2, name="synthetic_kernel_0", device_id=0, context_id=1, stream_id=7,

@@ -10,11 +10,11 @@ import pytest
 import trio
 from helpers.batchgen import batch_bytes, outgoing, run_sink
 
-from cuptistream.codec import decode_batch, encode_batch_object
 from cuptistream.config import convert
 from cuptistream.errors import ConfigError, SinkUnavailableError
 from cuptistream.plugin import DeliveryError, OutgoingBatch
 from cuptistream.recording import segments
+from cuptistream.recording.codec import decode_batch, encode_batch_object
 from cuptistream.recording.framing import iter_frames
 from cuptistream.recording.reader import read
 from cuptistream.recording.segments import SegmentWriter

@@ -15,7 +15,7 @@ from helpers.zstd_craft import rle_frame
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuptistream.codec import encode_batch_object
+from cuptistream.recording.codec import encode_batch_object
 from cuptistream.recording.framing import Damage, Frame, FrameEncoder, scan_frames
 from cuptistream.recording.reader import Reader
 

@@ -13,7 +13,7 @@ import yaml
 from cuptistream.config import load
 from cuptistream.errors import ConfigError
 from cuptistream.events import GovernorDecision
-from cuptistream.probe.governor import HEADROOM, Governor, Plan, Throttle, WindowCost
+from cuptistream.overhead import HEADROOM, Governor, Plan, Throttle, WindowCost
 
 
 def governor(budget: float | None) -> tuple[Governor, list[GovernorDecision]]:
@@ -216,7 +216,7 @@ def test_decisions_are_events_with_the_measurements_behind_them() -> None:
 
 
 def test_decision_events_round_trip_through_the_codec() -> None:
-    from cuptistream.codec import array_header, decode_events, encode_chunk
+    from cuptistream.recording.codec import array_header, decode_events, encode_chunk
 
     gov, decisions = governor(0.01)
     run(throttle(gov), 3, proportional(0.5))

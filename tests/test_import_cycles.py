@@ -1,5 +1,5 @@
-"""No import loops in the package: walks every module's imports (read with ``ast``, nothing is imported)
-and fails on any cycle, naming it.
+"""No import loops in the package, and no import that runs back up its layers: walks every module's
+imports (read with ``ast``, nothing is imported) and fails on any cycle or any upward import, naming it.
 
 Every import counts, wherever it sits: at module level, inside a function, or under
 ``if TYPE_CHECKING:``. A function-level or type-only import does not make a loop go away; it only
@@ -123,3 +123,45 @@ def test_no_import_cycles() -> None:
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     loops = [_loop(graph, members) for members in _cycles(graph)]
     assert not loops, "import cycles:\n" + "\n".join(loops)
+
+
+# The package's rooms, lowest first. A module may import its own room and the rooms of lower layers;
+# an import of a room in its own layer or a higher one fails. The room of ``cuptistream.X.…`` is X;
+# the package's ``__init__`` is "".
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "events"),
+    ("config",),
+    ("channel", "cupti", "delivery"),  # CUPTI bindings and record readers; the probe-collector channel
+    ("recording", "statistics", "overhead"),  # encoding, framing, reading back; the overhead governor
+    ("plugin",),  # the contract every source and sink imports
+    ("pipeline",),  # the intake and the trio pipeline (the probe uses the intake)
+    ("probe", "sources", "sinks"),
+    ("collector",),
+    ("analysis",),
+    ("run",),  # a probe and a collector put together
+    ("cli", ""),
+)
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_room_has_a_layer() -> None:
+    rooms = {_room(name) for name in _modules()}
+    placed = [room for layer in LAYERS for room in layer]
+    assert len(placed) == len(set(placed)), "a room is in two layers"
+    assert rooms == set(placed), f"rooms without a layer: {sorted(rooms - set(placed))}"
+
+
+def test_no_import_runs_back_up_the_layers() -> None:
+    modules = _modules()
+    layer = {room: n for n, rooms in enumerate(LAYERS) for room in rooms}
+    upward = []
+    for name, path in modules.items():
+        for target in _imports(name, path, modules):
+            here, there = _room(name), _room(target)
+            if here != there and layer[there] >= layer[here]:
+                upward.append(f"{name} → {target}")
+    assert not upward, "imports that run back up the layers:\n" + "\n".join(sorted(upward))

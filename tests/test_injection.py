@@ -19,7 +19,7 @@ from pathlib import Path
 
 import cuptistream
 from cuptistream.events import Kernel
-from cuptistream.launch import native_cuda_program
+from cuptistream.run.program import native_cuda_program
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -723,7 +723,7 @@ def test_under_a_budget_the_governor_sets_the_pause_from_what_each_window_cost(
     """The source tells its throttle what a window cost (control calls timed, plus the estimated
     kernel slowdown), and waits the pause it gets back; the decisions reach the emitter."""
     from cuptistream.events import GovernorDecision
-    from cuptistream.probe.governor import HEADROOM, PC_SAMPLING_KERNEL_SLOWDOWN, Governor
+    from cuptistream.overhead import HEADROOM, PC_SAMPLING_KERNEL_SLOWDOWN, Governor
 
     h = make()
     decisions: list[GovernorDecision] = []
@@ -757,9 +757,9 @@ def test_a_large_drain_is_split_into_events_that_fit_an_event_buffer_and_add_up(
 ) -> None:
     """A drain of thousands of PCs encodes to more than the probe's 1 MiB event buffer and, as one
     event, would be lost whole (probe/chunk_larger_than_slot): each event holds at most EVENT_PCS PCs."""
-    from cuptistream.codec import encode_chunk
     from cuptistream.cupti.sampling_decode import PcData
     from cuptistream.events import PcSample
+    from cuptistream.recording.codec import encode_chunk
 
     h = make()
     source = h.start()

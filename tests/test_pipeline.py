@@ -9,11 +9,11 @@ import pytest
 import trio
 
 import cuptistream
-from cuptistream.codec import decode_batch, encode_chunk
 from cuptistream.config import QueueConfig
 from cuptistream.events import Kernel, SelfStats
 from cuptistream.pipeline.core import ShutdownReport
 from cuptistream.plugin import OutgoingBatch
+from cuptistream.recording.codec import decode_batch, encode_chunk
 from tests.pipeline_helpers import MemorySink
 
 
@@ -173,7 +173,7 @@ def test_a_batch_holds_one_process_and_each_process_keeps_its_order() -> None:
     # Three observed processes feed one collector pipeline, their chunks interleaved.
     from cuptistream.collector.collector import Collector
     from cuptistream.events import Resource
-    from cuptistream.pipeline.producers import Producer
+    from cuptistream.recording.producers import Producer
 
     sink = MemorySink("memory")
     collector = Collector(cuptistream.load_config(_config()), sinks=[sink]).start()

@@ -43,13 +43,8 @@ def test_importing_the_contract_does_not_load_the_pipeline() -> None:
 @pytest.mark.parametrize(
     ("old", "name", "new"),
     [
-        ("cuptistream.component", "Sink", "cuptistream.plugin"),
-        ("cuptistream.component", "DeliveryError", "cuptistream.plugin"),
-        ("cuptistream.component", "ActivityOutlet", "cuptistream.channel.outlet"),
         ("cuptistream.config", "load", "cuptistream.config.model"),
         ("cuptistream.config", "SinkConfig", "cuptistream.config.model"),
-        ("cuptistream.reader", "read", "cuptistream.recording.reader"),
-        ("cuptistream.jsonl", "encode_batch", "cuptistream.recording.jsonl"),
         ("cuptistream.pipeline", "Pipeline", "cuptistream.pipeline.core"),
     ],
 )

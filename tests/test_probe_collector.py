@@ -365,7 +365,7 @@ def test_probe_environment_points_a_launched_job_at_a_node_collector(tmp_path: P
     """``launch.probe_environment``: what ``run`` gives its command, aimed at a node collector that
     is already listening. A launcher (here ``sh`` starting two Pythons, as ``torchrun`` starts
     ranks) runs with it unchanged, and every Python process feeds that collector."""
-    from cuptistream.launch import probe_environment
+    from cuptistream.run.program import probe_environment
 
     socket_path = tmp_path / "c.sock"
     collector = _start_collector(tmp_path, "node", socket_path)

@@ -13,9 +13,9 @@ import pytest
 import zstandard
 from helpers.batchgen import batch_bytes, outgoing
 
-from cuptistream.codec import decode_batch, encode_batch_object
 from cuptistream.errors import UserError
 from cuptistream.recording import jsonl
+from cuptistream.recording.codec import decode_batch, encode_batch_object
 from cuptistream.recording.reader import TornTailError, TornTailWarning, read
 from cuptistream.recording.segments import SegmentWriter
 

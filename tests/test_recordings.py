@@ -19,9 +19,9 @@ import zstandard
 from helpers.batchgen import batch_bytes, outgoing
 from helpers.zstd_craft import MAGIC, rle_frame
 
-from cuptistream.codec import encode_batch_object
 from cuptistream.config import convert
 from cuptistream.recording import jsonl
+from cuptistream.recording.codec import encode_batch_object
 from cuptistream.recording.framing import MAX_FRAME_BYTES, Damage, Frame, FrameEncoder, scan_frames
 from cuptistream.recording.reader import Reader, read
 from cuptistream.recording.segments import SegmentWriter

@@ -12,7 +12,7 @@ import pytest
 import cuptistream
 from cuptistream.collector.collector import Collector
 from cuptistream.config import load, registry
-from cuptistream.launch import probe_start
+from cuptistream.run.program import probe_start
 from cuptistream.sinks.file import FileSink
 from cuptistream.sinks.null import NullSink
 from cuptistream.sources.synthetic import SyntheticSource

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 import cuptistream.sources.sass as sassmod
-from cuptistream.codec import Chunk, decode_events
 from cuptistream.config import convert
 from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti import sass_api as sass
@@ -26,6 +25,7 @@ from cuptistream.cupti.contexts import CONTEXT_CREATED
 from cuptistream.cupti.library import CuptiError
 from cuptistream.events import Event, SassMetricBatch, SassRecord
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk, decode_events
 from cuptistream.sources.sass import SassConfig, SassMetricsSource
 
 CTX, OTHER_GPU_CTX = 0x5A55_0000, 0x5A55_1000

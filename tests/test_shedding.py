@@ -9,13 +9,13 @@ from typing import Any
 import trio
 
 import cuptistream
-from cuptistream.codec import Chunk
 from cuptistream.collector import shedding
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.collector.collector import Collector
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
+from cuptistream.recording.codec import Chunk
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES
 from tests.replay_probes import run_replay_probes
 

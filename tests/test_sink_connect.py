@@ -1,5 +1,5 @@
 """Sinks come up in the background (``cuptistream/pipeline/connect.py``) and blocking calls without a
-deadline are abandoned at ours (``cuptistream/pipeline/abandonable.py``).
+deadline are abandoned at ours (``cuptistream/delivery/abandonable.py``).
 
 The sinks here are real ``Sink`` subclasses whose ``connect`` fails as a destination would (the
 network is the Kafka fault matrix's job: ``tests/test_fault_matrix_kafka.py``); a full pipeline runs
@@ -16,9 +16,9 @@ import trio
 
 import cuptistream
 from cuptistream.config import Duration, QueueConfig, RetryConfig, SinkConfig
+from cuptistream.delivery.abandonable import call_by
 from cuptistream.errors import PermanentSinkError, SinkUnavailableError
 from cuptistream.events import Kernel
-from cuptistream.pipeline.abandonable import call_by
 from cuptistream.pipeline.connect import require_healthy
 from tests.pipeline_helpers import MemorySink
 

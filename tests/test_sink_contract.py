@@ -18,9 +18,9 @@ from pipeline_helpers import MemorySink
 import cuptistream
 from cuptistream.config import BatchConfig, RetryConfig, SinkConfig, build, convert, registry
 from cuptistream.config.units import parse_duration, parse_size
+from cuptistream.delivery.retry import Backoff, RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.errors import ConfigError
 from cuptistream.events import Kernel, Loss, SelfStats
-from cuptistream.pipeline.retry import Backoff, RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.plugin import OutgoingBatch, Sink
 
 ROOT = Path(__file__).resolve().parent.parent

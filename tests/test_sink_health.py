@@ -1,4 +1,4 @@
-"""A sink's health (cuptistream/pipeline/health.py): each change of state is said once, as an Error event
+"""A sink's health (cuptistream/delivery/health.py): each change of state is said once, as an Error event
 and one stderr line, while the fault lasts and again when it passes; the state is in the status line
 and the shutdown report. A real pipeline with an in-memory sink that fails for a while, through the
 shared retry loop, as a sink on a full disk or behind a 503 does."""
@@ -14,10 +14,10 @@ import trio
 
 import cuptistream
 from cuptistream.config import QueueConfig, RetryConfig
+from cuptistream.delivery.health import SinkHealth
+from cuptistream.delivery.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.errors import PermanentSinkError
 from cuptistream.events import Error
-from cuptistream.pipeline.health import SinkHealth
-from cuptistream.pipeline.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.plugin import OutgoingBatch
 from tests.pipeline_helpers import MemorySink
 from tests.stalling_servers import closed_port

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cuptistream import correlate as corr
+from cuptistream.cupti import external_correlation as corr
 from cuptistream.cupti.subscriber import Subscriber
 from cuptistream.sources.state import StateConfig, StateSource, _StateData
 from tests.test_callbacks import MemoryEmitter

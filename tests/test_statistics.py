@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from cuptistream.channel.messages import OpenStream, TraceSpan
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.collector.decoding import DecodeStream
 from cuptistream.config.model import StatisticsConfig
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.events import ActivityStats, Event, GpuStats, Histogram, Kernel, Memcpy, Memset

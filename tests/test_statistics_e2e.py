@@ -248,7 +248,7 @@ def test_the_collector_answers_a_closed_trace_span_with_window_records(tmp_path:
 
 
 def _kernel_starts(cap: object) -> list[int]:
-    from cuptistream.cupti.decode import Decoder
+    from cuptistream.collector.buffer_decoder import Decoder
     from cuptistream.cupti.names import TableNames
     from cuptistream.cupti.records import RecordLayouts
 
@@ -262,7 +262,7 @@ def _kernel_starts(cap: object) -> list[int]:
 
 
 def _decoded(cap: object) -> list[object]:
-    from cuptistream.cupti.decode import Decoder
+    from cuptistream.collector.buffer_decoder import Decoder
     from cuptistream.cupti.names import TableNames
     from cuptistream.cupti.records import RecordLayouts
 

@@ -7,10 +7,10 @@ import threading
 import time
 
 import cuptistream
-from cuptistream.codec import encode_chunk
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.thread_cpu import ThreadCpu, read_thread_cpu
 from cuptistream.events import Kernel
+from cuptistream.recording.codec import encode_chunk
 
 
 def _burn(seconds: float) -> None:

@@ -286,8 +286,8 @@ def test_the_delivery_barrier_waits_for_every_sink() -> None:
 
     from cuptistream.collector.collector import Collector
     from cuptistream.events import Kernel, Resource
-    from cuptistream.pipeline.producers import Producer
     from cuptistream.plugin import OutgoingBatch
+    from cuptistream.recording.producers import Producer
 
     class Gated(MemorySink):
         def __init__(self) -> None:

@@ -14,14 +14,13 @@ synchronous job's straggler is the rank with more GPU work while its peer waits,
 or more and it does not also spend more time in NCCL than its peer (then it waits too, and is not
 the cause); its NCCL time and kernel count are flagged with it where they differ by the same
 thresholds. Time in NCCL alone does not decide a pair: with no injection the two ranks of a DDP job
-on 2 H100s differed by 23 % in it. A pair's flags are measured against the peer (``reference``:
+can differ by a fifth in it. A pair's flags are measured against the peer (``reference``:
 ``peer``), not the median. A single rank is flagged for nothing.
 
 A rank compared on estimates (always-on statistics, a few percent of the time traced) is flagged
 over the whole span only when it was also flagged in at least half of the intervals it was compared
-in (``borne_out``): one thinly traced interval can carry a whole-span total past the thresholds. On
-4 H100s under NCCL every spurious flag of the always-on runs (a rank's busy fraction, copy or NCCL
-time) held in 0 or 1 of 2-5 intervals, and every slowed rank in all but a partial last one.
+in (``borne_out``): one thinly traced interval can carry a whole-span total past the thresholds,
+while a rank that is really slower is flagged in nearly every interval.
 
 Ranks that share a GPU (``shared``): the GPU time-slices their contexts, and a kernel's recorded
 duration includes the time the GPU ran other ranks' kernels while it was resident, unevenly (one
@@ -81,9 +80,9 @@ class Rule:
     threshold: float = 3.5
     min_relative: float = 0.02
     min_ranks: int = 3  # fewer: two ranks are compared as a pair (``flag_pair``), one not at all
-    # Estimated counts (always-on mode) of identical work spread by up to 9 % across ranks (4 ranks
-    # in lockstep on the H100, 4-8 % of the time traced): "launched as often" allows this much, and
-    # an estimated rank's counts are flagged only past it.
+    # Estimated counts (always-on mode, a few percent of the time traced) of identical work spread
+    # by up to about a tenth across ranks in lockstep: "launched as often" allows this much, and an
+    # estimated rank's counts are flagged only past it.
     estimate_tolerance: float = 0.15
 
     def describe(self) -> dict[str, Any]:
@@ -165,7 +164,7 @@ def flag_all(
 
     A rank whose counts (``COUNTS``) are estimates from always-on statistics (``basis`` ``statistics
     (estimated...``) is flagged on them only past ``rule.estimate_tolerance``: identical work read
-    from 4-8 % of the time spread by up to 9 % on the H100. Its times keep ``min_relative`` and the
+    from a few percent of the time spread by up to about a tenth. Its times keep ``min_relative`` and the
     MAD rule, so a 5 % slower rank is still found from its estimates.
 
     ``work``: for the ranks that share a GPU (label -> ``WORK_BASIS`` metric -> value on the work

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from cuptistream import events as ev
-from cuptistream.codec import decode_expanding
+from cuptistream.recording.codec import decode_expanding
 from cuptistream.recording.framing import TornTail, scan_frames
 
 

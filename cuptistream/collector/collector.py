@@ -39,9 +39,9 @@ from cuptistream.collector.worker_pool import AUTO_CONNECTIONS_PER_WORKER, SPLIT
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
 from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
-from cuptistream.pipeline.producers import Producer
 from cuptistream.pipeline.resource import current_resource
 from cuptistream.plugin import Sink
+from cuptistream.recording.producers import Producer
 
 _SHUTDOWN_GRACE_S = 5.0
 _LATE_DRAIN_S = 1.0  # after the pipeline stopped, for a probe connection still draining

@@ -23,7 +23,6 @@ import msgspec
 
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
-from cuptistream.codec import Chunk
 from cuptistream.collector import handover, shedding
 from cuptistream.collector.decoding import Buffer, DecodeStream, join
 from cuptistream.collector.names import ProcessNames
@@ -32,8 +31,9 @@ from cuptistream.collector.windows import SpanBook, WindowRequests
 from cuptistream.collector.worker_pool import Link, WorkerPool
 from cuptistream.events import ClockSync, Error
 from cuptistream.pipeline.core import Pipeline
-from cuptistream.pipeline.producers import Producer
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk
+from cuptistream.recording.producers import Producer
 
 _POLL_S = 0.5
 # Consecutive buffers of a stream up to this many bytes are decoded as one; a GPU's buffers (4 MiB

@@ -1,6 +1,6 @@
 """One decode stream per activity source of a probe: raw CUPTI buffers in, encoded events out.
 
-Decoding is bulk (``cuptistream.cupti.decode``: one walk, numpy gathers, and for the hot kinds
+Decoding is bulk (``cuptistream.collector.buffer_decoder``: one walk, numpy gathers, and for the hot kinds
 msgpack written column by column, ``cuptistream.cupti.columnar``) and happens here, in the
 collector, so the observed program never pays for it. Each stream keeps its own record layouts,
 name cache and open NVTX ranges, and its statistics (``cuptistream.statistics``): the decoder hands
@@ -18,10 +18,10 @@ from collections.abc import Callable
 import numpy as np
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
+from cuptistream.collector.buffer_decoder import Decoder
 from cuptistream.collector.names import ProcessNames
 from cuptistream.config.model import StatisticsConfig
 from cuptistream.cupti import capture
-from cuptistream.cupti.decode import Decoder
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, SizeLearner
 from cuptistream.events import Event

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from cuptistream.libc import libc
+from cuptistream.cupti.libc import libc
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,10 @@ class MemoryWatch:
     With ``trim_above_kib``, a sample over it hands the heap's free pages back to the kernel
     (``malloc_trim``), at most once per ``trim_every_s``. The collector's big allocations (a decode
     worker's reply of megabytes, whose events stay views into it until the sinks let go) come and
-    go in glibc's heap, which keeps the pages of freed chunks: under 16 probes the collector held
-    100-150 MiB of them over its budget (docs/benchmarks.md, issue 30). Trimming only then, and not
-    at every sample, keeps the heap's reuse: fresh pages cost a fault each (a mapping per reply cost
-    ~10 % of the collector's throughput; trimming every 0.2 s cost 7-10 % where it decodes in its own
-    threads)."""
+    go in glibc's heap, which keeps the pages of freed chunks: under many probes the collector holds
+    tens of MiB of them over its budget. Trimming only then, and not at every sample, keeps the
+    heap's reuse: fresh pages cost a fault each, and both a mapping per reply and trimming at every
+    sample cost a measurable share of the collector's throughput (see docs/performance.md)."""
 
     def __init__(
         self,
@@ -145,10 +144,9 @@ def keep_freed_heap(mmap_threshold: int = 32 << 20, trim_threshold: int = 64 << 
 
     Decoding one 4 MiB activity buffer allocates tens of megabytes of numpy temporaries (the
     gathered records, the packed rows, the reply). With glibc's defaults, the largest come from
-    fresh mappings and the heap's top is handed back when freed. So every buffer faulted its pages in
-    again: 300k minor faults in a 6 s run on the 2-core VM, about an eighth of the worker's CPU
-    (docs/benchmarks.md, "Decode workers keep their freed heap"). Allocations up to
-    ``mmap_threshold`` now come from the heap, and up to ``trim_threshold`` of free heap stays in
+    fresh mappings and the heap's top is handed back when freed, so every buffer would fault its
+    pages in again, a large share of the worker's CPU. Allocations up to ``mmap_threshold`` come
+    from the heap, and up to ``trim_threshold`` of free heap stays in
     it. A user's ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or malloc tunable in
     ``GLIBC_TUNABLES`` wins. False where this is not glibc or the user chose."""
     chosen = [os.environ.get(name) for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")]

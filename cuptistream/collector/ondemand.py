@@ -23,7 +23,7 @@ import trio
 from cuptistream.channel.messages import OpenWindow
 from cuptistream.collector.control import ProbeResult, TraceReply, TraceRequest
 from cuptistream.collector.windows import ProbeWindows, Request, WindowRequests
-from cuptistream.pipeline.producers import Producer
+from cuptistream.recording.producers import Producer
 
 _ANSWER_S = 5.0  # a probe answers OpenWindow at once; one that does not is older than `trace`
 _POLL_S = 0.02

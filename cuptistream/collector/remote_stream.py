@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
-from cuptistream.codec import Chunk, ChunkGroup
 from cuptistream.collector import handover, shedding
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.decoding import Buffer, DecodeStream
@@ -30,6 +29,7 @@ from cuptistream.collector.worker_pool import Link
 from cuptistream.config.model import StatisticsConfig
 from cuptistream.cupti.records import RecordLayouts
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk, ChunkGroup
 
 ORIGIN = "collector:decode_worker"
 

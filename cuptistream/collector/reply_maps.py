@@ -3,9 +3,8 @@ reused once nothing reads them.
 
 A reply is megabytes of encoded events. In a mapping of its own, its memory goes back to the system
 as soon as the sinks let go of it (glibc's heap keeps such pages). A fresh mapping, though, is
-faulted in page by page as the reply lands: on the 2-core VM that cost 2-3 times the socket copy
-itself (270-420 against 130-140 ns per 462-byte event; docs/benchmarks.md, issue 30). So mappings
-are kept and handed out again:
+faulted in page by page as the reply lands, which costs several times the socket copy itself
+(see docs/performance.md). So mappings are kept and handed out again:
 
 - ``take(length)`` returns a view of ``length`` bytes of an idle mapping, its pages already in,
   or of a new one. "Idle" is checked, not assumed: a mapping that any view still points into (an event

@@ -2,9 +2,8 @@
 (``pipeline.worker_replies: shared``), so that megabytes of events do not cross a socket.
 
 Over the socket, a reply's events are copied twice by the kernel: out of the worker and into the
-collector's mapping, ~210 ns per 462-byte event on the 2-core VM, both ends together; packed into a
-slot that both processes map, they are not copied at all (``bench/reply_transport.py``,
-docs/benchmarks.md). The collector owns the slots:
+collector's mapping; packed into a slot that both processes map, they are not copied at all (see
+docs/performance.md). The collector owns the slots:
 
 - ``ReplySlots.take(size)`` (collector) names an idle slot of at least ``size`` bytes for the next
   ``Decode`` requests, creating one (a memfd) while the slots stay within ``max_bytes``; None when
@@ -14,9 +13,9 @@ docs/benchmarks.md). The collector owns the slots:
   so the worker never writes over bytes that something still reads.
 - A probe connection's link packs reply after reply into one slot, an ``Arena`` of at least
   ``ARENA_BYTES``, and takes another only when the next reply does not fit the rest: a slot per
-  reply pinned a whole MiB for the ~250 KB of a replayed reply, so that a backlog in the sinks
-  used up every slot within ``max_bytes``, and each reply then paid a scan of ~230 slots, or the
-  socket (8 replay probes on the H200, docs/benchmarks.md).
+  reply would pin a whole MiB for the few hundred KB of a typical reply, so that a backlog in the
+  sinks would use up every slot within ``max_bytes``, and each reply would then pay a scan of
+  hundreds of slots, or the socket.
 - The worker maps a slot the first time a request names it (its memfd comes with that request)
   and packs into the part the request gives it through a ``SlotWriter``; each chunk that landed
   there is named in the reply by slot, offset and size (``worker_protocol.EmitSlotChunk``), and

@@ -1,11 +1,10 @@
 """The collector's front door: under overload, whole activity buffers are dropped BEFORE decoding.
 
-Decoding, packing and encoding are most of the collector's per-record cost (docs/benchmarks.md,
-issue 30). When the pipeline cannot take more events, decoding a buffer only to drop its events at
-a full lane spends the CPU that the buffers it can still deliver need: under 2x overload the
-collector then delivered less than at 1x. So while nothing downstream has room, a connection
-counts the buffer's records (a walk over the record headers, no gathers, no events) and releases
-the slot:
+Decoding, packing and encoding are most of the collector's per-record cost. When the pipeline
+cannot take more events, decoding a buffer only to drop its events at a full lane spends the CPU
+that the buffers it can still deliver need: under 2x overload the collector would deliver less than
+at 1x. So while nothing downstream has room, a connection counts the buffer's records (a walk over
+the record headers, no gathers, no events) and releases the slot:
 
 - the memory budget is full under ``drop_newest`` (the intake would refuse the events), or
 - every running lane is saturated (``SinkLane.saturated``: full under a dropping policy, the
@@ -15,23 +14,22 @@ Buffers decoded in the collector's own threads (no decode worker) are decoded on
 (``FrontDoor.decode_turn``), and the front door is asked when a buffer's turn comes. Under one GIL
 concurrent decodes gained nothing: each held its buffer's events (~14 MiB for a GPU's 4 MiB buffer)
 while the others ran, and together they starved the pipeline thread, so decoded events were dropped
-at the lanes (16 replay probes on 2 cores: 0.22-0.36 M events/s delivered and 5-6 M dropped after
-decoding, against 0.71-0.75 M and none with one turn, docs/benchmarks.md).
+at the lanes (with one turn, many replay probes on 2 cores deliver about twice as many events and
+drop none after decoding; see docs/performance.md).
 
 Buffers being decoded count too: from ``admit`` until the caller's ``decoded``, each is reserved
 ``RESERVE_PER_BYTE`` times its bytes on its way to the lanes. With decode workers several buffers
-are decoded at once, and each looked at lanes that did not yet hold the others' events: 16 programs
-on one H100 (8 workers) dropped 1.37 M events at a full file sink after decoding them, against 399k
-records shed before (docs/benchmarks.md). A buffer that only those in flight would leave without
-room waits for them (its slot holds it meanwhile) and is not shed: shedding it too cut what a
-2-core collector delivered under 16 replay probes from 0.95 M to 0.64 M events/s. A buffer's own
-events are not counted against it, so an idle pipeline always admits one, whatever its size.
+are decoded at once, and each would look at lanes that do not yet hold the others' events, so
+events would be dropped at a full sink after decoding them instead of shed before. A buffer that
+only those in flight would leave without room waits for them (its slot holds it meanwhile) and is
+not shed: shedding it too cuts what a small collector delivers under many probes by about a third.
+A buffer's own events are not counted against it, so an idle pipeline always admits one, whatever its size.
 
 Nothing is shed under ``block`` (the connection waits instead, and so does the probe's hand-off) or
 while some lane has room. Under ``block`` a buffer also waits, in its slot, while its events and those
 being decoded would pass the memory budget (unless none is being decoded): each connection blocked
-in the intake held its decoded buffer, so 16 probes held the collector at 593-655 MiB against a
-256 MiB budget (docs/benchmarks.md). The loss is ``Loss(stage="intake", reason="shed_before_decode",
+in the intake would hold its decoded buffer, and many probes would hold the collector at more than
+twice its budget. The loss is ``Loss(stage="intake", reason="shed_before_decode",
 unit="records")``: records, not events (a shed buffer never becomes events, so ``events_in`` and
 the per-stage event accounting are untouched). Under ``drop_oldest`` lanes this keeps the older
 queued events and sheds the newest buffer: under sustained overload one of the two is lost either
@@ -54,8 +52,8 @@ if TYPE_CHECKING:
 STAGE, REASON = "intake", "shed_before_decode"
 PAUSE_S = 0.002
 PAUSE_PER_BYTES = 256 * 1024  # a larger buffer waits PAUSE_S per this many bytes before it is shed
-# Bytes of events per byte of activity buffer: 2.1 for an H100's kernel records (216 bytes each, 462
-# of events), 2.5-3.8 for the shipped captures' mixes (API records are small and their events not).
+# Bytes of events per byte of activity buffer: 2.1 for kernel records (216 bytes each, 462 of
+# events), 2.5-3.8 for the shipped captures' mixes (API records are small and their events not).
 RESERVE_PER_BYTE = 3
 
 

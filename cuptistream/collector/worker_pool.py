@@ -4,13 +4,13 @@ connections to them, and one ``Link`` per connection that sends a request and wa
 Workers start lazily, one per probe connection that opens an activity stream, up to
 ``pipeline.decode_workers``; past that a connection goes to the worker with the fewest
 connections. Under ``auto`` the first connection (one at a time) decodes on its own thread instead:
-with GPU-sized buffers a worker round trip costs ~40% more CPU per record, which a single probe,
-the common case, need not pay (docs/benchmarks.md, issue 30). Under ``auto`` too, the worker count
-follows the load rather than the probe count: each worker takes ``AUTO_CONNECTIONS_PER_WORKER``
-connections before the next one starts (with 16 GPU programs on a 16-core H200 host, 2 workers
-cost 0.95-0.98 CPU-s per M records against 1.02-1.19 for 4), and a worker that uses more than
-``SPLIT_LOAD`` cores gets a new worker beside it, to which about half its connections move, state
-and all (``balance``, ``handover``; 16 replay probes flat out need 4 or more). A worker that died
+with GPU-sized buffers a worker round trip costs more CPU per record, which a single probe, the
+common case, need not pay (see docs/performance.md). Under ``auto`` too, the worker count follows
+the load rather than the probe count: each worker takes ``AUTO_CONNECTIONS_PER_WORKER``
+connections before the next one starts (fewer, busier workers cost less CPU per record), and a
+worker that uses more than ``SPLIT_LOAD`` cores gets a new worker beside it, to which about half
+its connections move, state and all (``balance``, ``handover``; many probes decoding flat out need
+several workers). A worker that died
 is replaced by a fresh one at the next assignment. A worker whose last connection closed stops
 (``_released``; not the last one), the rest at ``Collector.finish``. A ``Link``
 never hangs its connection: it waits for a reply in steps of ``_POLL_S`` while the worker lives,
@@ -31,10 +31,9 @@ from pathlib import Path
 
 import msgspec
 
-from cuptistream import blas_threads
 from cuptistream.channel import sockets
 from cuptistream.channel.shm import SlotPool
-from cuptistream.collector import memory
+from cuptistream.collector import blas_threads, memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.reply_maps import ReplyMaps
 from cuptistream.collector.reply_slots import Arena, ReplySlots
@@ -47,7 +46,7 @@ SPLIT_LOAD = 0.75
 BALANCE_S = 1.0
 # Under ``auto``: connections a worker takes before the next worker starts (more start as the load
 # needs them: ``SPLIT_LOAD``). Fewer, busier workers cost less per record on a host whose cores
-# the GPU programs keep busy (H200, 16 programs).
+# the GPU programs keep busy.
 AUTO_CONNECTIONS_PER_WORKER = 8
 REQUEST_TIMEOUT_S = 60.0  # one buffer decodes in milliseconds; a minute is a stuck worker
 _STOP_S = 5.0

@@ -9,9 +9,9 @@ that says whether more follow; the first also says the message's length and its 
 header is the msgspec-encoded message; a reply's chunk payloads follow it raw, in call order, sent
 from where they lie (scatter-gather) rather than copied into one encoding. The receiver reads the
 fragments straight into one buffer (the kernel copies them, with the GIL released) and the payloads
-become views into it: neither side copies the events in Python (at 16 probes, joining fragments
-and copying payloads out of replies held the collector's GIL ~40 % of the time, and encoding the
-reply was ~20 % of a worker's time; docs/benchmarks.md, issue 30).
+become views into it: neither side copies the events in Python (under many probes, joining
+fragments and copying payloads out of replies would hold the collector's GIL much of the time, and
+encoding the reply would be a fair part of a worker's).
 
 Under ``pipeline.worker_replies: shared`` most of that never crosses the socket: a ``Decode``
 names a reply slot (``collector.reply_slots``) and the worker packs the events into it, naming

@@ -1,5 +1,5 @@
 """A decode worker: a process of its own that decodes the activity buffers of the probes assigned to
-it, so that several probes' decoding runs on several cores (issue 30; ``docs/architecture.md``).
+it, so that several probes' decoding runs on several cores (``docs/architecture.md``).
 
 ``python -m cuptistream.collector.workers FD``: FD is a ``SOCK_SEQPACKET`` socket to the collector,
 which sends one ``Adopt``-style datagram per probe connection assigned here, with that connection's
@@ -28,7 +28,6 @@ import msgspec
 
 from cuptistream.channel.messages import WindowRecords
 from cuptistream.channel.shm import SlotPool
-from cuptistream.codec import Chunk
 from cuptistream.collector import handover, memory
 from cuptistream.collector import worker_protocol as wp
 from cuptistream.collector.decoding import DecodeStream
@@ -36,6 +35,7 @@ from cuptistream.collector.names import ProcessNames
 from cuptistream.collector.reply_slots import SlotWriter
 from cuptistream.config.model import Duration, StatisticsConfig
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk
 
 _PARENT_CHECK_S = 1.0
 

@@ -112,11 +112,10 @@ class PipelineConfig(Strict):
     # memory_budget, at most every 0.5 s (``collector.memory``).
     heap_trim: bool = True
     # Where the collector receives a decode worker's reply: "mapped" (a private mapping each, given
-    # back when the sinks let go of its last event: 306-333 MiB at 16 probes on the H100 host),
-    # "heap" (reused buffers; glibc keeps the pages of freed replies: 392-404 MiB there), or
-    # "shared" (the worker packs the events into shared-memory slots; the rest as "mapped": 0.83x the
-    # CPU per record of "mapped" at 2 probes on the 2-core VM, 0.88x / 1.02x at 16 GPU programs on
-    # the H200, with 46-63 MiB less of the collector's own memory).
+    # back when the sinks let go of its last event), "heap" (reused buffers; glibc keeps the pages of
+    # freed replies, so the collector holds more memory), or "shared" (the worker packs the events
+    # into shared-memory slots; the rest as "mapped": less CPU per record and less of the collector's
+    # own memory than "mapped"; see docs/performance.md).
     worker_replies: Literal["heap", "mapped", "shared"] = "shared"
 
     def __post_init__(self) -> None:
@@ -166,7 +165,7 @@ class ProbeConfig(Strict):
 
 class OverheadConfig(Strict):
     """What the sampling sources (pc_sampling, sass) may cost the program, together: they adapt
-    their duty cycles to stay under it (``cuptistream.probe.governor``). ``budget: off`` (YAML's
+    their duty cycles to stay under it (``cuptistream.overhead``). ``budget: off`` (YAML's
     false) keeps the duty cycles each source configures."""
 
     budget: Percent = Percent(0.01)

@@ -10,10 +10,22 @@ valid bytes and CUPTI's dropped-record count. Nothing here reads a record or wai
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import Any, Protocol
 
-from cuptistream.channel.outlet import ActivityOutlet
 from cuptistream.cupti import library
+
+
+class Buffers(Protocol):
+    """Where the buffers come from and go to (the probe's ``channel.outlet.ActivityOutlet``): a
+    fixed set of ``slot_size``-byte buffers, handed out and taken back by address."""
+
+    slot_size: int
+
+    def take(self) -> int | None: ...
+    def complete(self, address: int, valid: int, dropped: int = 0) -> None: ...
+    def give_back(self, address: int) -> None: ...
+    def owns(self, address: int) -> bool: ...
+
 
 _RequestFunc = ctypes.CFUNCTYPE(
     None, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)
@@ -28,7 +40,7 @@ class BufferCallbacks:
 
     ``on_dropped(count)`` is told about records CUPTI dropped that came with no buffer of ours."""
 
-    def __init__(self, outlet: ActivityOutlet, on_dropped: Any) -> None:
+    def __init__(self, outlet: Buffers, on_dropped: Any) -> None:
         self.outlet = outlet
         self.on_dropped = on_dropped
         self.errors = 0

@@ -99,10 +99,9 @@ class Packer:
             out = np.empty(starts[-1], np.uint8)
         # The integer part of an element has the same layout in every group: fill it for many
         # records at once (one strided copy per field), then give each group its string suffix.
-        # Filling it per group cost ~15 numpy calls per group (issue 30's profile: packing was
-        # ~45% of the collector's time, much of it per group). It is filled _BLOCK records at a
-        # time, so that its 18 strided passes over the rows stay in the cache: 0.57x the time of
-        # one pass over all the records for W3's kernels.
+        # Filling it per group would cost ~15 numpy calls per group, and packing is a large part of
+        # the collector's time. It is filled _BLOCK records at a time, so that its 18 strided passes
+        # over the rows stay in the cache (faster than one pass over all the records).
         head = np.empty((min(count, _BLOCK), width), dtype=np.uint8)
         fields = np.ndarray((len(head),), dtype=self._layout(width), buffer=head)
         names = fields.dtype.names or ()

@@ -172,8 +172,7 @@ class _FinalizeAtApiExit:
     """Detaches CUPTI on the first thread that returns from a CUDA runtime or driver call. NVIDIA's
     guide (§2.3.7) names an API exit as the safe place for ``cuptiFinalize``: other threads inside
     CUPTI while it tears down may crash. Kineto saw such a crash and moved its teardown to an API
-    exit (pytorch/kineto#686). (The two DDP SIGSEGVs of 2026-11-28 came with CUPTI attached, in
-    sessions that never detached: docs/benchmarks.md, "DDP detaches and a second SIGSEGV".)"""
+    exit (pytorch/kineto#686)."""
 
     def __init__(self, still_wanted: Callable[[], bool]) -> None:
         self._still_wanted = still_wanted

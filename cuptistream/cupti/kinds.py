@@ -73,7 +73,7 @@ DEFAULT_KINDS = [
     "concurrent_kernel", "memcpy", "memset", "runtime", "driver", "marker", "external_correlation",
 ]  # fmt: skip
 
-# Launch, memcpy, memset and sync calls only: unfiltered API tracing cost 3-5x per launch (DESIGN §5).
+# Launch, memcpy, memset and sync calls only: unfiltered API tracing costs several times as much per launch.
 DEFAULT_RUNTIME_API = [
     "cudaLaunch*", "cudaGraphLaunch", "cudaMemcpy*", "cudaMemset*", "cuda*Synchronize",
     "cudaStreamWaitEvent",

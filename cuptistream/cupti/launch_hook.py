@@ -1,7 +1,7 @@
 """Run CUPTI calls on the application's own thread, at the exit of its next kernel launch.
 
-Under PyTorch on the H200, ``cuptiPCSamplingStart`` called from a thread of ours while the program
-kept launching never returned, and the launch path blocked with it (docs/gpu-validation.md).
+Under PyTorch, ``cuptiPCSamplingStart`` called from a thread of ours while the program keeps
+launching can fail to return, and the launch path blocks with it.
 NVIDIA's ``pc_sampling_continuous`` sample makes its PC sampling calls from the launch callbacks
 instead, on the thread that launches; this does the same, but only when a call is due: the worker
 ``arm()``s the hook, the next launch (runtime or driver API, any thread) runs ``action(ctx)`` at

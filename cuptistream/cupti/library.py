@@ -23,10 +23,10 @@ from ctypes import POINTER, Structure, c_char_p, c_int, c_size_t, c_uint8, c_uin
 from functools import cache
 from typing import Any
 
+from cuptistream.cupti.libc import libc
 from cuptistream.errors import CuptiError as CuptiError
 from cuptistream.errors import LibraryNotFoundError as LibraryNotFoundError
 from cuptistream.errors import NoGpuError
-from cuptistream.libc import libc
 
 # --- CUptiResult values we branch on (cupti_result.h; stable across CUPTI 12 and 13) -------------
 

@@ -115,8 +115,8 @@ def walk_runs(
 
     From the eighth record of a kind in a row (the second, for a kind whose last matched run was
     long), the rest of the run is matched by a regular expression over the bytes (``_run``), one C
-    call: W3's kernels come ~50 to a run between API records, and record by record they took ~114 ns
-    each on the H200 host, the largest part of a worker's decode. Buffers whose kinds alternate, or
+    call: a training loop's kernels come dozens to a run between API records, and record by record
+    they would be the largest part of a worker's decode. Buffers whose kinds alternate, or
     come in short runs, are walked record by record."""
     sizes = layouts.sizes
     table = size_table(layouts)

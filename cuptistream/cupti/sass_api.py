@@ -247,9 +247,9 @@ def data_properties(ctx: int) -> tuple[int, int]:
 
 
 # Kernels the program launches between GetDataProperties and FlushData are patched too and add
-# records. A buffer sized to the query was outgrown under a torch transformer (78k records per 0.5 s
-# window), FlushData returned CUPTI_ERROR_OUT_OF_MEMORY and the heap was corrupt: a segfault, 6 runs
-# of 6 on the H100; with 4x room, none (docs/gpu-validation.md).
+# records. A buffer sized to the query is outgrown under a busy program (a torch transformer):
+# FlushData then returns CUPTI_ERROR_OUT_OF_MEMORY with the heap corrupt, and the process
+# segfaults. Four times the room holds it.
 FLUSH_HEADROOM = 4
 FLUSH_MIN_EXTRA = 1024
 FLUSH_MAX_BYTES = 256 << 20

@@ -1,6 +1,6 @@
 """A watchdog for CUPTI calls that might never return.
 
-A mid-run SASS flush has been reported to wedge (DESIGN.md §5). A stuck C call cannot be cancelled
+A mid-run SASS flush can wedge inside CUPTI. A stuck C call cannot be cancelled
 from Python, so the sampling sources wrap each risky call in ``watchdog.call(name)``; a monitor
 thread notices a call that has run past ``timeout``, runs ``on_wedged(name, seconds)`` once, and the
 source stops issuing CUPTI calls (``wedged`` is set) so stop() returns instead of joining a hung

@@ -1,10 +1,10 @@
 """Bringing a sink up (``Sink.connect``) in the background, so an outage never holds the program.
 
 ``serve_lane`` runs one lane: it connects the sink, attempt after attempt, each cancelled after the
-sink's ``connect_timeout``, with the shared backoff (``cuptistream.pipeline.retry.Backoff``) between them,
+sink's ``connect_timeout``, with the shared backoff (``cuptistream.delivery.retry.Backoff``) between them,
 until one succeeds or the lane closes. Meanwhile the lane queues within its byte bound and its
 ``full_policy`` (a sink with ``writes_while_connecting``, such as Kafka, is written to at once and
-holds or spools what it gets). Reported through the lane's health (``cuptistream.pipeline.health``:
+holds or spools what it gets). Reported through the lane's health (``cuptistream.delivery.health``:
 one ``Error`` event and one stderr line per change of state, not per attempt):
 
 - failing: the sink not up ``connect_timeout`` after the start, at that moment, with the last problem;
@@ -23,9 +23,9 @@ from typing import Protocol
 
 import trio
 
+from cuptistream.delivery.retry import Backoff
 from cuptistream.errors import PermanentSinkError, SinkUnavailableError
 from cuptistream.pipeline.lane import SinkLane
-from cuptistream.pipeline.retry import Backoff
 from cuptistream.plugin import Sink
 
 _GRACE = 0.1  # seconds past ``connect_timeout`` the "not up" line waits for the attempt's problem

@@ -20,8 +20,8 @@ from typing import TypeVar
 import msgspec
 import trio
 
-from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.config import Config
+from cuptistream.delivery.health import HealthReport
 from cuptistream.events import (
     SCHEMA_VERSION,
     ClockSync,
@@ -33,11 +33,11 @@ from cuptistream.events import (
     StageStats,
 )
 from cuptistream.pipeline.connect import require_healthy, serve_lane
-from cuptistream.pipeline.health import HealthReport
 from cuptistream.pipeline.intake import Intake
 from cuptistream.pipeline.lane import SinkLane
-from cuptistream.pipeline.producers import Producer
 from cuptistream.plugin import Sink
+from cuptistream.recording.codec import Chunk, encode_chunk
+from cuptistream.recording.producers import Producer
 
 # The last part of ``shutdown_deadline`` (this long, at most a quarter of it) is kept for closing
 # the sinks (seal the file, release clients and threads, count what they held) when draining does

@@ -27,13 +27,13 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from cuptistream.codec import Chunk
 from cuptistream.config import FullPolicy
 from cuptistream.events import Error, Event
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk
 
 if TYPE_CHECKING:
-    from cuptistream.pipeline.producers import Producer
+    from cuptistream.recording.producers import Producer
 
 CONTROL_CAP_EVENTS = 10_000
 

@@ -8,7 +8,7 @@ The lane is also where a sink's own accounting joins the pipeline's: ``take_loss
 read ``Sink.delivery_losses()`` (events lost after ``write`` accepted them) and ``Sink.stats()`` each time, so
 those losses become ``Loss`` events, ``SelfStats`` and the shutdown report like the lane's own drops.
 
-And it keeps the sink's health (``SinkLane.health``, ``cuptistream.pipeline.health``): a ``write`` that
+And it keeps the sink's health (``SinkLane.health``, ``cuptistream.delivery.health``): a ``write`` that
 fails marks it failing, one that succeeds ok, a ``PermanentSinkError`` stops it; each change is said
 once (an ``Error`` event and a line on stderr), not once per batch or retry.
 """
@@ -22,14 +22,14 @@ from typing import Protocol
 
 import trio
 
-from cuptistream.codec import Chunk, encode_batch_parts
 from cuptistream.config import BatchConfig, QueueConfig
+from cuptistream.delivery import health as sink_health
+from cuptistream.delivery.retry import call_with_retry
 from cuptistream.errors import PermanentSinkError, RetriesExhausted, RetryableError
 from cuptistream.events import EncodedBatch, StageStats
-from cuptistream.pipeline import health as sink_health
-from cuptistream.pipeline.producers import Producer
-from cuptistream.pipeline.retry import call_with_retry
 from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink
+from cuptistream.recording.codec import Chunk, encode_batch_parts
+from cuptistream.recording.producers import Producer
 
 # How many chunks of other producers a batch looks past for more of its own producer's.
 _SCAN_LIMIT = 4096

@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from cuptistream.channel import messages
 from cuptistream.channel.outlet import PoolOutlet
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, READY, SlotPool
-from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.config import FullPolicy
 from cuptistream.events import ClockSync, Event
 from cuptistream.pipeline.intake import Intake
 from cuptistream.plugin import Emitter
 from cuptistream.probe.link import ProbeLink
+from cuptistream.recording.codec import Chunk, encode_chunk
 
 _HOUSEKEEPING_S = 1.0  # losses, clock reading, reconnect attempts
 _SLOT_POLL_S = 0.001

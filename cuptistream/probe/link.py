@@ -17,8 +17,8 @@ from collections import Counter
 
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ChannelError, SlotPool
+from cuptistream.cupti.libc import libc
 from cuptistream.events import ClockSync, DeviceInfo, Resource
-from cuptistream.libc import libc
 
 _PR_SET_PTRACER = 0x59616D61
 _CONTROL_WAIT_S = 2.0  # pool and stream announcements: rare, and the collector needs them
@@ -196,7 +196,7 @@ def await_hangup(sock: socket.socket, seconds: float) -> None:
     """Read and drop what the collector still sends until it shuts its side (it does on Goodbye,
     once it has read everything before it), for ``seconds`` at most. A socket closed with messages
     unread resets the connection, and the collector's next read fails before the messages still
-    queued for it (Goodbye among them) are read: on one H100, 16 programs exiting at once left 4-5
+    queued for it (Goodbye among them) are read: many programs exiting at once would leave some
     connections "reset by peer". The collector only answers the probe (a window's record count),
     so nothing arrives after its shutdown."""
     deadline = time.monotonic() + seconds

@@ -19,13 +19,13 @@ from cuptistream.channel import messages
 from cuptistream.config import Config
 from cuptistream.cupti.gpus import visible_devices
 from cuptistream.events import ClockSync
+from cuptistream.overhead import Governed, Governor, WindowPriced
 from cuptistream.pipeline.resource import current_resource
 from cuptistream.plugin import OnDemand, Source
 from cuptistream.probe import torch_profiler
 from cuptistream.probe.coexist import CuptiSharing
 from cuptistream.probe.control import ControlReader
 from cuptistream.probe.emitter import ProbeEmitter
-from cuptistream.probe.governor import Governed, Governor, WindowPriced
 from cuptistream.probe.link import ProbeLink
 
 # The end of ``shutdown_deadline`` the collector keeps for closing its sinks (as the pipeline's
@@ -171,8 +171,8 @@ class Probe:
         self.stop()
         if self.sharing is not None and self.sharing.yields:
             # Another tool (Kineto) used CUPTI: detach it now, so that its callbacks do not run during
-            # CUDA's own teardown after Python (on the H100 Kineto's context-destroy callback then
-            # freed memory twice, in 2 to 7 of 10 runs started with probe.start: process).
+            # CUDA's own teardown after Python (Kineto's context-destroy callback then can free memory
+            # twice, in a fair share of runs started with probe.start: process).
             from cuptistream.cupti import driver
 
             driver.detach_at_exit()

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from cuptistream.codec import batch_with_events
 from cuptistream.errors import JsonlError as JsonlError
 from cuptistream.events import AnyEvent, Batch, BatchHeader, header_fields
+from cuptistream.recording.codec import batch_with_events
 
 
 class Envelope(BatchHeader, tag_field="type", tag="batch", kw_only=True):

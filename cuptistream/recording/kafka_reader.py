@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from cuptistream.codec import decode_batch
 from cuptistream.errors import UserError
 from cuptistream.events import Batch
+from cuptistream.recording.codec import decode_batch
 from cuptistream.recording.rows import decode_rows
 
 _json_batch = msgspec.json.Decoder(Batch)

@@ -31,11 +31,11 @@ from typing import BinaryIO
 
 import msgspec
 
-from cuptistream.codec import decode_batch
 from cuptistream.errors import DamageError as DamageError
 from cuptistream.errors import UserError
 from cuptistream.events import AnyEvent, Batch
 from cuptistream.recording import jsonl
+from cuptistream.recording.codec import decode_batch
 from cuptistream.recording.framing import MAX_FRAME_BYTES, TORN, Damage, Frame, TornTail, scan_frames
 from cuptistream.recording.segments import TEMP_SUFFIX
 

@@ -6,15 +6,15 @@ and kept as they are; only when time has moved on (``settle``) are the parts bef
 across buffers and counted per interval. Every segment is sorted twice, once with its buffer and
 once when it settles; memory holds the segments of the last lateness margin, and at most
 ``PENDING_MAX`` of them: past that the oldest time is settled early (a stream whose clock stands
-still, as a replay of the same buffers does, would otherwise grow without bound: 500 MiB in one
-decode worker within seconds, issue 30).
+still, as a replay of the same buffers does, would otherwise grow without bound, hundreds of MiB in
+one decode worker within seconds).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# Unsettled segments one device may hold: 16 MiB of them. A busy H100 ends ~1M kernels a second, and
+# Unsettled segments one device may hold: 16 MiB of them. A busy GPU ends ~1M kernels a second, and
 # the 3 s lateness margin keeps about 3 s of segments (fewer where kernels run back to back).
 PENDING_MAX = 1 << 20
 

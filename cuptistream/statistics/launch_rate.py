@@ -2,15 +2,15 @@
 windows' spans and the correlation ids of the records they hold.
 
 A budget window sees the program while CUPTI records its work, and a launch-bound program launches
-more slowly then (W2 on the H100: 29k kernels/s inside its windows, 31k between them), so counts
-scaled by time alone come out low. CUPTI numbers every runtime and driver API call of the process
-with the next correlation id whether or not anything is traced (measured on the H100: W1's ids
-advanced by 376k in the 4.9 s between two windows, one per launch, as inside them). So:
+more slowly then (a few percent fewer kernels a second inside its windows than between them), so
+counts scaled by time alone come out low. CUPTI numbers every runtime and driver API call of the
+process with the next correlation id whether or not anything is traced (between two windows the ids
+advance by one per launch, as inside them). So:
 
 - **inside** the windows, the program made (last id - first id + 1) calls in each window's open
   time (its ``TraceSpan``, not its records' span: a program that works in bursts and waits between
-  them has records over part of a window only, and their span overstates the rate; W2 and W4 held
-  to a fixed rate read -7.5 % and -7.8 % kernels that way, 2026-11-27);
+  them has records over part of a window only, and their span overstates the rate; programs held to
+  a fixed rate read several percent too few kernels that way);
 - **overall**, from one window's first id to the next's, over the time between their openings: a
   whole cycle of window and gap, so a burst's position in either window cancels.
 

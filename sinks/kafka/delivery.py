@@ -9,7 +9,7 @@ messages are held, within ``max_in_flight_bytes``, and spooled past it):
 3. messages replayed from the spool.
 
 While a retry waits for its backoff nothing newer is sent, so order per key holds across outages.
-The waits follow the sink's shared ``retry`` settings (``cuptistream.pipeline.retry.Backoff``, one per
+The waits follow the sink's shared ``retry`` settings (``cuptistream.delivery.retry.Backoff``, one per
 message). With ``expire`` (block mode) a message still unacked ``retry.max_elapsed`` after its first
 send is given up: counted in ``lost`` as ``retries_exhausted``. In spool mode nothing expires.
 Delivery callbacks run on kafka-python's sender thread; they only append to a deque and notify.
@@ -35,8 +35,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from cuptistream.config import RetryConfig
-from cuptistream.pipeline.abandonable import call_by
-from cuptistream.pipeline.retry import Backoff
+from cuptistream.delivery.abandonable import call_by
+from cuptistream.delivery.retry import Backoff
 
 from .route import Message, split_message
 from .spool import Spool, SpoolReader

@@ -14,10 +14,10 @@ from typing import Any, Optional, Union
 
 import msgspec
 
-from cuptistream.codec import array_header, batch_with_events, decode_events, to_json
 from cuptistream.errors import ConfigError
 from cuptistream.events import EVENT_TYPES, SCHEMA_VERSION, Batch, EncodedBatch
 from cuptistream.plugin import sink_where
+from cuptistream.recording.codec import array_header, batch_with_events, decode_events, to_json
 from cuptistream.recording.rows import cut_rows
 
 BATCH_FIELDS = frozenset({"host", "pid", "session_id", "process_name"})

@@ -16,7 +16,7 @@ holds batches in memory (``max_in_flight_bytes``) and then blocks or spools (``o
 for a broker that went away. Every wait of ``connect`` ends by ``connect_timeout``: our check is
 bounded step by step, and the kafka-python calls that are not (``KafkaProducer()``'s bootstrap,
 topic metadata) run in daemon threads that are abandoned at the deadline
-(``cuptistream.pipeline.abandonable``). A refused login, an untrusted certificate or a topic the client may
+(``cuptistream.delivery.abandonable``). A refused login, an untrusted certificate or a topic the client may
 not write stop the sink (``PermanentSinkError``): what it held is counted lost with that reason.
 
 Guarantees (see ``docs/kafka.md``): at-least-once per message; order per key kept except where a
@@ -37,8 +37,8 @@ from typing import Any
 
 import trio
 
+from cuptistream.delivery.abandonable import call_by
 from cuptistream.errors import PermanentSinkError, SinkUnavailableError
-from cuptistream.pipeline.abandonable import call_by
 from cuptistream.plugin import OutgoingBatch, Sink
 
 from .config import KafkaSinkConfig, producer_settings

@@ -11,7 +11,7 @@ Every attempt has a deadline we enforce, ``timeout`` from its start, whatever th
 own timeouts do (connect, TLS handshake, request, response): an attempt past it is abandoned and
 counts as a failure to retry, like a connection error (``ENFORCE_GRACE_S`` after httpx's
 own). The retries follow the sink's shared ``retry`` settings
-(``cuptistream.pipeline.retry``); the caller passes an absolute deadline (``trio.current_time()`` based, the
+(``cuptistream.delivery.retry``); the caller passes an absolute deadline (``trio.current_time()`` based, the
 batch's start plus ``retry.max_elapsed``) shared by every request of a batch, so a batch never holds
 the pipeline longer than that.
 """
@@ -29,8 +29,8 @@ import httpx
 import trio
 
 from cuptistream.config import RetryConfig
+from cuptistream.delivery.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.errors import ConfigError
-from cuptistream.pipeline.retry import RetriesExhausted, RetryableError, call_with_retry
 from cuptistream.plugin import sink_where
 
 from .config import TlsConfig
@@ -114,7 +114,7 @@ class Transport:
 
     async def post(self, body: bytes, deadline: float) -> Delivery:
         """Send ``body`` until it is accepted, refused, or the deadline passes
-        (``cuptistream.pipeline.retry``)."""
+        (``cuptistream.delivery.retry``)."""
         result = Delivery(ok=False)
 
         async def once(timeout: float) -> Attempt:

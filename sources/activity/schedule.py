@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from cuptistream.overhead import CLAIM_RETRY_S, Plan, Throttle
 from cuptistream.pipeline.resource import job_rank
-from cuptistream.probe.governor import CLAIM_RETRY_S, Plan, Throttle
 
 # Environment variables that name one job, the most specific first: every rank of the job sees the
 # same values, and two jobs on one host see different ones.

@@ -51,14 +51,14 @@ import msgspec
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
 from cuptistream.config import SourceConfig
-from cuptistream.correlate import activate as activate_correlation
-from cuptistream.correlate import deactivate as deactivate_correlation
 from cuptistream.cupti import api_functions, driver, gpus, kinds, library, subscriber
 from cuptistream.cupti.buffers import BufferCallbacks
+from cuptistream.cupti.external_correlation import activate as activate_correlation
+from cuptistream.cupti.external_correlation import deactivate as deactivate_correlation
 from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
+from cuptistream.overhead import Governor, Throttle
 from cuptistream.plugin import Emitter, Source
-from cuptistream.probe.governor import Governor, Throttle
 
 from .config import ATTRIBUTES, ActivitySourceConfig, attribute_values
 from .schedule import schedule_for

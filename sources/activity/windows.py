@@ -29,7 +29,7 @@ from collections import deque
 from typing import Protocol
 
 from cuptistream.channel.messages import WindowRecords
-from cuptistream.probe.governor import Plan, Throttle, WindowCost
+from cuptistream.overhead import Plan, Throttle, WindowCost
 
 from .schedule import FreeSchedule, Schedule
 

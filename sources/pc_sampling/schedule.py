@@ -13,8 +13,8 @@ from cuptistream.cupti import pcsampling_api as pcs
 from cuptistream.cupti.cubin_archive import CubinArchive
 from cuptistream.cupti.launch_hook import LaunchHook
 from cuptistream.cupti.watchdog import Watchdog
+from cuptistream.overhead import CLAIM_RETRY_S
 from cuptistream.plugin import Emitter
-from cuptistream.probe.governor import CLAIM_RETRY_S
 
 from .adapt import Adaptation
 from .attach import Contexts

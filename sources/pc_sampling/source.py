@@ -18,7 +18,7 @@ from cuptistream.cupti.contexts import (
 )
 from cuptistream.cupti.cubin_archive import CubinArchive
 from cuptistream.events import ResourceChange
-from cuptistream.probe.governor import Governor
+from cuptistream.overhead import Governor
 
 from ..cupti_worker import CuptiWorkerSource
 from .adapt import Adaptation

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cuptistream.probe.governor import PC_SAMPLING_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
+from cuptistream.overhead import PC_SAMPLING_KERNEL_SLOWDOWN, Governor, Throttle, WindowCost
 
 from .config import PcSamplingConfig
 

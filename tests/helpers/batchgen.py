@@ -8,7 +8,6 @@ import random
 
 import trio
 
-from cuptistream.codec import Chunk, encode_batch, encode_chunk
 from cuptistream.events import (
     SCHEMA_VERSION,
     ClockSync,
@@ -21,6 +20,7 @@ from cuptistream.events import (
     Resource,
 )
 from cuptistream.plugin import OutgoingBatch, Sink
+from cuptistream.recording.codec import Chunk, encode_batch, encode_chunk
 
 RESOURCE = Resource(
     host="testhost",

@@ -18,8 +18,8 @@ import msgspec
 import pytest
 
 from cuptistream import events as ev
-from cuptistream.codec import encode_batch_object
 from cuptistream.cupti import capture
+from cuptistream.recording.codec import encode_batch_object
 from cuptistream.recording.segments import SegmentWriter
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES  # shipped real-GPU captures
 from sources.replay import ReplayConfig, ReplaySource

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 from cuptistream.channel.messages import OpenStream
 from cuptistream.channel.outlet import ActivityOutlet
-from cuptistream.codec import Chunk, array_header, decode_events
 from cuptistream.collector.inline import InlineOutlet
 from cuptistream.events import Event
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import Chunk, array_header, decode_events
 
 
 class Collect(Emitter):

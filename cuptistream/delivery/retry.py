@@ -11,7 +11,7 @@ Two ways in, the same schedule:
 Failure modes: ``call_with_retry`` raises ``RetriesExhausted`` (its message says why: the deadline,
 or ``retry.enabled: false``, and the last attempt's reason) and never sleeps past the deadline.
 Inside a sink's ``write``, its first retryable failure marks the sink failing
-(``cuptistream.pipeline.health``): one line and one ``Error`` event while the retries go on.
+(``cuptistream.delivery.health``): one line and one ``Error`` event while the retries go on.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Protocol, TypeVar
 import trio
 
 from cuptistream.config import RetryConfig
+from cuptistream.delivery import health as sink_health
 from cuptistream.errors import RetriesExhausted as RetriesExhausted
 from cuptistream.errors import RetryableError as RetryableError
-from cuptistream.pipeline import health as sink_health
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ and ``cycle = unit_cost / (HEADROOM x share)``.
 
 What a window costs is ``WindowCost``: host seconds are measured; GPU seconds are an estimate from
 the window's length (``PC_SAMPLING_KERNEL_SLOWDOWN``, ``SASS_KERNEL_SLOWDOWN``), because the probe
-does no per-record work and so does not see kernel durations. ``docs/benchmarks.md`` has the
+does no per-record work and so does not see kernel durations. ``docs/performance.md`` has the
 benchmark that checks the total against the budget on the GPU.
 
 Every decision that changes the plan is a ``GovernorDecision`` event, with the measurements behind it.
@@ -43,10 +43,10 @@ from cuptistream.channel.messages import WindowRecords
 from cuptistream.events import GovernorDecision
 
 # The program's time lost to a window beyond the measured host time, as a fraction of the window's
-# length. PC sampling: on the H100 a 0.5 s window cost a torch transformer step loop 0.31-0.61 s in
-# all, against 0.11 s of control calls measured (the GPU pipeline drains around Start/Stop, and
-# sampled kernels run slower): 0.6 covers that (docs/benchmarks.md). SASS: patched kernels run
-# 10-190x slower (DESIGN.md §5), so the whole window is charged.
+# length. PC sampling: a window costs the program several times its measured control calls (the
+# GPU pipeline drains around Start/Stop, and sampled kernels run slower): 0.6 covers that (see
+# docs/performance.md). SASS: patched kernels run ten to a hundred times slower or more, so the
+# whole window is charged.
 PC_SAMPLING_KERNEL_SLOWDOWN = 0.6
 SASS_KERNEL_SLOWDOWN = 1.0
 
@@ -55,7 +55,7 @@ _FALL = 0.2  # ... and below it
 _ANNOUNCE_CHANGE = 0.1  # a plan that moves less than this (relative) is not announced again
 CLAIM_RETRY_S = 0.05  # how soon a due window asks again while another source's window is open
 # The plans aim at this part of each share: what a window is charged is within about 10% of what
-# the program lost around it on the H100 (docs/benchmarks.md), and the budget is a ceiling.
+# the program lost around it (see docs/performance.md), and the budget is a ceiling.
 HEADROOM = 0.9
 
 
@@ -143,9 +143,8 @@ class Governor:
         context); each ``release`` returns one.
 
         Windows of different sources never overlap, so their costs do not stack into one stall and
-        each window's measured cost is its own. (Overlap was suspected of a 4.9 s SASS window on the
-        H100; exclusive windows cost as much while PC sampling stayed enabled on the context,
-        docs/benchmarks.md.) A source whose claim fails asks again after ``CLAIM_RETRY_S``."""
+        each window's measured cost is its own. A source whose claim fails asks again after
+        ``CLAIM_RETRY_S``."""
         with self._lock:
             if self._holder not in (None, source) or (
                 self._holder is None and time.monotonic() < self._quiet_until

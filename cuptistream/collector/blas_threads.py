@@ -2,9 +2,9 @@
 
 numpy's wheels link OpenBLAS, which starts a thread per core when numpy loads, and each of those
 threads spins (``sched_yield``) for about 0.1 s before it sleeps. Nothing in cuptistream calls BLAS,
-so on a 16-core host that was ~1.5 CPU-s per process for nothing: the collector's "(native
-threads)" in ``--report-json`` read 1.4-1.8 s in every run on the H200 (0.05 s on a 2-core VM), and
-each decode worker paid as much again at its start. ``OPENBLAS_NUM_THREADS=1``, set before numpy
+so on a many-core host that is CPU seconds per process for nothing (the collector's "(native
+threads)" in ``--report-json``), and each decode worker would pay as much again at its start.
+``OPENBLAS_NUM_THREADS=1``, set before numpy
 loads, starts none.
 
 The observed program is the user's: ``cuptistream run`` gives it the variable as the user had it

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from cuptistream import blas_threads
 from cuptistream.channel.sockets import ENV_COLLECTOR
-from cuptistream.collector import memory
+from cuptistream.collector import blas_threads, memory
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import write_config
 from cuptistream.collector.status import StatusLine

@@ -5,11 +5,11 @@ A buffer is a run of packed records, each starting with its ``CUpti_ActivityKind
 1. *Walk*: read each record's kind and step by that kind's record size, collecting offsets per kind
    (one cheap loop over 4-byte ints; no per-record objects).
 2. *Gather*: view each kind's records as one numpy structured array (cupti-python's dtypes).
-3. *Convert*: turn columns into event Structs (``convert``), or for the hot kinds straight into
-   msgpack (``packed``), resolving each distinct name pointer once.
+3. *Convert*: turn columns into event Structs (``cupti.convert``), or for the hot kinds straight
+   into msgpack (``cupti.packed``), resolving each distinct name pointer once.
 
-Steps 1 and 2 (and the record layouts they need) are ``records``; this module drives the three
-steps over one buffer and keeps the session's counts.
+Steps 1 and 2 (and the record layouts they need) are ``cupti.records``; this module drives the
+three steps over one buffer, hands out encoded chunks and keeps the session's counts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from cuptistream.codec import Chunk, encode_chunk
 from cuptistream.cupti.columnar import Allocate
 from cuptistream.cupti.convert import StructConverters
 from cuptistream.cupti.kinds import BY_VALUE
@@ -31,6 +30,7 @@ from cuptistream.cupti.records import (
     walk_runs,
 )
 from cuptistream.events import Event
+from cuptistream.recording.codec import Chunk, encode_chunk
 
 _EVENTS_PER_CHUNK = 8192
 

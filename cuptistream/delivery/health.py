@@ -17,7 +17,7 @@ Who changes it:
 
 - the lane: a ``write`` that raises marks the sink failing, one that returns marks it ok, and
   ``SinkStopped`` stops it (``SinkLane.stop``);
-- the shared retry loop (``cuptistream.pipeline.retry.call_with_retry``): the first retryable failure inside a
+- the shared retry loop (``cuptistream.delivery.retry.call_with_retry``): the first retryable failure inside a
   ``write`` marks the sink failing at once, so a fault is visible while the write is still retrying;
 - code outside ``write`` (a background connect, a delivery thread): ``lane.health.failing(problem)``
   and ``lane.health.ok()``. All methods are thread-safe and never raise.

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
 
-from cuptistream import column_structs
 from cuptistream.events import AnyEvent, Batch, BatchHeader, Columns, EncodedBatch, Event, header_fields
+from cuptistream.recording import column_structs
 
 if TYPE_CHECKING:
-    from cuptistream.pipeline.producers import Producer
+    from cuptistream.recording.producers import Producer
 
 _encoder = msgspec.msgpack.Encoder()
 _batch_decoder = msgspec.msgpack.Decoder(Batch)

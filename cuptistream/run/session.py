@@ -29,9 +29,9 @@ from cuptistream.channel.sockets import ENV_COLLECTOR, private_socket_path
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.process import CollectorProcess
 from cuptistream.config import Config
+from cuptistream.overhead import Governor
 from cuptistream.pipeline.core import ShutdownReport
 from cuptistream.plugin import Emitter, Sink
-from cuptistream.probe.governor import Governor
 from cuptistream.probe.probe import Probe
 
 ConfigLike = str | Path | dict[str, Any] | Config

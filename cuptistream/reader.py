@@ -1,6 +1,0 @@
-"""Moved to ``cuptistream.recording.reader``; the old path works for one release (the same module)."""
-
-import importlib
-import sys
-
-sys.modules[__name__] = importlib.import_module("cuptistream.recording.reader")
