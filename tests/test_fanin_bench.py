@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
 def test_fanin_reads_back_exactly_n_x_loops_x_the_captures(tmp_path: Path) -> None:
     command = [sys.executable, str(ROOT / "bench" / "fanin.py"), "--probes", "2", "--loops", "3",
                "--full-policy", "block", "--out", str(tmp_path)]  # fmt: skip

@@ -40,6 +40,8 @@ import pytest
 from kafka_broker import TansuBroker, free_port, tansu_binary
 from test_tls import Certs, TlsForwarder, certs  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 CONNECT_TIMEOUT = 2.0

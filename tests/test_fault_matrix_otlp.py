@@ -39,6 +39,8 @@ from otlp_receiver import Answer, OtlpReceiver
 from stalling_servers import SilentAcceptor, StallingTlsServer, closed_port
 from test_tls import Certs, certs  # noqa: F401 - the session's CA and server certificate (fixture)
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 EVENTS = 2_000

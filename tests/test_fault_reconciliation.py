@@ -33,6 +33,8 @@ from kafka_broker import kafka_broker_fixture, persistent_kafka_broker_fixture  
 import cuptistream
 from cuptistream.events import Error, Kernel, Loss
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 
@@ -518,7 +520,6 @@ def kafka_outage(tmp_path: Path, broker: Any, mode: str, fault: Any) -> tuple[in
     return len(ids), len(unique), lane
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["block+drop_newest", "spool"])
 def test_kafka_broker_stopped_mid_run(tmp_path: Path, kafka_broker: Any, mode: str) -> None:
     """The broker hangs for 3 s (SIGSTOP keeps its data) while a program produces.
@@ -539,7 +540,6 @@ def test_kafka_broker_stopped_mid_run(tmp_path: Path, kafka_broker: Any, mode: s
         assert consumed == unique, "block mode delivered an event twice"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["block+drop_newest", "spool"])
 def test_kafka_broker_killed_mid_run(tmp_path: Path, persistent_kafka_broker: Any, mode: str) -> None:
     """The broker dies (SIGKILL) 0.5 s into the run and is started again on the same port 3 s later,
@@ -585,7 +585,6 @@ def _correlation_id(span: Any) -> int:
     raise AssertionError(f"a span without cuda.correlation_id: {span.name}")
 
 
-@pytest.mark.slow
 def test_otlp_receiver_503_then_slow_then_closing(tmp_path: Path) -> None:
     """A program produces for about 54 s to an OTLP/HTTP sink (``timeout`` 2 s, retries within an 8 s
     deadline per batch, a 1 MiB ``drop_newest`` queue) whose receiver, driven by the test's clock,

@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from cuptistream.config import Config, Duration, Size, load
 from cuptistream.errors import ConfigError
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 BASES = {path.name: yaml.safe_load(path.read_text()) for path in CONFIGS}
 

@@ -19,6 +19,8 @@ from cuptistream.recording.codec import encode_batch_object
 from cuptistream.recording.framing import Damage, Frame, FrameEncoder, scan_frames
 from cuptistream.recording.reader import Reader
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 LIMIT = 1 << 20  # max_frame_bytes for these tests: bombs go far past it, batches stay far below
 ENCODER = FrameEncoder(level=1)
 # Batches of 0..6 events, written once: Hypothesis picks among them.

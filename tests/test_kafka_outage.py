@@ -30,6 +30,8 @@ from cuptistream.events import Kernel
 from cuptistream.recording.kafka_reader import iter_kafka_messages
 from cuptistream.sinks.kafka import KafkaSink, KafkaSinkConfig
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 CHILD = Path(__file__).with_name("kafka_producer_child.py")
 MiB = 1024 * 1024
 # The child's configured budgets (kafka_producer_child.py): pipeline 32 MiB + in flight 8 MiB, and,

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # scripts/test.sh --all and CI run it
+
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = json.loads((ROOT / "tests" / "fixtures" / "expected.json").read_text())
 CAPTURES = sorted(p.name for p in (ROOT / "sources" / "captures").glob("*.cupti"))
 
 
-@pytest.mark.slow
 def test_replay_from_an_installed_wheel(tmp_path: Path) -> None:
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
