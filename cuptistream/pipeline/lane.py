@@ -343,12 +343,14 @@ class SinkLane:
             values = method()
             return {str(k): int(v) for k, v in values.items()}
         except Exception as error:
-            if not self._sink_failed:
-                self._sink_failed = True
-                self._report_error(
-                    self.stage, f"sink failed in {method.__name__}(): {type(error).__name__}: {error}"
-                )
+            self._sink_broke(f"{method.__name__}()", error)
             return {}
+
+    def _sink_broke(self, where: str, error: Exception) -> None:
+        """Say once per lane that the sink raised while the accounting read it."""
+        if not self._sink_failed:
+            self._sink_failed = True
+            self._report_error(self.stage, f"sink failed in {where}: {type(error).__name__}: {error}")
 
     def _notify(self) -> None:
         self._changed.set()
@@ -418,10 +420,7 @@ class SinkLane:
             spooled = max(0, int(self.sink.spooled_events()))
             acked = self.sink.acknowledged_events()
         except Exception as error:  # a sink bug must not stop the accounting
-            if not self._sink_failed:
-                self._sink_failed = True
-                problem = f"sink failed in its receipts: {type(error).__name__}: {error}"
-                self._report_error(self.stage, problem)
+            self._sink_broke("its receipts", error)
             return 0, 0
         if acked is None:  # ``write`` returned once delivered
             return spooled, max(0, events_out - spooled)

@@ -278,8 +278,9 @@ class Delivery:
         with self._cond:
             spooled = messages[: len(messages) - len(refused)]
             self.counters["spooled_messages"] += len(spooled)
-            self.counters["spooled_events"] += sum(m.events for m in spooled)
-            self.in_spool += sum(m.events for m in spooled)
+            events = sum(m.events for m in spooled)
+            self.counters["spooled_events"] += events
+            self.in_spool += events
             self._lose(refused, reason)
             self._cond.notify_all()
 
@@ -453,8 +454,7 @@ class Delivery:
         if item.reader is None or not item.reader.earlier_run:
             self.acked_this_run += item.message.events
         if item.reader is not None:
-            self._left_spool(item)
-            item.reader.outstanding -= 1
+            self._replay_settled(item)
             self.counters["replayed_messages"] += 1
             self.counters["replayed_events"] += item.message.events
 
@@ -479,8 +479,7 @@ class Delivery:
             self.held_bytes -= item.nbytes
             self._lose([item.message], "rejected" if permanent else "retries_exhausted")
             if item.reader is not None:
-                self._left_spool(item)
-                item.reader.outstanding -= 1
+                self._replay_settled(item)
             topic = item.message.topic
             why = str(error) if permanent else f"{type(error).__name__}, {item.backoff.give_up_reason()}"
             self._warn_once(type(error).__name__, f"{self._where}: dropping messages to {topic}: {why}")
@@ -495,9 +494,12 @@ class Delivery:
             f"({type(error).__name__}); retrying with backoff",
         )
 
-    def _left_spool(self, item: _Item) -> None:
-        """A replayed message was acked or given up: this run's spooled events are fewer by its events."""
-        if item.reader is not None and not item.reader.earlier_run:
+    def _replay_settled(self, item: _Item) -> None:
+        """A message replayed from the spool was acked or given up: its segment waits on one message
+        fewer, and, if this run spooled it, this run's spooled events are fewer by its events."""
+        assert item.reader is not None
+        item.reader.outstanding -= 1
+        if not item.reader.earlier_run:
             self.in_spool = max(0, self.in_spool - item.message.events)
 
     def _release_readers(self) -> None:
