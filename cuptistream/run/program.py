@@ -184,8 +184,8 @@ def run_program(
         report = collector.conclude(report_json=report_json, summary=summary, began=began)
         if report is not None and report.probes == 0 and not quiet and not program.native_cuda:
             print(f"cuptistream: no Python process of `{program.argv[0]}` initialized CUDA, so nothing "
-                  "was probed; if it reaches CUDA other than through torch, cuda.bindings or cupy, "
-                  "set `probe: {start: process}`", file=sys.stderr)  # fmt: skip
+                  "was probed; if it reaches CUDA other than through torch, cuda.bindings, cuda.core or "
+                  "cupy, set `probe: {start: process}`", file=sys.stderr)  # fmt: skip
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return code

@@ -3,7 +3,8 @@ folder is on ``PYTHONPATH`` and the environment names the collector, so subproce
 forked workers and the Pythons a shell script starts all come here.
 
 It only arms a trigger, with the standard library: the probe starts when the process first
-initializes CUDA (``torch.cuda``'s lazy init, ``cuda.bindings``' ``cuInit``, importing ``cupy``), or
+initializes CUDA (``torch.cuda``'s lazy init, ``cuda.bindings``' ``cuInit``, importing ``cupy`` or
+``cuda.core``), or
 at once with ``CUPTISTREAM_PROBE_START=process``. A process that never touches CUDA pays for one
 import hook and imports nothing of cuptistream. Then the ``sitecustomize`` this one shadows runs.
 """
@@ -102,6 +103,8 @@ _WATCHED: dict[str, Callable[[Any], None]] = {
     "torch.cuda": _after_torch_cuda,
     "cuda.bindings.driver": _after_cuda_bindings,
     "cupy": _after_import,
+    # cuda.core calls cuInit from compiled code, past the Python ``cuda.bindings.driver.cuInit``.
+    "cuda.core": _after_import,
 }
 
 
