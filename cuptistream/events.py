@@ -365,6 +365,39 @@ class TraceWindow(Event, tag="trace_window"):
     fresh: bool = False  # CUPTI was attached anew for it (``between_windows: detach``)
 
 
+# --- call stacks of the launching threads (``stacks``; cuptistream.probe.stacks) ------------
+
+
+class StackTable(Event, tag="stack_table"):
+    """Frames and stacks one process interned since its last table: each is sent once, and ids are
+    the process's own. Frame ``i`` is (``files[i]``, ``functions[i]``, ``lines[i]``) with id
+    ``frame_ids[i]``; stack ``j`` has id ``stack_ids[j]`` and the frame ids ``stacks[j]``, outermost
+    first. Frames named ``[...]`` (file ``<cuptistream>``) are cuptistream's own: ``[truncated]``
+    (frames past ``max_depth``), ``[autograd backward]`` (inside ``backward()``: the kernels come
+    from autograd's threads), ``[stack table full]``."""
+
+    process_id: int
+    frame_ids: list[int] = []
+    files: list[str] = []
+    functions: list[str] = []
+    lines: list[int] = []
+    stack_ids: list[int] = []
+    stacks: list[list[int]] = []
+
+
+class StackChanges(Event, tag="stack_changes"):
+    """When each sampled thread of one process moved to another stack: thread ``thread_ids[i]``
+    (``pthread_self``, as CUPTI's API records give it) was at stack ``stack_ids[i]`` from
+    ``times[i]`` (CUPTI clock, ns) on, as seen by samples ``interval_ns`` apart. Stack id 0: the
+    thread ran no Python (or ended)."""
+
+    process_id: int
+    interval_ns: int
+    thread_ids: list[int] = []
+    times: list[int] = []
+    stack_ids: list[int] = []
+
+
 # --- statistics (computed by the collector from the records it decodes) ---------------------
 
 
@@ -493,6 +526,8 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     GovernorDecision,
     CuptiYield,
     TraceWindow,
+    StackTable,
+    StackChanges,
     ActivityStats,
     GpuStats,
     Loss,

@@ -198,6 +198,29 @@ class StatisticsConfig(Strict):
         return round(float(self.interval) * 1e9)
 
 
+class StacksConfig(Strict):
+    """Python call stacks of the threads that launch GPU work (``cuptistream.probe.stacks``): the
+    probe samples them every ``interval`` while an activity source traces in one of ``modes``, and
+    each kernel, copy and memset is joined to the stack its launch was made from."""
+
+    # Activity modes that take stacks; [] = off.
+    modes: list[Literal["full", "budget"]] = msgspec.field(default_factory=lambda: ["full"])
+    interval: Duration = Duration(0.001)
+    max_depth: int = 48  # frames kept per stack (the innermost); the rest fold into "[truncated]"
+    frames: Literal["user", "all"] = "user"  # user: the program's own code, no library frames
+    max_table_bytes: Size = Size(8 * 1024 * 1024)  # frames and stacks interned per process
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.interval) and 0.0001 <= self.interval <= 1.0):
+            raise ValueError(f"interval must be between 100us and 1s, got {self.interval:g}s")
+        if not 1 <= self.max_depth <= 1024:
+            raise ValueError(f"max_depth must be between 1 and 1024, got {self.max_depth}")
+        if not 64 * 1024 <= self.max_table_bytes <= 1024**3:
+            raise ValueError(
+                f"max_table_bytes must be between 64KiB and 1GiB, got {int(self.max_table_bytes)} bytes"
+            )
+
+
 class ComponentConfig(Strict):
     type: str
     name: str = ""  # defaults to ``type``; must be unique among sources (or sinks)
@@ -260,6 +283,7 @@ class Config(msgspec.Struct, kw_only=True):
     probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
     overhead: OverheadConfig = msgspec.field(default_factory=OverheadConfig)
     statistics: StatisticsConfig = msgspec.field(default_factory=StatisticsConfig)
+    stacks: StacksConfig = msgspec.field(default_factory=StacksConfig)
     sources: list[SourceConfig] = []
     sinks: list[SinkConfig] = []
     origin: str = "<dict>"
@@ -285,6 +309,7 @@ class _RawConfig(Strict):
     probe: ProbeConfig = msgspec.field(default_factory=ProbeConfig)
     overhead: OverheadConfig = msgspec.field(default_factory=OverheadConfig)
     statistics: StatisticsConfig = msgspec.field(default_factory=StatisticsConfig)
+    stacks: StacksConfig = msgspec.field(default_factory=StacksConfig)
     sources: list[dict[str, Any]] = []
     sinks: list[dict[str, Any]] = []
 
@@ -354,8 +379,8 @@ def build(data: Any, origin: str = "<dict>") -> Config:
         raise ConfigError("sinks: no sink is enabled; add one, e.g. `sinks: [{type: file, directory: out}]`")
     return Config(
         session=raw.session, pipeline=raw.pipeline, probe=raw.probe, overhead=raw.overhead,
-        statistics=raw.statistics, sources=sources, sinks=sinks, source_classes=source_classes,
-        sink_classes=sink_classes, origin=origin, raw=data,
+        statistics=raw.statistics, stacks=raw.stacks, sources=sources, sinks=sinks,
+        source_classes=source_classes, sink_classes=sink_classes, origin=origin, raw=data,
     )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from cuptistream.probe.coexist import CuptiSharing
 from cuptistream.probe.control import ControlReader
 from cuptistream.probe.emitter import ProbeEmitter
 from cuptistream.probe.link import ProbeLink
+from cuptistream.stacks import Stacked
 
 # The end of ``shutdown_deadline`` the collector keeps for closing its sinks (as the pipeline's
 # ``CLOSE_AFTER_DEADLINE_S``, not imported: the probe does not load the pipeline).
@@ -72,6 +73,8 @@ class Probe:
             source = source_class(source_config, self.emitter)
             if isinstance(source, Governed):
                 source.use_governor(self.governor)
+            if isinstance(source, Stacked):
+                source.use_stacks(self.config.stacks)
             if source.traces_cuda:  # CUPTI's: started through the sharing, which may stand it by
                 cupti_sources.append(source)
                 continue

@@ -50,7 +50,7 @@ from typing import Any
 import msgspec
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
-from cuptistream.config import SourceConfig
+from cuptistream.config import SourceConfig, StacksConfig
 from cuptistream.cupti import api_functions, driver, gpus, kinds, library, subscriber
 from cuptistream.cupti.buffers import BufferCallbacks
 from cuptistream.cupti.external_correlation import activate as activate_correlation
@@ -59,6 +59,7 @@ from cuptistream.errors import UserError
 from cuptistream.events import ClockSync
 from cuptistream.overhead import Governor, Throttle
 from cuptistream.plugin import Emitter, Source
+from cuptistream.stacks import StackSampler
 
 from .config import ATTRIBUTES, ActivitySourceConfig, attribute_values
 from .schedule import schedule_for
@@ -111,10 +112,17 @@ class ActivitySource(Source):
         self._may_detach = False  # between_windows: detach, and no CUDA graph (nor any context) before us
         self._graph_watch: list[subscriber.Registration] = []
         self._correlation_on = False
+        self._stacks_config: StacksConfig | None = None
+        self.stacks: StackSampler | None = None
 
     def use_governor(self, governor: Governor) -> None:
         """The session's governor (before ``start``): budget mode's windows are its to size."""
         self._governor = governor
+
+    def use_stacks(self, config: StacksConfig) -> None:
+        """The session's ``stacks`` config (before ``start``): sampled while this source traces, in
+        the modes it names (budget mode: in windows only)."""
+        self._stacks_config = config if self.config.mode in config.modes else None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -133,6 +141,10 @@ class ActivitySource(Source):
         self._correlate(True)  # budget mode's first detach follows its first window: every source has started
         if cfg.detaches_between_windows:
             self._watch_for_graphs()
+        if self._stacks_config is not None:
+            stacks = self._stacks_config
+            self.stacks = StackSampler(stacks, self.emitter.emit, driver.timestamp, self._stacks_lost)
+            self.stacks.start(active=cfg.mode == "full")
         throttle = self._throttle(cfg)
         schedule = schedule_for(throttle, float(cfg.window), cfg.align) if throttle is not None else None
         self.windows = Windows(self, throttle, schedule)
@@ -287,6 +299,8 @@ class ActivitySource(Source):
             traced = [k for k in self.config.kinds if k in extra or k in self._base_kinds(self.config)]
             window = self._open_span(traced, on_demand, request, start, fresh)
             self._window_extra[window] = extra
+            if self.stacks is not None:
+                self.stacks.set_active(True)
             return window
 
     def end_window(self, window: int) -> None:
@@ -306,6 +320,8 @@ class ActivitySource(Source):
                     self._enabled.remove(spec.kind)
             end = driver.timestamp()
             self._keep_on(kept, end)
+            if self.stacks is not None and self.config.mode == "budget":
+                self.stacks.set_active(False)
         # Work launched in the window may still be queued on the GPU: a forced flush now would hand
         # over its records incomplete (no end time) and the window would undercount the kernels of a
         # launch-bound program. Our thread waits; the program does not.
@@ -428,6 +444,8 @@ class ActivitySource(Source):
             if not self._started:
                 return
             self._hand_over()
+            if self.stacks is not None:
+                self.stacks.set_active(False)
             self._paused = self._shared = True  # shared CUPTI is never detached again
             self._may_detach = False
             self._unwatch_graphs()  # no callback of ours stays registered
@@ -445,6 +463,8 @@ class ActivitySource(Source):
                 self._disable_kinds()
                 raise
             self._paused = False
+            if self.stacks is not None:
+                self.stacks.set_active(cfg.mode == "full")
 
     def _disable_kinds(self) -> None:
         lib = library.libcupti()
@@ -473,6 +493,8 @@ class ActivitySource(Source):
     def stop(self) -> None:
         if self.windows is not None:
             self.windows.stop()  # closes an open window, its records handed over
+        if self.stacks is not None:
+            self.stacks.stop()
         if self._paused:  # CUPTI is the other tool's now: no CUPTI call
             self._paused = False
         elif not self._started:
@@ -519,6 +541,9 @@ class ActivitySource(Source):
             lib.cuptiActivityFlushAll(0)
 
     # --- loss accounting ----------------------------------------------------------------------
+
+    def _stacks_lost(self, samples: int) -> None:
+        self.emitter.report_loss("stacks", "table_full", samples, unit="samples")
 
     def _read_dropped(self) -> int:
         dropped = ctypes.c_size_t(0)

@@ -1,0 +1,222 @@
+"""GPU time by the code that launched it: each kernel, copy and memset joined to a Python stack.
+
+The join, per process: a GPU record's correlation id names the API call that launched it (its
+thread and start time); the probe's ``StackChanges`` say which stack that thread was at then
+(``cuptistream.stacks``). A change seen at sample time ``c`` happened within the interval before
+``c``: a launch in that interval goes to the nearer side of its midpoint.
+
+Launches from threads that run no Python (autograd's backward threads, C++ workers) go to the stack
+of a thread that was inside ``backward()`` at that moment (its innermost frame ``[autograd
+backward]``), else to ``[no Python stack]``. A process recorded without stacks, or a launch whose
+API record was not kept, goes to ``[no stack recorded]``.
+
+Memory: every API call and GPU record of a process is held until the end of the read (a view of
+a full trace; budget-mode recordings carry only their windows).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cuptistream.analysis.names import DisplayNames
+from cuptistream.analysis.records import Part, tag_of
+from cuptistream.analysis.select import Selection
+from cuptistream.stacks import BACKWARD, NO_PYTHON, SYNTHETIC_FILE, THREAD_ID_MASK
+
+NO_PYTHON_STACK = "[no Python stack]"
+NO_STACK_RECORDED = "[no stack recorded]"
+_WORK = ("kernel", "memcpy", "memset")
+_OVERLAPPING = 64  # backward() spans looked at before a launch is called one without a stack
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    function: str
+    line: int
+
+    @property
+    def synthetic(self) -> bool:
+        return self.file == SYNTHETIC_FILE
+
+    def label(self) -> str:
+        return self.function if self.synthetic else f"{self.function} ({self.file}:{self.line})"
+
+
+@dataclass(frozen=True)
+class StackTime:
+    """GPU time of one (process, stack, GPU operation): frames outermost first; ``work`` is the
+    kernel's name, or ``[memcpy HtoD]``, ``[memset]``."""
+
+    pid: int
+    frames: tuple[Frame, ...]
+    work: str
+    gpu_ns: int
+    launches: int
+
+
+@dataclass
+class _Process:
+    frames: dict[int, Frame] = field(default_factory=dict)
+    stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    changes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # thread -> [(time, stack)]
+    interval_ns: int = 0
+    launches: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> (thread, start)
+    work: list[tuple[int, str, int]] = field(default_factory=list)  # (correlation, what, ns)
+
+
+class StackJoin:
+    """Folds batches (``records.Part``) in; ``result()`` joins and sums them. ``kernel`` keeps only
+    the GPU work whose shown name matches the regular expression."""
+
+    def __init__(
+        self, selection: Selection | None = None, *, kernel: str | None = None, mangled: bool = False
+    ) -> None:
+        self.selection = selection or Selection()
+        self._kernel = re.compile(kernel) if kernel else None
+        self.names = DisplayNames(mangled)
+        self._processes: dict[int, _Process] = {}
+
+    def add(self, part: Part) -> None:
+        sel = self.selection
+        if not sel.accepts(part.resource):
+            return
+        proc = self._processes.setdefault(part.resource.pid, _Process())
+        low, high = sel.window(part.offset_ns, part.events) if sel.timed else (None, None)
+        for event in part.events:
+            tag = tag_of(event)
+            if tag in _WORK:
+                if low is not None and not low <= event.start + part.offset_ns < high:
+                    continue
+                if sel.devices is not None and event.device_id not in sel.devices:
+                    continue
+                what = self._what(tag, event)
+                if what is not None:
+                    proc.work.append((event.correlation_id, what, event.end - event.start))
+            elif tag == "api":
+                proc.launches[event.correlation_id] = (event.thread_id & THREAD_ID_MASK, event.start)
+            elif tag == "stack_table":
+                self._table(proc, event)
+            elif tag == "stack_changes":
+                proc.interval_ns = event.interval_ns
+                for thread, at, stack in zip(event.thread_ids, event.times, event.stack_ids, strict=True):
+                    proc.changes.setdefault(thread, []).append((at, stack))
+
+    def _what(self, tag: str, event: Any) -> str | None:
+        if tag == "kernel":
+            self.names.learn((event,))
+            what = self.names(event.name)
+        elif tag == "memcpy":
+            what = f"[memcpy {event.copy_kind}]"
+        else:
+            what = "[memset]"
+        if self._kernel is not None and not self._kernel.search(what):
+            return None
+        return what
+
+    @staticmethod
+    def _table(proc: _Process, event: Any) -> None:
+        rows = zip(event.frame_ids, event.files, event.functions, event.lines, strict=True)
+        for fid, file, function, line in rows:
+            proc.frames[fid] = Frame(file, function, line)
+        for sid, frames in zip(event.stack_ids, event.stacks, strict=True):
+            proc.stacks[sid] = tuple(frames)
+
+    def resolver(self, pid: int) -> Callable[[int], tuple[Frame, ...]]:
+        """correlation id -> the frames its launch was made from, in process ``pid`` (after the
+        last ``add``)."""
+        return _Resolver(self._processes.get(pid, _Process()))
+
+    def result(self) -> list[StackTime]:
+        """GPU time and launches per (process, stack, operation), the most time first."""
+        out: list[StackTime] = []
+        for pid, proc in self._processes.items():
+            totals: dict[tuple[tuple[Frame, ...], str], list[int]] = {}
+            resolve = _Resolver(proc)
+            for correlation, what, ns in proc.work:
+                total = totals.setdefault((resolve(correlation), what), [0, 0])
+                total[0] += ns
+                total[1] += 1
+            out += [StackTime(pid, frames, what, ns, n) for (frames, what), (ns, n) in totals.items()]
+        out.sort(key=lambda s: (-s.gpu_ns, s.pid, s.work))
+        return out
+
+
+class _Resolver:
+    """correlation id -> the frames of the stack its launch was made from (one process)."""
+
+    def __init__(self, proc: _Process) -> None:
+        self.proc = proc
+        self.half = proc.interval_ns // 2
+        self.timelines: dict[int, tuple[list[int], list[int]]] = {}
+        for thread, changes in proc.changes.items():
+            changes.sort()
+            self.timelines[thread] = ([t for t, _ in changes], [s for _, s in changes])
+        backward = proc.frames.get
+        spans = []  # (start, end, stack) while a thread was inside backward()
+        for times, stacks in self.timelines.values():
+            for i, stack in enumerate(stacks):
+                ids = proc.stacks.get(stack, ())
+                leaf = backward(ids[-1]) if ids else None
+                if leaf is not None and leaf.synthetic and leaf.function == BACKWARD:
+                    end = times[i + 1] if i + 1 < len(times) else 2**63
+                    spans.append((times[i], end, stack))
+        spans.sort()
+        self.backward = spans
+        self.backward_starts = [s for s, _, _ in spans]
+        self._frames: dict[int, tuple[Frame, ...]] = {}
+        self._none = (Frame(SYNTHETIC_FILE, NO_STACK_RECORDED, 0),)
+        self._no_python = (Frame(SYNTHETIC_FILE, NO_PYTHON_STACK, 0),)
+
+    def __call__(self, correlation: int) -> tuple[Frame, ...]:
+        launch = self.proc.launches.get(correlation)
+        if launch is None or not (self.timelines or self.backward):
+            return self._none
+        thread, at = launch
+        stack = self._stack_at(thread, at)
+        if stack == NO_PYTHON:
+            stack = self._in_backward(at)
+            if stack == NO_PYTHON:
+                return self._no_python
+        return self._frames_of(stack)
+
+    def _stack_at(self, thread: int, at: int) -> int:
+        timeline = self.timelines.get(thread)
+        if timeline is None:
+            return NO_PYTHON
+        times, stacks = timeline
+        i = bisect.bisect_right(times, at + self.half) - 1
+        return stacks[max(i, 0)] if i >= 0 or at >= times[0] - 2 * self.half else NO_PYTHON
+
+    def _in_backward(self, at: int) -> int:
+        i = bisect.bisect_right(self.backward_starts, at) - 1
+        # Spans of several threads may overlap: the latest start that still covers ``at``.
+        for j in range(i, max(i - _OVERLAPPING, -1), -1):
+            start, end, stack = self.backward[j]
+            if start <= at < end:
+                return stack
+        return NO_PYTHON
+
+    def _frames_of(self, stack: int) -> tuple[Frame, ...]:
+        frames = self._frames.get(stack)
+        if frames is None:
+            ids = self.proc.stacks.get(stack)
+            if ids is None:
+                frames = self._none
+            else:
+                unknown = Frame(SYNTHETIC_FILE, "[unknown frame]", 0)
+                frames = tuple(self.proc.frames.get(fid, unknown) for fid in ids)
+            self._frames[stack] = frames
+        return frames
+
+
+def join(parts: Iterable[Part], selection: Selection | None = None, **options: Any) -> list[StackTime]:
+    """``StackJoin`` over ``parts``."""
+    joiner = StackJoin(selection, **options)
+    for part in parts:
+        joiner.add(part)
+    return joiner.result()

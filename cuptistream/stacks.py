@@ -1,0 +1,276 @@
+"""The Python call stacks of the threads that launch GPU work, sampled for the activity source
+(``stacks`` in the config).
+
+A kernel's activity record names the API call that launched it (its correlation id), and that
+call's record names the thread and the time. The sampler reads every Python thread's stack each
+``interval`` and sends, per thread, the moments its stack changed (``StackChanges``); the analysis
+joins each launch to the stack its thread was at then (``cuptistream.analysis.stacks``).
+
+Why sampling rather than a callback on every launch: a Python callback costs microseconds per
+launch, which a launch-bound program pays in full, while a sample costs the same whatever the launch
+rate, and a training loop's stacks change far less often than it launches. A launch made less than
+one interval after its thread's stack changed can land on the stack before (see
+``docs/stacks.md``).
+
+Frames and stacks are interned: each reaches the collector once per process (``StackTable``); the
+changes carry stack ids. The table is bounded in bytes: past the bound, new stacks map to
+``[stack table full]`` and each sample that needed one is counted as lost.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Protocol, runtime_checkable
+
+from cuptistream.config.model import StacksConfig
+from cuptistream.events import Event, StackChanges, StackTable
+
+SYNTHETIC_FILE = "<cuptistream>"
+TRUNCATED = "[truncated]"
+BACKWARD = "[autograd backward]"
+TABLE_FULL = "[stack table full]"
+NO_PYTHON = 0  # the stack id of a thread that runs no Python (or ended)
+THREAD_ID_MASK = 0xFFFFFFFF  # CUPTI's API records keep the low 32 bits of pthread_self()
+_FLUSH_S = 1.0
+_WALK_LIMIT = 4096  # frames walked per stack (a runaway recursion stops here)
+_FRAME_CACHE_LIMIT = 200_000  # (code, instruction) -> frame id entries before the cache starts over
+_FRAME_BYTES = 24  # a frame's ids and line in the table, beside its strings
+_STACK_BYTES = 16  # a stack's id and list header, beside 8 bytes per frame
+
+_LIBRARY, _USER, _BACKWARD = 0, 1, 2
+# Where autograd's engine runs a backward pass: the kernels then come from its own C++ threads.
+_BACKWARD_FUNCTIONS = {"backward", "grad", "_engine_run_backward"}
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose code is not the program's: the standard library, installed packages and
+    cuptistream itself."""
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    roots.update(getattr(site, "getsitepackages", list)())
+    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tuple(sorted(os.path.join(os.path.realpath(root), "") for root in roots if root))
+
+
+@runtime_checkable
+class Stacked(Protocol):
+    """A source that samples the launching threads' stacks: the probe hands it the ``stacks``
+    config before ``start()``."""
+
+    def use_stacks(self, config: StacksConfig) -> None: ...
+
+
+class StackSampler:
+    """Samples the process's Python threads while ``active``; ``emit`` gets the tables and changes
+    about once a second and at ``stop()``. ``clock`` is CUPTI's (the API records' times);
+    ``report_lost`` gets the samples whose new stack found the table full. Thread-safe."""
+
+    def __init__(
+        self,
+        config: StacksConfig,
+        emit: Callable[[list[Event]], None],
+        clock: Callable[[], int],
+        report_lost: Callable[[int], None],
+    ) -> None:
+        self.config = config
+        self.interval_s = float(config.interval)
+        self._emit = emit
+        self._clock = clock
+        self._report_lost = report_lost
+        self._pid = os.getpid()
+        self._all_frames = config.frames == "all"
+        self._roots = _library_roots()
+        self._kinds: dict[CodeType, int] = {}
+        self._frame_cache: dict[tuple[CodeType, int], int] = {}
+        self._frame_ids: dict[tuple[str, str, int], int] = {}
+        self._stack_ids: dict[tuple[int, ...], int] = {}
+        self._last: dict[int, tuple[FrameType, int, int]] = {}  # ident -> (top frame, its lasti, stack)
+        self._table = StackTable(process_id=self._pid)
+        self._changes = StackChanges(process_id=self._pid, interval_ns=round(self.interval_s * 1e9))
+        self.table_bytes = 0
+        self.samples = 0
+        self.lost = 0
+        self._lock = threading.Lock()
+        self._active = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._synthetic = {
+            name: self._intern_frame(SYNTHETIC_FILE, name, 0) for name in (TRUNCATED, BACKWARD, TABLE_FULL)
+        }
+        self._table_full_stack = self._intern_stack((self._synthetic[TABLE_FULL],))
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, active: bool = True) -> None:
+        if active:
+            self._active.set()
+        self._thread = threading.Thread(target=self._run, name="cuptistream-stacks", daemon=True)
+        self._thread.start()
+
+    def set_active(self, active: bool) -> None:
+        """Sample from now on (a budget window opened), or not (it closed: every thread's stack
+        ends now, and no frame of the program is held meanwhile)."""
+        if active:
+            self._active.set()
+            return
+        self._active.clear()
+        with self._lock:
+            self._end_threads(set(self._last))
+
+    def stop(self) -> None:
+        """Stop sampling and send what is pending. Idempotent."""
+        self._stopping.set()
+        self._active.clear()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+        with self._lock:
+            self._end_threads(set(self._last))
+        self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            events: list[Event] = []
+            if self._table.frame_ids or self._table.stack_ids:
+                events.append(self._table)
+                self._table = StackTable(process_id=self._pid)
+            if self._changes.times:
+                events.append(self._changes)
+                self._changes = StackChanges(process_id=self._pid, interval_ns=self._changes.interval_ns)
+            lost, self.lost = self.lost, 0
+        if events:
+            self._emit(events)
+        if lost:
+            self._report_lost(lost)
+
+    def _run(self) -> None:
+        flushed = 0.0
+        elapsed = 0.0
+        while not self._stopping.wait(self.interval_s):
+            if self._active.is_set():
+                self.sample()
+            elapsed += self.interval_s
+            if elapsed - flushed >= _FLUSH_S:
+                flushed = elapsed
+                self.flush()
+
+    # --- sampling -----------------------------------------------------------------------------
+
+    def sample(self) -> None:
+        """One look at every Python thread but this one; a change of stack is recorded."""
+        me = threading.get_ident()
+        frames = sys._current_frames()
+        at = self._clock()
+        with self._lock:
+            self.samples += 1
+            for ident, top in frames.items():
+                if ident == me:
+                    continue
+                last = self._last.get(ident)
+                lasti = top.f_lasti
+                if last is not None and last[0] is top and last[1] == lasti:
+                    continue  # the same frame at the same instruction: the same stack
+                stack = self._stack_of(top)
+                self._last[ident] = (top, lasti, stack)
+                if last is None or last[2] != stack:
+                    self._record(ident, at, stack)
+            gone = set(self._last) - set(frames)
+            if gone:
+                self._end_threads(gone, at)
+        del frames
+
+    def _end_threads(self, idents: set[int], at: int | None = None) -> None:
+        at = self._clock() if at is None else at
+        for ident in idents:
+            del self._last[ident]
+            self._record(ident, at, NO_PYTHON)
+
+    def _record(self, ident: int, at: int, stack: int) -> None:
+        changes = self._changes
+        changes.thread_ids.append(ident & THREAD_ID_MASK)
+        changes.times.append(at)
+        changes.stack_ids.append(stack)
+
+    def _stack_of(self, top: FrameType) -> int:
+        kept: list[int] = []  # innermost first
+        library: list[FrameType] = []  # interned only for a thread with no frame of the program
+        backward = False
+        frame: FrameType | None = top
+        for _ in range(_WALK_LIMIT):
+            if frame is None:
+                break
+            code = frame.f_code
+            kind = self._kinds.get(code)
+            if kind is None:
+                kind = self._kinds[code] = self._classify(code)
+            if kind == _BACKWARD:
+                backward = True
+            if kind == _USER or self._all_frames:
+                kept.append(self._frame_id(frame, code))
+            elif not kept:
+                library.append(frame)
+            frame = frame.f_back
+        if not kept:
+            kept = [self._frame_id(f, f.f_code) for f in library]
+        if backward:
+            kept.insert(0, self._synthetic[BACKWARD])
+        depth = int(self.config.max_depth)
+        if len(kept) > depth:
+            kept = [*kept[: depth - 1], self._synthetic[TRUNCATED]] if depth > 1 else kept[:1]
+        key = tuple(reversed(kept))
+        stack = self._stack_ids.get(key)
+        if stack is None:
+            stack = self._intern_stack(key)
+        return stack
+
+    def _classify(self, code: CodeType) -> int:
+        file = code.co_filename
+        if code.co_name in _BACKWARD_FUNCTIONS and f"torch{os.sep}autograd{os.sep}" in file:
+            return _BACKWARD
+        if file.startswith("<"):
+            return _LIBRARY if file.startswith("<frozen") else _USER  # "<string>", "<stdin>": the program's
+        return _LIBRARY if os.path.realpath(file).startswith(self._roots) else _USER
+
+    def _frame_id(self, frame: FrameType, code: CodeType) -> int:
+        key = (code, frame.f_lasti)
+        fid = self._frame_cache.get(key)
+        if fid is None:
+            if len(self._frame_cache) >= _FRAME_CACHE_LIMIT:
+                self._frame_cache.clear()
+            name = getattr(code, "co_qualname", code.co_name)
+            fid = self._frame_cache[key] = self._intern_frame(code.co_filename, name, frame.f_lineno or 0)
+        return fid
+
+    # --- the table ----------------------------------------------------------------------------
+
+    def _intern_frame(self, file: str, function: str, line: int) -> int:
+        key = (file, function, line)
+        fid = self._frame_ids.get(key)
+        if fid is None:
+            size = len(file) + len(function) + _FRAME_BYTES
+            if self._stack_ids and self.table_bytes + size > self.config.max_table_bytes:
+                return self._synthetic[TABLE_FULL]  # its stack will not fit either
+            fid = self._frame_ids[key] = len(self._frame_ids) + 1
+            self.table_bytes += size
+            table = self._table
+            table.frame_ids.append(fid)
+            table.files.append(file)
+            table.functions.append(function)
+            table.lines.append(line)
+        return fid
+
+    def _intern_stack(self, frames: tuple[int, ...]) -> int:
+        size = _STACK_BYTES + 8 * len(frames)
+        if self._stack_ids and self.table_bytes + size > self.config.max_table_bytes:
+            self.lost += 1
+            return self._table_full_stack
+        stack = self._stack_ids[frames] = len(self._stack_ids) + 1
+        self.table_bytes += size
+        self._table.stack_ids.append(stack)
+        self._table.stacks.append(list(frames))
+        return stack
