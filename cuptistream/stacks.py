@@ -54,7 +54,11 @@ def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
     roots.update(getattr(site, "getsitepackages", list)())
-    roots.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import cuptistream.sinks
+    import cuptistream.sources
+
+    for package in (cuptistream, cuptistream.sources, cuptistream.sinks):  # three folders in a checkout
+        roots.update(package.__path__)
     return tuple(sorted(os.path.join(os.path.realpath(root), "") for root in roots if root))
 
 

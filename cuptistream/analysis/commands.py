@@ -1,4 +1,4 @@
-"""The view subcommands of ``cuptistream``: summary, export, plot, compare.
+"""The view subcommands of ``cuptistream``: summary, export, plot, compare, flame.
 
 Only argparse here; each command imports its view when it runs, so ``cuptistream run`` and friends
 never import numpy or matplotlib. Errors are ``UserError``s, printed by ``cli.main`` as one line.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cuptistream.errors import UserError
 
@@ -86,7 +86,20 @@ def add_commands(commands: argparse._SubParsersAction) -> dict[str, Callable[[ar
                          "an outlier; Ctrl-C prints the whole span")  # fmt: skip
     compare.add_argument("--plot", metavar="DIR", help="a PNG per metric across ranks (needs matplotlib)")
     compare.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    return {"summary": _summary, "export": _export, "plot": _plot, "compare": _compare}
+
+    flame = commands.add_parser(
+        "flame", help="GPU time by the code that launched it: pprof or speedscope flame graph",
+        description="Join each kernel, copy and memset to the Python stack that launched it (recorded "
+        "with `stacks:`) and write GPU time by stack: pprof (go tool pprof, Pyroscope, Grafana) or "
+        "speedscope JSON.",
+    )  # fmt: skip
+    _filters(flame)
+    flame.add_argument("--kernel", metavar="REGEX", help="only GPU work whose name matches REGEX")
+    flame.add_argument("--format", help="pprof or speedscope (default: speedscope for .json, else pprof)")
+    flame.add_argument(
+        "-o", "--output", metavar="FILE", required=True, help="gpu.pb.gz or gpu.speedscope.json"
+    )
+    return {"summary": _summary, "export": _export, "plot": _plot, "compare": _compare, "flame": _flame}
 
 
 def selection(args: argparse.Namespace) -> Selection:
@@ -168,10 +181,54 @@ def _compare(args: argparse.Namespace) -> int:
     return run_compare(args, fmt, selection(args))
 
 
+def _flame(args: argparse.Namespace) -> int:
+    import re
+
+    from cuptistream.analysis.flame import pprof, speedscope_text
+    from cuptistream.analysis.sources import open_recordings
+    from cuptistream.analysis.stacks import StackJoin
+
+    form = args.format or ("speedscope" if args.output.endswith(".json") else "pprof")
+    _choice("--format", form, ("pprof", "speedscope"))
+    if args.kernel:
+        try:
+            re.compile(args.kernel)
+        except re.error as error:
+            raise UserError(f"--kernel {args.kernel!r}: not a regular expression ({error})") from None
+    recording = open_recordings(args.paths)
+    joiner = StackJoin(selection(args), kernel=args.kernel, mangled=args.mangled)
+    for part in recording.parts():
+        joiner.add(part)
+    _report_torn(recording.torn_tails)
+    stacks = joiner.result()
+    if not stacks:
+        raise UserError(f"{' '.join(args.paths)}: no kernel, copy or memset recorded in the selection")
+    if form == "pprof":
+        ranks = {pid: r.rank for pid, r in joiner.resources.items() if r.rank is not None}
+        _write_bytes(args.output, pprof(stacks, ranks))
+    else:
+        names = {pid: _process_name(r) for pid, r in joiner.resources.items()}
+        _write_text(args.output, speedscope_text(stacks, names))
+    total = sum(s.gpu_ns for s in stacks)
+    unknown = sum(s.gpu_ns for s in stacks if len(s.frames) == 1 and s.frames[0].synthetic)
+    print(f"cuptistream: {args.output}: {total / 1e9:.3f} s of GPU time over {len(stacks)} stacks"
+          f"{f', {unknown / total:.1%} without a stack' if unknown else ''}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def _process_name(resource: Any) -> str:
+    rank = f" rank {resource.rank}" if resource.rank is not None else ""
+    return f"{resource.host} pid {resource.pid}{rank}"
+
+
 def _write_text(path: str, text: str) -> None:
+    _write_bytes(path, text.encode())
+
+
+def _write_bytes(path: str, data: bytes) -> None:
     try:
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(text)
+        with open(path, "wb") as out:
+            out.write(data)
     except OSError as error:
         raise UserError(f"{path}: cannot write: {error.strerror}; choose another -o FILE") from None
 

@@ -25,6 +25,7 @@ from typing import Any
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.records import Part, tag_of
 from cuptistream.analysis.select import Selection
+from cuptistream.events import Resource
 from cuptistream.stacks import BACKWARD, NO_PYTHON, SYNTHETIC_FILE, THREAD_ID_MASK
 
 NO_PYTHON_STACK = "[no Python stack]"
@@ -80,12 +81,14 @@ class StackJoin:
         self._kernel = re.compile(kernel) if kernel else None
         self.names = DisplayNames(mangled)
         self._processes: dict[int, _Process] = {}
+        self.resources: dict[int, Resource] = {}  # pid -> who it was (rank, host, ...)
 
     def add(self, part: Part) -> None:
         sel = self.selection
         if not sel.accepts(part.resource):
             return
         proc = self._processes.setdefault(part.resource.pid, _Process())
+        self.resources.setdefault(part.resource.pid, part.resource)
         low, high = sel.window(part.offset_ns, part.events) if sel.timed else (None, None)
         for event in part.events:
             tag = tag_of(event)
@@ -163,8 +166,9 @@ class _Resolver:
                 ids = proc.stacks.get(stack, ())
                 leaf = backward(ids[-1]) if ids else None
                 if leaf is not None and leaf.synthetic and leaf.function == BACKWARD:
+                    # It entered backward() within the interval before the sample that saw it.
                     end = times[i + 1] if i + 1 < len(times) else 2**63
-                    spans.append((times[i], end, stack))
+                    spans.append((times[i] - 2 * self.half, end, stack))
         spans.sort()
         self.backward = spans
         self.backward_starts = [s for s, _, _ in spans]

@@ -363,7 +363,13 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     for index, entry in enumerate(raw.sources):
         path = f"sources[{index}]"
         cls = registry.source_class(_component_type(entry, path), path)
-        sources.append(convert(entry, cls.config_type, path))
+        source = convert(entry, cls.config_type, path)
+        # A source that joins its records to the launching stacks says when it cannot (where the
+        # modes were asked for: by default, sources that cannot simply take none).
+        asked = "modes" in (data.get("stacks") or {})
+        if asked and (problem := getattr(source, "stacks_problem", lambda modes: None)(raw.stacks.modes)):
+            raise ConfigError(f"{path}: {problem}")
+        sources.append(source)
         source_classes.append(cls)
     sinks: list[SinkConfig] = []
     sink_classes: list[type[Any]] = []

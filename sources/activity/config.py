@@ -27,6 +27,9 @@ ATTRIBUTES: dict[str, tuple[int, type[ctypes._SimpleCData[Any]]]] = {
 }
 
 
+STACK_JOIN_KINDS = ("runtime", "driver")  # API records: a launch's thread, time and correlation id
+
+
 class ActivitySourceConfig(SourceConfig):
     kinds: list[str] = msgspec.field(default_factory=lambda: list(kinds.DEFAULT_KINDS))
     # Patterns (api_functions: globs over CUPTI's function names) of the API calls the runtime/driver
@@ -108,6 +111,15 @@ class ActivitySourceConfig(SourceConfig):
             raise ValueError(
                 "buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)"
             )
+
+    def stacks_problem(self, modes: list[str]) -> str | None:
+        """Why the session's ``stacks`` (taken in ``modes``) cannot work with this source, or None."""
+        if self.enabled and self.mode in modes and not any(k in self.kinds for k in STACK_JOIN_KINDS):
+            return (
+                f"stacks are taken in mode {self.mode}, which needs the runtime or driver kind to join "
+                f"GPU work to its launch; add runtime to kinds, or leave {self.mode} out of stacks.modes"
+            )
+        return None
 
     @property
     def detaches_between_windows(self) -> bool:

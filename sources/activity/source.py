@@ -61,7 +61,7 @@ from cuptistream.overhead import Governor, Throttle
 from cuptistream.plugin import Emitter, Source
 from cuptistream.stacks import StackSampler
 
-from .config import ATTRIBUTES, ActivitySourceConfig, attribute_values
+from .config import ATTRIBUTES, STACK_JOIN_KINDS, ActivitySourceConfig, attribute_values
 from .schedule import schedule_for
 from .windows import PRIOR_UNIT_COST, Windows
 
@@ -121,8 +121,10 @@ class ActivitySource(Source):
 
     def use_stacks(self, config: StacksConfig) -> None:
         """The session's ``stacks`` config (before ``start``): sampled while this source traces, in
-        the modes it names (budget mode: in windows only)."""
-        self._stacks_config = config if self.config.mode in config.modes else None
+        the modes it names (budget mode: in windows only), where its API records can be joined."""
+        cfg = self.config
+        joins = any(k in cfg.kinds for k in STACK_JOIN_KINDS)  # else config.load refused asked-for modes
+        self._stacks_config = config if cfg.mode in config.modes and joins else None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -254,6 +256,8 @@ class ActivitySource(Source):
             return []
         gpu_work = [k for k in cfg.kinds if k in GPU_WORK_KINDS]
         wanted = cfg.kinds if on_demand else (cfg.window_kinds or gpu_work)
+        if self.stacks is not None:  # the launches' API records join GPU work to the stacks
+            wanted = [*wanted, *(k for k in cfg.kinds if k in STACK_JOIN_KINDS)]
         if cfg.detaches_between_windows:
             wanted = [*(k for k in cfg.kinds if k in DUMPED_KINDS), *wanted]
         return [k for k in dict.fromkeys(wanted) if k not in self._base_kinds(cfg)]

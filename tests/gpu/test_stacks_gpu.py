@@ -53,7 +53,7 @@ def _config(tmp: Path, mode: str) -> Path:
         "sinks": [{"type": "file", "directory": str(tmp / "rec")}],
     }
     if mode == "budget":  # windows at least every second, their raw records kept
-        activity.update({"records": "all", "max_pause": "1s"})
+        activity.update({"records": "all", "max_pause": "1s", "window_kinds": activity["kinds"]})
         config["overhead"] = {"budget": "10%"}
     path = tmp / f"{mode}.yaml"
     path.write_text(yaml.safe_dump(config))

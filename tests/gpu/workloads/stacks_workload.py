@@ -84,10 +84,15 @@ def main(seconds: float, phase: float, threads_s: float) -> None:
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(1 << 24, device="cuda")
     small = torch.randn(1 << 16, device="cuda")
+    # Large enough that a backward pass takes milliseconds, as a real model's does.
     model = torch.nn.Sequential(
-        torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)
+        torch.nn.Linear(4096, 8192),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8192, 8192),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8192, 4096),
     ).cuda()
-    batch = torch.randn(256, 1024, device="cuda")
+    batch = torch.randn(4096, 4096, device="cuda")
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
