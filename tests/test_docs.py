@@ -28,6 +28,7 @@ from cuptistream.config.model import (
     SessionConfig,
     SinkConfig,
     SourceConfig,
+    StacksConfig,
     StatisticsConfig,
     _RawConfig,
     registry,
@@ -182,6 +183,7 @@ CORE_SECTIONS = {
     "probe": (r"^`probe`$", ProbeConfig),
     "overhead": (r"^`overhead`$", OverheadConfig),
     "statistics": (r"^`statistics`$", StatisticsConfig),
+    "stacks": (r"^`stacks`$", StacksConfig),
     "every source": (r"^Keys every source has$", SourceConfig),
     "every sink": (r"^Keys every sink has$", SinkConfig),
 }
