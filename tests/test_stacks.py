@@ -232,6 +232,18 @@ def test_a_thread_without_python_takes_the_stack_inside_backward() -> None:
     assert found[3] == [NO_PYTHON_STACK]
 
 
+def test_launches_take_the_stacks_seen_outside_waiting_calls() -> None:
+    # MAIN launches at "step" (seen once, at 0) and waits in a synchronize from 1 to 9 ms, where the
+    # samples see "forward" (say, the line that synchronizes): the launch at 9.9 ms is the step's.
+    sync = ApiCall(domain="runtime", name="cudaDeviceSynchronize", cbid=2, start=1 * MS, end=9 * MS + MS // 2,
+                   process_id=7, thread_id=MAIN, correlation_id=9)  # fmt: skip
+    changes = StackChanges(
+        process_id=7, interval_ns=MS, thread_ids=[MAIN, MAIN], times=[0, 2 * MS], stack_ids=[2, 1]
+    )
+    found = _join(_table(), changes, sync, *_launch(1, MAIN, 9 * MS + 9 * MS // 10))
+    assert found[1] == ["main", "step"]
+
+
 def test_no_stacks_recorded() -> None:
     assert _join(*_launch(1, MAIN, 0))[1] == [NO_STACK_RECORDED]
 
@@ -285,6 +297,25 @@ def test_flame_pprof_reads_back_with_the_gpu_time_of_the_capture(tmp_path: Path)
         "thread_cos",
     ):
         assert by_function.get(function, 0) > 0.01 * total, function
+
+
+def test_kernels_land_on_the_line_that_launched_them() -> None:
+    """In the capture's GEMM loop the thread waits in ``synchronize`` most of the time: the GEMMs
+    still land on the ``a @ a`` line, not on the line that waits."""
+    from cuptistream.analysis.sources import open_recordings
+
+    workload = Path(__file__).parent / "gpu" / "workloads" / "stacks_workload.py"
+    lines = workload.read_text().splitlines()
+    gemm_line = lines.index("            a @ a") + 1
+    joiner = StackJoin(kernel="nvjet")
+    for part in open_recordings([str(CAPTURE)]).parts():
+        joiner.add(part)
+    by_line: dict[int, int] = {}
+    for stack in joiner.result():
+        ours = [f for f in stack.frames if f.file.endswith("stacks_workload.py")]
+        if ours and ours[-1].function == "gemm_loop":  # (the backward pass runs nvjet GEMMs too)
+            by_line[ours[-1].line] = by_line.get(ours[-1].line, 0) + stack.gpu_ns
+    assert by_line.get(gemm_line, 0) >= 0.9 * sum(by_line.values()), by_line
 
 
 def test_flame_speedscope_follows_the_schema(tmp_path: Path) -> None:

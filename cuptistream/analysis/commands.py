@@ -135,7 +135,15 @@ def _summary(args: argparse.Namespace) -> int:
     top = _positive("--top", args.top) if fmt == "table" else None
     sel = selection(args)
     recording = open_recordings(args.paths, lean=True)
-    text = render(summarize(recording, sel, top, mangled=args.mangled), fmt)  # type: ignore[arg-type]
+    report = summarize(recording, sel, top, mangled=args.mangled)
+    if report.meta["events"].get("stack_changes"):  # recorded with stacks: a second pass joins them
+        from cuptistream.analysis.stacks import StackJoin, code_table
+
+        joiner = StackJoin(sel, mangled=args.mangled)
+        for part in open_recordings(args.paths).parts():
+            joiner.add(part)
+        report.tables.insert(1, code_table(joiner.result(), top))
+    text = render(report, fmt)  # type: ignore[arg-type]
     if args.output:
         _write_text(args.output, text)
     else:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.records import Part, tag_of
 from cuptistream.analysis.select import Selection
+from cuptistream.analysis.summary_report import Table, cut
 from cuptistream.events import Resource
 from cuptistream.stacks import BACKWARD, NO_PYTHON, SYNTHETIC_FILE, THREAD_ID_MASK
 
@@ -32,6 +33,8 @@ NO_PYTHON_STACK = "[no Python stack]"
 NO_STACK_RECORDED = "[no stack recorded]"
 _WORK = ("kernel", "memcpy", "memset")
 _OVERLAPPING = 64  # backward() spans looked at before a launch is called one without a stack
+_KERNEL_LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
+_NESTED = 4  # API calls nest (a runtime call around its driver calls): intervals looked back at
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class _Process:
     interval_ns: int = 0
     launches: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> (thread, start)
     work: list[tuple[int, str, int]] = field(default_factory=list)  # (correlation, what, ns)
+    # thread -> [(start, end)] of its API calls that launch no kernel (synchronize, copies, ...)
+    waits: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 class StackJoin:
@@ -101,7 +106,10 @@ class StackJoin:
                 if what is not None:
                     proc.work.append((event.correlation_id, what, event.end - event.start))
             elif tag == "api":
-                proc.launches[event.correlation_id] = (event.thread_id & THREAD_ID_MASK, event.start)
+                thread = event.thread_id & THREAD_ID_MASK
+                proc.launches[event.correlation_id] = (thread, event.start)
+                if not event.name.startswith(_KERNEL_LAUNCHES):
+                    proc.waits.setdefault(thread, []).append((event.start, event.end))
             elif tag == "stack_table":
                 self._table(proc, event)
             elif tag == "stack_changes":
@@ -155,13 +163,16 @@ class _Resolver:
     def __init__(self, proc: _Process) -> None:
         self.proc = proc
         self.half = proc.interval_ns // 2
+        everything: dict[int, tuple[list[int], list[int]]] = {}
         self.timelines: dict[int, tuple[list[int], list[int]]] = {}
         for thread, changes in proc.changes.items():
             changes.sort()
-            self.timelines[thread] = ([t for t, _ in changes], [s for _, s in changes])
+            everything[thread] = ([t for t, _ in changes], [s for _, s in changes])
+            launching = _outside(changes, proc.waits.get(thread, []))
+            self.timelines[thread] = ([t for t, _ in launching], [s for _, s in launching])
         backward = proc.frames.get
         spans = []  # (start, end, stack) while a thread was inside backward()
-        for times, stacks in self.timelines.values():
+        for times, stacks in everything.values():
             for i, stack in enumerate(stacks):
                 ids = proc.stacks.get(stack, ())
                 leaf = backward(ids[-1]) if ids else None
@@ -218,9 +229,48 @@ class _Resolver:
         return frames
 
 
+def _outside(changes: list[tuple[int, int]], waits: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The changes seen outside the thread's waiting API calls. A sample taken while the thread
+    waits in ``cudaDeviceSynchronize`` (or a copy) shows the line that waits, and a loop that
+    launches, then synchronizes spends most samples there; its launches happen between them. So the
+    launches take the stacks seen while the thread was not waiting, where any were seen."""
+    if not waits:
+        return changes
+    waits.sort()
+    starts = [start for start, _ in waits]
+    kept = []
+    for at, stack in changes:
+        i = bisect.bisect_right(starts, at) - 1
+        if not any(waits[j][1] >= at for j in range(i, max(i - _NESTED, -1), -1)):
+            kept.append((at, stack))
+    return kept or changes
+
+
 def join(parts: Iterable[Part], selection: Selection | None = None, **options: Any) -> list[StackTime]:
     """``StackJoin`` over ``parts``."""
     joiner = StackJoin(selection, **options)
     for part in parts:
         joiner.add(part)
     return joiner.result()
+
+
+def code_table(stacks: Sequence[StackTime], top: int | None = 20, kernels_per_line: int = 3) -> Table:
+    """``summary``'s "GPU time by code": GPU time per line of the program (a stack's innermost frame
+    that is not cuptistream's own), the most first, with the kernels that make most of it."""
+    lines: dict[str, list[Any]] = {}  # label -> [ns, launches, {work: ns}]
+    for stack in stacks:
+        real = [f for f in stack.frames if not f.synthetic]
+        label = real[-1].label() if real else stack.frames[-1].function
+        row = lines.setdefault(label, [0, 0, {}])
+        row[0] += stack.gpu_ns
+        row[1] += stack.launches
+        row[2][stack.work] = row[2].get(stack.work, 0) + stack.gpu_ns
+    total = sum(row[0] for row in lines.values()) or 1
+    rows = []
+    for label, (ns, launches, works) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
+        main = sorted(works.items(), key=lambda kv: -kv[1])[:kernels_per_line]
+        shown = "; ".join(f"{work} {share / ns:.0%}" for work, share in main)
+        rows.append([label, ns, ns / total, launches, shown])
+    table = Table("code", "GPU time by code (the program's line that launched it)",
+                  ["code", "total_ns", "share", "launches", "kernels"], rows)  # fmt: skip
+    return cut(table, top)
