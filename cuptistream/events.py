@@ -388,14 +388,16 @@ class StackTable(Event, tag="stack_table"):
 class StackChanges(Event, tag="stack_changes"):
     """When each sampled thread of one process moved to another stack: thread ``thread_ids[i]``
     (``pthread_self``, as CUPTI's API records give it) was at stack ``stack_ids[i]`` from
-    ``times[i]`` (CUPTI clock, ns) on, as seen by samples ``interval_ns`` apart. Stack id 0: the
-    thread ran no Python (or ended)."""
+    ``times[i]`` (CUPTI clock, ns) on, as seen by samples about ``interval_ns`` apart; it moved after
+    ``previous[i]``, the sample before (0: none since sampling began). Stack id 0: the thread ran
+    no Python (or ended)."""
 
     process_id: int
     interval_ns: int
     thread_ids: list[int] = []
     times: list[int] = []
     stack_ids: list[int] = []
+    previous: list[int] = []
 
 
 # --- statistics (computed by the collector from the records it decodes) ---------------------

@@ -19,6 +19,7 @@ changes carry stack ids. The table is bounded in bytes: past the bound, new stac
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import site
 import sys
@@ -54,11 +55,9 @@ def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
     roots.update(getattr(site, "getsitepackages", list)())
-    import cuptistream.sinks
-    import cuptistream.sources
-
-    for package in (cuptistream, cuptistream.sources, cuptistream.sinks):  # three folders in a checkout
-        roots.update(package.__path__)
+    for package in ("cuptistream", "cuptistream.sources", "cuptistream.sinks"):  # three folders in a checkout
+        spec = importlib.util.find_spec(package)  # found, not imported
+        roots.update((spec.submodule_search_locations or []) if spec else [])
     return tuple(sorted(os.path.join(os.path.realpath(root), "") for root in roots if root))
 
 
@@ -97,6 +96,7 @@ class StackSampler:
         self._last: dict[int, tuple[FrameType, int, int]] = {}  # ident -> (top frame, its lasti, stack)
         self._table = StackTable(process_id=self._pid)
         self._changes = StackChanges(process_id=self._pid, interval_ns=round(self.interval_s * 1e9))
+        self._sampled_at = 0  # the last sample's time (0: none since sampling began)
         self.table_bytes = 0
         self.samples = 0
         self.lost = 0
@@ -113,19 +113,22 @@ class StackSampler:
 
     def start(self, active: bool = True) -> None:
         if active:
-            self._active.set()
+            self.set_active(True)
         self._thread = threading.Thread(target=self._run, name="cuptistream-stacks", daemon=True)
         self._thread.start()
 
     def set_active(self, active: bool) -> None:
         """Sample from now on (a budget window opened), or not (it closed: every thread's stack
         ends now, and no frame of the program is held meanwhile)."""
-        if active:
-            self._active.set()
-            return
-        self._active.clear()
         with self._lock:
+            if active:
+                if not self._active.is_set():
+                    self._sampled_at = self._clock()  # threads seen first from here on were there since
+                    self._active.set()
+                return
+            self._active.clear()
             self._end_threads(set(self._last))
+            self._sampled_at = 0
 
     def stop(self) -> None:
         """Stop sampling and send what is pending. Idempotent."""
@@ -156,8 +159,9 @@ class StackSampler:
         flushed = 0.0
         elapsed = 0.0
         while not self._stopping.wait(self.interval_s):
-            if self._active.is_set():
-                self.sample()
+            with self._lock:
+                if self._active.is_set():  # under the lock: no sample lands after set_active(False)
+                    self._sample()
             elapsed += self.interval_s
             if elapsed - flushed >= _FLUSH_S:
                 flushed = elapsed
@@ -167,25 +171,29 @@ class StackSampler:
 
     def sample(self) -> None:
         """One look at every Python thread but this one; a change of stack is recorded."""
+        with self._lock:
+            self._sample()
+
+    def _sample(self) -> None:
         me = threading.get_ident()
         frames = sys._current_frames()
         at = self._clock()
-        with self._lock:
-            self.samples += 1
-            for ident, top in frames.items():
-                if ident == me:
-                    continue
-                last = self._last.get(ident)
-                lasti = top.f_lasti
-                if last is not None and last[0] is top and last[1] == lasti:
-                    continue  # the same frame at the same instruction: the same stack
-                stack = self._stack_of(top)
-                self._last[ident] = (top, lasti, stack)
-                if last is None or last[2] != stack:
-                    self._record(ident, at, stack)
-            gone = set(self._last) - set(frames)
-            if gone:
-                self._end_threads(gone, at)
+        self.samples += 1
+        for ident, top in frames.items():
+            if ident == me:
+                continue
+            last = self._last.get(ident)
+            lasti = top.f_lasti
+            if last is not None and last[0] is top and last[1] == lasti:
+                continue  # the same frame at the same instruction: the same stack
+            stack = self._stack_of(top)
+            self._last[ident] = (top, lasti, stack)
+            if last is None or last[2] != stack:
+                self._record(ident, at, stack)
+        gone = set(self._last) - set(frames)
+        if gone:
+            self._end_threads(gone, at)
+        self._sampled_at = at
         del frames
 
     def _end_threads(self, idents: set[int], at: int | None = None) -> None:
@@ -198,6 +206,7 @@ class StackSampler:
         changes = self._changes
         changes.thread_ids.append(ident & THREAD_ID_MASK)
         changes.times.append(at)
+        changes.previous.append(self._sampled_at)
         changes.stack_ids.append(stack)
 
     def _stack_of(self, top: FrameType) -> int:

@@ -132,7 +132,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "events"),
     ("config",),
     ("channel", "cupti", "delivery"),  # CUPTI bindings and record readers; the probe-collector channel
-    ("recording", "statistics", "overhead"),  # encoding, framing, reading back; the overhead governor
+    # encoding, framing, reading back; the overhead governor; the launching threads' stacks
+    ("recording", "statistics", "overhead", "stacks"),
     ("plugin",),  # the contract every source and sink imports
     ("pipeline",),  # the intake and the trio pipeline (the probe uses the intake)
     ("probe", "sources", "sinks"),

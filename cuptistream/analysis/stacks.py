@@ -67,7 +67,8 @@ class StackTime:
 class _Process:
     frames: dict[int, Frame] = field(default_factory=dict)
     stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    changes: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # thread -> [(time, stack)]
+    # thread -> [(time seen, stack, moved after)]: the sample that saw the change and the one before
+    changes: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     interval_ns: int = 0
     launches: dict[int, tuple[int, int]] = field(default_factory=dict)  # correlation -> (thread, start)
     work: list[tuple[int, str, int]] = field(default_factory=list)  # (correlation, what, ns)
@@ -113,9 +114,11 @@ class StackJoin:
             elif tag == "stack_table":
                 self._table(proc, event)
             elif tag == "stack_changes":
-                proc.interval_ns = event.interval_ns
-                for thread, at, stack in zip(event.thread_ids, event.times, event.stack_ids, strict=True):
-                    proc.changes.setdefault(thread, []).append((at, stack))
+                proc.interval_ns = interval = event.interval_ns
+                previous = event.previous or [0] * len(event.times)
+                rows = zip(event.thread_ids, event.times, event.stack_ids, previous, strict=True)
+                for thread, at, stack, before in rows:
+                    proc.changes.setdefault(thread, []).append((at, stack, before or at - interval))
 
     def _what(self, tag: str, event: Any) -> str | None:
         if tag == "kernel":
@@ -162,24 +165,22 @@ class _Resolver:
 
     def __init__(self, proc: _Process) -> None:
         self.proc = proc
-        self.half = proc.interval_ns // 2
-        everything: dict[int, tuple[list[int], list[int]]] = {}
-        self.timelines: dict[int, tuple[list[int], list[int]]] = {}
-        for thread, changes in proc.changes.items():
-            changes.sort()
-            everything[thread] = ([t for t, _ in changes], [s for _, s in changes])
-            launching = _outside(changes, proc.waits.get(thread, []))
-            self.timelines[thread] = ([t for t, _ in launching], [s for _, s in launching])
+        # thread -> (first possible start of its first stack, midpoints between samples, stacks)
+        self.timelines: dict[int, tuple[int, list[int], list[int]]] = {}
         backward = proc.frames.get
         spans = []  # (start, end, stack) while a thread was inside backward()
-        for times, stacks in everything.values():
-            for i, stack in enumerate(stacks):
+        for thread, changes in proc.changes.items():
+            changes.sort()
+            launching = _outside(changes, proc.waits.get(thread, []))
+            midpoints = [(at + before) // 2 for at, _, before in launching]
+            self.timelines[thread] = (launching[0][2], midpoints, [s for _, s, _ in launching])
+            for i, (_, stack, before) in enumerate(changes):
                 ids = proc.stacks.get(stack, ())
                 leaf = backward(ids[-1]) if ids else None
                 if leaf is not None and leaf.synthetic and leaf.function == BACKWARD:
-                    # It entered backward() within the interval before the sample that saw it.
-                    end = times[i + 1] if i + 1 < len(times) else 2**63
-                    spans.append((times[i] - 2 * self.half, end, stack))
+                    # It entered backward() after the sample before the one that saw it there.
+                    end = changes[i + 1][0] if i + 1 < len(changes) else 2**63
+                    spans.append((before, end, stack))
         spans.sort()
         self.backward = spans
         self.backward_starts = [s for s, _, _ in spans]
@@ -203,9 +204,10 @@ class _Resolver:
         timeline = self.timelines.get(thread)
         if timeline is None:
             return NO_PYTHON
-        times, stacks = timeline
-        i = bisect.bisect_right(times, at + self.half) - 1
-        return stacks[max(i, 0)] if i >= 0 or at >= times[0] - 2 * self.half else NO_PYTHON
+        first, midpoints, stacks = timeline
+        i = bisect.bisect_right(midpoints, at) - 1
+        # A stack moved to between two samples is taken from their midpoint on.
+        return stacks[max(i, 0)] if i >= 0 or at > first else NO_PYTHON
 
     def _in_backward(self, at: int) -> int:
         i = bisect.bisect_right(self.backward_starts, at) - 1
@@ -229,7 +231,7 @@ class _Resolver:
         return frames
 
 
-def _outside(changes: list[tuple[int, int]], waits: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _outside(changes: list[tuple[int, int, int]], waits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """The changes seen outside the thread's waiting API calls. A sample taken while the thread
     waits in ``cudaDeviceSynchronize`` (or a copy) shows the line that waits, and a loop that
     launches, then synchronizes spends most samples there; its launches happen between them. So the
@@ -239,10 +241,11 @@ def _outside(changes: list[tuple[int, int]], waits: list[tuple[int, int]]) -> li
     waits.sort()
     starts = [start for start, _ in waits]
     kept = []
-    for at, stack in changes:
+    for change in changes:
+        at = change[0]
         i = bisect.bisect_right(starts, at) - 1
         if not any(waits[j][1] >= at for j in range(i, max(i - _NESTED, -1), -1)):
-            kept.append((at, stack))
+            kept.append(change)
     return kept or changes
 
 
