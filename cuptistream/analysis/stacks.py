@@ -2,8 +2,9 @@
 
 The join, per process: a GPU record's correlation id names the API call that launched it (its
 thread and start time); the probe's ``StackChanges`` say which stack that thread was at then
-(``cuptistream.stacks``). A change seen at sample time ``c`` happened within the interval before
-``c``: a launch in that interval goes to the nearer side of its midpoint.
+(``cuptistream.stacks``). A change happened between the sample that saw it and the one before: a
+launch in between goes to the side of their midpoint. Samples taken inside the thread's waiting API
+calls (synchronize, copies) are left out of the launches' timeline (``_outside``).
 
 Launches from threads that run no Python (autograd's backward threads, C++ workers) go to the stack
 of a thread that was inside ``backward()`` at that moment (its innermost frame ``[autograd
