@@ -129,7 +129,7 @@ def test_no_import_cycles() -> None:
 # an import of a room in its own layer or a higher one fails. The room of ``cuptistream.X.…`` is X;
 # the package's ``__init__`` is "".
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "events"),
+    ("errors", "events", "protowire"),
     ("config",),
     ("channel", "cupti", "delivery"),  # CUPTI bindings and record readers; the probe-collector channel
     # encoding, framing, reading back; the overhead governor; the launching threads' stacks

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cuptistream.analysis.stacks import Frame, StackTime
+from cuptistream.protowire import field_bytes, field_varint, packed
 
 GPU_FILE = "[GPU]"  # the file of the innermost frame: the GPU operation itself
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
@@ -31,28 +32,6 @@ def _leaf(work: str) -> Frame:
 
 # --- pprof -------------------------------------------------------------------------------------
 # profile.proto field numbers (github.com/google/pprof/proto/profile.proto).
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # int64 fields: two's complement, as protobuf writes them
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _field_int(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value) if value else b""
-
-
-def _field_bytes(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _packed(number: int, values: Sequence[int]) -> bytes:
-    return _field_bytes(number, b"".join(_varint(v) for v in values)) if values else b""
 
 
 class _Strings:
@@ -73,7 +52,7 @@ def pprof(stacks: Sequence[StackTime], ranks: dict[int, int] | None = None, *, t
     locations: dict[Frame, int] = {}
     body = bytearray()
     for type_, unit in (("gpu_time", "nanoseconds"), ("launches", "count")):
-        body += _field_bytes(1, _field_int(1, strings(type_)) + _field_int(2, strings(unit)))
+        body += field_bytes(1, field_varint(1, strings(type_)) + field_varint(2, strings(unit)))
     function_msgs = bytearray()
     location_msgs = bytearray()
     for stack in stacks:
@@ -86,21 +65,21 @@ def pprof(stacks: Sequence[StackTime], ranks: dict[int, int] | None = None, *, t
                 if function is None:
                     function = functions[key] = len(functions) + 1
                     name, file = strings(frame.function), strings(frame.file)
-                    fields = _field_int(1, function) + _field_int(2, name) + _field_int(3, name)
-                    function_msgs += _field_bytes(5, fields + _field_int(4, file))
+                    fields = field_varint(1, function) + field_varint(2, name) + field_varint(3, name)
+                    function_msgs += field_bytes(5, fields + field_varint(4, file))
                 location = locations[frame] = len(locations) + 1
-                line = _field_bytes(4, _field_int(1, function) + _field_int(2, frame.line))
-                location_msgs += _field_bytes(4, _field_int(1, location) + line)
+                line = field_bytes(4, field_varint(1, function) + field_varint(2, frame.line))
+                location_msgs += field_bytes(4, field_varint(1, location) + line)
             ids.append(location)
-        labels = _field_bytes(3, _field_int(1, strings("pid")) + _field_int(3, stack.pid))
+        labels = field_bytes(3, field_varint(1, strings("pid")) + field_varint(3, stack.pid))
         rank = (ranks or {}).get(stack.pid)
         if rank is not None:
-            labels += _field_bytes(3, _field_int(1, strings("rank")) + _field_int(3, rank))
-        body += _field_bytes(2, _packed(1, ids) + _packed(2, [stack.gpu_ns, stack.launches]) + labels)
+            labels += field_bytes(3, field_varint(1, strings("rank")) + field_varint(3, rank))
+        body += field_bytes(2, packed(1, ids) + packed(2, [stack.gpu_ns, stack.launches]) + labels)
     body += location_msgs + function_msgs
-    body += b"".join(_field_bytes(6, text.encode()) for text in strings.index)
-    body += _field_int(9, time_ns)
-    body += _field_bytes(11, _field_int(1, strings("gpu_time")) + _field_int(2, strings("nanoseconds")))
+    body += b"".join(field_bytes(6, text.encode()) for text in strings.index)
+    body += field_varint(9, time_ns)
+    body += field_bytes(11, field_varint(1, strings("gpu_time")) + field_varint(2, strings("nanoseconds")))
     return gzip.compress(bytes(body), mtime=0)
 
 

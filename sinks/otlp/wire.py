@@ -13,30 +13,13 @@ from collections.abc import Mapping, Sequence
 
 from google.protobuf.message import Message
 
+from cuptistream.protowire import field_bytes, varint
+from cuptistream.protowire import tag as _tag
+
 from .common import AttrValue, any_value
 
 _F64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
-
-
-def varint(value: int) -> bytes:
-    if value < 0:
-        value += 1 << 64  # int64: two's complement in ten bytes
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _tag(field: int, wire_type: int) -> bytes:
-    return varint(field << 3 | wire_type)
-
-
-def field_bytes(field: int, payload: bytes) -> bytes:
-    """A length-delimited field (string, bytes or embedded message)."""
-    return _tag(field, 2) + varint(len(payload)) + payload
 
 
 _T_TRACE_ID, _T_SPAN_ID, _T_PARENT = _tag(1, 2) + b"\x10", _tag(2, 2) + b"\x08", _tag(4, 2) + b"\x08"
