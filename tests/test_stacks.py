@@ -340,3 +340,21 @@ def test_flame_bad_input_is_one_line(tmp_path: Path, args: list[str], expected: 
     run = _flame(tmp_path, "x.pb.gz", *args)
     assert run.returncode != 0
     assert expected in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_perfetto_export_puts_the_stack_on_kernel_and_api_slices(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "cuptistream.cli", "export", str(CAPTURE), "-o", str(tmp_path / "t.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    document = json.loads((tmp_path / "t.json").read_text())
+    slices = document["traceEvents"] if isinstance(document, dict) else document
+    kernels = [e for e in slices if e.get("cat") == "kernel"]
+    stacked = [e for e in kernels if "stack" in e["args"]]
+    assert kernels and len(stacked) >= 0.99 * len(kernels)
+    gemm = [e for e in stacked if "nvjet" in e["name"]]
+    innermost = {e["args"]["stack"][-1].split(" (")[0] for e in gemm}
+    assert innermost <= {"gemm_loop", "train_step", "[autograd backward]"} and "gemm_loop" in innermost
+    launches = [e for e in slices if e.get("name") == "cudaLaunchKernel"]
+    assert launches and all("stack" in e["args"] for e in launches)

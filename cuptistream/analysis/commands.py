@@ -212,10 +212,10 @@ def _flame(args: argparse.Namespace) -> int:
     if not stacks:
         raise UserError(f"{' '.join(args.paths)}: no kernel, copy or memset recorded in the selection")
     if form == "pprof":
-        ranks = {pid: r.rank for pid, r in joiner.resources.items() if r.rank is not None}
+        ranks = {key: r.rank for key, r in joiner.resources.items() if r.rank is not None}
         _write_bytes(args.output, pprof(stacks, ranks))
     else:
-        names = {pid: _process_name(r) for pid, r in joiner.resources.items()}
+        names = {key: _process_name(r) for key, r in joiner.resources.items()}
         _write_text(args.output, speedscope_text(stacks, names))
     total = sum(s.gpu_ns for s in stacks)
     unknown = sum(s.gpu_ns for s in stacks if len(s.frames) == 1 and s.frames[0].synthetic)

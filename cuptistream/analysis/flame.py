@@ -45,8 +45,10 @@ class _Strings:
         return found
 
 
-def pprof(stacks: Sequence[StackTime], ranks: dict[int, int] | None = None, *, time_ns: int = 0) -> bytes:
-    """A gzip-compressed ``profile.proto`` of ``stacks``; ``ranks`` maps pid -> rank for labels."""
+def pprof(
+    stacks: Sequence[StackTime], ranks: dict[tuple[str, int], int] | None = None, *, time_ns: int = 0
+) -> bytes:
+    """A gzip-compressed ``profile.proto`` of ``stacks``; ``ranks`` maps (host, pid) -> rank for labels."""
     strings = _Strings()
     functions: dict[tuple[str, str], int] = {}
     locations: dict[Frame, int] = {}
@@ -72,7 +74,7 @@ def pprof(stacks: Sequence[StackTime], ranks: dict[int, int] | None = None, *, t
                 location_msgs += field_bytes(4, field_varint(1, location) + line)
             ids.append(location)
         labels = field_bytes(3, field_varint(1, strings("pid")) + field_varint(3, stack.pid))
-        rank = (ranks or {}).get(stack.pid)
+        rank = (ranks or {}).get((stack.host, stack.pid))
         if rank is not None:
             labels += field_bytes(3, field_varint(1, strings("rank")) + field_varint(3, rank))
         body += field_bytes(2, packed(1, ids) + packed(2, [stack.gpu_ns, stack.launches]) + labels)
@@ -86,15 +88,18 @@ def pprof(stacks: Sequence[StackTime], ranks: dict[int, int] | None = None, *, t
 # --- speedscope --------------------------------------------------------------------------------
 
 
-def speedscope(stacks: Sequence[StackTime], names: dict[int, str] | None = None) -> dict[str, Any]:
-    """A speedscope file of ``stacks``: one weighted profile per process (``names``: pid -> name)."""
+def speedscope(
+    stacks: Sequence[StackTime], names: dict[tuple[str, int], str] | None = None
+) -> dict[str, Any]:
+    """A speedscope file of ``stacks``: one weighted profile per process (``names``: (host, pid) ->
+    name)."""
     frames: dict[Frame, int] = {}
     shared: list[dict[str, Any]] = []
-    by_pid: dict[int, list[StackTime]] = {}
+    by_process: dict[tuple[str, int], list[StackTime]] = {}
     for stack in stacks:
-        by_pid.setdefault(stack.pid, []).append(stack)
+        by_process.setdefault((stack.host, stack.pid), []).append(stack)
     profiles = []
-    for pid, rows in sorted(by_pid.items()):
+    for process, rows in sorted(by_process.items()):
         samples, weights = [], []
         for stack in rows:
             ids = []
@@ -110,7 +115,7 @@ def speedscope(stacks: Sequence[StackTime], names: dict[int, str] | None = None)
             samples.append(ids)
             weights.append(stack.gpu_ns)
         profiles.append({
-            "type": "sampled", "name": (names or {}).get(pid, f"pid {pid}"), "unit": "nanoseconds",
+            "type": "sampled", "name": (names or {}).get(process, f"pid {process[1]}"), "unit": "nanoseconds",
             "startValue": 0, "endValue": sum(weights), "samples": samples, "weights": weights,
         })  # fmt: skip
     return {
@@ -119,5 +124,5 @@ def speedscope(stacks: Sequence[StackTime], names: dict[int, str] | None = None)
     }  # fmt: skip
 
 
-def speedscope_text(stacks: Sequence[StackTime], names: dict[int, str] | None = None) -> str:
+def speedscope_text(stacks: Sequence[StackTime], names: dict[tuple[str, int], str] | None = None) -> str:
     return json.dumps(speedscope(stacks, names), separators=(",", ":"))

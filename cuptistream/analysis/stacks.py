@@ -57,6 +57,7 @@ class StackTime:
     """GPU time of one (process, stack, GPU operation): frames outermost first; ``work`` is the
     kernel's name, or ``[memcpy HtoD]``, ``[memset]``."""
 
+    host: str
     pid: int
     frames: tuple[Frame, ...]
     work: str
@@ -79,27 +80,31 @@ class _Process:
 
 class StackJoin:
     """Folds batches (``records.Part``) in; ``result()`` joins and sums them. ``kernel`` keeps only
-    the GPU work whose shown name matches the regular expression."""
+    the GPU work whose shown name matches the regular expression; ``work=False`` keeps none (for
+    ``resolver`` alone)."""
 
     def __init__(
-        self, selection: Selection | None = None, *, kernel: str | None = None, mangled: bool = False
-    ) -> None:
+        self, selection: Selection | None = None, *, kernel: str | None = None, mangled: bool = False,
+        work: bool = True,
+    ) -> None:  # fmt: skip
         self.selection = selection or Selection()
+        self._keep_work = work  # False: only what ``resolver`` needs (a trace export's first pass)
         self._kernel = re.compile(kernel) if kernel else None
         self.names = DisplayNames(mangled)
-        self._processes: dict[int, _Process] = {}
-        self.resources: dict[int, Resource] = {}  # pid -> who it was (rank, host, ...)
+        self._processes: dict[tuple[str, int], _Process] = {}
+        self.resources: dict[tuple[str, int], Resource] = {}  # (host, pid) -> who it was (rank, ...)
 
     def add(self, part: Part) -> None:
         sel = self.selection
         if not sel.accepts(part.resource):
             return
-        proc = self._processes.setdefault(part.resource.pid, _Process())
-        self.resources.setdefault(part.resource.pid, part.resource)
+        key = (part.resource.host, part.resource.pid)  # pids repeat across the hosts of a job
+        proc = self._processes.setdefault(key, _Process())
+        self.resources.setdefault(key, part.resource)
         low, high = sel.window(part.offset_ns, part.events) if sel.timed else (None, None)
         for event in part.events:
             tag = tag_of(event)
-            if tag in _WORK:
+            if tag in _WORK and self._keep_work:
                 if low is not None and not low <= event.start + part.offset_ns < high:
                     continue
                 if sel.devices is not None and event.device_id not in sel.devices:
@@ -141,23 +146,27 @@ class StackJoin:
         for sid, frames in zip(event.stack_ids, event.stacks, strict=True):
             proc.stacks[sid] = tuple(frames)
 
-    def resolver(self, pid: int) -> Callable[[int], tuple[Frame, ...]]:
-        """correlation id -> the frames its launch was made from, in process ``pid`` (after the
-        last ``add``)."""
-        return _Resolver(self._processes.get(pid, _Process()))
+    def resolver(self, pid: int, host: str | None = None) -> Callable[[int], tuple[Frame, ...]]:
+        """correlation id -> the frames its launch was made from, in process ``pid`` (of ``host``,
+        or of the first host seen with it), after the last ``add``."""
+        key = next((k for k in self._processes if k[1] == pid and host in (None, k[0])), None)
+        return _Resolver(self._processes[key] if key is not None else _Process())
+
+    def has_stacks(self) -> bool:
+        return any(proc.changes for proc in self._processes.values())
 
     def result(self) -> list[StackTime]:
         """GPU time and launches per (process, stack, operation), the most time first."""
         out: list[StackTime] = []
-        for pid, proc in self._processes.items():
+        for (host, pid), proc in self._processes.items():
             totals: dict[tuple[tuple[Frame, ...], str], list[int]] = {}
             resolve = _Resolver(proc)
             for correlation, what, ns in proc.work:
                 total = totals.setdefault((resolve(correlation), what), [0, 0])
                 total[0] += ns
                 total[1] += 1
-            out += [StackTime(pid, frames, what, ns, n) for (frames, what), (ns, n) in totals.items()]
-        out.sort(key=lambda s: (-s.gpu_ns, s.pid, s.work))
+            out += [StackTime(host, pid, frames, what, ns, n) for (frames, what), (ns, n) in totals.items()]
+        out.sort(key=lambda s: (-s.gpu_ns, s.host, s.pid, s.work))
         return out
 
 

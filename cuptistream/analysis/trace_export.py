@@ -19,6 +19,10 @@ Streaming: events are encoded as they are read and written out sorted by time, s
 is spilled to a temporary file next to the output, and the runs are merged at the end. Flow arrows
 need both ends: the recent launches and unmatched GPU operations are kept in bounded LRU tables
 (``pending``); an end that falls out of them gets no arrow.
+
+Stacks: where the recording has the launching threads' stacks (``stacks:``), each kernel, copy,
+memset and API slice gets its stack in ``args.stack`` (outermost frame first). That takes a first
+pass over the recording (``cuptistream.analysis.stacks``), whose memory grows with the API calls.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import heapq
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +44,7 @@ from cuptistream import events as ev
 from cuptistream.analysis import records as rec
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.select import Selection
+from cuptistream.analysis.stacks import NO_STACK_RECORDED, Frame, StackJoin
 from cuptistream.errors import UserError
 
 _KEY_BIAS = 1 << 62  # keys are ns since the base plus this, so they are positive fixed-width numbers
@@ -69,6 +74,7 @@ class _Process:
     pid: int
     tracks: dict[tuple[Any, ...], int] = field(default_factory=dict)
     lost: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    stack_of: Callable[[int], tuple[Frame, ...]] | None = None  # correlation id -> launching stack
 
 
 class TraceWriter:
@@ -76,9 +82,10 @@ class TraceWriter:
 
     def __init__(
         self, output: str | Path, selection: Selection | None = None, *, run_events: int = 200_000,
-        pending: int = 100_000, mangled: bool = False,
+        pending: int = 100_000, mangled: bool = False, stacks: StackJoin | None = None,
     ) -> None:  # fmt: skip
         self.output = Path(output)
+        self.stacks = stacks if stacks is not None and stacks.has_stacks() else None
         self.display = DisplayNames(mangled)
         self.selection = selection or Selection()
         self.run_events = run_events
@@ -163,6 +170,8 @@ class TraceWriter:
             pid = _PID_SPACE + len(self._processes)
         self._pids.add(pid)
         process = self._processes[(resource.host, resource.pid)] = _Process(pid)
+        if self.stacks is not None:
+            process.stack_of = self.stacks.resolver(resource.pid, resource.host)
         who = f"rank {resource.rank} · " if resource.rank is not None else ""
         label = f"{who}{resource.process_name} (pid {resource.pid}) on {resource.host}"
         self._meta({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
@@ -211,6 +220,7 @@ class TraceWriter:
             )
         else:
             name, args = f"graph {e.graph_id}", {"graph_id": e.graph_id, "correlation_id": e.correlation_id}
+        _add_stack(process, e.correlation_id, args)
         self._emit(ts, {"ph": "X", "name": name, "cat": kind, "pid": process.pid, "tid": tid,
                         "dur": _us(dur), "args": args})  # fmt: skip
         self._gpu_end(process.pid, e.correlation_id, ts, tid)
@@ -221,6 +231,7 @@ class TraceWriter:
         if kind == "api":
             tid = self._track(process, ("api", e.thread_id), f"CUDA API · thread {e.thread_id}", 1)
             args = {"correlation_id": e.correlation_id}
+            _add_stack(process, e.correlation_id, args)
             cat = f"cuda_{e.domain}"
             self._emit(ts, {"ph": "X", "name": e.name, "cat": cat, "pid": process.pid, "tid": tid,
                             "dur": _us(dur), "args": args})  # fmt: skip
@@ -317,6 +328,14 @@ class TraceWriter:
         self.stats.events = count
 
 
+def _add_stack(process: _Process, correlation: int, args: dict[str, Any]) -> None:
+    """The launching thread's Python stack (``stacks``), innermost frame last, on a slice's args."""
+    if process.stack_of is not None:
+        frames = process.stack_of(correlation)
+        if not (len(frames) == 1 and frames[0].function == NO_STACK_RECORDED):
+            args["stack"] = [frame.label() for frame in frames]
+
+
 def _us(ns: int) -> float:
     return ns / 1000  # microseconds; ns since the base stay well inside a double's exact range
 
@@ -340,7 +359,10 @@ def export_trace(
 ) -> TraceStats:
     """Write ``recording`` (what ``selection`` keeps) as a trace to ``output`` (``.gz``: gzip).
     ``recording`` may be several (``sources.Recordings``): one trace, one clock, a process per rank."""
-    writer = TraceWriter(output, selection, run_events=run_events, mangled=mangled)
+    stacks = StackJoin(selection, work=False)  # a first pass: the launches' stacks, where recorded
+    for part in recording.parts():
+        stacks.add(part)
+    writer = TraceWriter(output, selection, run_events=run_events, mangled=mangled, stacks=stacks)
     try:
         for part in recording.parts():
             writer.add(part)
