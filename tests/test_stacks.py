@@ -358,3 +358,42 @@ def test_perfetto_export_puts_the_stack_on_kernel_and_api_slices(tmp_path: Path)
     assert innermost <= {"gemm_loop", "train_step", "[autograd backward]"} and "gemm_loop" in innermost
     launches = [e for e in slices if e.get("name") == "cudaLaunchKernel"]
     assert launches and all("stack" in e["args"] for e in launches)
+
+
+def test_compare_names_the_code_of_the_slow_ranks_extra_time(tmp_path: Path) -> None:
+    """Four ranks made of the capture's main process; rank 3's GEMMs take three times as long."""
+    import msgspec
+
+    from cuptistream.recording.reader import read
+    from tests.helpers.fixture_recording import Process, write_recording
+
+    everything = list(read(CAPTURE).batches())
+    main = next(b.resource.pid for b in everything if any(isinstance(e, Kernel) for e in b.events))
+    batches = [b for b in everything if b.resource.pid == main]  # the workload's process, not its launcher
+    events = [e for b in batches for e in b.events]
+    processes = []
+    for rank in range(4):
+        mine = [
+            msgspec.structs.replace(e, end=e.start + 3 * (e.end - e.start))
+            if rank == 3 and isinstance(e, Kernel) and "nvjet" in e.name
+            else e
+            for e in events
+        ]
+        # Each rank on a GPU of its own (the capture had one: its UUID is varied here), so compare
+        # weighs measured time rather than the shared-GPU work basis.
+        first = batches[0].resource
+        devices = [msgspec.structs.replace(d, uuid=f"{d.uuid}-{rank}") for d in first.devices]
+        resource = msgspec.structs.replace(first, pid=5000 + rank, rank=rank, devices=devices)
+        processes.append(Process(resource, batches[0].clock, mine))
+    write_recording(tmp_path / "job", processes)
+    run = subprocess.run(
+        [sys.executable, "-m", "cuptistream.cli", "compare", str(tmp_path / "job"), "--format", "json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (outlier,) = json.loads(run.stdout)["outliers"]
+    assert outlier["rank"] == "rank 3"
+    gemm_line = (Path(__file__).parent / "gpu" / "workloads" / "stacks_workload.py").read_text().splitlines()
+    line = gemm_line.index("            a @ a") + 1
+    assert outlier["code_longer"][0]["code"].startswith("gemm_loop (")
+    assert outlier["code_longer"][0]["code"].endswith(f"stacks_workload.py:{line})")

@@ -9,17 +9,19 @@ pattern that holds no recording, ``--plot`` without matplotlib, an unwritable ``
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from contextlib import ExitStack
 from typing import Any, TextIO
 
-from cuptistream.analysis.compare import compare_streams
+from cuptistream.analysis.compare import CompareResult, compare_streams, rank_key, rank_label
 from cuptistream.analysis.compare_read import DECODER
 from cuptistream.analysis.compare_report import WRITERS, Writer
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import Rule
 from cuptistream.analysis.select import Selection
 from cuptistream.analysis.sources import Recordings, expand
+from cuptistream.analysis.stacks import StackJoin, code_of
 from cuptistream.config.units import parse_duration
 from cuptistream.errors import UserError
 
@@ -100,6 +102,8 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
             "names": "mangled" if args.mangled else "demangled",
             "torn_tails": [t.describe() for t in recordings.torn_tails],
         }
+        if result.outliers and not args.follow:
+            _name_code(result, Recordings(sources), selection)
         writer.finish(result, meta)
     if args.plot:
         from cuptistream.analysis.compare_plot import plot_compare
@@ -109,3 +113,33 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
     for tail in recordings.torn_tails:
         print(f"cuptistream: {tail.describe()}; every complete frame before it was read", file=sys.stderr)
     return 0
+
+
+def _name_code(result: CompareResult, recordings: Recordings, selection: Selection, top: int = 3) -> None:
+    """Where the recordings hold the launching stacks: each outlier's ``code_longer``, the lines of
+    the program whose GPU time it spends more than the median rank, the most first."""
+    joiner = StackJoin(selection)
+    for part in recordings.parts():
+        joiner.add(part)
+    if not joiner.has_stacks():
+        return
+    by_rank: dict[str, dict[str, int]] = {}
+    for stack in joiner.result():
+        label = rank_label(rank_key(joiner.resources[(stack.host, stack.pid)]))
+        lines = by_rank.setdefault(label, {})
+        lines[code_of(stack)] = lines.get(code_of(stack), 0) + stack.gpu_ns
+    for outlier in result.outliers:
+        mine = by_rank.get(outlier["rank"], {})
+        others = [lines for label, lines in by_rank.items() if label != outlier["rank"]]
+        if not others:
+            continue
+        longer: list[tuple[float, str, int, float]] = []
+        for code, ns in mine.items():
+            median = statistics.median(lines.get(code, 0) for lines in others)
+            if ns > median:
+                longer.append((ns - median, code, ns, median))
+        longer.sort(reverse=True)
+        outlier["code_longer"] = [
+            {"code": code, "diff_ns": diff, "rank_ns": ns, "median_ns": median}
+            for diff, code, ns, median in longer[:top]
+        ]

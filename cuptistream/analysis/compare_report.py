@@ -139,6 +139,9 @@ class TextWriter:
                         f"   {title} by {_duration(abs(k['diff_ns']))} than {reference} "
                         f"({k['rank_count']} vs {k['median_count']:g} launches): {_short(k['name'], 90)}\n"
                     )
+            for c in o.get("code_longer", []):  # recorded with stacks: the program's lines
+                diff = _duration(c["diff_ns"])
+                out.write(f"   code longer by {diff} than {reference}: {_short(c['code'], 90)}\n")
         if meta.get("late_events"):
             out.write(
                 f"\n{meta['late_events']} events came after their interval closed (in the whole span only)\n"

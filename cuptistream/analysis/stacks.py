@@ -267,14 +267,19 @@ def join(parts: Iterable[Part], selection: Selection | None = None, **options: A
     return joiner.result()
 
 
+def code_of(stack: StackTime) -> str:
+    """The program's line that launched it: the innermost frame that is not cuptistream's own (or
+    the one saying why there is none)."""
+    real = [f for f in stack.frames if not f.synthetic]
+    return real[-1].label() if real else stack.frames[-1].function
+
+
 def code_table(stacks: Sequence[StackTime], top: int | None = 20, kernels_per_line: int = 3) -> Table:
     """``summary``'s "GPU time by code": GPU time per line of the program (a stack's innermost frame
     that is not cuptistream's own), the most first, with the kernels that make most of it."""
     lines: dict[str, list[Any]] = {}  # label -> [ns, launches, {work: ns}]
     for stack in stacks:
-        real = [f for f in stack.frames if not f.synthetic]
-        label = real[-1].label() if real else stack.frames[-1].function
-        row = lines.setdefault(label, [0, 0, {}])
+        row = lines.setdefault(code_of(stack), [0, 0, {}])
         row[0] += stack.gpu_ns
         row[1] += stack.launches
         row[2][stack.work] = row[2].get(stack.work, 0) + stack.gpu_ns
