@@ -39,6 +39,9 @@ TABLE_FULL = "[stack table full]"
 NO_PYTHON = 0  # the stack id of a thread that runs no Python (or ended)
 THREAD_ID_MASK = 0xFFFFFFFF  # CUPTI's API records keep the low 32 bits of pthread_self()
 _FLUSH_S = 1.0
+# One event's bounds, well inside the probe's smallest event slot (probe.event_buffer_size, 64 KiB up).
+_EVENT_CHANGES = 1024  # about 25 bytes each
+_EVENT_TABLE_BYTES = 32 * 1024
 _WALK_LIMIT = 4096  # frames walked per stack (a runaway recursion stops here)
 _FRAME_CACHE_LIMIT = 200_000  # (code, instruction) -> frame id entries before the cache starts over
 _FRAME_BYTES = 24  # a frame's ids and line in the table, beside its strings
@@ -97,6 +100,8 @@ class StackSampler:
         self._table = StackTable(process_id=self._pid)
         self._changes = StackChanges(process_id=self._pid, interval_ns=round(self.interval_s * 1e9))
         self._sampled_at = 0  # the last sample's time (0: none since sampling began)
+        self._ready: list[Event] = []  # tables and changes sealed, to send at the next flush
+        self._table_event_bytes = 0
         self.table_bytes = 0
         self.samples = 0
         self.lost = 0
@@ -142,18 +147,23 @@ class StackSampler:
 
     def flush(self) -> None:
         with self._lock:
-            events: list[Event] = []
-            if self._table.frame_ids or self._table.stack_ids:
-                events.append(self._table)
-                self._table = StackTable(process_id=self._pid)
-            if self._changes.times:
-                events.append(self._changes)
-                self._changes = StackChanges(process_id=self._pid, interval_ns=self._changes.interval_ns)
+            self._seal()
+            events, self._ready = self._ready, []
             lost, self.lost = self.lost, 0
-        if events:
-            self._emit(events)
+        for event in events:  # one chunk each: a chunk must fit one of the probe's event slots
+            self._emit([event])
         if lost:
             self._report_lost(lost)
+
+    def _seal(self) -> None:
+        """Close the table and changes being filled (the table first: the changes use its stacks)."""
+        if self._table.frame_ids or self._table.stack_ids:
+            self._ready.append(self._table)
+            self._table = StackTable(process_id=self._pid)
+            self._table_event_bytes = 0
+        if self._changes.times:
+            self._ready.append(self._changes)
+            self._changes = StackChanges(process_id=self._pid, interval_ns=self._changes.interval_ns)
 
     def _run(self) -> None:
         flushed = 0.0
@@ -208,6 +218,8 @@ class StackSampler:
         changes.times.append(at)
         changes.previous.append(self._sampled_at)
         changes.stack_ids.append(stack)
+        if len(changes.times) >= _EVENT_CHANGES:
+            self._seal()
 
     def _stack_of(self, top: FrameType) -> int:
         kept: list[int] = []  # innermost first
@@ -270,6 +282,7 @@ class StackSampler:
                 return self._synthetic[TABLE_FULL]  # its stack will not fit either
             fid = self._frame_ids[key] = len(self._frame_ids) + 1
             self.table_bytes += size
+            self._table_event_bytes += size
             table = self._table
             table.frame_ids.append(fid)
             table.files.append(file)
@@ -284,6 +297,9 @@ class StackSampler:
             return self._table_full_stack
         stack = self._stack_ids[frames] = len(self._stack_ids) + 1
         self.table_bytes += size
+        self._table_event_bytes += size
         self._table.stack_ids.append(stack)
         self._table.stacks.append(list(frames))
+        if self._table_event_bytes >= _EVENT_TABLE_BYTES:
+            self._seal()
         return stack

@@ -81,7 +81,7 @@ class Sampled:
         ]  # fmt: skip
 
 
-def _threads(*targets: Any) -> tuple[list[threading.Thread], threading.Event]:
+def _threads(*targets: Any, settle: float = 0.01) -> tuple[list[threading.Thread], threading.Event]:
     go = threading.Event()
     threads = []
     for target, *args in targets:
@@ -90,7 +90,7 @@ def _threads(*targets: Any) -> tuple[list[threading.Thread], threading.Event]:
         thread.start()
         assert ready.wait(5)
         threads.append(thread)
-    time.sleep(0.01)  # each thread is inside go.wait()
+    time.sleep(settle)  # each thread is inside go.wait()
     return threads, go
 
 
@@ -397,3 +397,20 @@ def test_compare_names_the_code_of_the_slow_ranks_extra_time(tmp_path: Path) -> 
     line = gemm_line.index("            a @ a") + 1
     assert outlier["code_longer"][0]["code"].startswith("gemm_loop (")
     assert outlier["code_longer"][0]["code"].endswith(f"stacks_workload.py:{line})")
+
+
+def test_changes_and_tables_are_sent_in_events_that_fit_an_event_slot() -> None:
+    sampled = Sampled()
+    for i in range(1100):  # threads in alpha and beta by turns: a change at each sample
+        (thread,), go = _threads((alpha if i % 2 else beta,), settle=0)  # in alpha or beta either way
+        sampled.sampler.sample()
+        go.set()
+        thread.join()
+    sampled.sampler.sample()
+    sampled.sampler.stop()
+    changes = [e for e in sampled.events if isinstance(e, StackChanges)]
+    assert sum(len(e.times) for e in changes) >= 1100
+    assert len(changes) >= 2 and all(len(e.times) <= 1024 for e in changes)
+    from cuptistream.recording.codec import encode_chunk
+
+    assert max(encode_chunk([e]).nbytes for e in sampled.events) < 64 * 1024
