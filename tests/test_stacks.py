@@ -180,10 +180,13 @@ MS = 1_000_000
 
 
 def _table() -> StackTable:
-    files = [SYNTHETIC_FILE, "train.py", "train.py", "train.py"]
+    """Stacks 1: main > forward (line 20); 2: main > step; 3: main > step > [autograd backward];
+    4: main > forward (line 21, say its synchronize)."""
+    files = [SYNTHETIC_FILE, "train.py", "train.py", "train.py", "train.py"]
     return StackTable(
-        process_id=7, frame_ids=[1, 2, 3, 4], files=files, functions=[BACKWARD, "main", "forward", "step"],
-        lines=[0, 10, 20, 30], stack_ids=[1, 2, 3], stacks=[[2, 3], [2, 4], [2, 4, 1]],
+        process_id=7, frame_ids=[1, 2, 3, 4, 5], files=files,
+        functions=[BACKWARD, "main", "forward", "step", "forward"], lines=[0, 10, 20, 30, 21],
+        stack_ids=[1, 2, 3, 4], stacks=[[2, 3], [2, 4], [2, 4, 1], [2, 5]],
     )  # fmt: skip
 
 
@@ -230,16 +233,34 @@ def test_a_thread_without_python_takes_the_stack_inside_backward() -> None:
     assert found[3] == [NO_PYTHON_STACK]
 
 
-def test_launches_take_the_stacks_seen_outside_waiting_calls() -> None:
-    # MAIN launches at "step" (seen once, at 0) and waits in a synchronize from 1 to 9 ms, where the
-    # samples see "forward" (say, the line that synchronizes): the launch at 9.9 ms is the step's.
-    sync = ApiCall(domain="runtime", name="cudaDeviceSynchronize", cbid=2, start=1 * MS, end=9 * MS + MS // 2,
-                   process_id=7, thread_id=MAIN, correlation_id=9)  # fmt: skip
+def _sync(start: int, end: int) -> ApiCall:
+    return ApiCall(domain="runtime", name="cudaDeviceSynchronize", cbid=2, start=start, end=end, process_id=7,
+                   thread_id=MAIN, correlation_id=99)  # fmt: skip
+
+
+def _lines(*events: Event) -> dict[int, list[tuple[str, int]]]:
+    joiner = StackJoin()
+    joiner.add(Part(RESOURCE, 0, list(events)))
+    resolve = joiner.resolver(7)
+    return {c: [(f.function, f.line) for f in resolve(c)] for c in range(1, 10)}
+
+
+def test_a_launch_seen_waiting_takes_its_functions_launching_line() -> None:
+    # MAIN launches from forward:20 (seen at 0) and waits in a synchronize at forward:21 from 1 to
+    # 9.5 ms (seen at 2 ms): the launch at 9.9 ms was made from line 20, not from the line that waits.
     changes = StackChanges(
-        process_id=7, interval_ns=MS, thread_ids=[MAIN, MAIN], times=[0, 2 * MS], stack_ids=[2, 1]
+        process_id=7, interval_ns=MS, thread_ids=[MAIN, MAIN], times=[0, 2 * MS], stack_ids=[1, 4]
     )
-    found = _join(_table(), changes, sync, *_launch(1, MAIN, 9 * MS + 9 * MS // 10))
-    assert found[1] == ["main", "step"]
+    found = _lines(_table(), changes, _sync(MS, 9 * MS + MS // 2), *_launch(1, MAIN, 9 * MS + 9 * MS // 10))
+    assert found[1] == [("main", 10), ("forward", 20)]
+
+
+def test_a_function_never_seen_launching_keeps_the_waiting_line() -> None:
+    changes = StackChanges(
+        process_id=7, interval_ns=MS, thread_ids=[MAIN, MAIN], times=[0, 2 * MS], stack_ids=[2, 4]
+    )
+    found = _lines(_table(), changes, _sync(MS, 9 * MS + MS // 2), *_launch(1, MAIN, 9 * MS + 9 * MS // 10))
+    assert found[1] == [("main", 10), ("forward", 21)]  # the right function still; its only line seen
 
 
 def test_no_stacks_recorded() -> None:

@@ -3,8 +3,9 @@
 The join, per process: a GPU record's correlation id names the API call that launched it (its
 thread and start time); the probe's ``StackChanges`` say which stack that thread was at then
 (``cuptistream.stacks``). A change happened between the sample that saw it and the one before: a
-launch in between goes to the side of their midpoint. Samples taken inside the thread's waiting API
-calls (synchronize, copies) are left out of the launches' timeline (``_outside``).
+launch in between goes to the side of their midpoint. A sample taken inside one of the thread's
+waiting API calls (synchronize, copies) shows the line that waits: its launches take the line of the
+same function seen outside a wait (``_Resolver._stack_at``).
 
 Launches from threads that run no Python (autograd's backward threads, C++ workers) go to the stack
 of a thread that was inside ``backward()`` at that moment (its innermost frame ``[autograd
@@ -175,15 +176,24 @@ class _Resolver:
 
     def __init__(self, proc: _Process) -> None:
         self.proc = proc
-        # thread -> (first possible start of its first stack, midpoints between samples, stacks)
-        self.timelines: dict[int, tuple[int, list[int], list[int]]] = {}
+        # thread -> (first possible start of its first stack, midpoints between samples, stacks,
+        # whether each was seen while the thread waited in an API call)
+        self.timelines: dict[int, tuple[int, list[int], list[int], list[bool]]] = {}
+        # (thread, a stack's place: its outer frames and its innermost function) -> when each stack of
+        # that place was seen outside a wait
+        self.launching: dict[tuple[int, tuple[Any, ...]], tuple[list[int], list[int]]] = {}
         backward = proc.frames.get
         spans = []  # (start, end, stack) while a thread was inside backward()
         for thread, changes in proc.changes.items():
             changes.sort()
-            launching = _outside(changes, proc.waits.get(thread, []))
-            midpoints = [(at + before) // 2 for at, _, before in launching]
-            self.timelines[thread] = (launching[0][2], midpoints, [s for _, s, _ in launching])
+            waiting = _waiting(changes, proc.waits.get(thread, []))
+            midpoints = [(at + before) // 2 for at, _, before in changes]
+            self.timelines[thread] = (changes[0][2], midpoints, [s for _, s, _ in changes], waiting)
+            for (at, stack, _), waited in zip(changes, waiting, strict=True):
+                if not waited and stack != NO_PYTHON:
+                    times, stacks = self.launching.setdefault((thread, self._place(stack)), ([], []))
+                    times.append(at)
+                    stacks.append(stack)
             for i, (_, stack, before) in enumerate(changes):
                 ids = proc.stacks.get(stack, ())
                 leaf = backward(ids[-1]) if ids else None
@@ -197,6 +207,14 @@ class _Resolver:
         self._frames: dict[int, tuple[Frame, ...]] = {}
         self._none = (Frame(SYNTHETIC_FILE, NO_STACK_RECORDED, 0),)
         self._no_python = (Frame(SYNTHETIC_FILE, NO_PYTHON_STACK, 0),)
+
+    def _place(self, stack: int) -> tuple[Any, ...]:
+        """The stack but for its innermost frame's line: the calls around it and the function."""
+        ids = self.proc.stacks.get(stack, ())
+        if not ids:
+            return ()
+        leaf = self.proc.frames.get(ids[-1])
+        return (ids[:-1], (leaf.file, leaf.function) if leaf is not None else ids[-1])
 
     def __call__(self, correlation: int) -> tuple[Frame, ...]:
         launch = self.proc.launches.get(correlation)
@@ -214,10 +232,24 @@ class _Resolver:
         timeline = self.timelines.get(thread)
         if timeline is None:
             return NO_PYTHON
-        first, midpoints, stacks = timeline
-        i = bisect.bisect_right(midpoints, at) - 1
+        first, midpoints, stacks, waiting = timeline
         # A stack moved to between two samples is taken from their midpoint on.
-        return stacks[max(i, 0)] if i >= 0 or at > first else NO_PYTHON
+        i = bisect.bisect_right(midpoints, at) - 1
+        if i < 0 and at <= first:
+            return NO_PYTHON
+        i = max(i, 0)
+        if not waiting[i]:
+            return stacks[i]
+        # Seen waiting (in cudaDeviceSynchronize, say): that line waits, it does not launch. A loop
+        # that launches, then synchronizes is seen waiting most of the time; its launches take the
+        # line of the same function that was seen outside a wait, the latest before (else the first
+        # after), where there is one.
+        seen = self.launching.get((thread, self._place(stacks[i])))
+        if seen is None:
+            return stacks[i]
+        times, launching = seen
+        j = bisect.bisect_right(times, at) - 1
+        return launching[max(j, 0)]
 
     def _in_backward(self, at: int) -> int:
         i = bisect.bisect_right(self.backward_starts, at) - 1
@@ -241,22 +273,18 @@ class _Resolver:
         return frames
 
 
-def _outside(changes: list[tuple[int, int, int]], waits: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """The changes seen outside the thread's waiting API calls. A sample taken while the thread
-    waits in ``cudaDeviceSynchronize`` (or a copy) shows the line that waits, and a loop that
-    launches, then synchronizes spends most samples there; its launches happen between them. So the
-    launches take the stacks seen while the thread was not waiting, where any were seen."""
+def _waiting(changes: list[tuple[int, int, int]], waits: list[tuple[int, int]]) -> list[bool]:
+    """For each change, whether the sample that saw it fell inside one of the thread's waiting API
+    calls (those that launch no kernel: synchronize, copies)."""
     if not waits:
-        return changes
+        return [False] * len(changes)
     waits.sort()
     starts = [start for start, _ in waits]
-    kept = []
-    for change in changes:
-        at = change[0]
+    out = []
+    for at, _, _ in changes:
         i = bisect.bisect_right(starts, at) - 1
-        if not any(waits[j][1] >= at for j in range(i, max(i - _NESTED, -1), -1)):
-            kept.append(change)
-    return kept or changes
+        out.append(any(waits[j][1] >= at for j in range(i, max(i - _NESTED, -1), -1)))
+    return out
 
 
 def join(parts: Iterable[Part], selection: Selection | None = None, **options: Any) -> list[StackTime]:
