@@ -37,6 +37,7 @@ TRUNCATED = "[truncated]"
 BACKWARD = "[autograd backward]"
 TABLE_FULL = "[stack table full]"
 NO_PYTHON = 0  # the stack id of a thread that runs no Python (or ended)
+OWN_THREAD_PREFIX = "cuptistream"  # the names of cuptistream's threads in the observed process
 THREAD_ID_MASK = 0xFFFFFFFF  # CUPTI's API records keep the low 32 bits of pthread_self()
 _FLUSH_S = 1.0
 # One event's bounds, well inside the probe's smallest event slot (probe.event_buffer_size, 64 KiB up).
@@ -101,6 +102,8 @@ class StackSampler:
         self._changes = StackChanges(process_id=self._pid, interval_ns=round(self.interval_s * 1e9))
         self._sampled_at = 0  # the last sample's time (0: none since sampling began)
         self._ready: list[Event] = []  # tables and changes sealed, to send at the next flush
+        self._known: set[int] = set()  # the thread ids seen at the last learning (``_learn_threads``)
+        self._own: set[int] = set()  # ... those of cuptistream's threads
         self._table_event_bytes = 0
         self.table_bytes = 0
         self.samples = 0
@@ -119,7 +122,7 @@ class StackSampler:
     def start(self, active: bool = True) -> None:
         if active:
             self.set_active(True)
-        self._thread = threading.Thread(target=self._run, name="cuptistream-stacks", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{OWN_THREAD_PREFIX}-stacks", daemon=True)
         self._thread.start()
 
     def set_active(self, active: bool) -> None:
@@ -185,12 +188,13 @@ class StackSampler:
             self._sample()
 
     def _sample(self) -> None:
-        me = threading.get_ident()
         frames = sys._current_frames()
         at = self._clock()
         self.samples += 1
+        if not self._known.issuperset(frames):
+            self._learn_threads(frames)
         for ident, top in frames.items():
-            if ident == me:
+            if ident in self._own:
                 continue
             last = self._last.get(ident)
             lasti = top.f_lasti
@@ -205,6 +209,17 @@ class StackSampler:
             self._end_threads(gone, at)
         self._sampled_at = at
         del frames
+
+    def _learn_threads(self, frames: dict[int, FrameType]) -> None:
+        """Which threads are cuptistream's own (named ``cuptistream-...``, this one among them): they
+        launch no GPU work, so they are not sampled. Learned again whenever a thread is new, since an
+        ended thread's id can come back on another."""
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        me = threading.get_ident()
+        self._known = set(frames)
+        self._own = {
+            ident for ident in frames if ident == me or names.get(ident, "").startswith(OWN_THREAD_PREFIX)
+        }
 
     def _end_threads(self, idents: set[int], at: int | None = None) -> None:
         at = self._clock() if at is None else at

@@ -435,3 +435,20 @@ def test_changes_and_tables_are_sent_in_events_that_fit_an_event_slot() -> None:
     from cuptistream.recording.codec import encode_chunk
 
     assert max(encode_chunk([e]).nbytes for e in sampled.events) < 64 * 1024
+
+
+def test_cuptistreams_own_threads_are_not_sampled() -> None:
+    sampled = Sampled()
+    go, ready = threading.Event(), threading.Event()
+    own = threading.Thread(target=alpha, args=(ready, go), name="cuptistream-probe-sender")
+    own.start()
+    assert ready.wait(5)
+    (theirs,), go_theirs = _threads((beta,))
+    sampled.sampler.sample()
+    go.set()
+    go_theirs.set()
+    own.join()
+    theirs.join()
+    sampled.sampler.stop()
+    assert sampled.stacks_of(own.ident or 0) == []
+    assert sampled.stacks_of(theirs.ident or 0) == [["beta"]]
