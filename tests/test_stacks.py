@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import jsonschema
 import pytest
 
 from cuptistream.analysis.records import Part
-from cuptistream.analysis.stacks import NO_PYTHON_STACK, NO_STACK_RECORDED, StackJoin
+from cuptistream.analysis.stacks import NO_PYTHON_STACK, NO_STACK_RECORDED, Frame, join_stacks
 from cuptistream.config import build
 from cuptistream.config.model import StacksConfig
 from cuptistream.errors import ConfigError
@@ -198,11 +199,24 @@ def _launch(correlation: int, thread: int, at: int, ns: int = 1000) -> list[Even
     return [api, kernel]
 
 
+class _Recording:
+    """Events as one batch of one process, read as often as the join reads."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self.events = list(events)
+
+    def parts(self) -> Iterator[Part]:
+        yield Part(RESOURCE, 0, self.events)
+
+
+def _frames(*events: Event) -> dict[int, tuple[Frame, ...]]:
+    """Each kernel's (``k<correlation>``) frames, through both passes of the join."""
+    stacks = join_stacks(_Recording(events)).result()  # type: ignore[arg-type]
+    return {int(s.work[1:]): s.frames for s in stacks}
+
+
 def _join(*events: Event) -> dict[int, list[str]]:
-    joiner = StackJoin()
-    joiner.add(Part(RESOURCE, 0, list(events)))
-    resolve = joiner.resolver(7)
-    return {c: [f.function for f in resolve(c)] for c in range(1, 10)}
+    return {c: [f.function for f in frames] for c, frames in _frames(*events).items()}
 
 
 def test_a_launch_takes_the_stack_its_thread_was_at() -> None:
@@ -213,14 +227,14 @@ def test_a_launch_takes_the_stack_its_thread_was_at() -> None:
     found = _join(
         _table(), changes,
         *_launch(1, MAIN, 5 * MS), *_launch(2, MAIN, 9 * MS + MS // 4), *_launch(3, MAIN, 9 * MS + 3 * MS // 4),
-        *_launch(4, MAIN, 50 * MS), *_launch(5, WORKER, 5 * MS),
+        *_launch(4, MAIN, 50 * MS), *_launch(5, WORKER, 5 * MS), _launch(6, MAIN, 7 * MS)[1],
     )  # fmt: skip
     assert found[1] == ["main", "forward"]
     assert found[2] == ["main", "forward"]  # before the midpoint of the interval in which it moved
     assert found[3] == ["main", "step"]
     assert found[4] == ["main", "step"]
     assert found[5] == [NO_PYTHON_STACK]  # a thread never seen running Python
-    assert found[6] == [NO_STACK_RECORDED]  # no API record
+    assert found[6] == [NO_STACK_RECORDED]  # a kernel whose API record is not there
 
 
 def test_a_thread_without_python_takes_the_stack_inside_backward() -> None:
@@ -239,10 +253,7 @@ def _sync(start: int, end: int) -> ApiCall:
 
 
 def _lines(*events: Event) -> dict[int, list[tuple[str, int]]]:
-    joiner = StackJoin()
-    joiner.add(Part(RESOURCE, 0, list(events)))
-    resolve = joiner.resolver(7)
-    return {c: [(f.function, f.line) for f in resolve(c)] for c in range(1, 10)}
+    return {c: [(f.function, f.line) for f in frames] for c, frames in _frames(*events).items()}
 
 
 def test_a_launch_seen_waiting_takes_its_functions_launching_line() -> None:
@@ -326,9 +337,7 @@ def test_kernels_land_on_the_line_that_launched_them() -> None:
     workload = Path(__file__).parent / "gpu" / "workloads" / "stacks_workload.py"
     lines = workload.read_text().splitlines()
     gemm_line = lines.index("            a @ a") + 1
-    joiner = StackJoin(kernel="nvjet")
-    for part in open_recordings([str(CAPTURE)]).parts():
-        joiner.add(part)
+    joiner = join_stacks(open_recordings([str(CAPTURE)]), kernel="nvjet")
     by_line: dict[int, int] = {}
     for stack in joiner.result():
         ours = [f for f in stack.frames if f.file.endswith("stacks_workload.py")]

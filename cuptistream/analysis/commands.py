@@ -136,12 +136,10 @@ def _summary(args: argparse.Namespace) -> int:
     sel = selection(args)
     recording = open_recordings(args.paths, lean=True)
     report = summarize(recording, sel, top, mangled=args.mangled)
-    if report.meta["events"].get("stack_changes"):  # recorded with stacks: a second pass joins them
-        from cuptistream.analysis.stacks import StackJoin, code_table
+    if report.meta["events"].get("stack_changes"):  # recorded with stacks: more passes join them
+        from cuptistream.analysis.stacks import code_table, join_stacks
 
-        joiner = StackJoin(sel, mangled=args.mangled)
-        for part in open_recordings(args.paths).parts():
-            joiner.add(part)
+        joiner = join_stacks(open_recordings(args.paths), sel, mangled=args.mangled)
         report.tables.insert(1, code_table(joiner.result(), top))
     text = render(report, fmt)  # type: ignore[arg-type]
     if args.output:
@@ -194,7 +192,7 @@ def _flame(args: argparse.Namespace) -> int:
 
     from cuptistream.analysis.flame import pprof, speedscope_text
     from cuptistream.analysis.sources import open_recordings
-    from cuptistream.analysis.stacks import StackJoin
+    from cuptistream.analysis.stacks import join_stacks
 
     form = args.format or ("speedscope" if args.output.endswith(".json") else "pprof")
     _choice("--format", form, ("pprof", "speedscope"))
@@ -204,9 +202,7 @@ def _flame(args: argparse.Namespace) -> int:
         except re.error as error:
             raise UserError(f"--kernel {args.kernel!r}: not a regular expression ({error})") from None
     recording = open_recordings(args.paths)
-    joiner = StackJoin(selection(args), kernel=args.kernel, mangled=args.mangled)
-    for part in recording.parts():
-        joiner.add(part)
+    joiner = join_stacks(recording, selection(args), kernel=args.kernel, mangled=args.mangled)
     _report_torn(recording.torn_tails)
     stacks = joiner.result()
     if not stacks:

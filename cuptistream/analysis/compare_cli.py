@@ -21,7 +21,7 @@ from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.outliers import Rule
 from cuptistream.analysis.select import Selection
 from cuptistream.analysis.sources import Recordings, expand
-from cuptistream.analysis.stacks import StackJoin, code_of
+from cuptistream.analysis.stacks import code_of, join_stacks
 from cuptistream.config.units import parse_duration
 from cuptistream.errors import UserError
 
@@ -118,10 +118,8 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
 def _name_code(result: CompareResult, recordings: Recordings, selection: Selection, top: int = 3) -> None:
     """Where the recordings hold the launching stacks: each outlier's ``code_longer``, the lines of
     the program whose GPU time it spends more than the median rank, the most first."""
-    joiner = StackJoin(selection)
-    for part in recordings.parts():
-        joiner.add(part)
-    if not joiner.has_stacks():
+    joiner = join_stacks(recordings, selection)
+    if not joiner.index.has_stacks():
         return
     by_rank: dict[str, dict[str, int]] = {}
     for stack in joiner.result():

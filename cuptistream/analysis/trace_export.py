@@ -20,9 +20,10 @@ is spilled to a temporary file next to the output, and the runs are merged at th
 need both ends: the recent launches and unmatched GPU operations are kept in bounded LRU tables
 (``pending``); an end that falls out of them gets no arrow.
 
-Stacks: where the recording has the launching threads' stacks (``stacks:``), each kernel, copy,
-memset and API slice gets its stack in ``args.stack`` (outermost frame first). That takes a first
-pass over the recording (``cuptistream.analysis.stacks``), whose memory grows with the API calls.
+Stacks: where the recording has the launching threads' stacks (``stacks:``), each API slice gets
+its thread's stack in ``args.stack`` (outermost frame first), and the GPU work it launched the same
+(a bounded table of recent launches, as for the arrows). That takes a first pass over the recording
+(``cuptistream.analysis.stack_index``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import heapq
 import os
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ from cuptistream import events as ev
 from cuptistream.analysis import records as rec
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.select import Selection
-from cuptistream.analysis.stacks import NO_STACK_RECORDED, Frame, StackJoin
+from cuptistream.analysis.stack_index import NONE_RECORDED, StackIndex
 from cuptistream.errors import UserError
 
 _KEY_BIAS = 1 << 62  # keys are ns since the base plus this, so they are positive fixed-width numbers
@@ -74,7 +75,11 @@ class _Process:
     pid: int
     tracks: dict[tuple[Any, ...], int] = field(default_factory=dict)
     lost: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    stack_of: Callable[[int], tuple[Frame, ...]] | None = None  # correlation id -> launching stack
+    key: tuple[str, int] = ("", 0)  # (host, pid) as recorded
+    # correlation id -> its launch's stack, as slice args (recordings with stacks; bounded)
+    launch_stacks: OrderedDict[int, list[str]] | None = None
+    # correlation id -> GPU slices that came before their API call, held for its stack (bounded)
+    held: OrderedDict[int, list[tuple[int, dict[str, Any]]]] = field(default_factory=OrderedDict)
 
 
 class TraceWriter:
@@ -82,10 +87,10 @@ class TraceWriter:
 
     def __init__(
         self, output: str | Path, selection: Selection | None = None, *, run_events: int = 200_000,
-        pending: int = 100_000, mangled: bool = False, stacks: StackJoin | None = None,
+        pending: int = 100_000, mangled: bool = False, stacks: StackIndex | None = None,
     ) -> None:  # fmt: skip
         self.output = Path(output)
-        self.stacks = stacks if stacks is not None and stacks.has_stacks() else None
+        self.stacks = stacks if stacks is not None and stacks.has_stacks() else None  # a first pass
         self.display = DisplayNames(mangled)
         self.selection = selection or Selection()
         self.run_events = run_events
@@ -170,8 +175,9 @@ class TraceWriter:
             pid = _PID_SPACE + len(self._processes)
         self._pids.add(pid)
         process = self._processes[(resource.host, resource.pid)] = _Process(pid)
+        process.key = (resource.host, resource.pid)
         if self.stacks is not None:
-            process.stack_of = self.stacks.resolver(resource.pid, resource.host)
+            process.launch_stacks = OrderedDict()
         who = f"rank {resource.rank} · " if resource.rank is not None else ""
         label = f"{who}{resource.process_name} (pid {resource.pid}) on {resource.host}"
         self._meta({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
@@ -220,9 +226,18 @@ class TraceWriter:
             )
         else:
             name, args = f"graph {e.graph_id}", {"graph_id": e.graph_id, "correlation_id": e.correlation_id}
-        _add_stack(process, e.correlation_id, args)
-        self._emit(ts, {"ph": "X", "name": name, "cat": kind, "pid": process.pid, "tid": tid,
-                        "dur": _us(dur), "args": args})  # fmt: skip
+        slice_ = {"ph": "X", "name": name, "cat": kind, "pid": process.pid, "tid": tid, "dur": _us(dur),
+                  "args": args}  # fmt: skip
+        if process.launch_stacks is None:
+            self._emit(ts, slice_)
+        elif (stack := process.launch_stacks.get(e.correlation_id)) is not None:
+            args["stack"] = stack
+            self._emit(ts, slice_)
+        else:  # its API call is still to come (another buffer): held until then
+            process.held.setdefault(e.correlation_id, []).append((ts, slice_))
+            if len(process.held) > self.pending_limit:
+                for at, held in process.held.popitem(last=False)[1]:
+                    self._emit(at, held)
         self._gpu_end(process.pid, e.correlation_id, ts, tid)
 
     def _host(self, process: _Process, kind: str, e: Any, shift: int) -> None:
@@ -231,7 +246,7 @@ class TraceWriter:
         if kind == "api":
             tid = self._track(process, ("api", e.thread_id), f"CUDA API · thread {e.thread_id}", 1)
             args = {"correlation_id": e.correlation_id}
-            _add_stack(process, e.correlation_id, args)
+            self._stack(process, e, args)
             cat = f"cuda_{e.domain}"
             self._emit(ts, {"ph": "X", "name": e.name, "cat": cat, "pid": process.pid, "tid": tid,
                             "dur": _us(dur), "args": args})  # fmt: skip
@@ -243,6 +258,22 @@ class TraceWriter:
             self._emit(
                 ts, {"ph": "X", "name": name, "cat": "nvtx", "pid": process.pid, "tid": tid, "dur": _us(dur)}
             )
+
+    def _stack(self, process: _Process, api: Any, args: dict[str, Any]) -> None:
+        """The API call's thread's Python stack, outermost frame first, on its args, kept for the
+        GPU work it launched (which comes after it)."""
+        if self.stacks is None or process.launch_stacks is None:
+            return
+        stack = self.stacks.stack_at(process.key, api.thread_id, api.start)
+        if stack == NONE_RECORDED:
+            return
+        args["stack"] = shown = [frame.label() for frame in self.stacks.frames_of(process.key, stack)]
+        process.launch_stacks[api.correlation_id] = shown
+        if len(process.launch_stacks) > self.pending_limit:
+            process.launch_stacks.popitem(last=False)
+        for at, held in process.held.pop(api.correlation_id, ()):
+            held["args"]["stack"] = shown
+            self._emit(at, held)
 
     # --- flow arrows ----------------------------------------------------------------------------
 
@@ -297,6 +328,11 @@ class TraceWriter:
 
     def finish(self) -> TraceStats:
         """Merge the runs into the output file; removes the temporary files."""
+        for process in self._processes.values():  # GPU slices whose API call never came
+            for held in process.held.values():
+                for at, slice_ in held:
+                    self._emit(at, slice_)
+            process.held.clear()
         try:
             with ExitStack() as stack:
                 self._lines.sort()
@@ -328,14 +364,6 @@ class TraceWriter:
         self.stats.events = count
 
 
-def _add_stack(process: _Process, correlation: int, args: dict[str, Any]) -> None:
-    """The launching thread's Python stack (``stacks``), innermost frame last, on a slice's args."""
-    if process.stack_of is not None:
-        frames = process.stack_of(correlation)
-        if not (len(frames) == 1 and frames[0].function == NO_STACK_RECORDED):
-            args["stack"] = [frame.label() for frame in frames]
-
-
 def _us(ns: int) -> float:
     return ns / 1000  # microseconds; ns since the base stay well inside a double's exact range
 
@@ -359,7 +387,7 @@ def export_trace(
 ) -> TraceStats:
     """Write ``recording`` (what ``selection`` keeps) as a trace to ``output`` (``.gz``: gzip).
     ``recording`` may be several (``sources.Recordings``): one trace, one clock, a process per rank."""
-    stacks = StackJoin(selection, work=False)  # a first pass: the launches' stacks, where recorded
+    stacks = StackIndex(selection)  # a first pass: the threads' stacks, where recorded
     for part in recording.parts():
         stacks.add(part)
     writer = TraceWriter(output, selection, run_events=run_events, mangled=mangled, stacks=stacks)

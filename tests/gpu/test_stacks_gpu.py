@@ -77,15 +77,15 @@ def _run(tmp: Path, mode: str, seconds: float, phase: float, threads: float) -> 
 def _attribution(rec: Path) -> dict[str, Any]:
     """Per GPU record: the truth (NVTX range or kernel name) and the function the join found."""
     from cuptistream.analysis.sources import open_recordings
-    from cuptistream.analysis.stacks import StackJoin
+    from cuptistream.analysis.stacks import StackIndex
 
-    recording = open_recordings([str(rec)])
-    joiner = StackJoin()
+    index = StackIndex()
     ranges: list[tuple[int, int, str]] = []
     launches: dict[int, tuple[int, int]] = {}
-    kernels: list[tuple[int, int, str, int]] = []  # (pid, correlation, name, ns)
-    for part in recording.parts():
-        joiner.add(part)
+    kernels: list[tuple[tuple[str, int], int, str, int]] = []  # (process, correlation, name, ns)
+    for part in open_recordings([str(rec)]).parts():
+        index.add(part)
+        process = (part.resource.host, part.resource.pid)
         for event in part.events:
             tag = type(event).__struct_config__.tag
             if tag == "nvtx_range" and event.name in FUNCTIONS:
@@ -93,17 +93,15 @@ def _attribution(rec: Path) -> dict[str, Any]:
             elif tag == "api":
                 launches[event.correlation_id] = (event.thread_id & MASK, event.start)
             elif tag == "kernel":
-                kernels.append((part.resource.pid, event.correlation_id, event.name, event.end - event.start))
+                kernels.append((process, event.correlation_id, event.name, event.end - event.start))
     ranges.sort()
-    pid = kernels[0][0]
-    resolve = joiner.resolver(pid)
     rows = []
-    for _, correlation, name, ns in kernels:
+    for process, correlation, name, ns in kernels:
         thread, at = launches.get(correlation, (0, 0))
         truth = next((f for start, end, f in ranges if start <= at < end), None)
         if truth is None and ("sin" in name or "cos" in name):
             truth = "thread_sin" if "sin" in name else "thread_cos"
-        frames = resolve(correlation)
+        frames = index.frames_of(process, index.stack_at(process, thread, at))
         found = next((f.function for f in reversed(frames) if f.function in FUNCTIONS + THREADS), None)
         rows.append({"truth": truth, "found": found, "ns": ns, "thread": thread,
                      "frames": [(f.function, f.line) for f in frames]})  # fmt: skip
