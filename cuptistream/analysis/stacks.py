@@ -1,7 +1,7 @@
 """GPU time by the code that launched it: each kernel, copy and memset joined to a Python stack.
 
 Two passes over a recording (``join_stacks``): the first indexes the stacks each thread was at
-(``stack_index.StackIndex``); the second follows each GPU record's correlation id to the API call
+(``cuptistream.stacks.index.StackIndex``); the second follows each GPU record's correlation id to the API call
 that launched it (its thread and start time) and asks the index which stack that was. Launches and
 GPU records that wait for each other are kept in bounded tables (a kernel's API record comes
 shortly before or after it); what falls out goes to ``[no stack recorded]``. Memory: the stack
@@ -19,7 +19,8 @@ from typing import Any
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.records import Part, Recording, tag_of
 from cuptistream.analysis.select import Selection
-from cuptistream.analysis.stack_index import (
+from cuptistream.analysis.summary_report import Table, cut
+from cuptistream.stacks.index import (
     NO_PYTHON_STACK,
     NO_STACK_RECORDED,
     NONE_RECORDED,
@@ -27,8 +28,7 @@ from cuptistream.analysis.stack_index import (
     ProcessKey,
     StackIndex,
 )
-from cuptistream.analysis.summary_report import Table, cut
-from cuptistream.stacks import THREAD_ID_MASK
+from cuptistream.stacks.sampler import THREAD_ID_MASK
 
 __all__ = [
     "NO_PYTHON_STACK", "NO_STACK_RECORDED", "Frame", "StackIndex", "StackJoin", "StackTime", "join_stacks",
@@ -158,9 +158,11 @@ def join_stacks(
     mangled: bool = False,
 ) -> StackJoin:  # fmt: skip
     """Both passes over ``recording``: its stacks indexed, then its GPU work joined to them."""
-    index = StackIndex(selection)
+    selection = selection or Selection()
+    index = StackIndex()
     for part in recording.parts():
-        index.add(part)
+        if selection.accepts(part.resource):
+            index.add(part.resource, part.events)
     joiner = StackJoin(index, selection, kernel=kernel, mangled=mangled)
     for part in recording.parts():
         joiner.add(part)

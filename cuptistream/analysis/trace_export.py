@@ -23,7 +23,7 @@ need both ends: the recent launches and unmatched GPU operations are kept in bou
 Stacks: where the recording has the launching threads' stacks (``stacks:``), each API slice gets
 its thread's stack in ``args.stack`` (outermost frame first), and the GPU work it launched the same
 (a bounded table of recent launches, as for the arrows). That takes a first pass over the recording
-(``cuptistream.analysis.stack_index``).
+(``cuptistream.stacks.index``).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from cuptistream import events as ev
 from cuptistream.analysis import records as rec
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.select import Selection
-from cuptistream.analysis.stack_index import NONE_RECORDED, StackIndex
 from cuptistream.errors import UserError
+from cuptistream.stacks.index import NONE_RECORDED, StackIndex
 
 _KEY_BIAS = 1 << 62  # keys are ns since the base plus this, so they are positive fixed-width numbers
 _KEY_WIDTH = 20
@@ -387,9 +387,10 @@ def export_trace(
 ) -> TraceStats:
     """Write ``recording`` (what ``selection`` keeps) as a trace to ``output`` (``.gz``: gzip).
     ``recording`` may be several (``sources.Recordings``): one trace, one clock, a process per rank."""
-    stacks = StackIndex(selection)  # a first pass: the threads' stacks, where recorded
+    stacks = StackIndex()  # a first pass: the threads' stacks, where recorded
     for part in recording.parts():
-        stacks.add(part)
+        if selection is None or selection.accepts(part.resource):
+            stacks.add(part.resource, part.events)
     writer = TraceWriter(output, selection, run_events=run_events, mangled=mangled, stacks=stacks)
     try:
         for part in recording.parts():

@@ -84,7 +84,7 @@ def _attribution(rec: Path) -> dict[str, Any]:
     launches: dict[int, tuple[int, int]] = {}
     kernels: list[tuple[tuple[str, int], int, str, int]] = []  # (process, correlation, name, ns)
     for part in open_recordings([str(rec)]).parts():
-        index.add(part)
+        index.add(part.resource, part.events)
         process = (part.resource.host, part.resource.pid)
         for event in part.events:
             tag = type(event).__struct_config__.tag

@@ -4,7 +4,7 @@
 A kernel's activity record names the API call that launched it (its correlation id), and that
 call's record names the thread and the time. The sampler reads every Python thread's stack each
 ``interval`` and sends, per thread, the moments its stack changed (``StackChanges``); the analysis
-joins each launch to the stack its thread was at then (``cuptistream.analysis.stacks``).
+joins each launch to the stack its thread was at then (``cuptistream.stacks.index``).
 
 Why sampling rather than a callback on every launch: a Python callback costs microseconds per
 launch, which a launch-bound program pays in full, while a sample costs the same whatever the launch

@@ -1,5 +1,5 @@
 """Which Python stack each thread of a recording was at, when: the first of the stack join's two
-passes (``cuptistream.analysis.stacks``).
+passes (``cuptistream.analysis.stacks``, the OTLP sink).
 
 It keeps, per process, what the probe sent about stacks (``StackTable``, ``StackChanges``:
 ``cuptistream.stacks``) and when each thread waited in an API call that launches no kernel
@@ -21,13 +21,12 @@ Memory: the stack events and the waiting calls of every process, not its launche
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cuptistream.analysis.records import Part, tag_of
-from cuptistream.analysis.select import Selection
 from cuptistream.events import Resource
-from cuptistream.stacks import BACKWARD, NO_PYTHON, SYNTHETIC_FILE, THREAD_ID_MASK
+from cuptistream.stacks.sampler import BACKWARD, NO_PYTHON, SYNTHETIC_FILE, THREAD_ID_MASK
 
 NO_PYTHON_STACK = "[no Python stack]"
 NO_STACK_RECORDED = "[no stack recorded]"
@@ -66,37 +65,57 @@ class _Process:
 
 
 class StackIndex:
-    """Folds batches (``records.Part``) in; then ``stack_at`` and ``frames_of`` answer."""
+    """Folds the events of processes in (``add``); then ``stack_at`` and ``frames_of`` answer.
+    Processes are keyed by (host, pid)."""
 
-    def __init__(self, selection: Selection | None = None) -> None:
-        self.selection = selection or Selection()
+    def __init__(self) -> None:
         self._processes: dict[ProcessKey, _Process] = {}
         self.resources: dict[ProcessKey, Resource] = {}  # who each process was (rank, ...)
 
-    def add(self, part: Part) -> None:
-        if not self.selection.accepts(part.resource):
-            return
-        key = (part.resource.host, part.resource.pid)
+    def add(self, resource: Resource, events: Iterable[Any]) -> None:
+        """One batch of ``resource``'s events (full or light Structs)."""
+        key = (resource.host, resource.pid)
+        self.resources.setdefault(key, resource)
+        self.add_events(key, events)
+
+    def add_events(self, key: ProcessKey, events: Iterable[Any]) -> None:
         proc = self._processes.setdefault(key, _Process())
-        self.resources.setdefault(key, part.resource)
-        for event in part.events:
-            tag = tag_of(event)
+        for event in events:
+            tag = type(event).__struct_config__.tag
             if tag == "api":
                 if not event.name.startswith(KERNEL_LAUNCHES):
                     thread = event.thread_id & THREAD_ID_MASK
                     proc.waits.setdefault(thread, []).append((event.start, event.end))
+                    proc.timelines = None
             elif tag == "stack_table":
                 rows = zip(event.frame_ids, event.files, event.functions, event.lines, strict=True)
                 for fid, file, function, line in rows:
                     proc.frames[fid] = Frame(file, function, line)
                 for sid, frames in zip(event.stack_ids, event.stacks, strict=True):
                     proc.stacks[sid] = tuple(frames)
+                proc.timelines = None
             elif tag == "stack_changes":
                 interval = event.interval_ns
                 previous = event.previous or [0] * len(event.times)
                 rows = zip(event.thread_ids, event.times, event.stack_ids, previous, strict=True)
                 for thread, at, stack, before in rows:
                     proc.changes.setdefault(thread, []).append((at, stack, before or at - interval))
+                proc.timelines = None
+
+    def trim(self, key: ProcessKey, before: int) -> None:
+        """Forget what no launch at ``before`` or later needs: each thread's changes before its last
+        one before ``before``, and the waits that ended before it (a sink joining as it goes)."""
+        proc = self._processes.get(key)
+        if proc is None:
+            return
+        for changes in proc.changes.values():
+            changes.sort()
+            i = bisect.bisect_left(changes, (before,)) - 1
+            if i > 0:
+                del changes[:i]
+        for waits in proc.waits.values():
+            waits[:] = [w for w in waits if w[1] >= before]
+        proc.timelines = None
 
     def has_stacks(self) -> bool:
         return any(proc.changes for proc in self._processes.values())
