@@ -365,7 +365,7 @@ class TraceWindow(Event, tag="trace_window"):
     fresh: bool = False  # CUPTI was attached anew for it (``between_windows: detach``)
 
 
-# --- call stacks of the launching threads (``stacks``; cuptistream.probe.stacks) ------------
+# --- call stacks of the launching threads (``stacks``; cuptistream.stacks) ------------------
 
 
 class StackTable(Event, tag="stack_table"):

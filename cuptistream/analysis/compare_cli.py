@@ -125,7 +125,8 @@ def _name_code(result: CompareResult, recordings: Recordings, selection: Selecti
     for stack in joiner.result():
         label = rank_label(rank_key(joiner.resources[(stack.host, stack.pid)]))
         lines = by_rank.setdefault(label, {})
-        lines[code_of(stack)] = lines.get(code_of(stack), 0) + stack.gpu_ns
+        code = code_of(stack)
+        lines[code] = lines.get(code, 0) + stack.gpu_ns
     for outlier in result.outliers:
         mine = by_rank.get(outlier["rank"], {})
         others = [lines for label, lines in by_rank.items() if label != outlier["rank"]]

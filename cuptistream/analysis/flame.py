@@ -45,9 +45,7 @@ class _Strings:
         return found
 
 
-def pprof(
-    stacks: Sequence[StackTime], ranks: dict[tuple[str, int], int] | None = None, *, time_ns: int = 0
-) -> bytes:
+def pprof(stacks: Sequence[StackTime], ranks: dict[tuple[str, int], int] | None = None) -> bytes:
     """A gzip-compressed ``profile.proto`` of ``stacks``; ``ranks`` maps (host, pid) -> rank for labels."""
     strings = _Strings()
     functions: dict[tuple[str, str], int] = {}
@@ -80,7 +78,6 @@ def pprof(
         body += field_bytes(2, packed(1, ids) + packed(2, [stack.gpu_ns, stack.launches]) + labels)
     body += location_msgs + function_msgs
     body += b"".join(field_bytes(6, text.encode()) for text in strings.index)
-    body += field_varint(9, time_ns)
     body += field_bytes(11, field_varint(1, strings("gpu_time")) + field_varint(2, strings("nanoseconds")))
     return gzip.compress(bytes(body), mtime=0)
 

@@ -31,7 +31,8 @@ from cuptistream.stacks.index import (
 from cuptistream.stacks.sampler import THREAD_ID_MASK
 
 __all__ = [
-    "NO_PYTHON_STACK", "NO_STACK_RECORDED", "Frame", "StackIndex", "StackJoin", "StackTime", "join_stacks",
+    "NO_PYTHON_STACK", "NO_STACK_RECORDED", "Frame", "StackIndex", "StackJoin", "StackTime", "index_stacks",
+    "join_stacks",
 ]  # fmt: skip
 
 _WORK = ("kernel", "memcpy", "memset")
@@ -153,16 +154,21 @@ class StackJoin:
         return out
 
 
+def index_stacks(recording: Recording, selection: Selection | None = None) -> StackIndex:
+    """The first pass over ``recording``: the stacks of the processes ``selection`` keeps."""
+    index = StackIndex()
+    for part in recording.parts():
+        if selection is None or selection.accepts(part.resource):
+            index.add(part.resource, part.events)
+    return index
+
+
 def join_stacks(
     recording: Recording, selection: Selection | None = None, *, kernel: str | None = None,
     mangled: bool = False,
 ) -> StackJoin:  # fmt: skip
     """Both passes over ``recording``: its stacks indexed, then its GPU work joined to them."""
-    selection = selection or Selection()
-    index = StackIndex()
-    for part in recording.parts():
-        if selection.accepts(part.resource):
-            index.add(part.resource, part.events)
+    index = index_stacks(recording, selection)
     joiner = StackJoin(index, selection, kernel=kernel, mangled=mangled)
     for part in recording.parts():
         joiner.add(part)

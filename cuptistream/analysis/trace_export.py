@@ -45,6 +45,7 @@ from cuptistream import events as ev
 from cuptistream.analysis import records as rec
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.select import Selection
+from cuptistream.analysis.stacks import index_stacks
 from cuptistream.errors import UserError
 from cuptistream.stacks.index import NONE_RECORDED, StackIndex
 
@@ -387,10 +388,7 @@ def export_trace(
 ) -> TraceStats:
     """Write ``recording`` (what ``selection`` keeps) as a trace to ``output`` (``.gz``: gzip).
     ``recording`` may be several (``sources.Recordings``): one trace, one clock, a process per rank."""
-    stacks = StackIndex()  # a first pass: the threads' stacks, where recorded
-    for part in recording.parts():
-        if selection is None or selection.accepts(part.resource):
-            stacks.add(part.resource, part.events)
+    stacks = index_stacks(recording, selection)  # a first pass: the threads' stacks, where recorded
     writer = TraceWriter(output, selection, run_events=run_events, mangled=mangled, stacks=stacks)
     try:
         for part in recording.parts():

@@ -199,7 +199,7 @@ class StatisticsConfig(Strict):
 
 
 class StacksConfig(Strict):
-    """Python call stacks of the threads that launch GPU work (``cuptistream.probe.stacks``): the
+    """Python call stacks of the threads that launch GPU work (``cuptistream.stacks``): the
     probe samples them every ``interval`` while an activity source traces in one of ``modes``, and
     each kernel, copy and memset is joined to the stack its launch was made from."""
 
@@ -360,13 +360,13 @@ def build(data: Any, origin: str = "<dict>") -> Config:
     raw = convert(data, _RawConfig)
     sources: list[SourceConfig] = []
     source_classes: list[type[Any]] = []
+    # A source that joins its records to the launching stacks says when it cannot (where the modes
+    # were asked for: by default, sources that cannot simply take none).
+    asked = "modes" in (data.get("stacks") or {})
     for index, entry in enumerate(raw.sources):
         path = f"sources[{index}]"
         cls = registry.source_class(_component_type(entry, path), path)
         source = convert(entry, cls.config_type, path)
-        # A source that joins its records to the launching stacks says when it cannot (where the
-        # modes were asked for: by default, sources that cannot simply take none).
-        asked = "modes" in (data.get("stacks") or {})
         if asked and (problem := getattr(source, "stacks_problem", lambda modes: None)(raw.stacks.modes)):
             raise ConfigError(f"{path}: {problem}")
         sources.append(source)

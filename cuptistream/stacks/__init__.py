@@ -1,5 +1,5 @@
 """The Python stacks of the threads that launch GPU work: sampled in the probe (``sampler``), and
-which stack each launch was made from, for the views and sinks that join GPU work to them (``index``)."""
+which stack each launch was made from, for the views that join GPU work to them (``index``)."""
 
 from cuptistream.stacks.sampler import (
     BACKWARD,

@@ -1,5 +1,5 @@
 """Which Python stack each thread of a recording was at, when: the first of the stack join's two
-passes (``cuptistream.analysis.stacks``, the OTLP sink).
+passes (``cuptistream.analysis.stacks``).
 
 It keeps, per process, what the probe sent about stacks (``StackTable``, ``StackChanges``:
 ``cuptistream.stacks``) and when each thread waited in an API call that launches no kernel
@@ -76,9 +76,6 @@ class StackIndex:
         """One batch of ``resource``'s events (full or light Structs)."""
         key = (resource.host, resource.pid)
         self.resources.setdefault(key, resource)
-        self.add_events(key, events)
-
-    def add_events(self, key: ProcessKey, events: Iterable[Any]) -> None:
         proc = self._processes.setdefault(key, _Process())
         for event in events:
             tag = type(event).__struct_config__.tag
@@ -101,21 +98,6 @@ class StackIndex:
                 for thread, at, stack, before in rows:
                     proc.changes.setdefault(thread, []).append((at, stack, before or at - interval))
                 proc.timelines = None
-
-    def trim(self, key: ProcessKey, before: int) -> None:
-        """Forget what no launch at ``before`` or later needs: each thread's changes before its last
-        one before ``before``, and the waits that ended before it (a sink joining as it goes)."""
-        proc = self._processes.get(key)
-        if proc is None:
-            return
-        for changes in proc.changes.values():
-            changes.sort()
-            i = bisect.bisect_left(changes, (before,)) - 1
-            if i > 0:
-                del changes[:i]
-        for waits in proc.waits.values():
-            waits[:] = [w for w in waits if w[1] >= before]
-        proc.timelines = None
 
     def has_stacks(self) -> bool:
         return any(proc.changes for proc in self._processes.values())

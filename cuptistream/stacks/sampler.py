@@ -204,7 +204,7 @@ class StackSampler:
             self._last[ident] = (top, lasti, stack)
             if last is None or last[2] != stack:
                 self._record(ident, at, stack)
-        gone = set(self._last) - set(frames)
+        gone = self._last.keys() - frames.keys()
         if gone:
             self._end_threads(gone, at)
         self._sampled_at = at

@@ -112,9 +112,14 @@ class ActivitySourceConfig(SourceConfig):
                 "buffer_pool_limit must be at least 2 (CUPTI fills one while the collector reads another)"
             )
 
+    @property
+    def joins_stacks(self) -> bool:
+        """Whether its API records can join its GPU work to the launching stacks."""
+        return any(k in self.kinds for k in STACK_JOIN_KINDS)
+
     def stacks_problem(self, modes: list[str]) -> str | None:
         """Why the session's ``stacks`` (taken in ``modes``) cannot work with this source, or None."""
-        if self.enabled and self.mode in modes and not any(k in self.kinds for k in STACK_JOIN_KINDS):
+        if self.enabled and self.mode in modes and not self.joins_stacks:
             return (
                 f"stacks are taken in mode {self.mode}, which needs the runtime or driver kind to join "
                 f"GPU work to its launch; add runtime to kinds, or leave {self.mode} out of stacks.modes"

@@ -122,9 +122,8 @@ class ActivitySource(Source):
     def use_stacks(self, config: StacksConfig) -> None:
         """The session's ``stacks`` config (before ``start``): sampled while this source traces, in
         the modes it names (budget mode: in windows only), where its API records can be joined."""
-        cfg = self.config
-        joins = any(k in cfg.kinds for k in STACK_JOIN_KINDS)  # else config.load refused asked-for modes
-        self._stacks_config = config if cfg.mode in config.modes and joins else None
+        cfg = self.config  # (config.load refused modes asked for where it does not join)
+        self._stacks_config = config if cfg.mode in config.modes and cfg.joins_stacks else None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
