@@ -444,6 +444,27 @@ class ActivityStats(Event, tag="activity_stats"):
     nccl: bool = False  # a NCCL kernel (its name starts with "nccl")
 
 
+class StackStats(Event, tag="stack_stats"):
+    """GPU time by the code that launched it, per interval, device and process (``statistics``
+    with ``stacks`` on): row ``i`` is stack ``stack_ids[i]`` of that process's ``StackTable``, with
+    the kernels, copies and memsets launched from it that ended in the interval. Ids below 1 are
+    not the table's: -1 ``[no stack recorded]``, -2 ``[no Python stack]``, -3 ``other`` (the rows
+    past ``statistics.max_stacks``, by GPU time). Estimates scale by ``traced_ns`` as
+    ``ActivityStats``' do."""
+
+    interval_start: int  # CUPTI clock ns, a multiple of the interval
+    interval_end: int
+    device_id: int
+    process_id: int
+    traced_ns: int  # how long within the interval kernels were traced
+    stack_ids: list[int] = []
+    gpu_ns: list[int] = []  # summed durations of the GPU work launched from the stack
+    launches: list[int] = []  # GPU records (a graph replay counts each of its kernels)
+    estimated: bool = False
+    estimated_gpu_ns: list[int] = []
+    estimated_launches: list[int] = []
+
+
 class GpuStats(Event, tag="gpu_stats"):
     """One device's interval: how busy it was while traced (``statistics``). Fractions are of the
     traced time; with ``traced_fraction`` < 1 they are estimates for the whole interval."""
@@ -531,6 +552,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     StackTable,
     StackChanges,
     ActivityStats,
+    StackStats,
     GpuStats,
     Loss,
     SelfStats,
