@@ -6,7 +6,10 @@ slower (two orders of magnitude for a tight loop), so collection is duty-cycled:
 
     SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable → decode
 
-— and emits one ``SassMetricBatch`` per window. Records CUPTI drops at Disable become Loss events.
+— and emits one ``SassMetricBatch`` per window. With ``control: launch`` (the default) Enable and
+the closing calls run on the application's thread at the exit of its next launch on the context
+(``NextLaunch``): made from our thread while PyTorch launched, Enable did not return. Records
+CUPTI drops at Disable become Loss events.
 SetConfig works once per process on CUPTI 13.0, so the config stays set while CUPTI stays attached
 and a later session reuses it (``_kept_configs``).
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import difflib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -35,6 +39,7 @@ from cuptistream.cupti.contexts import (
     current_context,
     make_current,
 )
+from cuptistream.cupti.launch_hook import NextLaunch
 from cuptistream.cupti.library import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.errors import ConfigError, UserError
@@ -71,6 +76,10 @@ class SassConfig(SourceConfig):
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
     watchdog_timeout: Duration = Duration(30.0)
+    # Which thread makes the Enable and Flush/Disable calls: the application's, at the exit of its
+    # next launch on the context, or the source's own. From our own thread cuptiSassMetricsEnable
+    # did not return while PyTorch kept launching; ``worker`` suits programs that go idle.
+    control: Literal["launch", "worker"] = "launch"
 
     def __post_init__(self) -> None:
         require_at_least("device", self.device, 0)
@@ -124,6 +133,7 @@ class SassMetricsSource(CuptiWorkerSource):
             "windows": 0, "records": 0, "dropped": 0, "enable_s": 0.0, "flush_s": 0.0, "disable_s": 0.0,
             "decode_s": 0.0,
         }  # fmt: skip
+        self._next_launch = NextLaunch() if cfg.control == "launch" else None
         self._throttle: Throttle | None = None
         if self._governor is not None and cfg.window > 0:
             # The configured window is the longest the governor uses; the period its starting point.
@@ -268,29 +278,12 @@ class SassMetricsSource(CuptiWorkerSource):
             make_current(ctx)  # this worker thread has no context of its own
             if not self._configured:
                 self._set_config()
-            began = time.perf_counter()
-            self._call("cuptiSassMetricsEnable", sass.enable, ctx, cfg.lazy_patching)
-            self.stats["enable_s"] += time.perf_counter() - began
-            buffer = None
-            try:
-                self._stopping.wait(float(cfg.window) if seconds is None else seconds)
-                flushing = time.perf_counter()
-                records, instances = self._call(
-                    "cuptiSassMetricsGetDataProperties", sass.data_properties, ctx
-                )
-                if records and instances:
-                    buffer = sass.FlushBuffer(sass.flush_capacity(records, instances), instances)
-                    self._call("cuptiSassMetricsFlushData", sass.flush, ctx, buffer)
-                self.stats["flush_s"] += time.perf_counter() - flushing
-            finally:
-                # Disable at once: kernels stay patched (slow) until then, and what they record after
-                # FlushData is dropped. Decoding waits until after.
-                disabling = time.perf_counter()
-                dropped = int(self._call("cuptiSassMetricsDisable", sass.disable, ctx))
-                self.stats["disable_s"] += time.perf_counter() - disabling
-                if dropped:  # records of kernels that ran after FlushData (all of them if it failed)
-                    self.stats["dropped"] += dropped
-                    self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
+            if not self._on_app_thread(lambda: self._enable(ctx), ctx, max(float(cfg.window), 1.0))[0]:
+                return  # nothing launched on the context: nothing to patch
+            self._stopping.wait(float(cfg.window) if seconds is None else seconds)
+            closed, result = self._on_app_thread(lambda: self._close(ctx), ctx, 1.0)
+            # No launch within a second: the program is not launching, so our thread can close.
+            buffer, instances = result if closed else self._close(ctx)
             out = []
             if buffer is not None:
                 decoding = time.perf_counter()
@@ -319,6 +312,43 @@ class SassMetricsSource(CuptiWorkerSource):
                         for i in range(0, len(out), EVENT_RECORDS)
                     ]
                 )
+
+    def _on_app_thread(self, fn: Callable[[], Any], ctx: int, timeout: float) -> tuple[bool, Any]:
+        """``fn()`` at the exit of the program's next launch on ``ctx`` (``control: launch``), or
+        here at once (``worker``); (False, None) where no launch came within ``timeout``."""
+        if self._next_launch is None:
+            return True, fn()
+        return self._next_launch.call(fn, ctx, timeout)
+
+    def _enable(self, ctx: int) -> None:
+        began = time.perf_counter()
+        self._call("cuptiSassMetricsEnable", sass.enable, ctx, self.config.lazy_patching)
+        self.stats["enable_s"] += time.perf_counter() - began
+
+    def _close(self, ctx: int) -> tuple[sass.FlushBuffer | None, int]:
+        """GetDataProperties, FlushData and Disable: the window's buffer (None: no records) and the
+        hardware instances per record."""
+        buffer = None
+        flushing = time.perf_counter()
+        try:
+            records, instances = self._call("cuptiSassMetricsGetDataProperties", sass.data_properties, ctx)
+            if records and instances:
+                buffer = sass.FlushBuffer(sass.flush_capacity(records, instances), instances)
+                self._call("cuptiSassMetricsFlushData", sass.flush, ctx, buffer)
+            self.stats["flush_s"] += time.perf_counter() - flushing
+        finally:
+            # Disable at once: kernels stay patched (slow) until then, and what they record after
+            # FlushData is dropped. Decoding waits until after.
+            self._disable(ctx)
+        return buffer, instances
+
+    def _disable(self, ctx: int) -> None:
+        disabling = time.perf_counter()
+        dropped = int(self._call("cuptiSassMetricsDisable", sass.disable, ctx))
+        self.stats["disable_s"] += time.perf_counter() - disabling
+        if dropped:  # records of kernels that ran after FlushData (all of them if it failed)
+            self.stats["dropped"] += dropped
+            self.emitter.report_loss(STAGE, "dropped_at_disable", dropped, unit="records")
 
     def _set_config(self) -> None:
         """SetConfig once per process and device, unless an earlier session left this very config."""

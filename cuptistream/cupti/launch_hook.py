@@ -102,3 +102,58 @@ class LaunchHook:
             self._action(int(info.context))
         finally:
             self._running.release()
+
+
+class NextLaunch:
+    """Calls made on the application's launching thread, one at a time, the caller waiting for each.
+
+    ``call(fn, ctx, timeout)`` runs ``fn()`` at the exit of the next launch on context ``ctx`` and
+    returns ``(True, its result)``; where no such launch comes within ``timeout`` (the program is
+    idle, or launches elsewhere) ``fn`` never runs and it returns ``(False, None)``. An exception of
+    ``fn`` is raised in the caller. Once ``fn`` has begun, the caller waits for it however long it
+    takes (a call that hangs is the caller's watchdog's to report).
+    """
+
+    def __init__(self, cupti: Any = None) -> None:
+        self._hook = LaunchHook(self._on_launch, cupti)
+        self._lock = threading.Lock()
+        self._fn: Callable[[], Any] | None = None
+        self._ctx = 0
+        self._done = threading.Event()
+        self._outcome: tuple[Any, BaseException | None] = (None, None)
+
+    def call(self, fn: Callable[[], Any], ctx: int, timeout: float) -> tuple[bool, Any]:
+        with self._lock:
+            self._fn, self._ctx = fn, ctx
+            self._done.clear()
+        self._hook.arm()
+        try:
+            if not self._done.wait(timeout):
+                with self._lock:
+                    if self._fn is not None:  # not begun: withdrawn, it will not run
+                        self._fn = None
+                        return False, None
+                self._done.wait()
+        finally:
+            self._hook.disarm()
+        result, error = self._outcome
+        self._outcome = (None, None)
+        if error is not None:
+            raise error
+        return True, result
+
+    def _on_launch(self, ctx: int) -> None:
+        with self._lock:
+            fn = self._fn
+            if fn is None:
+                return
+            if ctx != self._ctx:  # another context's launch: wait for one of ours
+                self._hook.arm()
+                return
+            self._fn = None
+        try:
+            self._outcome = (fn(), None)
+        except BaseException as error:
+            self._outcome = (None, error)
+        finally:
+            self._done.set()

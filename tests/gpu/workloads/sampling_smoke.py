@@ -187,7 +187,8 @@ def sass_part(cuda: Cuda, result: dict[str, Any], lazy: bool = True, key: str = 
     out = cuda.alloc(132 * 128 * 4)
     emitter = CollectingEmitter()
     cfg = convert(
-        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": lazy},
+        # The worker opens each window before the launches: exact counts need every launch patched.
+        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": lazy, "control": "worker"},
         sass_mod.SassConfig,
     )  # fmt: skip
     src = sass_mod.SassMetricsSource(cfg, emitter)
