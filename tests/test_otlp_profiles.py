@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from cuptistream.events import PcSample, PcSampleBatch
+from cuptistream.events import PcSample, PcSampleBatch, StackStats, StackTable
 from tests.otlp_batches import OFFSET, make_batch
 from tests.otlp_grpc_receiver import OtlpGrpcReceiver
 from tests.otlp_receiver import OtlpReceiver
@@ -36,14 +36,7 @@ def drain(samples: list[PcSample], timestamp: int) -> PcSampleBatch:
 
 
 def expected() -> Counter[Key]:
-    return Counter(
-        {
-            (s.cubin_crc, s.function_name, s.pc_offset, r): n
-            for s in captured()
-            for r, n in s.stalls.items()
-            if n
-        }
-    )
+    return expected_of(captured())
 
 
 def counted(requests: list[Any]) -> tuple[Counter[Key], list[Any]]:
@@ -153,3 +146,94 @@ def test_a_backend_without_profiles_ends_only_that_signal(receiver: OtlpReceiver
     assert len(errors) == 2 and "refused profiles with HTTP 404" in str(errors[0])
     assert receiver.count("/v1development/profiles") == 1 and sink.stats()["profiles_dropped"] == 2
     assert sink.stats()["spans_sent"] == 16
+
+
+# --- GPU time by launching stack (StackStats) -------------------------------------------------------
+
+
+def captured_tables() -> list[StackTable]:
+    """The StackTable events of the GPU capture with stacks on (tests/fixtures/stacks)."""
+    from cuptistream.analysis.sources import open_recordings
+
+    recording = open_recordings([str(Path(__file__).parent / "fixtures" / "stacks")])
+    return [e for part in recording.parts() for e in part.events if isinstance(e, StackTable)]
+
+
+def stack_frames(request: Any, profile: Any) -> dict[tuple[tuple[str, str, int], ...], int]:
+    """Each sample's frames (file, function, line), innermost first, to its value."""
+    d = request.dictionary
+    strings = d.string_table
+    out = {}
+    for sample in profile.samples:
+        frames = []
+        for location_index in d.stack_table[sample.stack_index].location_indices:
+            (line,) = d.location_table[location_index].lines
+            function = d.function_table[line.function_index]
+            frames.append((strings[function.filename_strindex], strings[function.name_strindex], line.line))
+        (out[tuple(frames)],) = sample.values
+    return out
+
+
+def test_gpu_time_by_stack_becomes_profiles_of_the_captured_frames(receiver: OtlpReceiver) -> None:
+    tables = captured_tables()
+    frames = {f: (file, function, line) for t in tables
+              for f, file, function, line in zip(t.frame_ids, t.files, t.functions, t.lines, strict=True)}  # fmt: skip
+    stacks = {s: ids for t in tables for s, ids in zip(t.stack_ids, t.stacks, strict=True)}
+    chosen = sorted(stacks)[:5]
+    assert len(chosen) == 5
+    rows = [*chosen, -1, -3]
+    stats = StackStats(
+        interval_start=10_000_000_000, interval_end=20_000_000_000, device_id=0,
+        process_id=tables[0].process_id, traced_ns=2_500_000_000, stack_ids=rows,
+        gpu_ns=[1000 * (i + 1) for i in range(len(rows))], launches=[i + 1 for i in range(len(rows))],
+        estimated=True, estimated_gpu_ns=[4000 * (i + 1) for i in range(len(rows))],
+        estimated_launches=[4 * (i + 1) for i in range(len(rows))],
+    )  # fmt: skip
+    pc = drain(captured()[:10], 5_000_000)
+    sink = sink_for(receiver.endpoint, signals=["profiles"])
+    # The tables come in an earlier batch than the statistics: the sink keeps them for the process.
+    assert deliver(sink, make_batch(tables), make_batch([pc, stats], seq=1)) == []
+    assert sink.stats()["profiles_sent"] == 2  # one item per event: the PC drain, the statistics
+    (request,) = receiver.messages("/v1development/profiles")
+    profiles = [p for rp in request.resource_profiles for sp in rp.scope_profiles for p in sp.profiles]
+    strings = request.dictionary.string_table
+    by_type = {strings[p.sample_type.type_strindex]: p for p in profiles}
+    assert set(by_type) == {"samples", "gpu_time", "launches", "gpu_time_estimated", "launches_estimated"}
+    assert strings[by_type["gpu_time"].sample_type.unit_strindex] == "nanoseconds"
+    want = {tuple(frames[f] for f in reversed(stacks[s])): i for i, s in enumerate(chosen)}  # innermost first
+    want[(("<cuptistream>", "[no stack recorded]", 0),)] = 5
+    want[(("<cuptistream>", "other", 0),)] = 6
+    for kind, scale in (
+        ("gpu_time", 1000),
+        ("gpu_time_estimated", 4000),
+        ("launches", 1),
+        ("launches_estimated", 4),
+    ):
+        assert stack_frames(request, by_type[kind]) == {k: scale * (i + 1) for k, i in want.items()}, kind
+        p = by_type[kind]
+        assert (p.time_unix_nano, p.duration_nano) == (OFFSET + 10_000_000_000, 10_000_000_000)
+    assert counted([_only(request, by_type["samples"])])[0] == expected_of(
+        captured()[:10]
+    )  # PC stacks intact
+
+
+def _only(request: Any, profile: Any) -> Any:
+    """``request`` with ``profile`` alone (its dictionary kept)."""
+    from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+        ExportProfilesServiceRequest,
+    )
+
+    copy = ExportProfilesServiceRequest()
+    copy.CopyFrom(request)
+    for rp in copy.resource_profiles:
+        for sp in rp.scope_profiles:
+            kept = [p for p in sp.profiles if p == profile]
+            del sp.profiles[:]
+            sp.profiles.extend(kept)
+    return copy
+
+
+def expected_of(samples: list[PcSample]) -> Counter[Key]:
+    return Counter(
+        {(s.cubin_crc, s.function_name, s.pc_offset, r): n for s in samples for r, n in s.stalls.items() if n}
+    )

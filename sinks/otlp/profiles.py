@@ -1,5 +1,6 @@
 """PC samples → OTLP profiles (the ``profiles`` signal, ``v1development`` in opentelemetry-proto v1.10.0,
-wire-identical in v1.11.0; the ``[profiles]`` extra pins the Python package that carries it).
+wire-identical in v1.11.0; the ``[profiles]`` extra pins the Python package that carries it). The
+request's shared tables (``Dictionary``) also carry the source stacks of ``stack_profiles``.
 
 One Profile per drain of a context's PC sampling data (a ``PcSampleBatch``: the sampling window since
 the previous drain):
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
     ExportProfilesServiceRequest,
@@ -82,8 +84,42 @@ class Window:
     start_ns: int
     end_ns: int
 
+    def to_profiles(self, tables: Dictionary) -> list[Profile]:
+        ev = self.event
+        profile = Profile(
+            sample_type=tables.value_type("samples", "count"),
+            time_unix_nano=self.start_ns,
+            duration_nano=self.end_ns - self.start_ns,
+            profile_id=derive_id(
+                16, self.session_id, "pc", ev.device_id, ev.context_id, ev.range_id, ev.timestamp
+            ),
+        )
+        if ev.sampling_period:
+            profile.period_type.CopyFrom(tables.value_type("cycles", "count"))
+            profile.period = 1 << ev.sampling_period
+        for pc in ev.samples:
+            stack = tables.stack(pc.cubin_crc, pc.function_name, pc.pc_offset)
+            for reason, issued, count in split_stalls(pc.stalls):
+                attributes = [tables.attribute(STALL_REASON, reason), tables.attribute(ISSUED, issued)]
+                profile.samples.append(
+                    Sample(stack_index=stack, attribute_indices=attributes, values=[count])
+                )
+        profile.attribute_indices.extend(
+            [
+                tables.attribute("cuda.device.id", ev.device_id),
+                tables.attribute("cuda.context.id", ev.context_id),
+            ]
+        )
+        return [profile]
 
-class _Dictionary:
+
+class ProfileItem(Protocol):
+    """What one profiles item (one event) becomes: its profiles, their entries in the shared tables."""
+
+    def to_profiles(self, tables: Dictionary) -> list[Profile]: ...
+
+
+class Dictionary:
     """The tables of one request, each item once, index 0 the zero value."""
 
     def __init__(self) -> None:
@@ -95,8 +131,11 @@ class _Dictionary:
         self._strings: dict[str, int] = {"": 0}
         self._mappings: dict[int, int] = {}
         self._functions: dict[str, int] = {}
-        self._locations: dict[tuple[int, str, int], int] = {}
+        self._pc_stacks: dict[tuple[int, str, int], int] = {}
         self._attributes: dict[tuple[str, object, type], int] = {}
+        self._source_functions: dict[tuple[str, str], int] = {}
+        self._source_locations: dict[tuple[str, str, int], int] = {}
+        self._source_stacks: dict[tuple[int, ...], int] = {}
 
     def string(self, text: str) -> int:
         index = self._strings.get(text)
@@ -104,6 +143,9 @@ class _Dictionary:
             index = self._strings[text] = len(self.message.string_table)
             self.message.string_table.append(text)
         return index
+
+    def value_type(self, kind: str, unit: str) -> ValueType:
+        return ValueType(type_strindex=self.string(kind), unit_strindex=self.string(unit))
 
     def attribute(self, key: str, value: str | int | bool) -> int:
         index = self._attributes.get((key, value, type(value)))
@@ -140,11 +182,11 @@ class _Dictionary:
         return index
 
     def stack(self, cubin_crc: int, function: str, pc_offset: int) -> int:
-        """The Stack of one PC: one Location, whose Stack has the same index (both tables grow together)."""
+        """The Stack of one PC: one Location."""
         key = (cubin_crc, function, pc_offset)
-        index = self._locations.get(key)
+        index = self._pc_stacks.get(key)
         if index is None:
-            index = self._locations[key] = len(self.message.location_table)
+            location = len(self.message.location_table)
             self.message.location_table.append(
                 Location(
                     mapping_index=self._mapping(cubin_crc),
@@ -152,46 +194,46 @@ class _Dictionary:
                     lines=[Line(function_index=self._function(function))],
                 )
             )
-            self.message.stack_table.append(Stack(location_indices=[index]))
+            index = self._pc_stacks[key] = len(self.message.stack_table)
+            self.message.stack_table.append(Stack(location_indices=[location]))
+        return index
+
+    def source_stack(self, frames: Sequence[tuple[str, str, int]]) -> int:
+        """The Stack of source frames (file, function, line), innermost first as the proto wants."""
+        locations = tuple(self._source_location(*frame) for frame in frames)
+        index = self._source_stacks.get(locations)
+        if index is None:
+            index = self._source_stacks[locations] = len(self.message.stack_table)
+            self.message.stack_table.append(Stack(location_indices=locations))
+        return index
+
+    def _source_location(self, file: str, function: str, line: int) -> int:
+        index = self._source_locations.get((file, function, line))
+        if index is None:
+            function_index = self._source_functions.get((file, function))
+            if function_index is None:
+                function_index = self._source_functions[(file, function)] = len(self.message.function_table)
+                name = self.string(function)
+                self.message.function_table.append(
+                    Function(
+                        name_strindex=name, system_name_strindex=name, filename_strindex=self.string(file)
+                    )
+                )
+            index = self._source_locations[(file, function, line)] = len(self.message.location_table)
+            self.message.location_table.append(
+                Location(lines=[Line(function_index=function_index, line=line)])
+            )
         return index
 
 
 def profiles_request(
-    groups: Sequence[tuple[Resource, Sequence[Window]]], scope: InstrumentationScope, schema_url: str
+    groups: Sequence[tuple[Resource, Sequence[ProfileItem]]], scope: InstrumentationScope, schema_url: str
 ) -> ExportProfilesServiceRequest:
-    """One request: a ResourceProfiles per (resource, windows) group, one dictionary for all."""
-    tables = _Dictionary()
-    samples_type = ValueType(type_strindex=tables.string("samples"), unit_strindex=tables.string("count"))
-    cycles_type = ValueType(type_strindex=tables.string("cycles"), unit_strindex=tables.string("count"))
+    """One request: a ResourceProfiles per (resource, items) group, one dictionary for all."""
+    tables = Dictionary()
     resource_profiles = []
-    for resource, windows in groups:
-        profiles = []
-        for window in windows:
-            ev = window.event
-            profile = Profile(
-                sample_type=samples_type,
-                time_unix_nano=window.start_ns,
-                duration_nano=window.end_ns - window.start_ns,
-                profile_id=derive_id(
-                    16, window.session_id, "pc", ev.device_id, ev.context_id, ev.range_id, ev.timestamp
-                ),
-            )
-            if ev.sampling_period:
-                profile.period_type.CopyFrom(cycles_type)
-                profile.period = 1 << ev.sampling_period
-            for pc in ev.samples:
-                stack = tables.stack(pc.cubin_crc, pc.function_name, pc.pc_offset)
-                for reason, issued, count in split_stalls(pc.stalls):
-                    attributes = [tables.attribute(STALL_REASON, reason), tables.attribute(ISSUED, issued)]
-                    sample = Sample(stack_index=stack, attribute_indices=attributes, values=[count])
-                    profile.samples.append(sample)
-            profile.attribute_indices.extend(
-                [
-                    tables.attribute("cuda.device.id", ev.device_id),
-                    tables.attribute("cuda.context.id", ev.context_id),
-                ]
-            )
-            profiles.append(profile)
+    for resource, items in groups:
+        profiles = [profile for item in items for profile in item.to_profiles(tables)]
         resource_profiles.append(
             ResourceProfiles(
                 resource=resource,

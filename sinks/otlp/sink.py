@@ -44,7 +44,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from cuptistream.config import SinkConfig
 from cuptistream.errors import ConfigError, PermanentSinkError, SinkUnavailableError
-from cuptistream.events import Batch, PcSampleBatch
+from cuptistream.events import Batch, PcSampleBatch, StackStats, StackTable
 from cuptistream.plugin import DeliveryError, OutgoingBatch, Sink, secret_from_env
 
 from .common import resource, scope
@@ -64,6 +64,7 @@ __all__ = ["OtlpSink", "OtlpSinkConfig"]
 log = logging.getLogger("cuptistream.sinks.otlp")
 
 _ITEMS = {"traces": "spans", "metrics": "metric_points", "logs": "log_records", "profiles": "profiles"}
+PROFILE_EVENTS = (PcSampleBatch, StackStats)  # one profiles item each (a StackStats: up to four profiles)
 Origin = tuple[str, str, int]  # session id, host, pid: one observed process, one Resource
 # A process with no batch for this long has ended (or gone quiet): its last spans and utilization
 # windows are sent and its state dropped, so a long-lived collector does not keep every process ever seen.
@@ -81,6 +82,7 @@ class _Process:
     exported: Exported = field(default_factory=lambda: (set(), []))  # the export in flight
     stats_exported: list[StatsPoint] = field(default_factory=list)  # ... and its statistics points
     drains: dict[tuple[int, int], int] = field(default_factory=dict)  # (device, context) -> last drain, epoch
+    stack_frames: Any = None  # its StackTable events (``stack_profiles.StackFrames``), with profiles on
     seen: float = 0.0  # monotonic time of its latest batch
 
 
@@ -327,24 +329,34 @@ class OtlpSink(Sink):
         if "metrics" not in self._transports:
             return 0
         carried: list[type] = []
-        for signal, kinds in (("traces", SPAN_EVENTS), ("logs", LOG_EVENTS), ("profiles", (PcSampleBatch,))):
+        for signal, kinds in (("traces", SPAN_EVENTS), ("logs", LOG_EVENTS), ("profiles", PROFILE_EVENTS)):
             if signal in self._transports:
                 carried += kinds
         kinds_tuple = tuple(carried)
         return sum(1 for ev in batch.events if not isinstance(ev, kinds_tuple))
 
     def _windows(self, batch: Batch, process: _Process) -> list[Any]:
-        """Each PC-sampling drain with the window it covers: since the context's previous drain."""
+        """Each PC-sampling drain with the window it covers (since the context's previous drain), and
+        each interval of GPU time by stack with the process's frames."""
         from .profiles import Window
+        from .stack_profiles import StackFrames, StackWindow
 
         offset = batch.clock.offset_ns
-        windows = []
+        windows: list[Any] = []
         for ev in batch.events:
             if isinstance(ev, PcSampleBatch):
                 end = ev.timestamp + offset
                 start = process.drains.get((ev.device_id, ev.context_id), end)
                 process.drains[(ev.device_id, ev.context_id)] = end
                 windows.append(Window(ev, batch.session_id, min(start, end), end))
+            elif isinstance(ev, StackTable):
+                if process.stack_frames is None:
+                    process.stack_frames = StackFrames()
+                process.stack_frames.add(ev)
+            elif isinstance(ev, StackStats):
+                frames = process.stack_frames if process.stack_frames is not None else StackFrames()
+                start, end = ev.interval_start + offset, ev.interval_end + offset
+                windows.append(StackWindow(ev, frames, batch.session_id, start, end))
         return windows
 
     def _encode_final(self) -> list[_Request]:
