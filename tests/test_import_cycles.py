@@ -131,9 +131,11 @@ def test_no_import_cycles() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "events", "protowire"),
     ("config",),
-    ("channel", "cupti", "delivery"),  # CUPTI bindings and record readers; the probe-collector channel
-    # encoding, framing, reading back; the overhead governor; the launching threads' stacks
-    ("recording", "statistics", "overhead", "stacks"),
+    # CUPTI bindings and record readers; the probe-collector channel; the launching threads' stacks
+    # (below the statistics, which join GPU work to them)
+    ("channel", "cupti", "delivery", "stacks"),
+    # encoding, framing, reading back; the overhead governor
+    ("recording", "statistics", "overhead"),
     ("plugin",),  # the contract every source and sink imports
     ("pipeline",),  # the intake and the trio pipeline (the probe uses the intake)
     ("probe", "sources", "sinks"),

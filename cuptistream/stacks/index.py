@@ -15,7 +15,11 @@ It keeps, per process, what the probe sent about stacks (``StackTable``, ``Stack
   thread that was inside ``backward()`` then (innermost frame ``[autograd backward]``), else
   ``[no Python stack]``; a process without stacks gives ``[no stack recorded]``.
 
-Memory: the stack events and the waiting calls of every process, not its launches or GPU work.
+Memory: the stack events and the waiting calls of every process, not its launches or GPU work. A
+reader that runs for days (the collector) drops what no later launch needs (``forget_before``).
+
+``stacks_at`` answers for whole arrays of launches at once (numpy: Python per thread and per stack
+segment touched, never per launch), with the same answers as ``stack_at``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from cuptistream.events import Resource
 from cuptistream.stacks.sampler import BACKWARD, NO_PYTHON, SYNTHETIC_FILE, THREAD_ID_MASK
@@ -35,6 +41,7 @@ NONE_RECORDED, NO_PYTHON_ID = -1, -2
 KERNEL_LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
 _OVERLAPPING = 64  # backward() spans looked at before a launch is called one without a stack
 _NESTED = 4  # API calls nest (a runtime call around its driver calls): intervals looked back at
+_LATEST = 2**63 - 1  # an open backward() span's end, as int64
 
 ProcessKey = tuple[str, int]  # (host, pid): pids repeat across the hosts of a job
 
@@ -76,7 +83,12 @@ class StackIndex:
         """One batch of ``resource``'s events (full or light Structs)."""
         key = (resource.host, resource.pid)
         self.resources.setdefault(key, resource)
-        proc = self._processes.setdefault(key, _Process())
+        self.add_events(key, events)
+
+    def add_events(self, process: ProcessKey, events: Iterable[Any]) -> None:
+        """``add`` for a process known by its key alone (the collector knows a stream's pid, not
+        its ``Resource``)."""
+        proc = self._processes.setdefault(process, _Process())
         for event in events:
             tag = type(event).__struct_config__.tag
             if tag == "api":
@@ -99,6 +111,49 @@ class StackIndex:
                     proc.changes.setdefault(thread, []).append((at, stack, before or at - interval))
                 proc.timelines = None
 
+    def add_waits(
+        self, process: ProcessKey, threads: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> None:
+        """API calls that launch no kernel, as arrays (CUPTI thread ids, start and end times):
+        ``add``'s ``api`` events without a Struct each."""
+        if not len(threads):
+            return
+        proc = self._processes.setdefault(process, _Process())
+        threads = threads.astype(np.int64) & THREAD_ID_MASK
+        for thread in np.unique(threads).tolist():
+            rows = threads == thread
+            proc.waits.setdefault(thread, []).extend(
+                zip(starts[rows].tolist(), ends[rows].tolist(), strict=True)
+            )
+        proc.timelines = None
+
+    def forget_before(self, process: ProcessKey, time: int) -> None:
+        """Drop what launches at or after ``time`` do not need: per thread, the changes before the
+        last one seen at or before ``time``, and waiting calls that ended before that. (A launch
+        seen waiting then looks for its function's launching line among the changes kept.)"""
+        proc = self._processes.get(process)
+        if proc is None:
+            return
+        dropped = False
+        for thread, changes in proc.changes.items():
+            changes.sort()
+            keep = bisect.bisect_right(changes, (time, 2**63, 2**63)) - 1
+            if keep > 0:
+                del changes[:keep]
+                dropped = True
+            waits = proc.waits.get(thread)
+            if waits and changes:
+                since = min(changes[0][0], changes[0][2])
+                kept = [w for w in waits if w[1] >= since]
+                if len(kept) < len(waits):
+                    proc.waits[thread] = kept
+                    dropped = True
+        for thread in [t for t in proc.waits if t not in proc.changes]:
+            proc.waits[thread] = [w for w in proc.waits[thread] if w[1] >= time]
+            dropped = True
+        if dropped:
+            proc.timelines = None
+
     def has_stacks(self) -> bool:
         return any(proc.changes for proc in self._processes.values())
 
@@ -111,6 +166,16 @@ class StackIndex:
         if proc.timelines is None:
             proc.timelines = _Timelines(proc)
         return proc.timelines.stack_at(thread & THREAD_ID_MASK, at)
+
+    def stacks_at(self, process: ProcessKey, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """``stack_at`` for arrays of launches: each launch's thread (CUPTI's) and time, the stack
+        ids as an int64 array."""
+        proc = self._processes.get(process)
+        if proc is None or not proc.changes:
+            return np.full(len(at), NONE_RECORDED, np.int64)
+        if proc.timelines is None:
+            proc.timelines = _Timelines(proc)
+        return proc.timelines.stacks_at(threads.astype(np.int64) & THREAD_ID_MASK, at.astype(np.int64))
 
     def frames_of(self, process: ProcessKey, stack: int) -> tuple[Frame, ...]:
         """A stack id's frames, outermost first."""
@@ -155,6 +220,7 @@ class _Timelines:
         spans.sort()
         self.backward = spans
         self.backward_starts = [s for s, _, _ in spans]
+        self._arrays: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # for ``stacks_at``
 
     def _place(self, stack: int) -> tuple[Any, ...]:
         """The stack but for its innermost frame's line: the calls around it and the function."""
@@ -188,6 +254,69 @@ class _Timelines:
         times, launching = seen
         j = bisect.bisect_right(times, at) - 1
         return launching[max(j, 0)]
+
+    def stacks_at(self, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """``stack_at`` over arrays: the same steps, each on every launch of a thread at once."""
+        out = np.full(len(at), NO_PYTHON, np.int64)
+        for thread in np.unique(threads).tolist():
+            timeline = self.timelines.get(thread)
+            if timeline is None:
+                continue
+            first, _, stacks, _ = timeline
+            midpoints, ids, waiting = self._arrays_of(thread)
+            rows = np.flatnonzero(threads == thread)
+            times = at[rows]
+            i = np.searchsorted(midpoints, times, side="right") - 1
+            before = (i < 0) & (times <= first)
+            i = np.maximum(i, 0)
+            found = ids[i]
+            waited = waiting[i] & ~before
+            for segment in np.unique(i[waited]).tolist():  # each stack seen waiting, once
+                seen = self.launching.get((thread, self._place(stacks[segment])))
+                if seen is None:
+                    continue
+                mine = waited & (i == segment)
+                j = np.searchsorted(np.asarray(seen[0], np.int64), times[mine], side="right") - 1
+                found[mine] = np.asarray(seen[1], np.int64)[np.maximum(j, 0)]
+            found[before] = NO_PYTHON
+            out[rows] = found
+        outside = out == NO_PYTHON
+        if outside.any():
+            out[outside] = self._in_backward_many(at[outside])
+        out[out == NO_PYTHON] = NO_PYTHON_ID
+        return out
+
+    def _arrays_of(self, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        arrays = self._arrays.get(thread)
+        if arrays is None:
+            _, midpoints, stacks, waiting = self.timelines[thread]
+            arrays = self._arrays[thread] = (
+                np.asarray(midpoints, np.int64),
+                np.asarray(stacks, np.int64),
+                np.asarray(waiting, bool),
+            )
+        return arrays
+
+    def _in_backward_many(self, at: np.ndarray) -> np.ndarray:
+        """``_in_backward`` for an array of times: the spans before each, latest start first."""
+        out = np.full(len(at), NO_PYTHON, np.int64)
+        if not self.backward:
+            return out
+        starts = np.asarray(self.backward_starts, np.int64)
+        ends = np.asarray([min(end, _LATEST) for _, end, _ in self.backward], np.int64)
+        stacks = np.asarray([stack for _, _, stack in self.backward], np.int64)
+        i = np.searchsorted(starts, at, side="right") - 1
+        open_ = np.ones(len(at), bool)
+        for back in range(_OVERLAPPING):
+            j = i - back
+            live = open_ & (j >= 0)
+            if not live.any():
+                break
+            j = np.where(live, j, 0)
+            hit = live & (ends[j] > at)
+            out[hit] = stacks[j[hit]]
+            open_ &= ~hit
+        return out
 
     def _in_backward(self, at: int) -> int:
         i = bisect.bisect_right(self.backward_starts, at) - 1
