@@ -222,7 +222,8 @@ COMPONENT_NUMBERS_THAT_CANNOT_WORK = [
     ({"statistics": {"interval": "soon"}}, "statistics.interval: expected a duration like 500ms or 2s, got 'soon'"),
     ({"statistics": {"max_names": 0}}, "statistics: max_names must be at least 1, got 0"),
     ({"statistics": {"enabled": "yes please"}}, 'statistics.enabled: expected bool, got "yes please"'),
-    ({"statistics": {"interval_s": 10}}, "statistics.interval_s: unknown key (known keys: enabled, interval, max_names)"),
+    ({"statistics": {"interval_s": 10}}, "statistics.interval_s: unknown key (known keys: enabled, interval, max_names, max_stacks)"),
+    ({"statistics": {"max_stacks": 0}}, "statistics: max_stacks must be at least 1, got 0"),
     ({"statistics": [10]}, "statistics: expected a mapping, got [10]"),
 ]  # fmt: skip
 

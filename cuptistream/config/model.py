@@ -182,16 +182,19 @@ class OverheadConfig(Strict):
 class StatisticsConfig(Strict):
     """The collector's node-side statistics (``cuptistream.statistics``): per ``interval``, device
     and name, what the decoded kernel, copy and memset records add up to (``ActivityStats``,
-    ``GpuStats`` events)."""
+    ``GpuStats`` events), and per launching stack where the probe samples stacks (``StackStats``)."""
 
     enabled: bool = True
     interval: Duration = Duration(10.0)  # aligned to multiples of it on the CUPTI clock
     max_names: int = 500  # kernel names per interval and device (top by time); the rest -> "other"
+    # launching stacks per interval, device and process (``StackStats``, top by GPU time); the rest -> -3
+    max_stacks: int = 200
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.interval) and 0.1 <= self.interval <= 3600):
             raise ValueError(f"interval must be between 100ms and 1h, got {self.interval:g}s")
         require_at_least("max_names", self.max_names, 1)
+        require_at_least("max_stacks", self.max_stacks, 1)
 
     @property
     def interval_ns(self) -> int:
