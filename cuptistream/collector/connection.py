@@ -24,7 +24,7 @@ import msgspec
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.collector import handover, shedding
-from cuptistream.collector.decoding import Buffer, DecodeStream, join
+from cuptistream.collector.decoding import Buffer, DecodeStream, has_stack_events, join
 from cuptistream.collector.names import ProcessNames
 from cuptistream.collector.remote_stream import RemoteStream
 from cuptistream.collector.windows import SpanBook, WindowRequests
@@ -76,6 +76,7 @@ class ProbeConnection:
         self.said_goodbye = False
         self.spans = SpanBook()
         self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
+        self._joins_stacks = collector.pipeline.config.statistics.enabled
 
     @property
     def rank(self) -> int | None:
@@ -378,7 +379,11 @@ class ProbeConnection:
             if offset + nbytes > len(view):
                 self.intake.report_loss(self.origin, "torn_chunk", count)
                 return
-            self.intake.emit_chunk(Chunk(bytes(view[offset : offset + nbytes]), count, self.producer))
+            payload = bytes(view[offset : offset + nbytes])
+            self.intake.emit_chunk(Chunk(payload, count, self.producer))
+            if self._joins_stacks and has_stack_events(payload):  # the statistics' stack join
+                for stream in self.streams.values():
+                    stream.stack_events(payload, count)
             offset += nbytes
 
     def _saw_devices(self, ordinals: set[int]) -> None:

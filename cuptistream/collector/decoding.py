@@ -5,16 +5,20 @@ msgpack written column by column, ``cuptistream.cupti.columnar``) and happens he
 collector, so the observed program never pays for it. Each stream keeps its own record layouts,
 name cache and open NVTX ranges, and its statistics (``cuptistream.statistics``): the decoder hands
 every gathered array to ``_observe``, which folds kernels, copies and memsets into the stream's
-``Accumulator`` and counts what each open trace window decoded (``WindowRecords``).
+``Accumulator`` and counts what each open trace window decoded (``WindowRecords``). Where the probe
+samples stacks, the connection hands the process's stack events over too (``stack_events``), and the
+statistics fold GPU time per launching stack as well (``statistics.stack_fold``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import itertools
+import re
 from collections import Counter
 from collections.abc import Callable
 
+import msgspec
 import numpy as np
 
 from cuptistream.channel.messages import OpenStream, TraceSpan, WindowRecords
@@ -24,9 +28,21 @@ from cuptistream.config.model import StatisticsConfig
 from cuptistream.cupti import capture
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, SizeLearner
-from cuptistream.events import Event
+from cuptistream.events import AnyEvent, Event
 from cuptistream.plugin import Emitter
+from cuptistream.recording.codec import array_header
 from cuptistream.statistics import Accumulator
+from cuptistream.statistics.stack_fold import StackFold
+
+_events = msgspec.msgpack.Decoder(list[AnyEvent])
+# How an encoded StackTable or StackChanges begins (its ``type`` key and tag): the probe's event
+# chunks that hold them are found by one scan, none decoded.
+_has_stacks = re.compile(rb"\xa4type(?:\xabstack_table|\xadstack_changes)").search
+
+
+def has_stack_events(payload: bytes | memoryview) -> bool:
+    """Whether a chunk of encoded events may hold stack events (a scan, no decoding)."""
+    return _has_stacks(payload) is not None
 
 
 def _stride_learner(data: memoryview, valid: int) -> SizeLearner | None:
@@ -124,7 +140,10 @@ class DecodeStream:
         )
         self.statistics: Accumulator | None = None
         if statistics is not None and statistics.enabled:
-            self.statistics = Accumulator(statistics.interval_ns, statistics.max_names, self.names)
+            stacks = StackFold(statistics.interval_ns, statistics.max_stacks, pid)
+            self.statistics = Accumulator(
+                statistics.interval_ns, statistics.max_names, self.names, stacks=stacks
+            )
         self._windows: dict[int, _Window] = {}  # open TraceSpans by window number
         self.buffers = 0
         self.decodes = 0  # decode calls: a joined run of buffers is one
@@ -240,9 +259,28 @@ class DecodeStream:
                 )
         if self.statistics is not None:
             try:
-                self.statistics.add(event, records)
+                if event == "api" and self.statistics.stacks is not None:
+                    self.statistics.stacks.api(kind, records)
+                else:
+                    self.statistics.add(event, records)
             except Exception as error:  # never at the cost of the raw events
                 self._statistics_failed(error)
+
+    def stack_events(self, payload: bytes | memoryview, count: int) -> None:
+        """One chunk of the process's events that holds stack events (``StackTable``,
+        ``StackChanges``), as the probe sent it: for the statistics' stack join. Never raises."""
+        stacks = self.statistics.stacks if self.statistics is not None else None
+        if stacks is None:
+            return
+        try:
+            events = _events.decode(array_header(count) + bytes(payload))
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            self.emitter.report_error(self.origin, f"stack events not decoded: {error}", severity="warning")
+            return
+        try:
+            stacks.stack_events(events)
+        except Exception as error:
+            self._statistics_failed(error)
 
     def _emit_statistics(self, step: Callable[[Accumulator], list[Event]]) -> None:
         """Run one step of the statistics and emit the intervals it closed."""

@@ -70,6 +70,7 @@ class RemoteStream:
         request = wp.Open(
             info, pid, on, statistics.interval_ns if statistics else 0,
             statistics.max_names if statistics else 0, fd is not None, failure, columns,
+            statistics.max_stacks if statistics else 1,
         )  # fmt: skip
         try:
             reply = link.request(request, [fd] if fd is not None else None)
@@ -142,6 +143,17 @@ class RemoteStream:
             self._fall_back([])
         assert self.local is not None
         return self.local.trace_span(span)
+
+    def stack_events(self, payload: bytes, count: int) -> None:
+        """As ``DecodeStream.stack_events``: handed to the worker's stream. Never raises."""
+        if self.local is None and not self.link.broken:
+            reply = self.link.request(wp.Stacks(self.info.stream, payload, count))
+            if reply is not None:
+                self._replay(reply)
+                return
+            self._fall_back([])
+        if self.local is not None:
+            self.local.stack_events(payload, count)
 
     @property
     def movable(self) -> bool:

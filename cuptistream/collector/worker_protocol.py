@@ -53,6 +53,7 @@ class Open(msgspec.Struct, tag="open", frozen=True):
     names_fd: bool = False
     names_failure: str | None = None
     columns: bool = False  # the hot kinds as ``events.Columns`` elements (``DecodeStream``)
+    max_stacks: int = 200
 
 
 class Decode(msgspec.Struct, tag="decode", frozen=True):
@@ -83,6 +84,15 @@ class Span(msgspec.Struct, tag="span", frozen=True):
     span: TraceSpan
 
 
+class Stacks(msgspec.Struct, tag="stacks", frozen=True):
+    """A chunk of the probe's events that holds stack events, for stream ``stream``'s statistics
+    (``DecodeStream.stack_events``): ``count`` events encoded as the probe sent them."""
+
+    stream: int
+    payload: bytes
+    count: int
+
+
 class Close(msgspec.Struct, tag="close", frozen=True):
     stream: int
 
@@ -104,7 +114,7 @@ class Adopt(msgspec.Struct, tag="adopt", frozen=True):
     names_failure: str | None = None
 
 
-Request = MapPool | Open | Decode | Span | Close | Export | Adopt
+Request = MapPool | Open | Decode | Span | Stacks | Close | Export | Adopt
 
 
 # --- what the worker's stream did, replayed on the connection's emitter --------------------------

@@ -115,6 +115,9 @@ class Session:
         if isinstance(request, wp.Span):
             window = self.streams[request.span.stream].trace_span(request.span)
             return self._reply(request.span.stream, window)
+        if isinstance(request, wp.Stacks):
+            self.streams[request.stream].stack_events(request.payload, request.count)
+            return self._reply(request.stream)
         if isinstance(request, wp.MapPool):
             (fd,) = fds
             self.pools[request.pool] = SlotPool(fd, request.slot_size, request.slots, owner=False)
@@ -162,7 +165,9 @@ class Session:
         statistics = None
         if request.statistics:
             interval = Duration(request.interval_ns / 1e9)
-            statistics = StatisticsConfig(interval=interval, max_names=request.max_names)
+            statistics = StatisticsConfig(
+                interval=interval, max_names=request.max_names, max_stacks=request.max_stacks
+            )
         stream = DecodeStream(
             request.info, request.pid, self.recorder, self.recorder.saw_devices, statistics, names,
             request.columns,

@@ -22,6 +22,7 @@ from cuptistream.statistics.busy import DeviceBusy
 from cuptistream.statistics.coverage import CATEGORIES, Coverage, categories_of
 from cuptistream.statistics.histogram import DENSE, slots, to_histogram
 from cuptistream.statistics.launch_rate import LaunchRate
+from cuptistream.statistics.stack_fold import StackFold
 
 # The probe hands buffers over every ``activity.flush_interval`` (1 s by default), and a buffer can
 # hold records that ended up to about that long before it; 3 s of lateness lets a later buffer's
@@ -72,12 +73,15 @@ class Accumulator:
 
     ``names`` resolves a kernel name pointer (the decoder's ``Names``); it is called once per
     distinct pointer. ``max_names`` caps the kernel names per interval and device (the top ones by
-    total time; the rest are one ``other`` row).
+    total time; the rest are one ``other`` row). ``stacks``: the GPU work is also folded per
+    launching stack (``StackFold``), its intervals closed and scaled with these.
     """
 
     def __init__(
-        self, interval_ns: int, max_names: int, names: Callable[[int], str], lateness_ns: int = LATENESS_NS
-    ) -> None:
+        self, interval_ns: int, max_names: int, names: Callable[[int], str], lateness_ns: int = LATENESS_NS,
+        stacks: StackFold | None = None,
+    ) -> None:  # fmt: skip
+        self.stacks = stacks
         self.interval_ns = interval_ns
         self.max_names = max_names
         self.lateness_ns = lateness_ns
@@ -121,6 +125,8 @@ class Accumulator:
         if "correlation_id" in (records.dtype.names or ()):
             self.launches.add(start, records["correlation_id"].astype(np.int64))
         self._pending.append((start, end, device))
+        if self.stacks is not None and "correlation_id" in (records.dtype.names or ()):
+            self.stacks.work(interval, device, records["correlation_id"].astype(np.int64), duration)
         nbytes = None
         if category == "kernel":
             codes, labels = self._kernel_codes(records["name"].astype(np.uint64))
@@ -264,6 +270,8 @@ class Accumulator:
             events.extend(self._emit(interval))
         self._closed_until = limit
         self.coverage.forget_before(limit * step)
+        if self.stacks is not None:
+            self.stacks.closed_until(limit * step, windowed=self.coverage.spans is not None)
         return events
 
     # --- events ---------------------------------------------------------------------------------
@@ -294,6 +302,10 @@ class Accumulator:
             events.extend(self._rows(table, category, low, high, dev, traced[category], observed))
         busy = {dev: b.take(interval) for dev, b in self._busy.items()}
         kernel_traced = traced["kernel"]
+        if self.stacks is not None:
+            # As the kernel category's ActivityStats: the same traced time and scales.
+            scales = self._scales(low, high, kernel_traced, observed) if kernel_traced else None
+            events.extend(self.stacks.emit(interval, low, high, kernel_traced, scales))
         if kernel_traced:
             for dev in sorted(busy):
                 s = gpu.get(dev, {})
@@ -324,11 +336,7 @@ class Accumulator:
         out: list[tuple[str, np.ndarray]] = [(n, np.array([table.rows[n]])) for n in kept]
         if folded:
             out.append((OTHER, np.array([table.rows[n] for n in folded])))
-        scale = observed / traced
-        estimated = traced < observed
-        # Counts (and bytes, per operation) scale by calls made, not time: the program makes calls
-        # faster overall than inside its windows when tracing slows it (``LaunchRate``).
-        count_scale = 1.0 if traced >= observed else self.launches.correction(low, high) * observed / traced
+        estimated, scale, count_scale = self._scales(low, high, traced, observed)
         events = []
         for name, at in out:
             count, total, nbytes = (int(a[at].sum()) for a in (table.count, table.total, table.nbytes))
@@ -342,6 +350,13 @@ class Accumulator:
                 nccl=category == "kernel" and name != OTHER and _is_nccl(name),
             ))  # fmt: skip
         return events
+
+    def _scales(self, low: int, high: int, traced: int, observed: int) -> tuple[bool, float, float]:
+        """Whether ``[low, high)``'s values are estimates, and the scales of times and of counts."""
+        # Counts (and bytes, per operation) scale by calls made, not time: the program makes calls
+        # faster overall than inside its windows when tracing slows it (``LaunchRate``).
+        count_scale = 1.0 if traced >= observed else self.launches.correction(low, high) * observed / traced
+        return traced < observed, observed / traced, count_scale
 
 
 def _is_nccl(name: str) -> bool:
