@@ -136,7 +136,8 @@ def _summary(args: argparse.Namespace) -> int:
     sel = selection(args)
     recording = open_recordings(args.paths, lean=True)
     report = summarize(recording, sel, top, mangled=args.mangled)
-    if report.meta["events"].get("stack_changes"):  # recorded with stacks: more passes join them
+    counted = report.meta["events"]
+    if counted.get("stack_changes") or counted.get("stack_stats"):  # recorded with stacks: more passes
         from cuptistream.analysis.stacks import code_table, join_stacks
 
         joiner = join_stacks(open_recordings(args.paths), sel, mangled=args.mangled)
@@ -192,7 +193,7 @@ def _flame(args: argparse.Namespace) -> int:
 
     from cuptistream.analysis.flame import pprof, speedscope_text
     from cuptistream.analysis.sources import open_recordings
-    from cuptistream.analysis.stacks import join_stacks
+    from cuptistream.analysis.stacks import join_stacks, statistics_note
 
     form = args.format or ("speedscope" if args.output.endswith(".json") else "pprof")
     _choice("--format", form, ("pprof", "speedscope"))
@@ -216,7 +217,8 @@ def _flame(args: argparse.Namespace) -> int:
     total = sum(s.gpu_ns for s in stacks)
     unknown = sum(s.gpu_ns for s in stacks if len(s.frames) == 1 and s.frames[0].synthetic)
     print(f"cuptistream: {args.output}: {total / 1e9:.3f} s of GPU time over {len(stacks)} stacks"
-          f"{f', {unknown / total:.1%} without a stack' if unknown else ''}", file=sys.stderr)  # fmt: skip
+          f"{f', {unknown / total:.1%} without a stack' if unknown else ''}{statistics_note(stacks)}",
+          file=sys.stderr)  # fmt: skip
     return 0
 
 

@@ -180,6 +180,7 @@ class LGpuStats(Light, tag="gpu_stats"):
 _READ = {
     LKernel, LMemcpy, LMemset, LGraphLaunch, LApiCall, LNvtxRange, LNvtxMarker, LPcSampleBatch,
     LSassMetricBatch, LLoss, LError, LCuptiYield, LActivityStats, LGpuStats, ev.StackTable, ev.StackChanges,
+    ev.StackStats,
 }  # fmt: skip
 _known = {cls.__struct_config__.tag for cls in _READ}
 # Every other family decodes to an empty Struct: counted by type, fields skipped.

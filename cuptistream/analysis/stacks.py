@@ -6,6 +6,11 @@ that launched it (its thread and start time) and asks the index which stack that
 GPU records that wait for each other are kept in bounded tables (a kernel's API record comes
 shortly before or after it); what falls out goes to ``[no stack recorded]``. Memory: the stack
 events and waiting calls, the pending launches, and one total per (process, stack, operation).
+
+A process recorded without raw GPU records (always-on recordings: ``records: on_demand``) is read
+from the collector's ``StackStats`` instead: GPU time per stack, not split by kernel (the GPU
+operation is ``STATS_WORK``), estimated where only part of an interval was traced. A process with
+raw GPU records is joined from them alone, so nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.records import Part, Recording, tag_of
 from cuptistream.analysis.select import Selection
 from cuptistream.analysis.summary_report import Table, cut
+from cuptistream.errors import UserError
 from cuptistream.stacks.index import (
     NO_PYTHON_STACK,
     NO_STACK_RECORDED,
@@ -28,7 +34,7 @@ from cuptistream.stacks.index import (
     ProcessKey,
     StackIndex,
 )
-from cuptistream.stacks.sampler import THREAD_ID_MASK
+from cuptistream.stacks.sampler import SYNTHETIC_FILE, THREAD_ID_MASK
 
 __all__ = [
     "NO_PYTHON_STACK", "NO_STACK_RECORDED", "Frame", "StackIndex", "StackJoin", "StackTime", "index_stacks",
@@ -37,6 +43,8 @@ __all__ = [
 
 _WORK = ("kernel", "memcpy", "memset")
 PENDING = 1 << 20  # launches (and GPU records) waiting for their other half, per process
+STATS_WORK = "[GPU work]"  # the operation of GPU time read from StackStats (not split by kernel)
+OTHER_STACKS = -3  # StackStats' row of the stacks past statistics.max_stacks
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class StackTime:
     work: str
     gpu_ns: int
     launches: int
+    estimated: bool = False  # from StackStats scaled to whole intervals
 
 
 class _Pending:
@@ -74,6 +83,8 @@ class StackJoin:
         self.names = DisplayNames(mangled)
         self._pending: dict[ProcessKey, _Pending] = {}
         self._totals: dict[tuple[ProcessKey, int, str], list[int]] = {}  # -> [ns, launches]
+        self._raw: set[ProcessKey] = set()  # processes with raw GPU records
+        self._stats: dict[tuple[ProcessKey, int], list[int]] = {}  # StackStats' -> [ns, launches, estimated]
 
     @property
     def resources(self) -> dict[ProcessKey, Any]:
@@ -88,7 +99,10 @@ class StackJoin:
         low, high = sel.window(part.offset_ns, part.events) if sel.timed else (None, None)
         for event in part.events:
             tag = tag_of(event)
-            if tag in _WORK:
+            if tag == "stack_stats":
+                self._add_stats(key, event, part.offset_ns, low, high)
+            elif tag in _WORK:
+                self._raw.add(key)
                 if low is not None and not low <= event.start + part.offset_ns < high:
                     continue
                 if sel.devices is not None and event.device_id not in sel.devices:
@@ -112,6 +126,29 @@ class StackJoin:
                 pending.launches[event.correlation_id] = launch  # a graph launch: many kernels
                 if len(pending.launches) > PENDING:
                     pending.launches.popitem(last=False)
+
+    def _add_stats(self, key: ProcessKey, st: Any, offset: int, low: int | None, high: int | None) -> None:
+        """One StackStats event: counted when its interval starts inside the window (as the
+        summary counts the other statistics), estimated values where estimated."""
+        if low is not None and high is not None and not low <= st.interval_start + offset < high:
+            return
+        if self.selection.devices is not None and st.device_id not in self.selection.devices:
+            return
+        ns, launches = (
+            (st.estimated_gpu_ns, st.estimated_launches) if st.estimated else (st.gpu_ns, st.launches)
+        )
+        for stack, time, count in zip(st.stack_ids, ns, launches, strict=True):
+            total = self._stats.get((key, stack))
+            if total is None:
+                total = self._stats[(key, stack)] = [0, 0, 0]
+            total[0] += time
+            total[1] += count
+            total[2] |= st.estimated
+
+    @property
+    def from_statistics(self) -> set[ProcessKey]:
+        """The processes read from StackStats: those without raw GPU records."""
+        return {key for key, _ in self._stats} - self._raw
 
     def _count(self, key: ProcessKey, launch: tuple[int, int], what: str, ns: int) -> None:
         self._add(key, self.index.stack_at(key, *launch), what, ns)
@@ -150,8 +187,24 @@ class StackJoin:
             if shown is None:
                 shown = frames[(key, stack)] = self.index.frames_of(key, stack)
             out.append(StackTime(key[0], key[1], shown, what, ns, n))
+        statistics = self.from_statistics
+        if statistics and self._kernel is not None:
+            pids = ", ".join(str(pid) for _, pid in sorted(statistics))
+            raise UserError(
+                f"--kernel: process {pids} recorded GPU time per stack (stack_stats), not per kernel; "
+                "leave out --kernel, or record raw records (activity records: all) to filter by kernel"
+            )
+        for (key, stack), (ns, n, estimated) in self._stats.items():
+            if key in statistics and ns:
+                shown = self._frames_of_stats(key, stack)
+                out.append(StackTime(key[0], key[1], shown, STATS_WORK, ns, n, bool(estimated)))
         out.sort(key=lambda s: (-s.gpu_ns, s.host, s.pid, s.work))
         return out
+
+    def _frames_of_stats(self, key: ProcessKey, stack: int) -> tuple[Frame, ...]:
+        if stack == OTHER_STACKS:
+            return (Frame(SYNTHETIC_FILE, "[other stacks]", 0),)
+        return self.index.frames_of(key, stack)
 
 
 def index_stacks(recording: Recording, selection: Selection | None = None) -> StackIndex:
@@ -190,13 +243,24 @@ def code_table(stacks: Sequence[StackTime], top: int | None = 20, kernels_per_li
         row = lines.setdefault(code_of(stack), [0, 0, {}])
         row[0] += stack.gpu_ns
         row[1] += stack.launches
-        row[2][stack.work] = row[2].get(stack.work, 0) + stack.gpu_ns
+        if stack.work != STATS_WORK:  # StackStats are not split by kernel
+            row[2][stack.work] = row[2].get(stack.work, 0) + stack.gpu_ns
     total = sum(row[0] for row in lines.values()) or 1
     rows = []
     for label, (ns, launches, works) in sorted(lines.items(), key=lambda kv: -kv[1][0]):
         main = sorted(works.items(), key=lambda kv: -kv[1])[:kernels_per_line]
         shown = "; ".join(f"{work} {share / ns:.0%}" for work, share in main)
         rows.append([label, ns, ns / total, launches, shown])
-    table = Table("code", "GPU time by code (the program's line that launched it)",
-                  ["code", "total_ns", "share", "launches", "kernels"], rows)  # fmt: skip
+    title = "GPU time by code (the program's line that launched it" + statistics_note(stacks) + ")"
+    table = Table("code", title, ["code", "total_ns", "share", "launches", "kernels"], rows)
     return cut(table, top)
+
+
+def statistics_note(stacks: Sequence[StackTime]) -> str:
+    """What the output should say where GPU time came from StackStats: "" where it did not."""
+    if not any(s.work == STATS_WORK for s in stacks):
+        return ""
+    note = "; from the collector's statistics (stack_stats), not split by kernel"
+    if any(s.estimated for s in stacks):
+        note += "; estimated: scaled to whole intervals where only part was traced"
+    return note
