@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -247,3 +248,28 @@ def test_a_kernel_filter_on_stack_stats_is_refused_in_one_line(
     assert main(["flame", str(recordings[1]), "-o", str(tmp_path / "x.pb.gz"), "--kernel", "nvjet"]) != 0
     said = capsys.readouterr().err.strip()
     assert "--kernel" in said and "leave out --kernel" in said and len(said.splitlines()) == 1
+
+
+def test_a_decode_worker_takes_the_probes_stack_chunks() -> None:
+    import socket
+
+    from cuptistream.collector import worker_protocol as wp
+    from cuptistream.collector.workers import Session
+
+    replay = _replay()
+    ours, theirs = socket.socketpair()
+    session = Session(theirs)
+    info = OpenStream(stream=1, source="activity", struct_sizes=STRUCT_SIZES, strings=replay.strings)
+    opened = session.serve(wp.Open(info, replay.pid, True, INTERVAL_NS, 500, max_stacks=7), [])
+    assert opened.problem is None
+    chunk = next(c for step in replay for c in step.stacks)
+    request = wp.Stacks(1, bytes(chunk.payload), chunk.count)
+    ours.close()
+    assert (
+        session.serve(msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=wp.Request), []).problem
+        is None
+    )
+    statistics = session.streams[1].statistics
+    assert statistics is not None and statistics.stacks is not None
+    assert statistics.stacks.saw_stacks and statistics.stacks.max_stacks == 7
+    session.close()
