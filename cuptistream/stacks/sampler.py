@@ -133,6 +133,10 @@ class StackSampler:
                 if not self._active.is_set():
                     self._sampled_at = self._clock()  # threads seen first from here on were there since
                     self._active.set()
+                    # A first look now: the sampling thread may wait for the GIL for a switch interval
+                    # (5 ms) while the program launches, and a short window's launches before its
+                    # first sample would have no stack.
+                    self._sample()
                 return
             self._active.clear()
             self._end_threads(set(self._last))
