@@ -117,6 +117,32 @@ def test_each_thread_gets_its_own_stack_and_library_frames_are_left_out() -> Non
     assert ends == [ends[0], 0]  # its stack, then "no Python" when it ended
 
 
+def test_a_window_looks_at_its_threads_as_it_opens_and_as_it_closes() -> None:
+    """Budget windows: the sampling thread may wait for the GIL, so opening and closing a window
+    sample at once (no sampling thread runs here: ``start`` is never called)."""
+    sampled = Sampled()
+    (a,), go = _threads((alpha,))
+    try:
+        opened = time.monotonic_ns()
+        sampled.sampler.set_active(True)
+        sampled.sampler.set_active(False)
+        closed = time.monotonic_ns()
+    finally:
+        go.set()
+        a.join()
+    sampled.sampler.flush()
+    rows = [
+        (at, stack, before)
+        for e in sampled.events if isinstance(e, StackChanges)
+        for t, at, stack, before in zip(e.thread_ids, e.times, e.stack_ids, e.previous, strict=True)
+        if t == (a.ident or 0) & MASK
+    ]  # fmt: skip
+    (seen, stack, before), (ended, no_python, last) = rows
+    assert sampled.stacks_of(a.ident or 0) == [["alpha"]] and stack and no_python == 0
+    assert opened <= before <= seen <= closed  # seen at the open, the window's start before it
+    assert seen <= last <= ended <= closed  # ended at the close, right after a last look
+
+
 def test_all_frames_keeps_library_frames() -> None:
     sampled = Sampled(frames="all")
     (a,), go = _threads((alpha,))

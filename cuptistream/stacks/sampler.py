@@ -139,6 +139,8 @@ class StackSampler:
                     self._sample()
                 return
             self._active.clear()
+            # A last look, so that a launch since the latest sample is not split off to "ended".
+            self._sample()
             self._end_threads(set(self._last))
             self._sampled_at = 0
 
