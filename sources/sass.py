@@ -64,6 +64,7 @@ _PRIOR_WINDOW_COST_S = 15.0
 # Kernels launched before Disable still run patched after it: there, a PC sampling window that opened
 # right after a SASS window loses about a second more than one alone. No other source's window opens sooner.
 _SETTLE_S = 5.0
+_EMPTY_WINDOWS_TOLD = 3  # windows in a row without a record before the source says so
 
 
 class SassConfig(SourceConfig):
@@ -128,6 +129,7 @@ class SassMetricsSource(CuptiWorkerSource):
         self._ctx = 0
         self._configured = False
         self.windows_done = 0
+        self._empty_windows = 0
         # Counters, and seconds spent in Enable, GetDataProperties+FlushData, Disable and decoding.
         self.stats: dict[str, float] = {
             "windows": 0, "records": 0, "dropped": 0, "enable_s": 0.0, "flush_s": 0.0, "disable_s": 0.0,
@@ -297,6 +299,7 @@ class SassMetricsSource(CuptiWorkerSource):
             self.windows_done += 1
             self.stats["windows"] += 1
             self.stats["records"] += len(out)
+            self._tell_if_nothing_is_patched(bool(out))
             if out:
                 # EVENT_RECORDS per event: a window's thousands of records would outgrow one event
                 # buffer to the collector.
@@ -312,6 +315,19 @@ class SassMetricsSource(CuptiWorkerSource):
                         for i in range(0, len(out), EVENT_RECORDS)
                     ]
                 )
+
+    def _tell_if_nothing_is_patched(self, recorded: bool) -> None:
+        """Say once when windows that opened on a launch (``control: launch``: the program was
+        launching) keep getting nothing, rather than collect nothing in silence."""
+        self._empty_windows = 0 if recorded else self._empty_windows + 1
+        if self._next_launch is not None and self._empty_windows == _EMPTY_WINDOWS_TOLD:
+            self.emitter.report_error(
+                self._origin,
+                f"{_EMPTY_WINDOWS_TOLD} SASS windows in a row got no record while the program launched "
+                "kernels: CUPTI patched none of them (on CUPTI 13.0, PyTorch's own kernels are not "
+                "patched; kernels of modules loaded with cuModuleLoad* are)",
+                severity="warning",
+            )
 
     def _on_app_thread(self, fn: Callable[[], Any], ctx: int, timeout: float) -> tuple[bool, Any]:
         """``fn()`` at the exit of the program's next launch on ``ctx`` (``control: launch``), or

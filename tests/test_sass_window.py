@@ -455,3 +455,32 @@ def test_launch_control_without_launches_opens_no_window_and_closes_on_its_own_t
         "enable", "data_properties", "flush", "disable"
     ]  # fmt: skip
     assert source.windows_done == 1 and emitter.events
+
+
+def test_windows_that_patch_nothing_while_the_program_launches_are_told_once(h: Harness) -> None:
+    source, emitter = h.session(control="launch", window=0.01)
+    h.fake.records = []  # CUPTI patched nothing (as for PyTorch's own kernels on CUPTI 13.0)
+    stop = threading.Event()
+
+    def application() -> None:
+        while not stop.is_set():
+            h.launch(CTX)
+            time.sleep(0.002)
+
+    app = threading.Thread(target=application)
+    app.start()
+    try:
+        for _ in range(5):
+            source.window()
+        assert source.windows_done == 5
+        (warning,) = emitter.errors
+        assert warning[2] == "warning" and "3 SASS windows in a row got no record" in warning[1]
+        h.fake.records = list(WINDOW)
+        source.window()  # a window with records starts the count again
+        h.fake.records = []
+        for _ in range(2):
+            source.window()
+    finally:
+        stop.set()
+        app.join()
+    assert source.windows_done == 8 and len(emitter.errors) == 1  # told once, and not again at 2

@@ -21,8 +21,8 @@ be there. The CPU tests (tests/test_clock_sinks.py) do the same for ``replay`` a
   emitter → collector → sinks) with the probe's clock. Real ``cupti_state`` events, if any, are
   checked the same way.
 * ``pc_sampling`` (sampling all the time, drains every 0.5 s; with the ``profiles`` signal where the
-  profiles proto is installed) and ``sass`` (six windows of 0.5 s, the program moving to a kernel it
-  has not launched before every 0.6 s): torch elementwise kernels.
+  profiles proto is installed): torch elementwise kernels; ``sass`` (six windows of 0.5 s, the
+  program moving to a jiterator kernel it has not launched before every 0.6 s).
 
 **GPU metrics** (``test_gpu_*``): one run of the activity source with ``concurrent_kernel``,
 ``memory2``, ``device`` and ``environment`` under 8192² float32 matmuls that keep the GPU busy for
@@ -132,20 +132,22 @@ while time.monotonic() < end:
 print(json.dumps({"steps": steps, "at": time.time_ns()}))
 """
 
-# SASS on CUPTI 13.0 gives records in some windows and none in others for the same torch kernels:
-# the program moves to a kernel it has not launched before every 0.6 s, so some of the six windows
-# see a fresh one.
-ELEMENTWISE_FRESH = r"""
+# SASS: on CUPTI 13.0 (H100) the windows patched none of torch's own kernels (GetDataProperties: 0
+# records), while kernels of a module loaded with cuModuleLoadData are counted. Jiterator kernels are
+# such modules (NVRTC, then cuModuleLoadData): the program moves to a new one every 0.6 s.
+JITERATOR_FRESH = r"""
 import json, sys, time
 import torch
-x = torch.randn(1 << 22, device="cuda")
+x = torch.randn(1 << 20, device="cuda")
 steps = 0
-for op in (torch.sin, torch.cos, torch.tanh, torch.sigmoid, torch.exp, torch.atan, torch.erf,
-           torch.sinh, torch.log1p, torch.expm1, torch.asinh, torch.erfc):
+for k in range(12):
+    fn = torch.cuda.jiterator._create_jit_fn(
+        f"template <typename T> T step_{k}(T x) {{ T v = x; for (int i = 0; i < {k + 4}; ++i) v = v * T(0.5) + T({k}); return v; }}"
+    )
     end = time.monotonic() + float(sys.argv[1]) / 12
     while time.monotonic() < end:
         for _ in range(20):
-            x = op(x * 0.5)
+            x = fn(x)
         torch.cuda.synchronize()
         steps += 20
 print(json.dumps({"steps": steps, "at": time.time_ns()}))
@@ -218,7 +220,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "sass": Scenario(
         {"type": "sass", "initial_delay": "1s", "period": "1s", "window": "500ms", "windows": 6},
-        ELEMENTWISE_FRESH, ["7.2"],
+        JITERATOR_FRESH, ["7.2"],
         {**_both({"sass_metrics"}), "otlp": {"metric:cuda.sass.value"}},
     ),
 }  # fmt: skip
