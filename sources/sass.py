@@ -325,7 +325,7 @@ class SassMetricsSource(CuptiWorkerSource):
                 self._origin,
                 f"{_EMPTY_WINDOWS_TOLD} SASS windows in a row got no record while the program launched "
                 "kernels: CUPTI patched none of them (on CUPTI 13.0, PyTorch's own kernels are not "
-                "patched; kernels of modules loaded with cuModuleLoad* are)",
+                "patched; see the sass source in docs/config.md)",
                 severity="warning",
             )
 
