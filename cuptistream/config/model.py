@@ -207,7 +207,7 @@ class StacksConfig(Strict):
     each kernel, copy and memset is joined to the stack its launch was made from."""
 
     # Activity modes that take stacks; [] = off.
-    modes: list[Literal["full", "budget"]] = msgspec.field(default_factory=lambda: ["full", "budget"])
+    modes: list[Literal["full", "budget"]] = msgspec.field(default_factory=lambda: ["full"])
     interval: Duration = Duration(0.001)
     max_depth: int = 48  # frames kept per stack (the innermost); the rest fold into "[truncated]"
     frames: Literal["user", "all"] = "user"  # user: the program's own code, no library frames
