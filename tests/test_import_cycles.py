@@ -140,7 +140,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),  # the intake and the trio pipeline (the probe uses the intake)
     ("probe", "sources", "sinks"),
     ("collector",),
-    ("analysis",),
+    ("analysis", "warehouse"),  # the views, and the warehouse's schema and queries
     ("run",),  # a probe and a collector put together
     ("cli", ""),
 )

@@ -1,0 +1,214 @@
+"""The ClickHouse warehouse schema and queries (cuptistream/warehouse) on a real ClickHouse engine in
+process (chDB), loaded with the jsonl rows cuptistream writes for Kafka (``recording.rows``) from
+recordings of the replayed real-GPU captures: the shipped schema is current, every event type lands
+in its table, every shipped query runs, and the answers equal ``summary``'s on the same recordings.
+
+The schema's landing table is a Kafka engine table; chDB has no broker, so ``tests/helpers/clickhouse``
+creates it with the Null engine and the rows go through the same materialized views."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cuptistream.cli import main
+from cuptistream.warehouse import QUERIES, SCHEMA, query_text
+from tests.helpers.clickhouse import SCHEMA_PATH, Warehouse, batch_rows, recording_rows
+from tests.helpers.fixture_recording import batches, fixture_processes, write_recording
+from tests.helpers.rank_stats import statistics_only
+from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW_RANK = 5
+SECOND = 1_000_000_000
+SPAN = {"since": "2000-01-01 00:00:00", "until": "2200-01-01 00:00:00"}
+
+
+def _script() -> Any:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import clickhouse_schema
+    finally:
+        sys.path.pop(0)
+    return clickhouse_schema
+
+
+def test_the_shipped_schema_is_current() -> None:
+    assert SCHEMA_PATH == ROOT / "cuptistream" / "warehouse" / SCHEMA
+    assert SCHEMA_PATH.read_text() == _script().render(), (
+        "cuptistream/warehouse/clickhouse/schema.sql is stale: run scripts/clickhouse_schema.py"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--records-ttl-days", "-1"], "--records-ttl-days -1: give 0 (keep for ever) or a number of days"),
+        (["--topic", "a'b"], '--topic "a\'b": give a non-empty value without quotes or backslashes'),
+        (["-o", "/nonexistent/dir/schema.sql"], "cannot write /nonexistent/dir/schema.sql"),
+    ],
+)
+def test_the_script_says_what_is_wrong_in_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _script().main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_the_script_writes_a_schema_for_a_given_broker_and_retention(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _script().main(["--broker", "k1:9092,k2:9092", "--topic", "gpu.rows", "--records-ttl-days", "0",
+                           "-o", "-"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "kafka_broker_list = 'k1:9092,k2:9092'" in text and "kafka_topic_list = 'gpu.rows'" in text
+    assert "INTERVAL 14 DAY" not in text and "-- kernel:" in text  # records kept for ever
+    assert "TTL toDateTime(`interval_start`) + INTERVAL 400 DAY" in text
+
+
+@pytest.fixture(scope="module")
+def warehouse() -> Iterator[Warehouse]:
+    """The fixture recording's processes (every capture, PC samples, SASS, losses, an error)."""
+    store = Warehouse()
+    yield store
+    store.close()
+
+
+def test_every_event_type_lands_in_its_table(warehouse: Warehouse) -> None:
+    rows = b"".join(batch_rows(batches(fixture_processes())))
+    assert warehouse.insert([rows]) == rows.count(b"\n")
+    sent = Counter(json.loads(line)["type"] for line in rows.splitlines())
+    assert len(sent) > 10
+    for tag, count in sent.items():
+        assert warehouse.sql(f"SELECT count() AS n FROM `{tag}`") == [{"n": count}], tag
+    kernel = warehouse.sql("SELECT * FROM kernel ORDER BY start LIMIT 1")[0]
+    assert kernel["job"] == "fixture" and kernel["rank"] == 0 and kernel["device_uuid"] == "GPU-fixture-0"
+    assert kernel["duration_ns"] > 0 and kernel["grid"] == [8, 1, 1]
+    assert warehouse.sql("SELECT samples[1].stalls AS s FROM pc_samples")[0]["s"]
+    # The Kafka engine table of the shipped schema is valid ClickHouse (chDB parses it; no broker to run it).
+    kafka = SCHEMA_PATH.read_text().split(";\n")[0].split("\n\n\n")[-1]
+    assert "ENGINE = Kafka" in kafka
+    escaped = kafka.replace("\\", "\\\\").replace("\n", "\\n")  # a parameter's text is escaped as in TSV
+    assert warehouse.sql("SELECT formatQuerySingleLine({q:String}) AS q", {"q": escaped})[0]["q"].startswith(
+        "CREATE"
+    )
+
+
+def test_losses_equal_the_summary(warehouse: Warehouse, tmp_path: Path) -> None:
+    summary = _summary(write_recording(tmp_path / "out", fixture_processes()), tmp_path)
+    expected = {
+        (r["stage"], r["reason"], r["unit"]): (r["events"], r["count"]) for r in summary["losses"]["rows"]
+    }
+    got = {(r["stage"], r["reason"], r["unit"]): (r["reports"], r["count"])
+           for r in warehouse.query("losses", job="", **SPAN)}  # fmt: skip
+    assert got == expected and got
+
+
+def _summary(path: Path, tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "summary.json"
+    assert main(["summary", str(path), "--mangled", "--format", "json", "-o", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def _compare(root: Path, tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "compare.json"
+    assert (
+        main(["compare", str(root / "node*" / "out"), "--mangled", "--format", "json", "-o", str(out)]) == 0
+    )
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def slow_kernel() -> str:
+    return biggest_kernel(replayed()[0])
+
+
+def _ranks(root: Path, job: str, scale: Scale | None, statistics: bool) -> Path:
+    processes = rank_processes(8, scale=scale)
+    if statistics:  # always-on: 1 s statistics, a budget window over the first 60 % of the capture
+        processes = [statistics_only(p, SECOND, 0.6) for p in processes]
+    write_ranks(root, processes)
+    return root
+
+
+@pytest.fixture(scope="module")
+def jobs(
+    tmp_path_factory: pytest.TempPathFactory, slow_kernel: str
+) -> Iterator[tuple[Warehouse, dict[str, Path]]]:
+    """One warehouse with four jobs of 8 ranks: records or statistics, one rank slowed or none."""
+    root = tmp_path_factory.mktemp("jobs")
+    slow = Scale(SLOW_RANK, slow_kernel, 1.3)
+    paths = {
+        "slowed": _ranks(root / "slowed", "slowed", slow, False),
+        "even": _ranks(root / "even", "even", None, False),
+        "budget_slowed": _ranks(root / "budget_slowed", "budget_slowed", slow, True),
+        "budget_even": _ranks(root / "budget_even", "budget_even", None, True),
+    }
+    store = Warehouse()
+    for job, path in paths.items():
+        store.insert(_as_job(recording_rows(sorted(path.glob("node*/out"))), job))
+    yield store, paths
+    store.close()
+
+
+def _as_job(chunks: Iterator[bytes], job: str) -> Iterator[bytes]:
+    """Rows of one job: ``session.attributes: {job: ...}`` (the recordings were written without)."""
+    for chunk in chunks:
+        assert b'"attributes"' not in chunk  # empty: left out
+        yield chunk.replace(b"}\n", b',"attributes":{"job":"' + job.encode() + b'"}}\n')
+
+
+@pytest.mark.parametrize("job", ["slowed", "budget_slowed"])
+def test_top_kernels_and_busy_equal_the_summary(
+    jobs: tuple[Warehouse, dict[str, Path]], job: str, tmp_path: Path
+) -> None:
+    store, paths = jobs
+    summary = _summary(paths[job] / "node0" / "out", tmp_path)  # ranks 0-3
+    host = {"job": job, **SPAN}
+    node0 = store.sql(
+        query_text("top_kernels").replace("AND ({job:String} = '' OR job = {job:String})",
+                                          "AND job = {job:String} AND host = 'node0'"),
+        {**host, "top": 1000},
+    )  # fmt: skip
+    kernels = summary["kernels"]["rows"]
+    if job == "slowed":  # raw records: count and total to the nanosecond
+        assert {(r["name"], r["count"], r["total_ns"]) for r in node0} == {
+            (r["name"], r["count"], r["total_ns"]) for r in kernels
+        }
+    else:  # statistics: the measured and the estimated sums
+        assert {
+            (r["name"], r["count"], r["total_ns"], r["estimated_count"], r["estimated_total_ns"])
+            for r in node0
+        } == {
+            (r["name"], r["count"], r["total_ns"], r["estimated_count"], r["estimated_total_ns"])
+            for r in kernels
+        }
+        busy = {r["pid"]: r for r in store.query("gpu_busy", **host) if r["host"] == "node0"}
+        rows = summary["gpu_busy"]["rows"]
+        assert len(rows) == len(busy) == 4
+        for row in rows:
+            mine = busy[row["pid"]]
+            assert (mine["busy_ns"], mine["traced_ns"], mine["kernel_ns"], mine["nccl_ns"]) == (
+                row["busy_ns"], row["span_ns"], row["kernel_ns"], row["nccl_ns"]
+            )  # fmt: skip
+            assert 0 < mine["coverage"] < 1 and mine["estimated"]
+    assert [r["name"] for r in node0][:5] == [r["name"] for r in kernels][:5]
+
+
+def test_every_shipped_query_runs(jobs: tuple[Warehouse, dict[str, Path]]) -> None:
+    store, _ = jobs
+    shipped = sorted(p.stem for p in (SCHEMA_PATH.parent / "queries").glob("*.sql"))
+    assert shipped == sorted(QUERIES)
+    params = {"job": "", "interval_s": 10, "top": 10, **SPAN}
+    for name in QUERIES:
+        text = query_text(name)
+        used = {p.split(":")[0] for p in text.split("{")[1:] if ":" in p.split("}")[0]}
+        rows = store.sql(text, {k: v for k, v in params.items() if k in used})
+        assert rows or name in ("losses", "gpu_time_by_code"), name
