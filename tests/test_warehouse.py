@@ -1,7 +1,8 @@
 """The ClickHouse warehouse schema and queries (cuptistream/warehouse) on a real ClickHouse engine in
 process (chDB), loaded with the jsonl rows cuptistream writes for Kafka (``recording.rows``) from
 recordings of the replayed real-GPU captures: the shipped schema is current, every event type lands
-in its table, every shipped query runs, and the answers equal ``summary``'s on the same recordings.
+in its table, every shipped query runs, and the answers equal ``cuptistream compare``'s and
+``summary``'s on the same recordings.
 
 The schema's landing table is a Kafka engine table; chDB has no broker, so ``tests/helpers/clickhouse``
 creates it with the Null engine and the rows go through the same materialized views."""
@@ -163,6 +164,51 @@ def _as_job(chunks: Iterator[bytes], job: str) -> Iterator[bytes]:
     for chunk in chunks:
         assert b'"attributes"' not in chunk  # empty: left out
         yield chunk.replace(b"}\n", b',"attributes":{"job":"' + job.encode() + b'"}}\n')
+
+
+def _flags(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        mine = out.setdefault(row["rank"], {"metrics": {}, "longer": row["kernels_longer"],
+                                            "shorter": row["kernels_shorter"]})  # fmt: skip
+        mine["metrics"][row["metric"]] = row
+    return out
+
+
+@pytest.mark.parametrize("job", ["slowed", "even", "budget_slowed", "budget_even"])
+def test_slow_ranks_flag_what_compare_flags(
+    jobs: tuple[Warehouse, dict[str, Path]], job: str, tmp_path: Path
+) -> None:
+    store, paths = jobs
+    expected = _compare(paths[job], tmp_path)
+    got = _flags(store.query("slow_ranks", job=job, interval_s=10, top=5, **SPAN))
+    assert sorted(got) == [o["rank"] for o in expected["outliers"]]
+    if job.endswith("slowed"):
+        assert sorted(got) == [f"rank {SLOW_RANK}"]
+    for outlier in expected["outliers"]:
+        mine = got[outlier["rank"]]
+        assert sorted(mine["metrics"]) == sorted(m["metric"] for m in outlier["metrics"])
+        for metric in outlier["metrics"]:
+            row = mine["metrics"][metric["metric"]]
+            assert row["direction"] == metric["direction"] and row["z"] == metric["z"]
+            assert row["value"] == pytest.approx(metric["value"]) and row["median"] == pytest.approx(
+                metric["median"]
+            )
+            assert row["mad"] == pytest.approx(metric["mad"]) and row["relative"] == metric["relative"]
+        assert [k[0] for k in mine["longer"]] == [k["name"] for k in outlier["kernels_longer"]]
+        assert [k[3] for k in mine["longer"]] == [k["diff_ns"] for k in outlier["kernels_longer"]]
+        assert [k[0] for k in mine["shorter"]] == [k["name"] for k in outlier["kernels_shorter"]]
+        assert (
+            mine["metrics"][outlier["metrics"][0]["metric"]]["flagged_intervals"]
+            == outlier["flagged_intervals"]
+        )
+
+
+def test_slow_ranks_of_every_job_at_once(jobs: tuple[Warehouse, dict[str, Path]]) -> None:
+    store, _ = jobs
+    rows = store.query("slow_ranks", job="", interval_s=10, top=5, **SPAN)
+    assert {(r["job"], r["rank"]) for r in rows} == {("budget_slowed", f"rank {SLOW_RANK}"),
+                                                     ("slowed", f"rank {SLOW_RANK}")}  # fmt: skip
 
 
 @pytest.mark.parametrize("job", ["slowed", "budget_slowed"])
