@@ -103,6 +103,10 @@ class Warehouse:
         head = f"INSERT INTO {LANDING} SETTINGS {_JSON_SETTINGS} FORMAT JSONEachRow\n"
         self._run(head + data.decode())
 
+    def execute(self, text: str) -> None:
+        """Run a statement that returns no rows (DDL, INSERT ... SELECT)."""
+        self._run(text)
+
     def sql(self, text: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows of ``text`` as dicts (64-bit integers as numbers, not quoted)."""
         settings = "output_format_json_quote_64bit_integers = 0, output_format_json_quote_decimals = 0"
