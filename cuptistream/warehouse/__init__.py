@@ -4,6 +4,7 @@ ClickHouse, and the questions the views answer for one job asked there of every 
 
 ``clickhouse_ddl`` generates the schema from the event Structs; ``clickhouse/schema.sql`` is its
 shipped copy and ``clickhouse/queries/*.sql`` the questions, ClickHouse SQL with query parameters.
+``dashboard`` puts the questions on a Grafana dashboard (``grafana/cuptistream-fleet.json``).
 """
 
 from __future__ import annotations
