@@ -273,3 +273,22 @@ def test_a_decode_worker_takes_the_probes_stack_chunks() -> None:
     assert statistics is not None and statistics.stacks is not None
     assert statistics.stacks.saw_stacks and statistics.stacks.max_stacks == 7
     session.close()
+
+
+def test_the_warehouse_query_gives_summarys_gpu_time_by_code(
+    recordings: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped gpu_time_by_code.sql on the always-on recording's jsonl rows, in ClickHouse."""
+    from tests.helpers.clickhouse import Warehouse, recording_rows
+
+    _, stats = recordings
+    assert main(["summary", str(stats), "--format", "json", "--top", "1000"]) == 0
+    summary = [(r["code"], r["total_ns"]) for r in json.loads(capsys.readouterr().out)["code"]["rows"]]
+    warehouse = Warehouse()
+    try:
+        warehouse.insert(recording_rows([stats]))
+        rows = warehouse.query("gpu_time_by_code", job="", since="2000-01-01 00:00:00",
+                               until="2100-01-01 00:00:00", top=1000)  # fmt: skip
+    finally:
+        warehouse.close()
+    assert [(r["code"], r["estimated_total_ns"]) for r in rows] == summary and len(summary) > 3
