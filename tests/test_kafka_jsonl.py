@@ -25,14 +25,11 @@ OFFSET = UNIX_NS - 1_000
 
 
 def test_the_published_schema_is_current() -> None:
-    import sys
+    from tests.helpers.scripts import script
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from events_schema import render
-    finally:
-        sys.path.pop(0)
-    assert SCHEMA.read_text() == render(), "docs/events.schema.json is stale: run scripts/events_schema.py"
+    assert SCHEMA.read_text() == script("events_schema").render(), (
+        "docs/events.schema.json is stale: run scripts/events_schema.py"
+    )
 
 
 def produce(bootstrap: str, batches: int, per_batch: int, **keys: Any) -> dict[str, int]:

@@ -10,7 +10,6 @@ creates it with the Null engine and the rows go through the same materialized vi
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from tests.helpers.clickhouse import SCHEMA_PATH, Warehouse, batch_rows, recordi
 from tests.helpers.fixture_recording import batches, fixture_processes, write_recording
 from tests.helpers.rank_stats import statistics_only
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
+from tests.helpers.scripts import script
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_RANK = 5
@@ -32,12 +32,7 @@ SPAN = {"since": "2000-01-01 00:00:00", "until": "2200-01-01 00:00:00"}
 
 
 def _script() -> Any:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import clickhouse_schema
-    finally:
-        sys.path.pop(0)
-    return clickhouse_schema
+    return script("clickhouse_schema")
 
 
 def test_the_shipped_schema_is_current() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -21,6 +20,7 @@ from tests.helpers.clickhouse import SCHEMA_PATH, Warehouse, batch_rows
 from tests.helpers.fixture_recording import Process, batches, fixture_processes
 from tests.helpers.rank_stats import statistics_only
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed
+from tests.helpers.scripts import script
 
 ROOT = SCHEMA_PATH.parents[3]
 SHIPPED = ROOT / "cuptistream" / "warehouse" / DASHBOARD
@@ -32,12 +32,7 @@ SQLSTRING = re.compile(r"\$\{(\w+):sqlstring\}")
 
 
 def _script() -> Any:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import grafana_dashboard
-    finally:
-        sys.path.pop(0)
-    return grafana_dashboard
+    return script("grafana_dashboard")
 
 
 def test_the_shipped_dashboard_is_current() -> None:
