@@ -45,7 +45,12 @@ def _run(max_stacks: int = 10_000, spans: bool = False) -> list[Event]:
     end of the last interval (budget mode's shape)."""
     replay = _replay()
     info = OpenStream(
-        stream=1, source="activity", struct_sizes=STRUCT_SIZES, strings=replay.strings, records="on_demand"
+        stream=1,
+        source="activity",
+        struct_sizes=STRUCT_SIZES,
+        strings=replay.strings,
+        records="on_demand",
+        stacks=True,
     )
     sink = Collect()
     config = StatisticsConfig(interval=INTERVAL_NS / 1e9, max_stacks=max_stacks)
@@ -160,15 +165,20 @@ def test_estimates_scale_by_the_kernel_coverage_as_activity_stats_do() -> None:
     assert activity.estimated_total_ns == round(activity.total_ns * scale)  # the same scale
 
 
-def test_no_stack_events_no_stack_stats() -> None:
+@pytest.mark.parametrize("sampled", [True, False], ids=["stacks on, no event came", "stacks off"])
+def test_no_stack_events_no_stack_stats(sampled: bool) -> None:
     replay = _replay()
-    info = OpenStream(stream=1, source="activity", struct_sizes=STRUCT_SIZES, strings=replay.strings)
+    info = OpenStream(
+        stream=1, source="activity", struct_sizes=STRUCT_SIZES, strings=replay.strings, stacks=sampled
+    )
     sink = Collect()
     stream = DecodeStream(info, replay.pid, sink, statistics=StatisticsConfig(interval=0.1))
     for step in replay:
         if step.buffer:
             data = bytearray(step.buffer)
             stream.decode(memoryview(data), len(data), 0)
+    assert stream.statistics is not None
+    assert (stream.statistics.stacks is not None) == sampled  # a stream without stacks keeps nothing for them
     stream.close()
     assert any(isinstance(e, ActivityStats) for e in sink.events)
     assert not any(isinstance(e, StackStats) for e in sink.events)
@@ -259,7 +269,9 @@ def test_a_decode_worker_takes_the_probes_stack_chunks() -> None:
     replay = _replay()
     ours, theirs = socket.socketpair()
     session = Session(theirs)
-    info = OpenStream(stream=1, source="activity", struct_sizes=STRUCT_SIZES, strings=replay.strings)
+    info = OpenStream(
+        stream=1, source="activity", struct_sizes=STRUCT_SIZES, strings=replay.strings, stacks=True
+    )
     opened = session.serve(wp.Open(info, replay.pid, True, INTERVAL_NS, 500, max_stacks=7), [])
     assert opened.problem is None
     chunk = next(c for step in replay for c in step.stacks)

@@ -55,6 +55,9 @@ class OpenStream(Message, tag="open_stream"):
     # "all": forward every record; "on_demand": only those inside on-demand TraceSpans (statistics
     # still see every record).
     records: str = "all"
+    # The probe samples the stacks of the threads that launch this stream's work (``stacks``): only
+    # then does the collector keep its API records and GPU work for the stack statistics.
+    stacks: bool = False
 
 
 class Ready(Message, tag="ready"):

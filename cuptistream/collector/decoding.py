@@ -140,7 +140,7 @@ class DecodeStream:
         )
         self.statistics: Accumulator | None = None
         if statistics is not None and statistics.enabled:
-            stacks = StackFold(statistics.interval_ns, statistics.max_stacks, pid)
+            stacks = StackFold(statistics.interval_ns, statistics.max_stacks, pid) if info.stacks else None
             self.statistics = Accumulator(
                 statistics.interval_ns, statistics.max_names, self.names, stacks=stacks
             )

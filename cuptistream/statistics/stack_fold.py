@@ -18,9 +18,10 @@ API records are kept while a later interval may still need them (started at most
 before the oldest open one), and never more than ``MAX_LAUNCHES``: past that the oldest go, counted
 in ``launches_dropped``. The index keeps what the open intervals need (``StackIndex.forget_before``).
 
-Nothing is emitted for a process that sends no stack events or a stream without API records. Once
-an interval has closed with no stack event yet, a stream traced continuously (``activity.mode:
-full``) holds no more GPU work until one comes: a process that samples no stacks costs nothing.
+A stream gets a fold only where its probe samples stacks (``OpenStream.stacks``): one that does not
+costs nothing here. Nothing is emitted for a process that sends no stack events or a stream without
+API records. Once an interval has closed with no stack event yet, a stream traced continuously
+(``activity.mode: full``) holds no more GPU work until one comes.
 """
 
 from __future__ import annotations

@@ -205,6 +205,7 @@ class ActivitySource(Source):
         stream = OpenStream(
             stream=0, source=self.name, device=self.device, cupti_version=self.cupti_version,
             struct_sizes=sizes, demangle=cfg.demangle, capture=cfg.capture, records=cfg.records,
+            stacks=self._stacks_config is not None,
             clock=ClockSync(cupti_ns=driver.timestamp(), unix_ns=time.time_ns()),
         )  # fmt: skip
         self.outlet = self.emitter.open_activity_stream(stream, int(cfg.buffer_size), cfg.buffer_pool_limit)
