@@ -23,8 +23,7 @@ from cuptistream.cli import main
 from cuptistream.collector.decoding import DecodeStream, has_stack_events
 from cuptistream.config.model import StatisticsConfig
 from cuptistream.events import ActivityStats, ApiCall, Event, GpuStats, Kernel, Memcpy, Memset, StackStats
-from cuptistream.stacks.index import NO_PYTHON_ID, StackIndex
-from cuptistream.statistics.stack_fold import OTHER_STACK
+from cuptistream.stacks.index import NO_PYTHON_ID, OTHER_STACK, StackIndex
 from tests.gpu.workloads.collect import Collect
 from tests.helpers.fixture_recording import Process, write_recording
 from tests.helpers.stack_buffers import CAPTURE, STRUCT_SIZES, Replay

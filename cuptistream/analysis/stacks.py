@@ -30,6 +30,7 @@ from cuptistream.stacks.index import (
     NO_PYTHON_STACK,
     NO_STACK_RECORDED,
     NONE_RECORDED,
+    OTHER_STACK,
     Frame,
     ProcessKey,
     StackIndex,
@@ -44,7 +45,6 @@ __all__ = [
 _WORK = ("kernel", "memcpy", "memset")
 PENDING = 1 << 20  # launches (and GPU records) waiting for their other half, per process
 STATS_WORK = "[GPU work]"  # the operation of GPU time read from StackStats (not split by kernel)
-OTHER_STACKS = -3  # StackStats' row of the stacks past statistics.max_stacks
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class StackJoin:
         return out
 
     def _frames_of_stats(self, key: ProcessKey, stack: int) -> tuple[Frame, ...]:
-        if stack == OTHER_STACKS:
+        if stack == OTHER_STACK:
             return (Frame(SYNTHETIC_FILE, "[other stacks]", 0),)
         return self.index.frames_of(key, stack)
 

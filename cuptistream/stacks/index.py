@@ -38,6 +38,7 @@ NO_PYTHON_STACK = "[no Python stack]"
 NO_STACK_RECORDED = "[no stack recorded]"
 # Stack ids the index gives besides the probe's (which are positive).
 NONE_RECORDED, NO_PYTHON_ID = -1, -2
+OTHER_STACK = -3  # StackStats' row of the stacks past ``statistics.max_stacks``
 KERNEL_LAUNCHES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch")
 _OVERLAPPING = 64  # backward() spans looked at before a launch is called one without a stack
 _NESTED = 4  # API calls nest (a runtime call around its driver calls): intervals looked back at

@@ -33,11 +33,10 @@ import numpy as np
 
 from cuptistream.cupti.api_functions import api_names
 from cuptistream.events import StackStats
-from cuptistream.stacks.index import KERNEL_LAUNCHES, NONE_RECORDED, StackIndex
+from cuptistream.stacks.index import KERNEL_LAUNCHES, NONE_RECORDED, OTHER_STACK, StackIndex
 from cuptistream.stacks.sampler import THREAD_ID_MASK
 
 MAX_LAUNCHES = 1 << 20  # API records held for GPU work still to come
-OTHER_STACK = -3  # the row of the stacks past ``max_stacks``
 _DOMAINS = {4: "driver", 5: "runtime"}  # CUpti_ActivityKind of the API records -> api_names' domain
 
 Work = tuple[np.ndarray, np.ndarray, np.ndarray]  # device, correlation id, duration

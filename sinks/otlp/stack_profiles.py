@@ -22,13 +22,20 @@ from dataclasses import dataclass, field
 from opentelemetry.proto.profiles.v1development.profiles_pb2 import Profile, Sample
 
 from cuptistream.events import StackStats, StackTable
+from cuptistream.stacks.index import (
+    NO_PYTHON_ID,
+    NO_PYTHON_STACK,
+    NO_STACK_RECORDED,
+    NONE_RECORDED,
+    OTHER_STACK,
+)
+from cuptistream.stacks.sampler import SYNTHETIC_FILE
 
 from .common import derive_id
 from .profiles import Dictionary
 
-SYNTHETIC_FILE = "<cuptistream>"
 # StackStats' ids below 1 (cuptistream.events.StackStats).
-_UNNAMED = {-1: "[no stack recorded]", -2: "[no Python stack]", -3: "other"}
+_UNNAMED = {NONE_RECORDED: NO_STACK_RECORDED, NO_PYTHON_ID: NO_PYTHON_STACK, OTHER_STACK: "other"}
 _UNKNOWN = "[stack not in the table]"
 Frames = tuple[tuple[str, str, int], ...]  # (file, function, line), innermost first
 
