@@ -6,10 +6,10 @@ slower (two orders of magnitude for a tight loop), so collection is duty-cycled:
 
     SetConfig (once) → Enable → wait ``window`` → GetDataProperties → FlushData → Disable → decode
 
-— and emits one ``SassMetricBatch`` per window. With ``control: launch`` (the default) Enable and
-the closing calls run on the application's thread at the exit of its next launch on the context
-(``NextLaunch``): made from our thread while PyTorch launched, Enable did not return. Records
-CUPTI drops at Disable become Loss events.
+— and emits one ``SassMetricBatch`` per window. Records CUPTI drops at Disable become Loss events.
+On CUPTI 13.0 a window records only where Enable was made while the program had no launch under
+way (none in flight from another thread, and not from inside a launch callback); windows that keep
+coming back empty are reported once (``_tell_if_nothing_is_patched``).
 SetConfig works once per process on CUPTI 13.0, so the config stays set while CUPTI stays attached
 and a later session reuses it (``_kept_configs``).
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import difflib
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -39,7 +38,6 @@ from cuptistream.cupti.contexts import (
     current_context,
     make_current,
 )
-from cuptistream.cupti.launch_hook import NextLaunch
 from cuptistream.cupti.library import CuptiError
 from cuptistream.cupti.sampling_decode import LiveMemory, decode_sass_records
 from cuptistream.errors import ConfigError, UserError
@@ -77,10 +75,6 @@ class SassConfig(SourceConfig):
     initial_delay: Duration = Duration(10.0)  # first window after this long (skips start-up)
     windows: int = 0  # stop after this many windows; 0 = no limit
     watchdog_timeout: Duration = Duration(30.0)
-    # Which thread makes the Enable and Flush/Disable calls: the application's, at the exit of its
-    # next launch on the context, or the source's own. From our own thread cuptiSassMetricsEnable
-    # did not return while PyTorch kept launching; ``worker`` suits programs that go idle.
-    control: Literal["launch", "worker"] = "launch"
 
     def __post_init__(self) -> None:
         require_at_least("device", self.device, 0)
@@ -135,7 +129,6 @@ class SassMetricsSource(CuptiWorkerSource):
             "windows": 0, "records": 0, "dropped": 0, "enable_s": 0.0, "flush_s": 0.0, "disable_s": 0.0,
             "decode_s": 0.0,
         }  # fmt: skip
-        self._next_launch = NextLaunch() if cfg.control == "launch" else None
         self._throttle: Throttle | None = None
         if self._governor is not None and cfg.window > 0:
             # The configured window is the longest the governor uses; the period its starting point.
@@ -280,12 +273,9 @@ class SassMetricsSource(CuptiWorkerSource):
             make_current(ctx)  # this worker thread has no context of its own
             if not self._configured:
                 self._set_config()
-            if not self._on_app_thread(lambda: self._enable(ctx), ctx, max(float(cfg.window), 1.0))[0]:
-                return  # nothing launched on the context: nothing to patch
+            self._enable(ctx)
             self._stopping.wait(float(cfg.window) if seconds is None else seconds)
-            closed, result = self._on_app_thread(lambda: self._close(ctx), ctx, 1.0)
-            # No launch within a second: the program is not launching, so our thread can close.
-            buffer, instances = result if closed else self._close(ctx)
+            buffer, instances = self._close(ctx)
             out = []
             if buffer is not None:
                 decoding = time.perf_counter()
@@ -317,24 +307,16 @@ class SassMetricsSource(CuptiWorkerSource):
                 )
 
     def _tell_if_nothing_is_patched(self, recorded: bool) -> None:
-        """Say once when windows that opened on a launch (``control: launch``: the program was
-        launching) keep getting nothing, rather than collect nothing in silence."""
+        """Say once when windows keep getting nothing, rather than collect nothing in silence."""
         self._empty_windows = 0 if recorded else self._empty_windows + 1
-        if self._next_launch is not None and self._empty_windows == _EMPTY_WINDOWS_TOLD:
+        if self._empty_windows == _EMPTY_WINDOWS_TOLD:
             self.emitter.report_error(
                 self._origin,
-                f"{_EMPTY_WINDOWS_TOLD} SASS windows in a row got no record while the program launched "
-                "kernels: CUPTI patched none of them (on CUPTI 13.0, PyTorch's own kernels are not "
-                "patched; see the sass source in docs/config.md)",
+                f"{_EMPTY_WINDOWS_TOLD} SASS windows in a row got no record: either no kernel ran on "
+                "the device, or CUPTI patched none (on CUPTI 13.0 a window records only if it opens "
+                "while the program has no launch under way; see the sass source in docs/config.md)",
                 severity="warning",
             )
-
-    def _on_app_thread(self, fn: Callable[[], Any], ctx: int, timeout: float) -> tuple[bool, Any]:
-        """``fn()`` at the exit of the program's next launch on ``ctx`` (``control: launch``), or
-        here at once (``worker``); (False, None) where no launch came within ``timeout``."""
-        if self._next_launch is None:
-            return True, fn()
-        return self._next_launch.call(fn, ctx, timeout)
 
     def _enable(self, ctx: int) -> None:
         began = time.perf_counter()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import enum
 import threading
-import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from cuptistream.cupti import subscriber
-from cuptistream.cupti.launch_hook import LaunchHook, NextLaunch, launch_cbids
+from cuptistream.cupti.launch_hook import LaunchHook, launch_cbids
 from cuptistream.cupti.subscriber import API_ENTER, API_EXIT, ApiCallbackData, Domain, SubscriberBusy
 
 DRIVER, RUNTIME = int(Domain.DRIVER_API), int(Domain.RUNTIME_API)
@@ -278,71 +277,3 @@ def test_every_cbid_rejected_is_an_error(fake: FakeSubscriber) -> None:
     with pytest.raises(RuntimeError):  # and stays one: nothing is left to try
         hook.arm()
     assert len(fake.attempts) == len(LAUNCHES)
-
-
-# --- NextLaunch: a call made on the launching thread, the caller waiting for it ---------------------
-
-
-def _launch_later(fake: FakeSubscriber, context: int, after: float = 0.05) -> threading.Thread:
-    """An application thread that launches once on ``context`` after ``after`` seconds."""
-    thread = threading.Thread(
-        target=lambda: (time.sleep(after), fake.launch(RUNTIME, 211, API_EXIT, context))
-    )
-    thread.start()
-    return thread
-
-
-def test_next_launch_runs_the_call_on_the_launching_thread(fake: FakeSubscriber) -> None:
-    ran_on: list[int] = []
-    calls = NextLaunch(cupti=FAKE_CUPTI)
-    app = _launch_later(fake, CTX)
-    done, result = calls.call(lambda: ran_on.append(threading.get_ident()) or 42, CTX, timeout=5)
-    app.join()
-    assert (done, result) == (True, 42)
-    assert ran_on == [app.ident] and fake.active == []  # on the app's thread; disarmed after
-
-
-def test_next_launch_waits_for_a_launch_on_its_own_context(fake: FakeSubscriber) -> None:
-    calls = NextLaunch(cupti=FAKE_CUPTI)
-    seen: list[str] = []
-    other = _launch_later(fake, CTX + 0x1000, after=0.02)  # another device's context
-    ours = _launch_later(fake, CTX, after=0.2)
-    done, _ = calls.call(lambda: seen.append("ran"), CTX, timeout=5)
-    other.join(), ours.join()
-    assert done and seen == ["ran"]
-
-
-def test_next_launch_without_a_launch_withdraws_the_call(fake: FakeSubscriber) -> None:
-    calls = NextLaunch(cupti=FAKE_CUPTI)
-    seen: list[str] = []
-    assert calls.call(lambda: seen.append("ran"), CTX, timeout=0.05) == (False, None)
-    assert fake.active == []
-    fake.launch(RUNTIME, 211, API_EXIT, CTX)  # a launch after the timeout does not run it
-    assert seen == []
-
-
-def test_next_launch_raises_the_calls_error_in_the_caller(fake: FakeSubscriber) -> None:
-    calls = NextLaunch(cupti=FAKE_CUPTI)
-
-    def fails() -> None:
-        raise RuntimeError("CUPTI said no")
-
-    app = _launch_later(fake, CTX)
-    with pytest.raises(RuntimeError, match="CUPTI said no"):
-        calls.call(fails, CTX, timeout=5)
-    app.join()
-    app = _launch_later(fake, CTX)
-    assert calls.call(lambda: 7, CTX, timeout=5) == (True, 7)  # the next call is unaffected
-    app.join()
-
-
-def test_next_launch_waits_for_a_call_that_began_past_the_timeout(fake: FakeSubscriber) -> None:
-    calls = NextLaunch(cupti=FAKE_CUPTI)
-
-    def slow() -> str:
-        time.sleep(0.3)
-        return "finished"
-
-    app = _launch_later(fake, CTX, after=0.01)
-    assert calls.call(slow, CTX, timeout=0.1) == (True, "finished")
-    app.join()

@@ -10,8 +10,6 @@ the real ``free_function_names`` frees them. The context and driver look-ups are
 from __future__ import annotations
 
 import ctypes
-import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -25,7 +23,6 @@ from cuptistream.cupti import driver, subscriber
 from cuptistream.cupti import sass_api as sass
 from cuptistream.cupti.contexts import CONTEXT_CREATED
 from cuptistream.cupti.library import CuptiError
-from cuptistream.cupti.subscriber import API_EXIT, ApiCallbackData
 from cuptistream.events import Event, SassMetricBatch, SassRecord
 from cuptistream.plugin import Emitter
 from cuptistream.recording.codec import Chunk, decode_events
@@ -145,7 +142,7 @@ class Harness:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.log: list[tuple[Any, ...]] = []
         self.fake = FakeSass(self.log)
-        self.sub = SimpleNamespace(handlers={}, launches={})
+        self.sub = SimpleNamespace(handlers={})
         self.others_hold_cupti = False
         self.contexts = [CTX]
         self.monkeypatch = monkeypatch
@@ -189,17 +186,9 @@ class Harness:
         monkeypatch.setattr(sassmod, "_kept_configs", {})
 
     def _register(self, domain: int, handler: Any, cbid: int | None = None) -> Any:
-        table = self.sub.handlers if domain == subscriber.Domain.RESOURCE else self.sub.launches
-        key = cbid if domain == subscriber.Domain.RESOURCE else (domain, cbid)
-        table[key] = handler
-        return SimpleNamespace(remove=lambda: table.pop(key, None))
-
-    def launch(self, context: int) -> None:
-        """A kernel launch's API exit on ``context``, as CUPTI reports it to the launch callbacks."""
-        info = ApiCallbackData(callbackSite=API_EXIT, context=context, contextUid=3, correlationId=9)
-        for (domain, cbid), handler in list(self.sub.launches.items()):
-            handler(domain, cbid, ctypes.addressof(info))
-            break
+        table = self.sub.handlers
+        table[cbid] = handler
+        return SimpleNamespace(remove=lambda: table.pop(cbid, None))
 
     def session(self, **config: Any) -> tuple[SassMetricsSource, RecordingEmitter]:
         cfg = {
@@ -209,7 +198,6 @@ class Harness:
             "window": 0,
             "initial_delay": 3600,  # the worker never opens a window itself: the test calls window()
             "watchdog_timeout": 5,
-            "control": "worker",  # the window's calls on the test's thread (launch control: its own test)
             **config,
         }
         emitter = RecordingEmitter()
@@ -407,80 +395,17 @@ def test_sass_refuses_to_start_after_cupti_was_detached(h: Harness, monkeypatch:
     assert h.log == []
 
 
-def test_launch_control_makes_the_calls_on_the_launching_thread(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    threads: dict[str, int] = {}
-    for name in ("enable", "disable"):
-        fake = getattr(sass, name)
-        monkeypatch.setattr(sass, name, lambda *a, _f=fake, _n=name: threads.setdefault(_n, threading.get_ident())
-                            and _f(*a))  # fmt: skip
-    source, emitter = h.session(control="launch", window=0.05)
-    h.fake.records = list(WINDOW)
-    stop = threading.Event()
-
-    def application() -> None:  # launches on the other GPU's context and on ours, until stopped
-        while not stop.is_set():
-            h.launch(OTHER_GPU_CTX)
-            h.launch(CTX)
-            time.sleep(0.005)
-
-    app = threading.Thread(target=application)
-    app.start()
-    try:
+def test_windows_that_patch_nothing_are_told_once(h: Harness) -> None:
+    source, emitter = h.session(window=0.01)
+    h.fake.records = []  # CUPTI patched nothing (a window opened while the program was launching)
+    for _ in range(5):
         source.window()
-    finally:
-        stop.set()
-        app.join()
-    assert threads == {"enable": app.ident, "disable": app.ident}
-    assert [c for c in h.calls() if c in ("enable", "data_properties", "flush", "disable", "decode")] == [
-        "enable", "data_properties", "flush", "disable", "decode"
-    ]  # fmt: skip
-    assert [r for e in emitter.events if isinstance(e, SassMetricBatch) for r in e.records] == DECODED
-    assert h.sub.launches == {}  # no launch callback left behind
-
-
-def test_launch_control_without_launches_opens_no_window_and_closes_on_its_own_thread(h: Harness) -> None:
-    source, emitter = h.session(control="launch", window=0.05)
+    assert source.windows_done == 5
+    (warning,) = emitter.errors
+    assert warning[2] == "warning" and "3 SASS windows in a row got no record" in warning[1]
     h.fake.records = list(WINDOW)
-    began = time.monotonic()
-    source.window()  # nothing launches: Enable is never made
-    assert "enable" not in h.calls() and source.windows_done == 0
-    assert 1.0 <= time.monotonic() - began < 3.0  # waited max(window, 1 s) for a launch
-    app = threading.Thread(target=lambda: (time.sleep(0.02), h.launch(CTX)))
-    app.start()
-    source.window()  # one launch opens it; none comes to close it: the worker closes
-    app.join()
-    assert [c for c in h.calls() if c in ("enable", "data_properties", "flush", "disable")] == [
-        "enable", "data_properties", "flush", "disable"
-    ]  # fmt: skip
-    assert source.windows_done == 1 and emitter.events
-
-
-def test_windows_that_patch_nothing_while_the_program_launches_are_told_once(h: Harness) -> None:
-    source, emitter = h.session(control="launch", window=0.01)
-    h.fake.records = []  # CUPTI patched nothing (as for PyTorch's own kernels on CUPTI 13.0)
-    stop = threading.Event()
-
-    def application() -> None:
-        while not stop.is_set():
-            h.launch(CTX)
-            time.sleep(0.002)
-
-    app = threading.Thread(target=application)
-    app.start()
-    try:
-        for _ in range(5):
-            source.window()
-        assert source.windows_done == 5
-        (warning,) = emitter.errors
-        assert warning[2] == "warning" and "3 SASS windows in a row got no record" in warning[1]
-        h.fake.records = list(WINDOW)
-        source.window()  # a window with records starts the count again
-        h.fake.records = []
-        for _ in range(2):
-            source.window()
-    finally:
-        stop.set()
-        app.join()
+    source.window()  # a window with records starts the count again
+    h.fake.records = []
+    for _ in range(2):
+        source.window()
     assert source.windows_done == 8 and len(emitter.errors) == 1  # told once, and not again at 2

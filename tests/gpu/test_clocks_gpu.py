@@ -21,8 +21,8 @@ be there. The CPU tests (tests/test_clock_sinks.py) do the same for ``replay`` a
   emitter → collector → sinks) with the probe's clock. Real ``cupti_state`` events, if any, are
   checked the same way.
 * ``pc_sampling`` (sampling all the time, drains every 0.5 s; with the ``profiles`` signal where the
-  profiles proto is installed): torch elementwise kernels; ``sass`` (six windows of 0.5 s, the
-  program moving to a jiterator kernel it has not launched before every 0.6 s).
+  profiles proto is installed): torch elementwise kernels; ``sass`` (six windows of 0.5 s, NVRTC kernels
+  launched in bursts with idle gaps: a SASS window records only if it opens while no launch is under way).
 
 **GPU metrics** (``test_gpu_*``): one run of the activity source with ``concurrent_kernel``,
 ``memory2``, ``device`` and ``environment`` under 8192² float32 matmuls that keep the GPU busy for
@@ -132,25 +132,24 @@ while time.monotonic() < end:
 print(json.dumps({"steps": steps, "at": time.time_ns()}))
 """
 
-# SASS: on CUPTI 13.0 (H100) the windows patched none of torch's own kernels (GetDataProperties: 0
-# records), while kernels of a module loaded with cuModuleLoadData are counted. Jiterator kernels are
-# such modules (NVRTC, then cuModuleLoadData): the program moves to a new one every 0.6 s.
-JITERATOR_FRESH = r"""
+# SASS: on CUPTI 13.0 a window records only if it opens while no launch is under way
+# (docs/config.md, the sass source), so the program launches in bursts with idle gaps between them,
+# as a server between requests does: NVRTC kernels, 10 launches then 50 ms idle.
+NVRTC_BURSTS = r"""
 import json, sys, time
-import torch
-x = torch.randn(1 << 20, device="cuda")
-steps = 0
-for k in range(12):
-    fn = torch.cuda.jiterator._create_jit_fn(
-        f"template <typename T> T step_{k}(T x) {{ T v = x; for (int i = 0; i < {k + 4}; ++i) v = v * T(0.5) + T({k}); return v; }}"
-    )
-    end = time.monotonic() + float(sys.argv[1]) / 12
-    while time.monotonic() < end:
-        for _ in range(20):
-            x = fn(x)
-        torch.cuda.synchronize()
-        steps += 20
-print(json.dumps({"steps": steps, "at": time.time_ns()}))
+sys.path.insert(0, "tests/gpu/workloads")
+from sampling_common import KERNELS, Cuda, compile_cubin
+cuda = Cuda()
+counted = cuda.function(cuda.load(compile_cubin(KERNELS, cuda.arch())), "counted")
+out = cuda.alloc(132 * 128 * 4)
+launches, end = 0, time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    for _ in range(10):
+        cuda.launch(counted, 132, 128, out)
+    cuda.sync()
+    launches += 10
+    time.sleep(0.05)
+print(json.dumps({"launches": launches, "at": time.time_ns()}))
 """
 
 BUSY = r"""
@@ -220,7 +219,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "sass": Scenario(
         {"type": "sass", "initial_delay": "1s", "period": "1s", "window": "500ms", "windows": 6},
-        JITERATOR_FRESH, ["7.2"],
+        NVRTC_BURSTS, ["7.2"],
         {**_both({"sass_metrics"}), "otlp": {"metric:cuda.sass.value"}},
     ),
 }  # fmt: skip

@@ -188,7 +188,7 @@ def sass_part(cuda: Cuda, result: dict[str, Any], lazy: bool = True, key: str = 
     emitter = CollectingEmitter()
     cfg = convert(
         # The worker opens each window before the launches: exact counts need every launch patched.
-        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": lazy, "control": "worker"},
+        {"type": "sass", "window": 1.0, "initial_delay": 3600, "lazy_patching": lazy},
         sass_mod.SassConfig,
     )  # fmt: skip
     src = sass_mod.SassMetricsSource(cfg, emitter)
