@@ -1,5 +1,5 @@
 """The ``cuptistream`` command: run, collector, trace, cat, validate, kinds, source-lines, summary,
-export, plot.
+export, plot, node.
 
 Every error a user can cause is printed as one line (``cuptistream: <problem>; <fix>``) with a
 non-zero exit code, never as a traceback.
@@ -18,6 +18,7 @@ from cuptistream.analysis.commands import add_commands as add_view_commands
 from cuptistream.collector import blas_threads
 from cuptistream.collector.trace_command import add_command as add_trace_command
 from cuptistream.errors import UserError
+from cuptistream.node.command import add_command as add_node_command
 from cuptistream.recording.repair import add_command as add_repair_command
 
 
@@ -105,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     lines.add_argument("--top", type=int, default=20, help="lines to print (default 20)")
     _COMMANDS.update(add_view_commands(commands))  # summary, export, plot, compare (cuptistream/analysis)
     _COMMANDS.update(add_repair_command(commands))  # repair (cuptistream/recording/repair.py)
+    _COMMANDS.update(add_node_command(commands))  # node install/uninstall/status (cuptistream/node/)
     return parser
 
 

@@ -30,12 +30,19 @@ def _off(message: str) -> None:
 
 def start_from_environment() -> object | None:
     """Start a probe as the environment says; the Probe, or None (with one line on stderr)."""
-    global _probe
     address = os.environ.get(ENV_COLLECTOR, "")
     config_path = os.environ.get(ENV_PROBE_CONFIG, "")
-    quiet = os.environ.get(ENV_QUIET, "") == "1"
     if not address or not config_path:
         return None
+    session_id = os.environ.get("CUPTISTREAM_SESSION_ID", "")
+    return start(address, config_path, session_id, quiet=os.environ.get(ENV_QUIET, "") == "1")
+
+
+def start(address: str, config_path: str, session_id: str = "", *, quiet: bool = False) -> object | None:
+    """Start a probe that takes ``config_path``'s sources and feeds the collector at ``address``;
+    the Probe, or None (with one line on stderr). The node hook calls this directly: its processes
+    keep their environment as it was."""
+    global _probe
     try:
         from cuptistream.config import load
         from cuptistream.errors import UserError
@@ -43,7 +50,6 @@ def start_from_environment() -> object | None:
     except Exception as error:  # a broken install must not stop the program
         _off(str(error))
         return None
-    session_id = os.environ.get("CUPTISTREAM_SESSION_ID", "")
     try:
         _probe = Probe(load(config_path), address, session_id, quiet=quiet).start()
     except UserError as error:
