@@ -41,18 +41,22 @@ class Interpreter:
         return self.implementation == "cpython" and SUPPORTED[0] <= self.version <= SUPPORTED[1]
 
 
-def inspect(python: str) -> Interpreter:
+def inspect(python: str, command: str = "install") -> Interpreter:
     """Ask ``python`` (a path, or a name on PATH) what it is. Raises ``UserError``."""
     try:
         done = subprocess.run([python, "-I", "-c", _ASK], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise UserError(f"cannot run {python}: {error}; pass --python with a Python interpreter") from None
+    except OSError as error:
+        raise UserError(f"node {command}: cannot run {python} ({error.strerror}); pass --python with the "
+                        f"environment's interpreter") from None  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise UserError(f"node {command}: {python} did not answer in 60 s; pass --python with the "
+                        f"environment's interpreter") from None  # fmt: skip
     try:
         facts = json.loads(done.stdout)
     except ValueError:
         why = (done.stderr.strip().splitlines() or ["no answer"])[-1]
-        raise UserError(f"{python} is not a Python this can inspect ({why}); pass --python with "
-                        f"CPython {_supported_text()}") from None  # fmt: skip
+        raise UserError(f"node {command}: {python} is not a Python this can inspect ({why}); pass "
+                        f"--python with CPython {_supported_text()}") from None  # fmt: skip
     return Interpreter(
         executable=facts["executable"], implementation=facts["implementation"],
         version=(facts["version"][0], facts["version"][1]), soabi=facts["soabi"], platform=facts["platform"],
@@ -78,7 +82,7 @@ def resolve(python: str | None, site_packages: str | None, *, command: str) -> t
     if python is None:
         assert site_packages is not None
         python = _venv_python(Path(site_packages), command)
-    interpreter = inspect(python)
+    interpreter = inspect(python, command)
     if site_packages is None:
         return interpreter, Path(interpreter.purelib)
     folder = Path(site_packages).resolve()
