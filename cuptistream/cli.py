@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     collector.add_argument("--socket", required=True, help="the Unix socket path to listen on")
     collector.add_argument(
+        "--socket-mode", type=_socket_mode, default=0o600, metavar="MODE",
+        help="the socket's permissions, octal (default 0600: this user's processes only; a node "
+        "collector serving every user's jobs: 0666, or 0660 with the service's group)",
+    )  # fmt: skip
+    collector.add_argument(
         "--until-idle", action="store_true", help="exit once the probes that came have left"
     )
     collector.add_argument("--session-id", default=None, help=argparse.SUPPRESS)
@@ -184,12 +189,23 @@ def _config_path(args: argparse.Namespace, command: str) -> str:
     return path
 
 
+def _socket_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"--socket-mode {text!r} is not an octal mode such as 0660")
+    return mode
+
+
 def _cmd_collector(args: argparse.Namespace) -> int:
     from cuptistream.collector.serve import serve
 
     return serve(
         _config_path(args, "collector"), args.socket, until_idle=args.until_idle, session_id=args.session_id,
         report_json=args.report_json, quiet=args.quiet, require_healthy=args.require_healthy,
+        socket_mode=args.socket_mode,
     )  # fmt: skip
 
 

@@ -20,15 +20,16 @@ from cuptistream.channel.shm import ChannelError
 ENV_COLLECTOR = "CUPTISTREAM_COLLECTOR"  # the collector's socket path, for probes to find it
 
 
-def listen(path: str | Path) -> socket.socket:
-    """A listening socket at ``path`` (replacing a stale one), mode 0600."""
+def listen(path: str | Path, mode: int = 0o600) -> socket.socket:
+    """A listening socket at ``path`` (replacing a stale one), ``mode`` 0600 unless a node collector
+    serves other users' processes."""
     path = str(path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         if os.path.exists(path):
             os.unlink(path)
         server.bind(path)
-        os.chmod(path, 0o600)
+        os.chmod(path, mode)
         server.listen(64)
     except OSError as error:
         server.close()

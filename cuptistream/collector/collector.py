@@ -118,12 +118,13 @@ class Collector:
 
     # --- probes -------------------------------------------------------------------------------
 
-    def listen(self, path: str, *, role: str = "collector", label: str = "") -> str:
+    def listen(self, path: str, *, role: str = "collector", label: str = "", mode: int = 0o600) -> str:
         """Accept probes at ``path`` from now on (a thread), and ``cuptistream trace`` requests at
         ``<path>.control``, registered under ``role`` and ``label`` (``collector.registry``).
         Raises ``ChannelError`` for the probes' socket; without the control socket (a path too
-        long, say) probes are still served and ``control_problem`` says why ``trace`` cannot come."""
-        self._listener = sockets.listen(path)
+        long, say) probes are still served and ``control_problem`` says why ``trace`` cannot come.
+        ``mode``: the probes' socket's (the control socket stays 0600)."""
+        self._listener = sockets.listen(path, mode)
         self._accepting = threading.Thread(target=self._accept_loop, name="cuptistream-accept", daemon=True)
         self._accepting.start()
         try:

@@ -27,6 +27,7 @@ def serve(
     report_json: str | None = None,
     quiet: bool = False,
     require_healthy: bool = False,
+    socket_mode: int = 0o600,
 ) -> int:
     cfg = load(config_path)
     memory.limit_malloc_arenas()  # before the collector's threads start
@@ -41,7 +42,7 @@ def serve(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    collector.listen(socket_path)
+    collector.listen(socket_path, mode=socket_mode)
     print(f"listening on {socket_path}", flush=True)
     if collector.control_problem and not quiet:
         print(f"cuptistream: {collector.control_problem}; `cuptistream trace` cannot reach this collector",
