@@ -46,7 +46,9 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     # verify checks that ExecStart's program exists: point it at this environment's cuptistream.
     unit = tmp_path / UNIT.name
     unit.write_text(UNIT.read_text().replace(_unit_exec_start()[0], CUPTISTREAM))
-    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
@@ -104,7 +106,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(shutil.which("flock") is None, reason="flock (util-linux) is not installed")
 def test_the_slurm_prolog_and_epilog_run_the_collector_for_the_jobs_on_a_node(tmp_path: Path) -> None:
     config = tmp_path / "collector.yaml"
-    config.write_text(f"sources:\n  - type: replay\nprobe:\n  start: cuda\nsinks:\n  - type: file\n    directory: {tmp_path / 'out'}\n")
+    config.write_text(
+        f"sources:\n  - type: replay\nprobe:\n  start: cuda\nsinks:\n  - type: file\n    directory: {tmp_path / 'out'}\n"
+    )
     state, node_config = tmp_path / "run", tmp_path / "etc" / "node.yaml"
     env = {**os.environ, "CUPTISTREAM": CUPTISTREAM, "CUPTISTREAM_COLLECTOR_CONFIG": str(config),
            "CUPTISTREAM_STATE_DIR": str(state), "CUPTISTREAM_NODE_CONFIG": str(node_config)}  # fmt: skip
