@@ -142,6 +142,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("collector",),
     ("analysis", "warehouse"),  # the views, and the warehouse's schema and queries
     ("run",),  # a probe and a collector put together
+    ("node",),  # the start hook installed into job environments (checks collectors, as `run` starts probes)
     ("cli", ""),
 )
 
