@@ -129,7 +129,9 @@ def test_the_slurm_prolog_and_epilog_run_the_collector_for_the_jobs_on_a_node(tm
         assert last.returncode == 0 and last.stderr == "", last.stderr
         assert not _alive(pid) and not node_config.exists()
         assert list((tmp_path / "out").iterdir())  # it drained and closed its files
-    finally:
+    finally:  # a failed check must not leave a collector behind
+        if not pid and (state / "collector.pid").exists():
+            pid = int((state / "collector.pid").read_text())
         if pid and _alive(pid):
             os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
