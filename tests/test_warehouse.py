@@ -200,10 +200,17 @@ def test_slow_ranks_flag_what_compare_flags(
 
 
 def test_slow_ranks_of_every_job_at_once(jobs: tuple[Warehouse, dict[str, Path]]) -> None:
-    store, _ = jobs
+    store, paths = jobs
     rows = store.query("slow_ranks", job="", interval_s=10, top=5, **SPAN)
     assert {(r["job"], r["rank"]) for r in rows} == {("budget_slowed", f"rank {SLOW_RANK}"),
                                                      ("slowed", f"rank {SLOW_RANK}")}  # fmt: skip
+    # Row for row what the query gives job by job (so what compare gives, tested above), in its order.
+    by_job = [
+        row
+        for job in sorted(paths)
+        for row in store.query("slow_ranks", job=job, interval_s=10, top=5, **SPAN)
+    ]
+    assert rows == by_job
 
 
 @pytest.mark.parametrize("job", ["slowed", "budget_slowed"])

@@ -19,7 +19,10 @@
 -- Differences from compare: a rank on raw records is compared in every interval from its first
 -- work on (compare decides with what it has read when the interval closes); ranks that share a GPU
 -- are compared on their measured kernel time, not compare's work basis.
--- Each step below reads the one before it once, so ClickHouse plans it as one pipeline.
+-- Each step below reads the one before it once, so ClickHouse plans it as one pipeline. Raw records
+-- are aggregated per rank, interval and kernel name before any window function, and busy time is
+-- the union of the pieces (intervalLengthSum), so memory grows with the records' pieces (16 bytes
+-- each, for the union) and not with whole rows: every job of a fleet at once runs as one job does.
 WITH
     3.5 AS threshold,
     0.02 AS min_relative,
@@ -28,100 +31,116 @@ WITH
     1.4826 AS mad_scale,
     toInt64({interval_s:UInt32}) * 1000000000 AS iv_ns,
     toInt64(3600000000000) AS max_op_ns,  -- one operation's time is cut to an hour (a corrupt end)
-source AS (  -- GPU work in the span, Unix ns: raw records (kind 'k'ernel, 'c'opy, 'm'emset; a graph
-             -- launch is a kernel) and statistics rows ('k', 'c', and 'g': a gpu_stats row)
-    SELECT job, host, pid, rank, true AS raw, 'k' AS kind, toString(name) AS name, toInt64(0) AS device_id,
-           toUnixTimestamp64Nano(start) AS a, a + least(greatest(duration_ns, 0), max_op_ns) AS b,
-           b - a AS ns, toInt64(1) AS n, toInt64(0) AS measured, toInt64(0) AS nbytes, false AS scaled,
-           toInt64(0) AS busy, toFloat64(0) AS fraction
-    FROM kernel
-    WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
-          AND ({job:String} = '' OR job = {job:String})
-    UNION ALL
-    SELECT job, host, pid, rank, true, 'k', concat('CUDA graph ', toString(graph_id)), 0, toUnixTimestamp64Nano(start),
-           toUnixTimestamp64Nano(start) + least(greatest(duration_ns, 0), max_op_ns), least(greatest(duration_ns, 0), max_op_ns),
-           1, 0, 0, false, 0, 0
-    FROM graph_launch
-    WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
-          AND ({job:String} = '' OR job = {job:String})
-    UNION ALL
-    SELECT job, host, pid, rank, true, 'c', '', 0, toUnixTimestamp64Nano(start),
-           toUnixTimestamp64Nano(start) + least(greatest(duration_ns, 0), max_op_ns), least(greatest(duration_ns, 0), max_op_ns),
-           1, 0, `bytes`, false, 0, 0
-    FROM memcpy
-    WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
-          AND ({job:String} = '' OR job = {job:String})
-    UNION ALL
-    SELECT job, host, pid, rank, true, 'm', '', 0, toUnixTimestamp64Nano(start),
-           toUnixTimestamp64Nano(start) + least(greatest(duration_ns, 0), max_op_ns), 0, 0, 0, 0, false, 0, 0
-    FROM memset
-    WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
-          AND ({job:String} = '' OR job = {job:String})
-    UNION ALL
-    SELECT job, host, pid, rank, false, if(category = 'kernel', 'k', 'c'), toString(name), device_id,
-           toUnixTimestamp64Nano(interval_start), toUnixTimestamp64Nano(interval_end), estimated_total_ns,
-           estimated_count, total_ns, estimated_bytes, estimated, 0, 0
-    FROM activity_stats
-    WHERE interval_start >= {since:DateTime64(9, 'UTC')} AND interval_start < {until:DateTime64(9, 'UTC')}
-          AND ({job:String} = '' OR job = {job:String}) AND category IN ('kernel', 'memcpy')  -- memsets count in busy only
-    UNION ALL
-    SELECT job, host, pid, rank, false, 'g', '', device_id, toUnixTimestamp64Nano(interval_start),
-           toUnixTimestamp64Nano(interval_end), 0, 0, 0, 0, estimated, busy_ns, busy_fraction
-    FROM gpu_stats
-    WHERE interval_start >= {since:DateTime64(9, 'UTC')} AND interval_start < {until:DateTime64(9, 'UTC')}
-          AND ({job:String} = '' OR job = {job:String})
-),
-chosen AS (  -- the compared ranks, each on one basis: its raw records where it has any
-    SELECT job, label, raw, kind, name, a, b, ns, n, nbytes, scaled,
-           if(kind = 'g' AND scaled,  -- busy of a partly traced interval: scaled as its kernel rows
-              toInt64(if(k_measured > 0, round(toFloat64(toInt128(busy) * k_ns) / k_measured),
-                         round(fraction * (b - a)))),
-              busy) AS busy_ns
+records AS (  -- raw GPU work in the span, Unix ns: kind 'k'ernel (a graph launch is a kernel), 'c'opy, 'm'emset
+    SELECT job, if(rank IS NULL, concat('pid ', toString(pid), '@', host), concat('rank ', toString(rank))) AS label,
+           kind, name, a, b, ns, n, nbytes
     FROM (
+        SELECT job, host, pid, rank, 'k' AS kind, toString(name) AS name, toUnixTimestamp64Nano(start) AS a,
+               least(greatest(duration_ns, 0), max_op_ns) AS ns, a + ns AS b, toInt64(1) AS n, toInt64(0) AS nbytes
+        FROM kernel
+        WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
+              AND ({job:String} = '' OR job = {job:String})
+        UNION ALL
+        SELECT job, host, pid, rank, 'k', concat('CUDA graph ', toString(graph_id)), toUnixTimestamp64Nano(start),
+               least(greatest(duration_ns, 0), max_op_ns), toUnixTimestamp64Nano(start) + least(greatest(duration_ns, 0), max_op_ns),
+               1, 0
+        FROM graph_launch
+        WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
+              AND ({job:String} = '' OR job = {job:String})
+        UNION ALL
+        SELECT job, host, pid, rank, 'c', '', toUnixTimestamp64Nano(start), least(greatest(duration_ns, 0), max_op_ns),
+               toUnixTimestamp64Nano(start) + least(greatest(duration_ns, 0), max_op_ns), 1, `bytes`
+        FROM memcpy
+        WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
+              AND ({job:String} = '' OR job = {job:String})
+        UNION ALL
+        SELECT job, host, pid, rank, 'm', '', toUnixTimestamp64Nano(start), 0,
+               toUnixTimestamp64Nano(start) + least(greatest(duration_ns, 0), max_op_ns), 0, 0
+        FROM memset
+        WHERE start >= {since:DateTime64(9, 'UTC')} AND start < {until:DateTime64(9, 'UTC')}
+              AND ({job:String} = '' OR job = {job:String})
+    )
+),
+named AS (  -- records per rank, compare interval and kernel name: work split at interval edges; times and
+            -- counts go with the interval work starts in; busy as the state of a union of the pieces
+    SELECT job, label, iv, kind, name,
+           sumIf(ns, first_piece) AS ns, sumIf(n, first_piece) AS n, sumIf(nbytes, first_piece) AS nbytes,
+           countIf(first_piece) AS starts,
+           intervalLengthSumState(greatest(a, iv * iv_ns), least(b, (iv + 1) * iv_ns)) AS busy,
+           min(greatest(a, iv * iv_ns)) AS lo, max(least(b, (iv + 1) * iv_ns)) AS hi
+    FROM records
+    ARRAY JOIN range(intDiv(a, iv_ns), intDiv(greatest(b - 1, a), iv_ns) + 1) AS iv
+    GROUP BY job, label, iv, kind, name, iv = intDiv(a, iv_ns) AS first_piece
+),
+statistics AS (  -- statistics rows in the span: 'k' and 'c' (activity_stats), 'g' (a gpu_stats row)
+    SELECT job, if(rank IS NULL, concat('pid ', toString(pid), '@', host), concat('rank ', toString(rank))) AS label,
+           kind, name, device_id, a, b, ns, n, measured, nbytes, scaled, busy, fraction
+    FROM (
+        SELECT job, host, pid, rank, if(category = 'kernel', 'k', 'c') AS kind, toString(name) AS name, device_id,
+               toUnixTimestamp64Nano(interval_start) AS a, toUnixTimestamp64Nano(interval_end) AS b,
+               estimated_total_ns AS ns, estimated_count AS n, total_ns AS measured, estimated_bytes AS nbytes,
+               estimated AS scaled, toInt64(0) AS busy, toFloat64(0) AS fraction
+        FROM activity_stats
+        WHERE interval_start >= {since:DateTime64(9, 'UTC')} AND interval_start < {until:DateTime64(9, 'UTC')}
+              AND ({job:String} = '' OR job = {job:String}) AND category IN ('kernel', 'memcpy')  -- memsets count in busy only
+        UNION ALL
+        SELECT job, host, pid, rank, 'g', '', device_id, toUnixTimestamp64Nano(interval_start),
+               toUnixTimestamp64Nano(interval_end), 0, 0, 0, 0, estimated, busy_ns, busy_fraction
+        FROM gpu_stats
+        WHERE interval_start >= {since:DateTime64(9, 'UTC')} AND interval_start < {until:DateTime64(9, 'UTC')}
+              AND ({job:String} = '' OR job = {job:String})
+    )
+),
+per_interval AS (  -- one rank's tally of one interval, on one basis: its records where it has any
+    SELECT * FROM (
         SELECT *,
-               max(rank IS NOT NULL) OVER (PARTITION BY job) AS any_rank,
-               max(raw) OVER (PARTITION BY job, label) AS on_records,
-               sumIf(measured, kind = 'k') OVER (PARTITION BY job, label, a, device_id) AS k_measured,
-               sumIf(ns, kind = 'k') OVER (PARTITION BY job, label, a, device_id) AS k_ns
+               max(startsWith(label, 'rank ')) OVER (PARTITION BY job) AS any_rank,
+               max(records) OVER (PARTITION BY job, label) AS on_records
         FROM (
-            SELECT *,
-                   if(rank IS NULL, concat('pid ', toString(pid), '@', host), concat('rank ', toString(rank))) AS label
-            FROM source
+            SELECT job, label, iv, true AS records,
+                   sumIf(ns, kind = 'k' AND positionCaseInsensitive(name, 'nccl') = 0) AS i_compute,
+                   sumIf(ns, kind = 'k' AND positionCaseInsensitive(name, 'nccl') > 0) AS i_nccl,
+                   sumIf(n, kind = 'k') AS i_kernels,
+                   sumIf(ns, kind = 'c') AS i_copy_ns,
+                   sumIf(nbytes, kind = 'c') AS i_copy_bytes,
+                   toInt64(intervalLengthSumMerge(busy)) AS i_busy,  -- the union of kernels, copies and memsets
+                   false AS i_estimated,
+                   min(lo) AS i_lo, max(hi) AS i_hi,
+                   toUInt64(0) AS i_seen, toInt64(0) AS i_length,
+                   sumMapIf(map(name, ns), kind = 'k' AND starts > 0) AS i_kernel_ns,
+                   sumMapIf(map(name, n), kind = 'k' AND starts > 0) AS i_kernel_n
+            FROM named
+            GROUP BY job, label, iv
+            UNION ALL
+            SELECT job, label, intDiv(a, iv_ns) AS iv, false,
+                   sumIf(ns, kind = 'k' AND positionCaseInsensitive(name, 'nccl') = 0),
+                   sumIf(ns, kind = 'k' AND positionCaseInsensitive(name, 'nccl') > 0),
+                   sumIf(n, kind = 'k'),
+                   sumIf(ns, kind = 'c'),
+                   sumIf(nbytes, kind = 'c'),
+                   sumIf(busy_ns, kind = 'g'),
+                   max(scaled AND kind IN ('k', 'g')),
+                   min(a), max(b),
+                   uniqExact(a), max(b - a),  -- intervals with rows, their length
+                   sumMapIf(map(name, ns), kind = 'k'),
+                   sumMapIf(map(name, n), kind = 'k')
+            FROM (
+                SELECT *,
+                       if(kind = 'g' AND scaled,  -- busy of a partly traced interval: scaled as its kernel rows
+                          toInt64(if(k_measured > 0, round(toFloat64(toInt128(busy) * k_ns) / k_measured),
+                                     round(fraction * (b - a)))),
+                          busy) AS busy_ns
+                FROM (
+                    SELECT *,
+                           sumIf(measured, kind = 'k') OVER (PARTITION BY job, label, a, device_id) AS k_measured,
+                           sumIf(ns, kind = 'k') OVER (PARTITION BY job, label, a, device_id) AS k_ns
+                    FROM statistics
+                )
+            )
+            GROUP BY job, label, iv
         )
     )
-    WHERE (rank IS NOT NULL OR NOT any_rank) AND raw = on_records
-),
-pieces AS (  -- per compare interval: raw work split at its edges; a statistics row whole where it starts
-    SELECT job, label, raw, kind, name, iv, ns, n, nbytes, scaled, busy_ns, a, b,
-           iv = intDiv(a, iv_ns) AS first_piece,  -- times and counts go with the interval work starts in
-           if(raw, greatest(a, iv * iv_ns), a) AS ps,
-           if(raw, least(b, (iv + 1) * iv_ns), b) AS pe
-    FROM chosen
-    ARRAY JOIN if(raw, range(intDiv(a, iv_ns), intDiv(greatest(b - 1, a), iv_ns) + 1), [intDiv(a, iv_ns)]) AS iv
-),
-unioned AS (  -- busy from records: what each piece adds past those before it in its rank and interval
-    SELECT *,
-           if(raw, greatest(0, pe - greatest(ps, max(pe) OVER (PARTITION BY job, label, iv ORDER BY ps, pe
-                                                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))),
-              0) AS added
-    FROM pieces
-),
-per_interval AS (  -- one rank's tally of one interval
-    SELECT job, label, iv,
-           any(raw) AS records,
-           sumIf(ns, kind = 'k' AND first_piece AND positionCaseInsensitive(name, 'nccl') = 0) AS i_compute,
-           sumIf(ns, kind = 'k' AND first_piece AND positionCaseInsensitive(name, 'nccl') > 0) AS i_nccl,
-           sumIf(n, kind = 'k' AND first_piece) AS i_kernels,
-           sumIf(ns, kind = 'c' AND first_piece) AS i_copy_ns,
-           sumIf(nbytes, kind = 'c' AND first_piece) AS i_copy_bytes,
-           if(records, sum(added), sumIf(busy_ns, kind = 'g')) AS i_busy,
-           max(scaled AND kind IN ('k', 'g')) AS i_estimated,
-           min(ps) AS i_lo, max(pe) AS i_hi,
-           uniqExact(a) AS i_seen, max(b - a) AS i_length,  -- statistics: intervals with rows, their length
-           sumMapIf(map(name, ns), kind = 'k' AND first_piece) AS i_kernel_ns,
-           sumMapIf(map(name, n), kind = 'k' AND first_piece) AS i_kernel_n
-    FROM unioned
-    GROUP BY job, label, iv
+    WHERE (startsWith(label, 'rank ') OR NOT any_rank) AND records = on_records
 ),
 per_span AS (  -- each interval's tally, and the whole span's (slot -1): the intervals summed
     SELECT job, label, slot, any(records) AS on_records,
