@@ -12,7 +12,9 @@ rows and inserted through the schema's landing table and routing views (``tests/
   the slow-rank query has a rank to find in each job. That is rows = 123 k x 8 x jobs (104 jobs:
   ~103 M).
 * **Queries**: each shipped query (``cuptistream/warehouse/clickhouse/queries``) for every job over
-  the whole span and for one job, ``--rounds`` times; median [min..max] seconds.
+  the whole span and for one job, ``--rounds`` times; median [min..max] seconds. Then
+  ``slow_ranks`` for every job once more under ``max_memory_usage`` (``--memory-limit-gb``), and
+  job by job: its rows must equal the every-job rows, and flag rank 5 in every job.
 
     python bench/warehouse.py                   # 104 jobs, ~103 M rows
     python bench/warehouse.py --jobs 4 --rounds 1   # a quick look
@@ -46,6 +48,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=104, help="jobs of 8 ranks in the fleet (default 104)")
     parser.add_argument("--load-copies", type=int, default=8, help="copies of the rows timed as JSON inserts")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each query")
+    parser.add_argument("--memory-limit-gb", type=float, default=3.5,
+                        help="max_memory_usage for one more run of slow_ranks for every job (default 3.5)")  # fmt: skip
     parser.add_argument("--recording", default=str(ROOT / "tests" / "fixtures" / "stacks"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "warehouse.json"))
     args = parser.parse_args()
@@ -55,7 +59,7 @@ def main() -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     from helpers.clickhouse import Warehouse, recording_rows
 
-    from cuptistream.warehouse.clickhouse_ddl import QUERIES
+    from cuptistream.warehouse.clickhouse_ddl import QUERIES, query_text
 
     rows = list(recording_rows([Path(args.recording)]))
     per_copy = sum(chunk.count(b"\n") for chunk in rows)
@@ -98,23 +102,38 @@ def main() -> None:
             print(
                 f"{name} ({scope}): {times or failures.get(f'{name} ({scope})')}", file=sys.stderr, flush=True
             )
+    params = {"since": span["since"], "until": span["until"], "top": 20, "interval_s": 10}
+    limit = int(args.memory_limit_gb * 1e9)
+    try:  # every job at once again, within a memory limit
+        every_job = fleet.sql(query_text("slow_ranks"), {"job": "", **params}, f"max_memory_usage = {limit}")
+        within_limit = "ok"
+    except Exception as error:
+        every_job, within_limit = [], "refused: " + str(error).split("\n")[0][:300]
+    print(
+        f"slow_ranks (fleet) within {args.memory_limit_gb:g} GB: {within_limit}", file=sys.stderr, flush=True
+    )
     flagged_jobs = 0
-    for job_number in range(args.jobs):  # job by job: what a fleet query for every job must find
-        slow = fleet.query("slow_ranks", job=f"job-{job_number}", since=span["since"], until=span["until"],
-                           top=5, interval_s=10)  # fmt: skip
+    job_by_job: list[dict[str, object]] = []
+    for job in sorted(f"job-{j}" for j in range(args.jobs)):  # what the query for every job must give
+        slow = fleet.query("slow_ranks", job=job, **params)
         flagged_jobs += any(row["rank"] == f"rank {SLOW_RANK}" for row in slow)
+        job_by_job += slow
     fleet.close()
 
     result = {
         "rows_per_copy": per_copy, "load_rows": loaded, "load_s": load_s, "load_rows_per_s": loaded / load_s,
         "jobs": args.jobs, "ranks": RANKS, "fleet_rows": total, "fleet_copy_s": fleet_s,
         "queries": timings, "answer_rows": answers, "failures": failures, "jobs_with_rank_5_flagged": flagged_jobs,
+        "slow_ranks_every_job_within": {"memory_limit_gb": args.memory_limit_gb, "result": within_limit},
+        "slow_ranks_every_job_equals_job_by_job": every_job == job_by_job,
     }  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(f"load: {loaded:,} jsonl rows in {load_s:.1f} s = {loaded / load_s:,.0f} rows/s")
     print(f"fleet: {total:,} rows ({args.jobs} jobs x {RANKS} ranks), copied in the engine in {fleet_s:.1f} s; "
           f"slow_ranks flags rank {SLOW_RANK} in {flagged_jobs} of {args.jobs} jobs")  # fmt: skip
+    print(f"slow_ranks for every job within max_memory_usage {args.memory_limit_gb:g} GB: {within_limit}; "
+          f"its rows equal the job-by-job rows: {every_job == job_by_job}")  # fmt: skip
     for name, scopes in timings.items():
         print(f"{name}: " + "; ".join(
             f"{scope} {_spread(times)} s" if times else f"{scope} failed: {failures[f'{name} ({scope})']}"

@@ -107,9 +107,15 @@ class Warehouse:
         """Run a statement that returns no rows (DDL, INSERT ... SELECT)."""
         self._run(text)
 
-    def sql(self, text: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Rows of ``text`` as dicts (64-bit integers as numbers, not quoted)."""
-        settings = "output_format_json_quote_64bit_integers = 0, output_format_json_quote_decimals = 0"
+    def sql(
+        self, text: str, params: dict[str, Any] | None = None, settings: str = ""
+    ) -> list[dict[str, Any]]:
+        """Rows of ``text`` as dicts (64-bit integers as numbers, not quoted); ``settings``: more
+        query settings (``name = value, ...``)."""
+        settings = ", ".join(
+            s for s in ("output_format_json_quote_64bit_integers = 0, output_format_json_quote_decimals = 0",
+                        settings) if s
+        )  # fmt: skip
         result = self._run(f"{text.rstrip().rstrip(';')}\nSETTINGS {settings}", "JSONEachRow",
                            {k: str(v) for k, v in (params or {}).items()})  # fmt: skip
         return [msgspec.json.decode(line) for line in result.bytes().splitlines() if line.strip()]
