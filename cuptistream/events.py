@@ -311,6 +311,20 @@ class SassMetricBatch(Event, tag="sass_metrics"):
     records: list[SassRecord]
 
 
+class PmSamples(Event, tag="pm_samples"):
+    """Hardware counters of one device from PM sampling (``pm_sampling``), as columns: sample ``i``
+    spans ``starts[i]`` to ``ends[i]`` (CUPTI clock ns) and metric ``metrics[m]`` read
+    ``values[m][i]`` over it, in the metric's own unit (``%`` for ``*.pct_of_peak_*``, bytes per
+    second for ``*.per_second``)."""
+
+    device_id: int
+    chip: str  # "GH100", ...
+    metrics: list[str]
+    starts: list[int]
+    ends: list[int]
+    values: list[list[float]]  # one column per metric, one value per sample
+
+
 class GovernorDecision(Event, tag="governor"):
     """What the overhead governor decided for a sampling source, and the measurements behind it
     (``overhead.budget``; ``cuptistream.overhead``). Fractions are of the program's time."""
@@ -487,6 +501,22 @@ class GpuStats(Event, tag="gpu_stats"):
     estimated: bool = False
 
 
+class PmStats(Event, tag="pm_stats"):
+    """One device's hardware counters over an interval (``statistics``, from ``PmSamples``): per
+    metric ``metrics[m]``, the mean and the 5th, 50th and 95th percentiles of the samples that
+    ended in the interval."""
+
+    interval_start: int  # CUPTI clock ns, a multiple of the interval
+    interval_end: int
+    device_id: int
+    samples: int
+    metrics: list[str]
+    mean: list[float]
+    p5: list[float]
+    p50: list[float]
+    p95: list[float]
+
+
 # --- accounting -----------------------------------------------------------------------------
 
 
@@ -546,6 +576,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     Activity,
     PcSampleBatch,
     SassMetricBatch,
+    PmSamples,
     GovernorDecision,
     CuptiYield,
     TraceWindow,
@@ -554,6 +585,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     ActivityStats,
     StackStats,
     GpuStats,
+    PmStats,
     Loss,
     SelfStats,
 ]

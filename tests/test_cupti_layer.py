@@ -24,6 +24,7 @@ LOADERS = {
     "cuptistream/cupti/gpus.py": 1,  # libcuda
     "cuptistream/cupti/names.py": 1,  # libstdc++ for __cxa_demangle
     "cuptistream/cupti/libc.py": 1,  # libc: prctl (probe), mallopt (collector), free (CUPTI buffers)
+    "cuptistream/cupti/perfworks.py": 1,  # libnvperf_host: metric names and passes, no driver needed
 }
 
 

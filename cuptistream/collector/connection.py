@@ -26,6 +26,7 @@ from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.collector import handover, shedding
 from cuptistream.collector.decoding import Buffer, DecodeStream, has_stack_events, join
 from cuptistream.collector.names import ProcessNames
+from cuptistream.collector.pm_stats import PmStatsJoin
 from cuptistream.collector.remote_stream import RemoteStream
 from cuptistream.collector.windows import SpanBook, WindowRequests
 from cuptistream.collector.worker_pool import Link, WorkerPool
@@ -77,6 +78,10 @@ class ProbeConnection:
         self.spans = SpanBook()
         self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
         self._joins_stacks = collector.pipeline.config.statistics.enabled
+        statistics = collector.pipeline.config.statistics
+        self._pm_stats = (
+            PmStatsJoin(statistics.interval_ns, self.emitter, self.origin) if statistics.enabled else None
+        )
 
     @property
     def rank(self) -> int | None:
@@ -381,6 +386,8 @@ class ProbeConnection:
                 return
             payload = bytes(view[offset : offset + nbytes])
             self.intake.emit_chunk(Chunk(payload, count, self.producer))
+            if self._pm_stats is not None:  # PM sampling statistics
+                self._pm_stats.chunk(payload, count, self.emitter, self.origin)
             if self._joins_stacks and has_stack_events(payload):  # the statistics' stack join
                 for stream in self.streams.values():
                     stream.stack_events(payload, count)
@@ -392,6 +399,8 @@ class ProbeConnection:
 
     def _finish(self) -> None:
         self._drain_all()
+        if self._pm_stats is not None:
+            self._pm_stats.close()
         for stream in self.streams.values():
             try:
                 stream.close()

@@ -93,6 +93,11 @@ CREATE TABLE IF NOT EXISTS `cuptistream_rows`
     `hardware_buffer_full` Bool,
     `sampling_period` Int64,
     `records` String,
+    `chip` String,
+    `metrics` String,
+    `starts` String,
+    `ends` String,
+    `values` String,
     `budget` Float64,
     `share` Float64,
     `window_s` Float64,
@@ -151,6 +156,10 @@ CREATE TABLE IF NOT EXISTS `cuptistream_rows`
     `copies` Int64,
     `memsets` Int64,
     `copy_bytes` Int64,
+    `mean` String,
+    `p5` String,
+    `p50` String,
+    `p95` String,
     `stage` String,
     `since` Int64,
     `until` Int64,
@@ -1464,6 +1473,59 @@ SELECT
 FROM `cuptistream_rows`
 WHERE `type` = 'sass_metrics';
 
+-- pm_samples: cuptistream.events.PmSamples
+CREATE TABLE IF NOT EXISTS `pm_samples`
+(
+    `device_id` Int64,
+    `chip` LowCardinality(String),
+    `metrics` Array(String),
+    `starts` Array(Int64),
+    `ends` Array(Int64),
+    `values` Array(Array(Float64)),
+    `received` DateTime64(9, 'UTC') DEFAULT now64(9, 'UTC'),
+    `session_id` LowCardinality(String),
+    `seq` UInt64,
+    `schema_version` UInt16,
+    `host` LowCardinality(String),
+    `pid` UInt32,
+    `ppid` UInt32,
+    `process_name` LowCardinality(String),
+    `rank` Nullable(UInt32),
+    `local_rank` Nullable(UInt32),
+    `world_size` Nullable(UInt32),
+    `device_uuid` LowCardinality(Nullable(String)),
+    `attributes` Map(LowCardinality(String), String),
+    `job` LowCardinality(String)
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(`received`)
+ORDER BY (`job`, `host`, `pid`, `received`)
+TTL toDateTime(`received`) + INTERVAL 14 DAY;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS `pm_samples_mv` TO `pm_samples` AS
+SELECT
+    `cuptistream_rows`.`device_id` AS `device_id`,
+    `cuptistream_rows`.`chip` AS `chip`,
+    JSONExtract(`cuptistream_rows`.`metrics`, 'Array(String)') AS `metrics`,
+    JSONExtract(`cuptistream_rows`.`starts`, 'Array(Int64)') AS `starts`,
+    JSONExtract(`cuptistream_rows`.`ends`, 'Array(Int64)') AS `ends`,
+    JSONExtract(`cuptistream_rows`.`values`, 'Array(Array(Float64))') AS `values`,
+    `cuptistream_rows`.`session_id` AS `session_id`,
+    `cuptistream_rows`.`seq` AS `seq`,
+    `cuptistream_rows`.`schema_version` AS `schema_version`,
+    `cuptistream_rows`.`host` AS `host`,
+    `cuptistream_rows`.`pid` AS `pid`,
+    `cuptistream_rows`.`ppid` AS `ppid`,
+    `cuptistream_rows`.`process_name` AS `process_name`,
+    `cuptistream_rows`.`rank` AS `rank`,
+    `cuptistream_rows`.`local_rank` AS `local_rank`,
+    `cuptistream_rows`.`world_size` AS `world_size`,
+    `cuptistream_rows`.`device_uuid` AS `device_uuid`,
+    `cuptistream_rows`.`attributes` AS `attributes`,
+    if(`cuptistream_rows`.`attributes`['job'] != '', `cuptistream_rows`.`attributes`['job'], `cuptistream_rows`.`session_id`) AS `job`
+FROM `cuptistream_rows`
+WHERE `type` = 'pm_samples';
+
 -- governor: cuptistream.events.GovernorDecision
 CREATE TABLE IF NOT EXISTS `governor`
 (
@@ -1951,6 +2013,64 @@ SELECT
     if(`cuptistream_rows`.`attributes`['job'] != '', `cuptistream_rows`.`attributes`['job'], `cuptistream_rows`.`session_id`) AS `job`
 FROM `cuptistream_rows`
 WHERE `type` = 'gpu_stats';
+
+-- pm_stats: cuptistream.events.PmStats
+CREATE TABLE IF NOT EXISTS `pm_stats`
+(
+    `interval_start` DateTime64(9, 'UTC'),
+    `interval_end` DateTime64(9, 'UTC'),
+    `device_id` Int64,
+    `samples` Int64,
+    `metrics` Array(String),
+    `mean` Array(Float64),
+    `p5` Array(Float64),
+    `p50` Array(Float64),
+    `p95` Array(Float64),
+    `session_id` LowCardinality(String),
+    `seq` UInt64,
+    `schema_version` UInt16,
+    `host` LowCardinality(String),
+    `pid` UInt32,
+    `ppid` UInt32,
+    `process_name` LowCardinality(String),
+    `rank` Nullable(UInt32),
+    `local_rank` Nullable(UInt32),
+    `world_size` Nullable(UInt32),
+    `device_uuid` LowCardinality(Nullable(String)),
+    `attributes` Map(LowCardinality(String), String),
+    `job` LowCardinality(String)
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(`interval_start`)
+ORDER BY (`job`, `host`, `pid`, `interval_start`)
+TTL toDateTime(`interval_start`) + INTERVAL 14 DAY;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS `pm_stats_mv` TO `pm_stats` AS
+SELECT
+    fromUnixTimestamp64Nano(`cuptistream_rows`.`interval_start`, 'UTC') AS `interval_start`,
+    fromUnixTimestamp64Nano(`cuptistream_rows`.`interval_end`, 'UTC') AS `interval_end`,
+    `cuptistream_rows`.`device_id` AS `device_id`,
+    JSONExtract(`cuptistream_rows`.`samples`, 'Int64') AS `samples`,
+    JSONExtract(`cuptistream_rows`.`metrics`, 'Array(String)') AS `metrics`,
+    JSONExtract(`cuptistream_rows`.`mean`, 'Array(Float64)') AS `mean`,
+    JSONExtract(`cuptistream_rows`.`p5`, 'Array(Float64)') AS `p5`,
+    JSONExtract(`cuptistream_rows`.`p50`, 'Array(Float64)') AS `p50`,
+    JSONExtract(`cuptistream_rows`.`p95`, 'Array(Float64)') AS `p95`,
+    `cuptistream_rows`.`session_id` AS `session_id`,
+    `cuptistream_rows`.`seq` AS `seq`,
+    `cuptistream_rows`.`schema_version` AS `schema_version`,
+    `cuptistream_rows`.`host` AS `host`,
+    `cuptistream_rows`.`pid` AS `pid`,
+    `cuptistream_rows`.`ppid` AS `ppid`,
+    `cuptistream_rows`.`process_name` AS `process_name`,
+    `cuptistream_rows`.`rank` AS `rank`,
+    `cuptistream_rows`.`local_rank` AS `local_rank`,
+    `cuptistream_rows`.`world_size` AS `world_size`,
+    `cuptistream_rows`.`device_uuid` AS `device_uuid`,
+    `cuptistream_rows`.`attributes` AS `attributes`,
+    if(`cuptistream_rows`.`attributes`['job'] != '', `cuptistream_rows`.`attributes`['job'], `cuptistream_rows`.`session_id`) AS `job`
+FROM `cuptistream_rows`
+WHERE `type` = 'pm_stats';
 
 -- loss: cuptistream.events.Loss
 CREATE TABLE IF NOT EXISTS `loss`

@@ -1,0 +1,222 @@
+"""One device's PM sampling session through cupti-python's binding of ``cupti_pmsampling.h``.
+
+cupti-python's own ``cupti.pm_sampling.Collector`` hides what the decode said (why it stopped, and
+whether the hardware buffer overflowed) and evaluates with a new host object per decode; this keeps
+the same calls, in the same order, and hands both back. Evaluation uses ``cupti.profiler_host``.
+
+Failure modes: ``CountersUnavailable`` when the device's counters cannot be had (another process or
+tool holds them, or the user lacks the right to read them), with CUPTI's code; ``ValueError`` when
+SetConfig refuses the configuration (more than one pass, or an interval or trigger the chip lacks);
+``cupti.cupti.cuptiError`` for anything else. Every call needs the CUDA driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cuptistream.errors import UserError
+
+DEFAULT_MAX_SAMPLES = 1000  # per decode; a full counter data image is decoded again at once
+
+
+class CountersUnavailable(UserError):
+    """PM sampling cannot be enabled on the device: its counters are taken, or not ours to read."""
+
+    def __init__(self, message: str, code: int) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass
+class Decoded:
+    """What one ``decode`` got: per sample its start and end (CUPTI clock ns) and per metric its values."""
+
+    starts: list[int]
+    ends: list[int]
+    values: list[list[float]]  # metric-major
+    overflow: bool  # the hardware buffer filled up since the last decode: samples were not recorded
+    stop_reason: str  # "end_of_records", "counter_data_full" (decode again) or "other"
+
+
+def _struct(cls: Any, size: int) -> Any:
+    params = cls()
+    params.struct_size = size
+    return params
+
+
+class PmSamplingSession:
+    """Enable, configure, start, decode, stop and disable PM sampling on one device."""
+
+    def __init__(self, device: int) -> None:
+        from cupti import cupti
+
+        self._c = cupti
+        self.device = device
+        self._object: int | None = None
+        self._initialized = False
+        self._metrics: list[str] = []
+        self._host: Any = None
+        self.chip = ""
+
+    def enable(self) -> str:
+        """Initialize the profiler, read the chip's name and enable PM sampling; returns the chip."""
+        c = self._c
+        c.profiler_initialize(
+            _struct(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE).ptr
+        )
+        self._initialized = True
+        chip = _struct(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
+        chip.device_index = self.device
+        c.device_get_chip_name(chip.ptr)
+        self.chip = chip.p_chip_name
+        enable = _struct(c.PmSamplingEnableParams, c.PM_SAMPLING_ENABLE_PARAMS_STRUCT_SIZE)
+        enable.device_index = self.device
+        try:
+            c.pm_sampling_enable(enable.ptr)
+        except c.cuptiError as error:
+            if error.status == c.Result.ERROR_INSUFFICIENT_PRIVILEGES:
+                raise CountersUnavailable(
+                    f"PM sampling on device {self.device}: no permission to read GPU performance counters "
+                    "(ERR_NVGPUCTRPERM); load the driver with NVreg_RestrictProfilingToAdminUsers=0, or run "
+                    "the node collector as root",
+                    int(error.status),
+                ) from None
+            if error.status in (c.Result.ERROR_INVALID_OPERATION, c.Result.ERROR_HARDWARE_BUSY):
+                raise CountersUnavailable(
+                    f"PM sampling on device {self.device}: its performance counters are held by another "
+                    "profiler (one owner per device: DCGM's profiling module, Nsight, another cuptistream); "
+                    "stop it, or turn pm_sampling off here",
+                    int(error.status),
+                ) from None
+            raise
+        self._object = enable.p_pm_sampling_object
+        return self.chip
+
+    def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> None:
+        """SetConfig with a GPU-time trigger; ValueError where CUPTI refuses it."""
+        from cupti import profiler_host
+
+        c = self._c
+        host = profiler_host.ProfilerHost(self.chip, profiler_host.ProfilerType.PM_SAMPLING)
+        host.initialize()
+        image = host.create_config_image(metrics=metrics)
+        params = _struct(c.PmSamplingSetConfigParams, c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE)
+        params.p_pm_sampling_object = self._object
+        params.config_size = len(image)
+        params.p_config = image.ctypes.data
+        params.hardware_buffer_size = hardware_buffer_bytes
+        params.sampling_interval = interval_ns
+        params.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
+        params.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
+        try:
+            c.pm_sampling_set_config(params.ptr)
+        except c.cuptiError as error:
+            host.deinitialize()
+            if error.status in (c.Result.ERROR_NOT_SUPPORTED, c.Result.ERROR_INVALID_PARAMETER):
+                raise ValueError(
+                    f"CUPTI refused the PM sampling config on {self.chip} ({c.Result(error.status).name}): "
+                    "more than one pass, an interval below the hardware's minimum, or a GPU-time trigger "
+                    "this chip lacks (Turing, GA100)"
+                ) from None
+            raise
+        self._metrics = list(metrics)
+        self._host = host  # kept for evaluation: one host object per session
+
+    def start(self) -> None:
+        c = self._c
+        params = _struct(c.PmSamplingStartParams, c.PM_SAMPLING_START_PARAMS_STRUCT_SIZE)
+        params.p_pm_sampling_object = self._object
+        c.pm_sampling_start(params.ptr)
+
+    def stop(self) -> None:
+        c = self._c
+        params = _struct(c.PmSamplingStopParams, c.PM_SAMPLING_STOP_PARAMS_STRUCT_SIZE)
+        params.p_pm_sampling_object = self._object
+        c.pm_sampling_stop(params.ptr)
+
+    def decode(self, max_samples: int = DEFAULT_MAX_SAMPLES) -> Decoded:
+        """Move what the hardware buffer holds into a fresh counter data image and evaluate it."""
+        c = self._c
+        image = self._counter_data_image(max_samples)
+        params = _struct(c.PmSamplingDecodeDataParams, c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE)
+        params.p_pm_sampling_object = self._object
+        params.p_counter_data_image = image.ctypes.data
+        params.counter_data_image_size = len(image)
+        overflow = False
+        try:
+            c.pm_sampling_decode_data(params.ptr)
+            overflow = bool(params.overflow)
+        except c.cuptiError as error:
+            if error.status != c.Result.ERROR_OUT_OF_MEMORY:  # CUPTI's code for an overflowed buffer
+                raise
+            overflow = True
+        stop = {
+            int(c.PmSamplingDecodeStopReason.END_OF_RECORDS): "end_of_records",
+            int(c.PmSamplingDecodeStopReason.COUNTER_DATA_FULL): "counter_data_full",
+        }.get(int(params.decode_stop_reason), "other")
+        info = _struct(
+            c.PmSamplingGetCounterDataInfoParams, c.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
+        )
+        info.p_counter_data_image = image.ctypes.data
+        info.counter_data_image_size = len(image)
+        c.pm_sampling_get_counter_data_info(info.ptr)
+        starts, ends = [], []
+        values = np.empty((len(self._metrics), info.num_completed_samples), dtype=np.float64)
+        for index in range(info.num_completed_samples):
+            sample = _struct(
+                c.PmSamplingCounterDataGetSampleInfoParams,
+                c.PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE,
+            )
+            sample.p_pm_sampling_object = self._object
+            sample.p_counter_data_image = image.ctypes.data
+            sample.counter_data_image_size = len(image)
+            sample.sample_index = index
+            c.pm_sampling_counter_data_get_sample_info(sample.ptr)
+            starts.append(int(sample.start_timestamp))
+            ends.append(int(sample.end_timestamp))
+            values[:, index] = self._host.evaluate_metric_values(image, self._metrics, index)
+        return Decoded(starts, ends, values.tolist(), overflow, stop)
+
+    def _counter_data_image(self, max_samples: int) -> np.ndarray:
+        from cupti.utils import metrics_to_c_array
+
+        c = self._c
+        _, names = metrics_to_c_array(self._metrics)
+        size = _struct(
+            c.PmSamplingGetCounterDataSizeParams, c.PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE
+        )
+        size.p_pm_sampling_object = self._object
+        size.p_metric_names = names
+        size.num_metrics = len(self._metrics)
+        size.max_samples = max_samples
+        c.pm_sampling_get_counter_data_size(size.ptr)
+        image = np.zeros(size.counter_data_size, dtype=np.uint8)
+        init = _struct(
+            c.PmSamplingCounterDataImageInitializeParams,
+            c.PM_SAMPLING_COUNTER_DATA_IMAGE_INITIALIZE_PARAMS_STRUCT_SIZE,
+        )
+        init.p_pm_sampling_object = self._object
+        init.counter_data_size = len(image)
+        init.p_counter_data = image.ctypes.data
+        c.pm_sampling_counter_data_image_initialize(init.ptr)
+        return image
+
+    def disable(self) -> None:
+        """Disable PM sampling and deinitialize the profiler; safe to call more than once."""
+        c = self._c
+        if self._host is not None:
+            self._host.deinitialize()
+            self._host = None
+        if self._object is not None:
+            params = _struct(c.PmSamplingDisableParams, c.PM_SAMPLING_DISABLE_PARAMS_STRUCT_SIZE)
+            params.p_pm_sampling_object = self._object
+            self._object = None
+            c.pm_sampling_disable(params.ptr)
+        if self._initialized:
+            self._initialized = False
+            c.profiler_deinitialize(
+                _struct(c.ProfilerDeInitializeParams, c.PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE).ptr
+            )

@@ -1,0 +1,218 @@
+"""PM sampling source (type ``pm_sampling``): one device's hardware counters, sampled always.
+
+CUPTI's PM sampling API (``cupti_pmsampling.h``) has the GPU write a sample of the configured
+counters every ``interval`` of GPU time into a hardware buffer in device memory. A worker thread of
+the source waits for a CUDA context on ``device`` (PM sampling needs one), then
+
+    Enable → SetConfig (once) → Start → every ``decode_period``: DecodeData + evaluate → Stop → Disable
+
+and emits one ``PmSamples`` event per decode. The metric list is the default set for the chip
+(``cuptistream.cupti.pm_metrics``) or the configured one, checked before anything is enabled.
+
+Losses: a hardware buffer that filled up between decodes (``overflow``) is a Loss of the samples that
+did not fit (estimated from the time they would have covered); a decode stopped for another reason
+than the end of the records is an Error. Counters held by another profiler (one owner per device) or
+not ours to read are one Error event, and the rest of the session runs on. A CUPTI call that does not
+return within ``watchdog_timeout`` stops the source with an Error event.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
+from cuptistream.cupti.pm_metrics import choose_metrics
+from cuptistream.cupti.pm_sampling_api import CountersUnavailable, Decoded, PmSamplingSession
+from cuptistream.errors import ConfigError, UserError
+from cuptistream.events import PmSamples
+
+from .cupti_worker import CuptiWorkerSource
+
+STAGE = "pm_sampling"
+_CONTEXT_POLL_S = 0.5  # how often the worker looks for the device's context before it has one
+_MAX_DECODES_IN_A_ROW = 16  # a counter data image that keeps filling up: decode again at most this often
+
+
+class PmSamplingConfig(SourceConfig):
+    # The counters; None: the default set for the chip (docs/config.md lists it per chip).
+    metrics: list[str] | None = None
+    device: int = 0
+    interval: Duration = Duration(0.02)  # GPU time between samples
+    decode_period: Duration = Duration(1.0)  # how often the hardware buffer is decoded
+    hardware_buffer: int = 64 << 20  # bytes of device memory for samples between decodes
+    watchdog_timeout: Duration = Duration(30.0)
+
+    def __post_init__(self) -> None:
+        require_at_least("device", self.device, 0)
+        for key in ("interval", "decode_period", "watchdog_timeout"):
+            require_positive(key, getattr(self, key))
+        if self.interval < 1e-5:
+            raise ValueError(f"interval must be at least 10us, got {float(self.interval) * 1e6:g}us")
+        if self.decode_period < self.interval:
+            raise ValueError("decode_period must be at least interval")
+        require_at_least("hardware_buffer", self.hardware_buffer, 1 << 20)
+
+    @property
+    def interval_ns(self) -> int:
+        return round(float(self.interval) * 1e9)
+
+    @property
+    def samples_per_decode(self) -> int:
+        """Room for two decode periods of samples in one counter data image (a late decode)."""
+        return max(16, 2 * round(float(self.decode_period) / float(self.interval)))
+
+
+class PmSamplingSource(CuptiWorkerSource):
+    config_type = PmSamplingConfig
+    config: PmSamplingConfig
+    label = "PM sampling"
+    # The device side; tests without a GPU hand in a stand-in that behaves as CUPTI does.
+    session_factory: Callable[[int], Any] = PmSamplingSession
+    find_context: Callable[[int], int] | None = None  # device -> a context on it (0: none yet)
+
+    def start(self) -> None:
+        if self.session_factory is PmSamplingSession:
+            from cuptistream.cupti import driver
+
+            driver.require_gpu()
+        self._stopping = threading.Event()
+        self.chip = ""
+        self.metrics: list[str] = []
+        self.stats: dict[str, float] = {"decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0}
+        self._hold_cupti(float(self.config.watchdog_timeout))
+        self._start_worker(self._run)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=float(self.config.decode_period) + float(self.config.watchdog_timeout))
+        self._release()
+
+    # --- the worker -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        cfg = self.config
+        session = None
+        try:
+            if not self._wait_for_context():
+                return
+            session = self.session_factory(cfg.device)
+            self.chip = self._call("cuptiPmSamplingEnable", session.enable)
+            self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
+            self._call(
+                "cuptiPmSamplingSetConfig",
+                session.configure,
+                self.metrics,
+                cfg.interval_ns,
+                cfg.hardware_buffer,
+            )
+            self._call("cuptiPmSamplingStart", session.start)
+            self._last_decode = time.monotonic()
+            while not self._stopping.wait(float(cfg.decode_period)):
+                if self._watchdog.wedged.is_set():
+                    return
+                self._decode(session)
+            self._call("cuptiPmSamplingStop", session.stop)
+            self._decode(session)  # what the buffer held at Stop
+        except CountersUnavailable as error:
+            self.emitter.report_error(self._origin, str(error), result_code=error.code)
+        except (ConfigError, UserError) as error:
+            self.emitter.report_error(self._origin, str(error))
+        except ValueError as error:  # SetConfig refused
+            self.emitter.report_error(
+                self._origin, f"{error}; change pm_sampling.metrics or pm_sampling.interval"
+            )
+        except Exception as error:  # never die silently
+            self.emitter.report_error(self._origin, f"PM sampling stopped: {type(error).__name__}: {error}")
+        finally:
+            if session is not None and not self._watchdog.wedged.is_set():
+                try:
+                    self._call("cuptiPmSamplingDisable", session.disable)
+                except Exception as error:
+                    self.emitter.report_error(
+                        self._origin, f"disabling PM sampling failed: {error}", "warning"
+                    )
+
+    def _wait_for_context(self) -> bool:
+        """Until a CUDA context exists on the device (made current on this thread); False: stopped."""
+        find = self.find_context or _primary_context
+        while True:
+            ctx = find(self.config.device)
+            if ctx:
+                if self.find_context is None:
+                    from cuptistream.cupti.contexts import make_current
+
+                    make_current(ctx)
+                return True
+            if self._stopping.wait(_CONTEXT_POLL_S):
+                return False
+
+    def _decode(self, session: Any) -> None:
+        """Decode until the hardware buffer is empty; emit the samples, the losses and the errors."""
+        began = time.perf_counter()
+        now = time.monotonic()
+        since, self._last_decode = self._last_decode, now
+        starts: list[int] = []
+        ends: list[int] = []
+        columns: list[list[float]] = [[] for _ in self.metrics]
+        overflow = False
+        for _ in range(_MAX_DECODES_IN_A_ROW):
+            got: Decoded = self._call(
+                "cuptiPmSamplingDecodeData", session.decode, self.config.samples_per_decode
+            )
+            starts += got.starts
+            ends += got.ends
+            for column, values in zip(columns, got.values, strict=True):
+                column += values
+            overflow = overflow or got.overflow
+            if got.stop_reason != "counter_data_full":
+                if got.stop_reason == "other":
+                    self.emitter.report_error(
+                        self._origin,
+                        "PM sampling decode stopped early (CUPTI's reason: other)",
+                        severity="warning",
+                    )
+                break
+        self.stats["decodes"] += 1
+        self.stats["samples"] += len(ends)
+        if overflow:
+            # Oldest kept: the samples past a full buffer were never written. Estimate them from the
+            # time since the last decode.
+            expected = round((now - since) / float(self.config.interval))
+            lost = max(1, expected - len(ends))
+            self.stats["lost_samples"] += lost
+            self.emitter.report_loss(STAGE, "hardware_buffer_full", lost, unit="samples")
+        self.stats["decode_s"] += time.perf_counter() - began
+        if ends:
+            self.emitter.emit(
+                [
+                    PmSamples(
+                        device_id=self.config.device,
+                        chip=self.chip,
+                        metrics=list(self.metrics),
+                        starts=starts,
+                        ends=ends,
+                        values=columns,
+                    )
+                ]
+            )
+
+    def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._watchdog.wedged.is_set():
+            raise RuntimeError(f"{name} skipped: an earlier CUPTI call wedged")
+        return self._watched(name, fn, *args)
+
+
+def _primary_context(device: int) -> int:
+    """An active primary context on ``device``, or 0."""
+    from cuptistream.cupti.contexts import active_primary_contexts, context_ids
+
+    for ctx in active_primary_contexts():
+        try:
+            if context_ids(ctx)[0] == device:
+                return ctx
+        except Exception:
+            continue
+    return 0
