@@ -1,5 +1,5 @@
 """The ``cuptistream`` command: run, collector, trace, cat, validate, kinds, source-lines, summary,
-export, plot, node.
+export, plot, node, attach.
 
 Every error a user can cause is printed as one line (``cuptistream: <problem>; <fix>``) with a
 non-zero exit code, never as a traceback.
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from cuptistream.analysis.commands import add_commands as add_view_commands
+from cuptistream.attach.command import add_command as add_attach_command
 from cuptistream.collector import blas_threads
 from cuptistream.collector.trace_command import add_command as add_trace_command
 from cuptistream.errors import UserError
@@ -112,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     _COMMANDS.update(add_view_commands(commands))  # summary, export, plot, compare (cuptistream/analysis)
     _COMMANDS.update(add_repair_command(commands))  # repair (cuptistream/recording/repair.py)
     _COMMANDS.update(add_node_command(commands))  # node install/uninstall/status (cuptistream/node/)
+    _COMMANDS.update(add_attach_command(commands))  # attach PID (cuptistream/attach/)
     return parser
 
 

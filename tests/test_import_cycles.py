@@ -143,6 +143,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("analysis", "warehouse"),  # the views, and the warehouse's schema and queries
     ("run",),  # a probe and a collector put together
     ("node",),  # the start hook installed into job environments (checks collectors, as `run` starts probes)
+    ("attach",),  # a probe loaded into a running process (reads the node install, runs a collector)
     ("cli", ""),
 )
 
