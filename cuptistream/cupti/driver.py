@@ -115,6 +115,12 @@ def enable_nvtx_injection() -> str | None:
 _users: dict[str, int] = {}
 _users_lock = threading.Lock()
 detached_once = False  # cuptiFinalize has run in this process (the SASS source checks it)
+live_program: Callable[[], str | None] | None = None
+"""Set while the probe runs in a program that goes on without it (``cuptistream attach``). The last
+``release`` then finalizes CUPTI at the exit of a CUDA call (guide §2.3.7), as ``park`` does, rather
+than on the stopping thread while the program's threads are inside CUDA; and not at all while this
+returns a reason (a CUDA graph instantiated while CUPTI was attached: a detach fails its replays)."""
+last_release = ""  # how the last finalizing ``release`` under ``live_program`` went, for the report
 
 
 def acquire(user: str) -> None:
@@ -156,10 +162,45 @@ def release(user: str, finalize: bool = True) -> bool:
             _users.pop(user, None)
         if _users or not finalize:
             return False
-        call("cuptiFinalize")
+        if live_program is None:
+            call("cuptiFinalize")
+        elif not _finalize_live(live_program):
+            return False
         global detached_once
         detached_once = True
     _forget_subscriber()
+    return True
+
+
+def _finalize_live(veto: Callable[[], str | None]) -> bool:
+    """Under ``_users_lock``: ``cuptiFinalize`` at the next CUDA call's exit on any thread; directly
+    when none returns within ``PARK_WAIT_S`` (the program is not in CUDA then); not when ``veto``
+    gives a reason. Whether CUPTI was finalized; ``last_release`` says how."""
+    global last_release
+    if (why := veto()) is not None:
+        last_release = f"CUPTI stays attached: {why}"
+        return False
+    site = _FinalizeAtApiExit(lambda: veto() is None)
+    watches: list[subscriber.Registration] = []
+    try:
+        for domain in (subscriber.Domain.RUNTIME_API, subscriber.Domain.DRIVER_API):
+            watches.append(subscriber.register(domain, site.on_api))
+        site.arm()
+        why = site.wait(PARK_WAIT_S)
+    except CuptiError:
+        raise
+    except Exception as error:
+        why = f"no callback at a CUDA call's exit ({subscriber.describe_cupti_failure(error)})"
+    if why is None:
+        last_release = "CUPTI finalized at a CUDA call's exit"
+        return True
+    for watch in watches:
+        watch.remove()
+    if site.vetoed:
+        last_release = f"CUPTI stays attached: {veto() or why}"
+        return False
+    call("cuptiFinalize")
+    last_release = f"CUPTI finalized from the probe's thread ({why})"
     return True
 
 
