@@ -127,6 +127,31 @@ def test_windows_detach_cupti_and_attach_it_afresh(cupti: tuple[FakeLibcupti, Fa
     assert not emitter.errors
 
 
+def test_a_window_says_it_is_closing_before_its_forced_flush(
+    cupti: tuple[FakeLibcupti, FakeCupti], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib, _ = cupti
+    emitter = Spans()
+    source = _source(emitter)
+    flushed_after: list[int] = []
+    forced = lib.cuptiActivityFlushAll
+
+    def flush_all(flag: int) -> int:
+        if flag == driver.FLAG_FLUSH_FORCED:
+            flushed_after.append(len(emitter.spans))
+        return forced(flag)
+
+    monkeypatch.setattr(lib, "cuptiActivityFlushAll", flush_all, raising=False)
+    window = source.begin_window(False, 0)
+    assert window is not None
+    source.end_window(window)
+    opened, closing, closed = [span for span in emitter.spans if span.window == window]
+    assert not opened.end and closing.closing and closing.end > opened.start
+    assert closed.end == closing.end and not closed.closing
+    assert flushed_after[0] == emitter.spans.index(closing) + 1  # the notice, then the flush, then the close
+    source.stop()
+
+
 def test_a_cuda_graph_keeps_cupti_attached_for_good(cupti: tuple[FakeLibcupti, FakeCupti]) -> None:
     lib, callbacks = cupti
     emitter = Spans()

@@ -208,6 +208,53 @@ def test_spans_set_coverage_and_estimates_scale_to_the_interval() -> None:
     assert gpu.busy_fraction == gpu.busy_ns / traced
 
 
+def test_kernels_in_flight_at_a_window_close_end_at_the_close() -> None:
+    """CUPTI dates a kernel still running at a forced flush with the flush's time (a CUDA graph's
+    kernels: ~0.1 s late). Between the closing notice and the close, kernels end at the notice's
+    time at the latest; those that ended before, and a later window's, keep their times."""
+    arrays, names = _arrays("exact_counts")
+    kernels = next(r for e, r in arrays if e == "kernel")
+    t0 = 1000 * 10 * SECOND
+    moved = _shifted(kernels, t0 + SECOND)
+    start, end = moved["start"].astype(np.int64), moved["end"].astype(np.int64)
+    k = int(np.argmax(end - start))
+    close = int(start[k] + end[k]) // 2  # inside the longest kernel
+    late = moved.copy()
+    in_flight = (start < close) & (end > close)
+    late["end"][in_flight] = late["end"][in_flight] + 120_000_000  # dated at the flush, 120 ms on
+    acc = Accumulator(10 * SECOND, 500, names)
+    acc.span(1, t0 + SECOND, 0, ["concurrent_kernel"])
+    acc.window_closing(close)
+    acc.add("kernel", late)
+    acc.buffer_done()
+    acc.span(1, t0 + SECOND, close, ["concurrent_kernel"])
+    after = _shifted(kernels, close + SECOND)  # the next window: no close pending
+    acc.span(2, close + SECOND, 0, ["concurrent_kernel"])
+    acc.add("kernel", after)
+    acc.buffer_done()
+    acc.span(2, close + SECOND, int(after["end"].max()), ["concurrent_kernel"])
+    out = acc.close()
+    expected = int((np.minimum(end, np.maximum(start, close)) - start)[start < close].sum())
+    expected += int((end - start)[start >= close].sum())
+    next_window = int((after["end"].astype(np.int64) - after["start"].astype(np.int64)).sum())
+    expected += next_window
+    unclipped = int((late["end"].astype(np.int64) - start).sum()) + next_window
+    kernel_ns = sum(s.total_ns for s in out if isinstance(s, ActivityStats) and s.category == "kernel")
+    assert acc.ended_at_close == int(in_flight.sum()) >= 1
+    assert kernel_ns == expected < unclipped
+
+
+def test_a_closing_notice_reaches_the_statistics_and_is_no_close() -> None:
+    stream, _, _ = _stream("exact_counts")
+    assert stream.trace_span(TraceSpan(stream=3, window=1, start=1)) is None
+    assert stream.trace_span(TraceSpan(stream=3, window=1, start=1, end=5, closing=True)) is None
+    assert stream.statistics is not None and stream.statistics._kernels_end_by == 5
+    assert stream.open_spans == [TraceSpan(stream=3, window=1, start=1)]  # still open
+    reply = stream.trace_span(TraceSpan(stream=3, window=1, start=1, end=6))
+    assert reply is not None and stream.statistics._kernels_end_by == 0 and stream.open_spans == []
+    stream.close()
+
+
 def test_records_outside_their_categorys_spans_are_counted_not_estimated() -> None:
     arrays, names = _arrays("exact_counts")
     acc = Accumulator(10 * SECOND, 500, names)

@@ -106,6 +106,9 @@ class TraceSpan(Message, tag="trace_span"):
     # CUPTI was attached anew for this window (``between_windows: detach``): its correlation ids do
     # not count the calls made since the last window, so no call rate spans that gap.
     fresh: bool = False
+    # Sent between the two: the window's kinds went off at ``end`` and its last records follow in a
+    # forced flush, which dates the kernels still running at its own time. The close comes after.
+    closing: bool = False
 
 
 class OpenWindow(Message, tag="open_window"):

@@ -256,9 +256,13 @@ class ProbeConnection:
         if isinstance(message, messages.WindowAnswer):
             windows.answered(self, message)
             return
+        stream = self.streams.get(message.stream)
+        if message.closing:  # not a close yet: the statistics end its kernels by then
+            if stream is not None:
+                stream.trace_span(message)
+            return
         if message.end:  # a buffer whose ``Ready`` could not be sent (a full socket) is still the window's
             self._drain_all()
-        stream = self.streams.get(message.stream)
         records = stream.records if stream is not None else 0
         # The statistics' coverage; a closed window's record count goes back to price the next one.
         reply = stream.trace_span(message) if stream is not None else None

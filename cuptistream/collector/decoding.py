@@ -308,6 +308,10 @@ class DecodeStream:
     def trace_span(self, span: TraceSpan) -> WindowRecords | None:
         """A window opened or closed (call it after draining what the probe published before it).
         On a close, what the window decoded, for the probe; else None."""
+        if span.closing:
+            if self.statistics is not None:
+                self.statistics.window_closing(span.end)
+            return None
         self._emit_statistics(lambda acc: acc.span(span.window, span.start, span.end, span.kinds, span.fresh))
         if not span.end:
             self._windows[span.window] = _Window(span)

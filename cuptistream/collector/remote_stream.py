@@ -131,7 +131,7 @@ class RemoteStream:
             self.decode_slots(pool, slots)
 
     def trace_span(self, span: TraceSpan) -> WindowRecords | None:
-        if span.end:
+        if span.end and not span.closing:
             self._open_spans.pop(span.window, None)
         if self.local is None:
             reply = self.link.request(wp.Span(span))

@@ -326,6 +326,8 @@ class ActivitySource(Source):
             self._keep_on(kept, end)
             if self.stacks is not None and self.config.mode == "budget":
                 self.stacks.set_active(False)
+            span = msgspec.structs.replace(self._spans[window], end=end, closing=True)
+            self.outlet.send_trace_span(span, wait=_SPAN_WAIT_S)
         # Work launched in the window may still be queued on the GPU: a forced flush now would hand
         # over its records incomplete (no end time) and the window would undercount the kernels of a
         # launch-bound program. Our thread waits; the program does not.

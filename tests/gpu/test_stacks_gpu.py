@@ -83,6 +83,7 @@ def _attribution(rec: Path) -> dict[str, Any]:
     ranges: list[tuple[int, int, str]] = []
     launches: dict[int, tuple[int, int]] = {}
     kernels: list[tuple[tuple[str, int], int, str, int]] = []  # (process, correlation, name, ns)
+    stack_ns: dict[tuple[tuple[str, int], int], int] = defaultdict(int)  # the collector's stack_stats
     for part in open_recordings([str(rec)]).parts():
         index.add(part.resource, part.events)
         process = (part.resource.host, part.resource.pid)
@@ -94,6 +95,10 @@ def _attribution(rec: Path) -> dict[str, Any]:
                 launches[event.correlation_id] = (event.thread_id & MASK, event.start)
             elif tag == "kernel":
                 kernels.append((process, event.correlation_id, event.name, event.end - event.start))
+            elif tag == "stack_stats":
+                column = event.estimated_gpu_ns if event.estimated else event.gpu_ns
+                for stack, ns in zip(event.stack_ids, column, strict=True):
+                    stack_ns[process, stack] += ns
     ranges.sort()
     rows = []
     for process, correlation, name, ns in kernels:
@@ -105,7 +110,11 @@ def _attribution(rec: Path) -> dict[str, Any]:
         found = next((f.function for f in reversed(frames) if f.function in FUNCTIONS + THREADS), None)
         rows.append({"truth": truth, "found": found, "ns": ns, "thread": thread,
                      "frames": [(f.function, f.line) for f in frames]})  # fmt: skip
-    return {"rows": rows}
+    by_stats: dict[str, int] = defaultdict(int)  # GPU time per function, read from stack_stats
+    for (process, stack), ns in stack_ns.items():
+        frames = index.frames_of(process, stack) if stack > 0 else []
+        by_stats[next((f.function for f in reversed(frames) if f.function in FUNCTIONS), "")] += ns
+    return {"rows": rows, "stats": dict(by_stats)}
 
 
 def _shares(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -158,17 +167,22 @@ def test_each_thread_gets_its_own_stack(full: dict[str, Any]) -> None:
         assert sum(r["ns"] for r in rows if r["found"] == thread) >= 0.99 * sum(r["ns"] for r in rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CUPTI 13.0 (H100) ends the kernels of a CUDA graph launch still in flight when a budget "
-    "window closes at the window's forced flush, about 0.1 s late: each window adds seconds of graph "
-    "kernel time that was not spent, and the budget-mode shares follow it (docs/stacks.md)",
-)
 def test_budget_mode_shares_match_full_mode(tmp_path: Path) -> None:
+    """What always-on shows (the collector's stack_stats of budget windows, scaled to the whole
+    run) against full mode's every record. The budget run's raw records keep CUPTI's times, in which
+    the kernels of a graph launch in flight at a window's close end at its forced flush; the
+    statistics end them at the close (docs/stacks.md), so only the statistics are compared."""
     _gpu()
     full = _run(tmp_path / "full", "full", seconds=8, phase=0.02, threads=0.1)
     budget = _run(tmp_path / "budget", "budget", seconds=30, phase=0.02, threads=0.1)
-    shares = {name: _shares(run["rows"], "found") for name, run in (("full", full), ("budget", budget))}
+    of_functions = {f: ns for f, ns in budget["stats"].items() if f in FUNCTIONS}
+    whole = sum(of_functions.values())
+    shares = {
+        "full": _shares(full["rows"], "found"),
+        "budget statistics": {f: ns / whole for f, ns in of_functions.items()} if whole else {},
+        "budget records": _shares(budget["rows"], "found"),
+    }
     _record("stacks_budget.json", shares)
+    assert set(of_functions) == set(FUNCTIONS), shares
     for function in FUNCTIONS:
-        assert abs(shares["budget"].get(function, 0) - shares["full"].get(function, 0)) <= 0.03, shares
+        assert abs(shares["budget statistics"][function] - shares["full"].get(function, 0)) <= 0.03, shares
