@@ -91,3 +91,26 @@ def test_a_long_run_holds_only_open_intervals() -> None:
         emitted += len(fold.add(_samples(second * S - 20 * MS, 50, 20 * MS, [[50.0] * 50])))
     still_open = sum(len(v.intervals) for v in fold._devices.values())
     assert emitted + still_open == 20 and still_open <= LATENESS_NS // S + 2
+
+
+def test_the_collector_folds_the_samples_it_finds_in_a_probe_chunk() -> None:
+    from cuptistream.collector.pm_stats import PmStatsJoin
+    from cuptistream.events import Kernel, PmStats
+    from cuptistream.plugin import encode_chunk
+    from tests.test_sass_window import RecordingEmitter
+
+    emitter = RecordingEmitter()
+    join = PmStatsJoin(S, emitter, "collector:probe:1")
+    other = Kernel(start=0, end=1, name="k", device_id=0, context_id=1, stream_id=7, correlation_id=1)
+    join.chunk(encode_chunk([other]).payload, 1, emitter, "collector:probe:1")  # no samples: not decoded
+    chunk = encode_chunk([other, _samples(0, 300, 10 * MS, [[20.0] * 300])])
+    join.chunk(chunk.payload, 2, emitter, "collector:probe:1")
+    join.close()
+    stats = [e for e in emitter.events if isinstance(e, PmStats)]
+    assert [(s.interval_start // S, s.samples, s.mean) for s in stats] == [
+        (0, 99, [20.0]),
+        (1, 100, [20.0]),
+        (2, 100, [20.0]),
+        (3, 1, [20.0]),
+    ]
+    assert emitter.errors == []
