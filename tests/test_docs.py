@@ -254,3 +254,17 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     rows = table_rows(find_section(doc, r"^Thing$"), "field")
     assert set(rows) == {"a"}  # `b` belongs to the next section, not this one
     assert set(table_rows(find_section(doc, r"^Event types$"), "field")) == {"a", "b"}
+
+
+def test_the_deploy_pages_collector_config_is_valid() -> None:
+    """docs/deploy.md's collector configuration, merged into configs/production.yaml as the page
+    says, is a config `cuptistream validate` accepts."""
+    import yaml
+
+    from cuptistream.config.model import build
+
+    text = (DOCS / "deploy.md").read_text()
+    (snippet,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    production = yaml.safe_load((DOCS.parent / "configs" / "production.yaml").read_text())
+    config = build({**production, **yaml.safe_load(snippet)}, "docs/deploy.md")
+    assert [sink.type for sink in config.sinks] == ["file", "kafka"]
