@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         if detached is not None:
             threads, fds = _settled(target)
             # numpy (which the probe imports) starts its BLAS thread pool once; those idle threads stay.
-            blas = " (numpy's BLAS threads: the probe loaded numpy)" if started.get("numpy_loaded") else ""
+            loaded = started.get("numpy_loaded") and threads > target.threads
+            blas = " (numpy's BLAS threads: the probe loaded numpy)" if loaded else ""
             say(f"detached from pid {target.pid}: {detached.get('cupti', '')}; threads {target.threads} -> "
                 f"{threads}{blas}, fds {target.fds} -> {fds}")  # fmt: skip
         return 0

@@ -55,6 +55,29 @@ def _free(buffer: tuple[int, int] | None) -> None:
         pass
 
 
+def _import_package(runtime: str) -> None:
+    """cuptistream itself from the runtime, whatever the program's ``sys.path`` finds first (a
+    ``cuptistream`` folder in its working directory); its dependencies come from the program's
+    packages first, as under the node hook."""
+    if "cuptistream" in sys.modules:
+        return  # the program uses cuptistream itself
+    import importlib.util
+
+    folder = os.path.join(runtime, "cuptistream")
+    spec = importlib.util.spec_from_file_location(
+        "cuptistream", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no cuptistream package in {runtime}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cuptistream"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["cuptistream"]
+        raise
+
+
 def _run(params: dict[str, Any], buffer: tuple[int, int] | None) -> None:
     folder, runtime = params["folder"], params["runtime"]
     _free(buffer)
@@ -73,6 +96,7 @@ def _run(params: dict[str, Any], buffer: tuple[int, int] | None) -> None:
 
     had_numpy = "numpy" in sys.modules
     try:
+        _import_package(runtime)
         from cuptistream.attach.inside import Attached
 
         attached = Attached.start(params["collector"], params["config"], params["session_id"])
