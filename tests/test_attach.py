@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,7 +143,7 @@ def _attach(
     return subprocess.run([*CLI, "attach", *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def _recorded(out: Path, pid: int) -> tuple[list[object], list[Error]]:
+def _recorded(out: Path, pid: int) -> tuple[list[Any], list[Error]]:
     batches = [b for b in cuptistream.read(out).batches() if b.resource.pid == pid]
     errors = [e for b in batches for e in b.events if isinstance(e, Error)]
     return batches, errors
@@ -174,7 +175,7 @@ def test_attach_for_a_window_records_the_process_and_leaves_it_as_it_was(
     assert loop.stop() == ""  # not a word from us on the program's stderr
     batches, errors = _recorded(tmp_path / "out", loop.pid)
     assert batches
-    assert batches[0].resource.pid == loop.pid  # type: ignore[attr-defined]
+    assert batches[0].resource.pid == loop.pid
     messages = [(e.origin, e.message) for e in errors]
     assert any(o == "source:activity" and "no NVIDIA driver" in m for o, m in messages), messages
     assert any(o == "attach" and "CUDA graphs captured before the attach" in m for o, m in messages)
