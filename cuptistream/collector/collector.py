@@ -70,7 +70,9 @@ class Collector:
         self.pipeline = Pipeline(
             config, sinks, self.session_id, own, self.clock_sync, require_healthy=require_healthy
         )
-        self._pipeline_thread = PipelineThread(self.pipeline)
+        self._pipeline_thread = PipelineThread(
+            self.pipeline, at_exit=lambda: self.thread_cpu.sample_this_thread()
+        )
         self.front_door = shedding.FrontDoor(self.pipeline)  # sheds buffers undecoded under overload
         workers = config.pipeline.decode_worker_count(in_program=in_program)
         auto = config.pipeline.decode_workers == "auto"  # the first probe decodes in a thread

@@ -61,6 +61,16 @@ class ThreadCpu:
                     self._cpu[tid] = cpu
                     self._names.setdefault(tid, Counter())[names.get(tid, _UNNAMED)] += 1
 
+    def sample_this_thread(self) -> None:
+        """The calling thread's reading, as its last act: its work after the last periodic sample
+        counts too (the pipeline's thread drains for most of a shutdown)."""
+        tid = threading.get_native_id()
+        cpu = read_thread_cpu(tid)
+        if cpu is not None:
+            with self._lock:
+                self._cpu[tid] = cpu
+                self._names.setdefault(tid, Counter())[threading.current_thread().name] += 1
+
     def _name(self, tid: int) -> str:
         seen = self._names.get(tid)
         return seen.most_common(1)[0][0] if seen else _UNNAMED

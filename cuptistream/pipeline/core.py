@@ -505,10 +505,12 @@ def _takes_writes(lane: SinkLane) -> bool:
 
 
 class PipelineThread:
-    """Runs a Pipeline under ``trio.run`` in a daemon thread; start() waits until sinks are open."""
+    """Runs a Pipeline under ``trio.run`` in a daemon thread; start() waits until sinks are open.
+    ``at_exit`` runs last on that thread (the collector takes the thread's final CPU reading)."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: Pipeline, at_exit: Callable[[], None] | None = None) -> None:
         self.pipeline = pipeline
+        self._at_exit = at_exit
         self._thread = threading.Thread(target=self._main, name="cuptistream-pipeline", daemon=True)
         self._started = threading.Event()
         self._start_error: BaseException | None = None
@@ -530,6 +532,8 @@ class PipelineThread:
                 self.crash = error
         finally:
             self._started.set()
+            if self._at_exit is not None:
+                self._at_exit()
 
     def _on_started(self, error: BaseException | None) -> None:
         self._start_error = error
