@@ -42,15 +42,16 @@ def _report(folder: str, **fields: Any) -> None:
 
 
 def _free(buffer: tuple[int, int] | None) -> None:
-    """Unmap the page the command wrote this file's name into (compiled and done with by now)."""
+    """Unmap the page the command wrote this file's name into (compiled and done with by now), with
+    the runtime's C library (imported by then, where cuptistream could be)."""
     if buffer is None:
         return
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None)
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        libc.munmap(buffer[0], buffer[1])
+        from cuptistream.cupti.libc import libc
+
+        libc().munmap(ctypes.c_void_p(buffer[0]), ctypes.c_size_t(buffer[1]))
     except Exception:
         pass
 
@@ -80,7 +81,6 @@ def _import_package(runtime: str) -> None:
 
 def _run(params: dict[str, Any], buffer: tuple[int, int] | None) -> None:
     folder, runtime = params["folder"], params["runtime"]
-    _free(buffer)
     added = runtime not in sys.path
     if added:
         sys.path.append(runtime)  # last: the program's own packages come first
@@ -104,6 +104,8 @@ def _run(params: dict[str, Any], buffer: tuple[int, int] | None) -> None:
         restore()
         _report(folder, state="failed", error=f"{type(error).__name__}: {error}")
         return
+    finally:
+        _free(buffer)
     loaded_numpy = not had_numpy and "numpy" in sys.modules
     failed = attached.failed_sources
     _report(folder, state="started", sources=attached.sources, failed=failed, numpy_loaded=loaded_numpy)

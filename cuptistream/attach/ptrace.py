@@ -19,6 +19,10 @@ import os
 import platform
 import signal
 import time
+from functools import cache
+from typing import Any
+
+from cuptistream.cupti.libc import libc
 
 _PTRACE_CONT = 7
 _PTRACE_DETACH = 17
@@ -48,16 +52,16 @@ def supported() -> bool:
     return platform.machine() in ("x86_64", "AMD64") and os.name == "posix"
 
 
-_libc: ctypes.CDLL | None = None
+@cache
+def _ptrace_function() -> Any:
+    function = libc().ptrace
+    function.restype = ctypes.c_long
+    function.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    return function
 
 
 def _ptrace(request: int, tid: int, address: int = 0, data: int | ctypes.c_void_p = 0) -> int:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.ptrace.restype = ctypes.c_long
-        _libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-    result: int = _libc.ptrace(request, tid, ctypes.c_void_p(address), data)
+    result: int = _ptrace_function()(request, tid, ctypes.c_void_p(address), data)
     if result == -1:
         code = ctypes.get_errno()
         if code:
