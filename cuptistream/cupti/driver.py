@@ -180,22 +180,10 @@ def _finalize_live(veto: Callable[[], str | None]) -> bool:
     if (why := veto()) is not None:
         last_release = f"CUPTI stays attached: {why}"
         return False
-    site = _FinalizeAtApiExit(lambda: veto() is None)
-    watches: list[subscriber.Registration] = []
-    try:
-        for domain in (subscriber.Domain.RUNTIME_API, subscriber.Domain.DRIVER_API):
-            watches.append(subscriber.register(domain, site.on_api))
-        site.arm()
-        why = site.wait(PARK_WAIT_S)
-    except CuptiError:
-        raise
-    except Exception as error:
-        why = f"no callback at a CUDA call's exit ({subscriber.describe_cupti_failure(error)})"
+    why, _, site = _finalize_at_api_exit(lambda: veto() is None, PARK_WAIT_S)
     if why is None:
         last_release = "CUPTI finalized at a CUDA call's exit"
         return True
-    for watch in watches:
-        watch.remove()
     if site.vetoed:
         last_release = f"CUPTI stays attached: {veto() or why}"
         return False
@@ -207,6 +195,33 @@ def _finalize_live(veto: Callable[[], str | None]) -> bool:
 PARK_WAIT_S = 1.0
 """How long ``park`` waits for a CUDA call to return on some thread before it leaves CUPTI attached
 for this pause (a program that makes no CUDA call pays nothing for it)."""
+
+
+def _finalize_at_api_exit(
+    still_wanted: Callable[[], bool], wait_s: float
+) -> tuple[str | None, list[subscriber.Registration], _FinalizeAtApiExit]:
+    """Under ``_users_lock``: ``cuptiFinalize`` at the exit of the next CUDA runtime or driver call
+    on any thread, if ``still_wanted()`` there; waits up to ``wait_s``. Returns (None, the exit
+    callbacks, the site) when CUPTI was finalized (the callbacks' handles died with it), else (why
+    not, ..., ...) with the callbacks removed again. Raises ``CuptiError`` when ``cuptiFinalize``
+    itself fails."""
+    site = _FinalizeAtApiExit(still_wanted)
+    watches: list[subscriber.Registration] = []
+    why: str | None = "cuptiFinalize failed"  # until the wait says otherwise (it raises then)
+    try:
+        for domain in (subscriber.Domain.RUNTIME_API, subscriber.Domain.DRIVER_API):
+            watches.append(subscriber.register(domain, site.on_api))
+        site.arm()
+        why = site.wait(wait_s)
+    except CuptiError:
+        raise
+    except Exception as error:
+        why = f"no callback at a CUDA call's exit ({subscriber.describe_cupti_failure(error)})"
+    finally:
+        if why is not None:  # CUPTI is attached as before: its callbacks go off again
+            for watch in watches:
+                watch.remove()
+    return why, watches, site
 
 
 class _FinalizeAtApiExit:
@@ -283,23 +298,7 @@ def park(
     with _users_lock:
         if _others_hold(user):
             return "another source of ours holds CUPTI"
-        site = _FinalizeAtApiExit(still_wanted)
-        watches: list[subscriber.Registration] = []
-        why: str | None = "cuptiFinalize failed"  # until the wait says otherwise (it raises then)
-        try:
-            for domain in (subscriber.Domain.RUNTIME_API, subscriber.Domain.DRIVER_API):
-                watches.append(subscriber.register(domain, site.on_api))
-            site.arm()
-            why = site.wait(wait_s)
-        except CuptiError:
-            raise
-        except Exception as error:
-            problem = subscriber.describe_cupti_failure(error)
-            why = f"no callback at a CUDA call's exit to detach from ({problem})"
-        finally:
-            if why is not None:  # CUPTI is attached as before: its callbacks go off again
-                for watch in watches:
-                    watch.remove()
+        why, watches, _ = _finalize_at_api_exit(still_wanted, wait_s)
         if why is not None:
             return why
         detached_once = True
