@@ -177,10 +177,29 @@ class LGpuStats(Light, tag="gpu_stats"):
     estimated: bool = False
 
 
+class LPmSamples(Light, tag="pm_samples"):
+    device_id: int
+    chip: str
+    metrics: list[str]
+    starts: list[int]
+    ends: list[int]
+    values: list[list[float | None]]  # JSON carries NaN (a sample CUPTI could not evaluate) as null
+
+
+class LPmStats(Light, tag="pm_stats"):
+    interval_start: int
+    interval_end: int
+    device_id: int
+    samples: int
+    metrics: list[str]
+    mean: list[float | None]
+    p95: list[float | None]
+
+
 _READ = {
     LKernel, LMemcpy, LMemset, LGraphLaunch, LApiCall, LNvtxRange, LNvtxMarker, LPcSampleBatch,
-    LSassMetricBatch, LLoss, LError, LCuptiYield, LActivityStats, LGpuStats, ev.StackTable, ev.StackChanges,
-    ev.StackStats,
+    LSassMetricBatch, LLoss, LError, LCuptiYield, LActivityStats, LGpuStats, LPmSamples, LPmStats,
+    ev.StackTable, ev.StackChanges, ev.StackStats,
 }  # fmt: skip
 _known = {cls.__struct_config__.tag for cls in _READ}
 # Every other family decodes to an empty Struct: counted by type, fields skipped.

@@ -85,6 +85,8 @@ def _cell(column: str, value: Any) -> str:
         return f"{100 * value:.1f}"
     if column == "gb_per_s":
         return f"{value:.2f}"
+    if column in ("mean", "p95") and isinstance(value, float):  # % of peak, or bytes per second
+        return f"{value:,.1f}"
     if isinstance(value, str) and len(value) > _NAME_WIDTH:
         return value[: _NAME_WIDTH - 3] + "..."
     return str(value)

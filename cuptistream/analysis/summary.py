@@ -30,10 +30,11 @@ from cuptistream.analysis.summary_report import Report, Table, Totals
 __all__ = ["Report", "Summarizer", "Table", "summarize"]
 
 # The families the summary folds; every other family is only counted, by its tag.
-API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, YIELD, OTHER, ASTATS, GSTATS = range(13)
+API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, YIELD, OTHER, ASTATS, GSTATS, PMS, PMST = range(15)
 _FAMILY_ID = {"api": API, "kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "nvtx_range": NVTX,
               "pc_samples": PC, "sass_metrics": SASS, "loss": LOSS, "error": ERROR,
-              "cupti_yield": YIELD, "activity_stats": ASTATS, "gpu_stats": GSTATS}  # fmt: skip
+              "cupti_yield": YIELD, "activity_stats": ASTATS, "gpu_stats": GSTATS, "pm_samples": PMS,
+              "pm_stats": PMST}  # fmt: skip
 _INTERVALS = frozenset({"api", "kernel", "memcpy", "memset", "nvtx_range"})
 
 _key = operator.attrgetter("summary_key")
@@ -83,7 +84,7 @@ class Summarizer(Totals):
             return
         codes, starts, ends = self._columns(events)
         family = self.families[codes]
-        present = np.bincount(family, minlength=GSTATS + 1).tolist()
+        present = np.bincount(family, minlength=PMST + 1).tolist()
         inside = None if low is None else within(starts, low - off, high - off)  # type: ignore[operator]
         if present[OTHER]:  # counted by tag, whatever the filters
             counted = np.bincount(codes[family == OTHER])
@@ -149,13 +150,14 @@ class Summarizer(Totals):
         rare = {}
         for fam, tag in ((PC, "pc_samples"), (SASS, "sass_metrics"), (LOSS, "loss"), (ERROR, "error"),
                          (YIELD, "cupti_yield"), (ASTATS, "activity_stats"),
-                         (GSTATS, "gpu_stats")):  # fmt: skip
+                         (GSTATS, "gpu_stats"), (PMS, "pm_samples"), (PMST, "pm_stats")):  # fmt: skip
             if present[fam]:
                 rare[tag] = take(events, np.flatnonzero(family == fam))
         if rare:
             self._sampling(rare, devices, off, low, high)
             self._accounting(rare, off, low, high)
             self._statistics(pid, rare, devices, off, low, high)
+            self._hardware(resource.host, rare, devices, off, low, high)
 
     def _columns(self, events: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each event's key code, start and end (0 for families without them)."""
@@ -296,6 +298,24 @@ class Summarizer(Totals):
                     self.stats.device(pid, st)
                 else:
                     self.stats.activity(st)
+
+    def _hardware(
+        self, host: str, families: dict[str, Sequence[Any]], devices: frozenset[int] | None, off: int,
+        low: int | None, high: int | None,
+    ) -> None:  # fmt: skip
+        """PM sampling's counters (``summary_hardware``): an interval or a sample counts when it
+        starts inside the window."""
+        for st in families.get("pm_stats", ()):
+            if (devices is None or st.device_id in devices) and _inside(st.interval_start + off, low, high):
+                self.event_counts["pm_stats"] += 1
+                self.hardware.add_stats(host, st)
+        for samples in families.get("pm_samples", ()):
+            if devices is not None and samples.device_id not in devices:
+                continue
+            self.event_counts["pm_samples"] += 1
+            keep = None if low is None else [_inside(s + off, low, high) for s in samples.starts]
+            for problem in self.hardware.add_samples(host, samples, keep):
+                self.errors[("warning", "summary", problem)] += 1
 
     def add_torn_tail(self, path: str, length: int) -> None:
         """A file whose last frame was incomplete: reported with the losses, in bytes."""

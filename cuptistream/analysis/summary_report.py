@@ -12,6 +12,9 @@ from typing import Any
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import Groups, IntervalUnion, KeyIndex
 from cuptistream.analysis.names import DisplayNames
+from cuptistream.analysis.summary_hardware import COLUMNS as HARDWARE_COLUMNS
+from cuptistream.analysis.summary_hardware import TITLE as HARDWARE_TITLE
+from cuptistream.analysis.summary_hardware import HardwareTotals
 from cuptistream.analysis.summary_statistics import StatisticsTotals
 
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_")
@@ -80,6 +83,7 @@ class Totals:
         # tool -> [spans, ns, not recorded, still on standby]: CUPTI left to another tool (coexistence.md)
         self.yields: dict[str, list[Any]] = {}
         self.stats = StatisticsTotals()  # the collector's ActivityStats and GpuStats
+        self.hardware = HardwareTotals()  # PM sampling's counters (PmStats, PmSamples)
 
     # --- the report -----------------------------------------------------------------------------
 
@@ -129,6 +133,7 @@ class Totals:
                 for name, title, columns, rows in self.stats.tables(self.display, self._label)
             }
             report.tables = [shown.get(t.name, t) for t in report.tables]
+        report.tables.append(Table("hw_utilization", HARDWARE_TITLE, HARDWARE_COLUMNS, self.hardware.rows()))
         report.tables.extend(self._sampling_tables(top))
         report.tables.append(Table(
             "losses", "Losses", ["stage", "reason", "unit", "events", "count"],

@@ -44,6 +44,23 @@ DEFAULT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 
 
+_FIELD_OF = {metric: field for field, metrics in DEFAULT_FIELDS for metric in metrics}
+
+
+def field_of(metric: str) -> str | None:
+    """The DCGM profiling field ``metric`` stands for in the default set; None for any other metric."""
+    return _FIELD_OF.get(metric)
+
+
+def unit_of(metric: str) -> str:
+    """The unit of a metric's values, from its name: ``%`` of peak, ``B/s``, or "" (its own)."""
+    if ".pct_of_peak_" in metric:
+        return "%"
+    if metric.endswith(".per_second") and "bytes" in metric:
+        return "B/s"
+    return ""
+
+
 @dataclass(frozen=True)
 class MetricChoice:
     chip: str
