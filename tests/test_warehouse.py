@@ -21,6 +21,7 @@ from cuptistream.cli import main
 from cuptistream.warehouse import QUERIES, SCHEMA, query_text
 from tests.helpers.clickhouse import SCHEMA_PATH, Warehouse, batch_rows, recording_rows
 from tests.helpers.fixture_recording import batches, fixture_processes, write_recording
+from tests.helpers.pm_recording import CLOCK, pm_processes, write_pm_recording
 from tests.helpers.rank_stats import statistics_only
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
 from tests.helpers.scripts import script
@@ -138,7 +139,8 @@ def _ranks(root: Path, job: str, scale: Scale | None, statistics: bool) -> Path:
 def jobs(
     tmp_path_factory: pytest.TempPathFactory, slow_kernel: str
 ) -> Iterator[tuple[Warehouse, dict[str, Path]]]:
-    """One warehouse with four jobs of 8 ranks: records or statistics, one rank slowed or none."""
+    """One warehouse with four jobs of 8 ranks (records or statistics, one rank slowed or none) and
+    a job of PM sampling."""
     root = tmp_path_factory.mktemp("jobs")
     slow = Scale(SLOW_RANK, slow_kernel, 1.3)
     paths = {
@@ -150,6 +152,7 @@ def jobs(
     store = Warehouse()
     for job, path in paths.items():
         store.insert(_as_job(recording_rows(sorted(path.glob("node*/out"))), job))
+    store.insert(_as_job(batch_rows(batches(pm_processes())), "pm"))  # PM sampling of two hosts
     yield store, paths
     store.close()
 
@@ -260,3 +263,58 @@ def test_every_shipped_query_runs(jobs: tuple[Warehouse, dict[str, Path]]) -> No
         used = {p.split(":")[0] for p in text.split("{")[1:] if ":" in p.split("}")[0]}
         rows = store.sql(text, {k: v for k, v in params.items() if k in used})
         assert rows or name in ("losses", "gpu_time_by_code"), name
+
+
+def _hardware_rows(rows: list[dict[str, Any]]) -> dict[tuple[str, int, str], tuple[int, int, float, float]]:
+    return {(r["host"], r["device_id" if "device_id" in r else "device"], r["metric"]):
+            (r["intervals"], r["samples"], r["mean"], r["p95"]) for r in rows}  # fmt: skip
+
+
+def _same_figures(got: dict[Any, tuple[Any, ...]], expected: dict[Any, tuple[Any, ...]]) -> None:
+    assert sorted(got) == sorted(expected) and got
+    for key, (intervals, samples, mean, p95) in expected.items():
+        assert got[key][:2] == (intervals, samples), key
+        assert got[key][2] == pytest.approx(mean, rel=1e-9, abs=1e-9), key
+        assert got[key][3] == pytest.approx(p95, rel=1e-9, abs=1e-9), key
+
+
+def test_hw_utilization_equals_the_summary(tmp_path: Path) -> None:
+    """PM sampling of two H100 hosts (idle, a GEMM loop, idle): the query's mean and p95 per host,
+    GPU and metric are the summary's hw_utilization table, over the whole run and over a window."""
+    store = Warehouse()
+    try:
+        store.insert(_as_job(batch_rows(batches(pm_processes())), "gemm"))
+        store.insert(_as_job(batch_rows(batches(pm_processes())), "other"))  # a second job, left out by job
+        recording = write_pm_recording(tmp_path / "out")
+        summary = _summary(recording, tmp_path)
+        expected = _hardware_rows(summary["hw_utilization"]["rows"])
+        _same_figures(_hardware_rows(store.query("hw_utilization", job="gemm", **SPAN)), expected)
+        sm = expected[("h100-a", 0, "sm__cycles_active.avg.pct_of_peak_sustained_elapsed")]
+        assert 55 < sm[2] < 65 and sm[3] > 90
+        both = _hardware_rows(store.query("hw_utilization", job="", **SPAN))
+        assert both[("h100-a", 0, "sm__cycles_active.avg.pct_of_peak_sustained_elapsed")][:2] == (8, 3000)
+
+        low, high = (t * SECOND + CLOCK.offset_ns for t in (7_010, 7_030))  # the two intervals of the work
+        window = _summary_args(
+            recording, tmp_path, "--since", f"@{low / 1e9:.9f}", "--until", f"@{high / 1e9:.9f}"
+        )
+        span = {"since": _datetime(low), "until": _datetime(high)}
+        got = _hardware_rows(store.query("hw_utilization", job="gemm", **span))
+        _same_figures(got, _hardware_rows(window["hw_utilization"]["rows"]))
+        assert {v[0] for v in got.values()} == {2}
+    finally:
+        store.close()
+
+
+def _summary_args(path: Path, tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "window.json"
+    assert main(["summary", str(path), "--format", "json", "-o", str(out), *args]) == 0
+    return json.loads(out.read_text())
+
+
+def _datetime(unix_ns: int) -> str:
+    import datetime
+
+    seconds, ns = divmod(unix_ns, SECOND)
+    day = datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{day}.{ns:09d}"

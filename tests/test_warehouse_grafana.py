@@ -18,6 +18,7 @@ from cuptistream.warehouse import QUERIES
 from cuptistream.warehouse.dashboard import DASHBOARD, PANELS, PARAMETER, PLUGIN, Panel, dashboard, panel_sql
 from tests.helpers.clickhouse import SCHEMA_PATH, Warehouse, batch_rows
 from tests.helpers.fixture_recording import Process, batches, fixture_processes
+from tests.helpers.pm_recording import pm_processes
 from tests.helpers.rank_stats import statistics_only
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed
 from tests.helpers.scripts import script
@@ -130,7 +131,7 @@ def _stacks() -> Process:
 @pytest.fixture(scope="module")
 def store() -> Iterator[Warehouse]:
     """The fixture recording's processes (losses), 8 ranks with one slowed (raw records, and
-    always-on statistics), and a process with stacks."""
+    always-on statistics), a process with stacks and two hosts' PM sampling."""
     slow = Scale(5, biggest_kernel(replayed()[0]), 1.3)
     ranks = rank_processes(8, scale=slow)
     store = Warehouse()
@@ -138,6 +139,7 @@ def store() -> Iterator[Warehouse]:
     store.insert(batch_rows(_job(ranks, "slowed")))
     store.insert(batch_rows(_job([statistics_only(p, SECOND, 0.6) for p in ranks], "budget_slowed")))
     store.insert(batch_rows(_job([_stacks()], "stacks")))
+    store.insert(batch_rows(_job(pm_processes(), "pm")))
     yield store
     store.close()
 
@@ -170,7 +172,7 @@ def test_every_panel_answers_as_its_query(store: Warehouse, panel: Panel) -> Non
     sql = model[panel.title]["targets"][0]["rawSql"]
     middle = _middle(store)
     cases = [("", WHOLE), ("", middle), ("slowed", middle), ("budget_slowed", WHOLE), ("fixture", WHOLE),
-             ("stacks", WHOLE), ("o'brien", WHOLE)]  # fmt: skip
+             ("stacks", WHOLE), ("pm", WHOLE), ("o'brien", WHOLE)]  # fmt: skip
     answered = 0
     for job, span in cases:
         values = {**VALUES, "job": job}

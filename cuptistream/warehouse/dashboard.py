@@ -63,6 +63,7 @@ PANELS = (
     Panel("gpu_busy", "GPU busy and coverage per host, GPU and process", 24, 9),
     Panel("losses", "Losses by stage", 12, 9),
     Panel("gpu_time_by_code", "GPU time by code", 12, 9, {"top": "top"}),
+    Panel("hw_utilization", "Hardware utilization per host, GPU and metric (PM sampling)", 24, 9),
 )
 
 # Column units and cell displays, by column name.
