@@ -517,6 +517,29 @@ class PmStats(Event, tag="pm_stats"):
     p95: list[float]
 
 
+class PmKernelStats(Event, tag="pm_kernel_stats"):
+    """One kernel name's hardware counters over an interval (``statistics``, from ``PmSamples`` and
+    the kernels of one process on ``device_id``; ``statistics.pm_attribution``). Per metric
+    ``metrics[m]``, ``mean[m]`` is the mean of the samples the name's kernels ran in, each weighted
+    by the kernels' overlap with it: the device's counters, shared by whatever ran in the sample
+    (``own_share`` and ``all_share`` say how much that was). Names as ``ActivityStats``' (the top
+    ones by kernel time, the rest as ``other``); no row for a name no sample covered."""
+
+    interval_start: int  # CUPTI clock ns, a multiple of the interval
+    interval_end: int
+    device_id: int
+    name: str
+    kernel_ns: int  # the name's kernel time ended in the interval, since samples came
+    covered_ns: int  # of it, overlapping samples
+    covered_share: float  # covered_ns / kernel_ns
+    samples: int  # samples the name's kernels overlapped
+    metrics: list[str]
+    mean: list[float]  # per metric, weighted by overlap
+    own_share: float  # of those samples' traced time, how much the name's kernels filled
+    all_share: float  # ... and all of the process's kernels (above 1: kernels ran at once)
+    traced_ns: int  # ns of the interval traced for kernels (as ActivityStats.traced_ns)
+
+
 # --- accounting -----------------------------------------------------------------------------
 
 
@@ -586,6 +609,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     StackStats,
     GpuStats,
     PmStats,
+    PmKernelStats,
     Loss,
     SelfStats,
 ]

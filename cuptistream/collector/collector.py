@@ -31,6 +31,7 @@ from cuptistream.collector import ondemand, registry, shedding
 from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.control import ControlServer, control_path
 from cuptistream.collector.memory import MemoryWatch
+from cuptistream.collector.pm_samples import SampleBoard
 from cuptistream.collector.reply_maps import ReplyMaps
 from cuptistream.collector.reply_slots import ReplySlots
 from cuptistream.collector.thread_cpu import ThreadCpu
@@ -93,6 +94,7 @@ class Collector:
         self._listener: socket.socket | None = None
         self._accepting: threading.Thread | None = None
         self.windows = WindowRequests()  # on-demand windows (``cuptistream trace``) in flight
+        self.pm_samples = SampleBoard()  # from the sampling probe to every stream's attribution
         self.control: ControlServer | None = None
         self.control_problem = ""  # why ``trace`` cannot reach this collector, if it cannot
         self._registered: Path | None = None

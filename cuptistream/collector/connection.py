@@ -26,6 +26,7 @@ from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.collector import handover, shedding
 from cuptistream.collector.decoding import Buffer, DecodeStream, has_stack_events, join
 from cuptistream.collector.names import ProcessNames
+from cuptistream.collector.pm_samples import SampleBoard
 from cuptistream.collector.pm_stats import PmStatsJoin
 from cuptistream.collector.remote_stream import RemoteStream
 from cuptistream.collector.windows import SpanBook, WindowRequests
@@ -52,6 +53,7 @@ class Host(Protocol):
     front_door: shedding.FrontDoor
     windows: WindowRequests
     workers: WorkerPool | None  # None: decode on the connection threads
+    pm_samples: SampleBoard  # PM samples for every stream's kernel attribution
 
     def probe_said_hello(self, hello: messages.Hello) -> Producer: ...
 
@@ -79,9 +81,14 @@ class ProbeConnection:
         self.replies_dropped = 0  # WindowRecords not sent: the probe was not reading
         self._joins_stacks = collector.pipeline.config.statistics.enabled
         statistics = collector.pipeline.config.statistics
+        board = collector.pm_samples
         self._pm_stats = (
-            PmStatsJoin(statistics.interval_ns, self.emitter, self.origin) if statistics.enabled else None
+            PmStatsJoin(statistics.interval_ns, self.emitter, self.origin, board.publish)
+            if statistics.enabled
+            else None
         )
+        self._samples = board.subscribe() if statistics.enabled else None  # PM samples for the streams
+        self._latest_samples: dict[int, bytes] = {}  # per device, for streams opened later
 
     @property
     def rank(self) -> int | None:
@@ -150,6 +157,8 @@ class ProbeConnection:
                 self.streams[message.stream] = DecodeStream(
                     message, self.pid, self.emitter, self._saw_devices, statistics, columns=columns
                 )
+            for payload in self._latest_samples.values():
+                self.streams[message.stream].pm_samples(payload)
         elif isinstance(message, messages.LossReport):
             self.intake.report_loss(message.stage, message.reason, message.count, message.unit)
         elif isinstance(message, messages.ErrorReport):
@@ -302,6 +311,7 @@ class ProbeConnection:
         """Every READY slot of pool ``index``, in publication order. Consecutive activity buffers of
         one stream are decoded together, up to ``JOIN_BYTES`` (``DecodeStream.decode_many``): under
         load slots queue up, and a small buffer costs nearly what a large one does."""
+        self._hand_samples()
         pool = self.pools.get(index)
         if pool is None:
             return
@@ -397,12 +407,23 @@ class ProbeConnection:
                     stream.stack_events(payload, count)
             offset += nbytes
 
+    def _hand_samples(self) -> None:
+        """The PM samples published since the last call, to every stream (before its next buffers)."""
+        if self._samples is None:
+            return
+        for device, payload in self._samples.take():
+            self._latest_samples[device] = payload
+            for stream in self.streams.values():
+                stream.pm_samples(payload)
+
     def _saw_devices(self, ordinals: set[int]) -> None:
         if self.producer is not None:
             self.producer.saw_devices(ordinals)
 
     def _finish(self) -> None:
         self._drain_all()
+        if self._samples is not None:
+            self.collector.pm_samples.unsubscribe(self._samples)
         if self._pm_stats is not None:
             self._pm_stats.close()
         for stream in self.streams.values():

@@ -7,7 +7,9 @@ name cache and open NVTX ranges, and its statistics (``cuptistream.statistics``)
 every gathered array to ``_observe``, which folds kernels, copies and memsets into the stream's
 ``Accumulator`` and counts what each open trace window decoded (``WindowRecords``). Where the probe
 samples stacks, the connection hands the process's stack events over too (``stack_events``), and the
-statistics fold GPU time per launching stack as well (``statistics.stack_fold``).
+statistics fold GPU time per launching stack as well (``statistics.stack_fold``). Where a probe
+of the collector samples a device's counters, every stream is handed the samples (``pm_samples``),
+and the statistics attribute them to the stream's kernels (``statistics.pm_attribution``).
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ from cuptistream.config.model import StatisticsConfig
 from cuptistream.cupti import capture
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.records import LayoutError, RecordLayouts, SizeLearner
-from cuptistream.events import AnyEvent, Event
+from cuptistream.events import AnyEvent, Event, PmSamples
 from cuptistream.plugin import Emitter
 from cuptistream.recording.codec import array_header
 from cuptistream.statistics import Accumulator
 from cuptistream.statistics.stack_fold import StackFold
 
 _events = msgspec.msgpack.Decoder(list[AnyEvent])
+_pm_samples = msgspec.msgpack.Decoder(PmSamples)
 # How an encoded StackTable or StackChanges begins (its ``type`` key and tag): the probe's event
 # chunks that hold them are found by one scan, none decoded.
 _has_stacks = re.compile(rb"\xa4type(?:\xabstack_table|\xadstack_changes)").search
@@ -279,6 +282,21 @@ class DecodeStream:
             return
         try:
             stacks.stack_events(events)
+        except Exception as error:
+            self._statistics_failed(error)
+
+    def pm_samples(self, payload: bytes) -> None:
+        """One encoded ``PmSamples`` event of any probe (``collector.pm_samples``), for the
+        statistics' kernel attribution. Never raises."""
+        if self.statistics is None:
+            return
+        try:
+            samples = _pm_samples.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            self.emitter.report_error(self.origin, f"pm_samples not decoded: {error}", severity="warning")
+            return
+        try:
+            self.statistics.pm_samples(samples)
         except Exception as error:
             self._statistics_failed(error)
 

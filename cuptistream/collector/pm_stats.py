@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import msgspec
 
@@ -17,9 +18,14 @@ _has_pm_samples = re.compile(rb"\xa4type\xaapm_samples").search  # an encoded Pm
 
 
 class PmStatsJoin:
-    """Per probe connection: ``PmStats`` from the ``PmSamples`` its chunks carry. Never raises."""
+    """Per probe connection: ``PmStats`` from the ``PmSamples`` its chunks carry, each also handed
+    to ``publish`` (the kernel attribution's, ``collector.pm_samples``). Never raises."""
 
-    def __init__(self, interval_ns: int, emitter: Emitter, origin: str) -> None:
+    def __init__(
+        self, interval_ns: int, emitter: Emitter, origin: str,
+        publish: Callable[[PmSamples], None] | None = None,
+    ) -> None:  # fmt: skip
+        self._publish = publish
         self._fold = PmFold(interval_ns)
         self._emitter = emitter
         self._origin = origin
@@ -36,6 +42,8 @@ class PmStatsJoin:
             for event in events:
                 if isinstance(event, PmSamples):
                     out += self._fold.add(event)
+                    if self._publish is not None:
+                        self._publish(event)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
             self._emitter.report_error(self._origin, f"pm_samples not folded: {error}", severity="warning")
             return

@@ -155,6 +155,17 @@ class RemoteStream:
         if self.local is not None:
             self.local.stack_events(payload, count)
 
+    def pm_samples(self, payload: bytes) -> None:
+        """As ``DecodeStream.pm_samples``: handed to the worker's stream. Never raises."""
+        if self.local is None and not self.link.broken:
+            reply = self.link.request(wp.Samples(self.info.stream, payload))
+            if reply is not None:
+                self._replay(reply)
+                return
+            self._fall_back([])
+        if self.local is not None:
+            self.local.pm_samples(payload)
+
     @property
     def movable(self) -> bool:
         """Whether ``move`` may take it to another worker: it decodes in one, and does not capture."""

@@ -93,6 +93,14 @@ class Stacks(msgspec.Struct, tag="stacks", frozen=True):
     count: int
 
 
+class Samples(msgspec.Struct, tag="pm_samples", frozen=True):
+    """An encoded ``PmSamples`` event, for stream ``stream``'s kernel attribution
+    (``DecodeStream.pm_samples``)."""
+
+    stream: int
+    payload: bytes
+
+
 class Close(msgspec.Struct, tag="close", frozen=True):
     stream: int
 
@@ -114,7 +122,7 @@ class Adopt(msgspec.Struct, tag="adopt", frozen=True):
     names_failure: str | None = None
 
 
-Request = MapPool | Open | Decode | Span | Stacks | Close | Export | Adopt
+Request = MapPool | Open | Decode | Span | Stacks | Samples | Close | Export | Adopt
 
 
 # --- what the worker's stream did, replayed on the connection's emitter --------------------------

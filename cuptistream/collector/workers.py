@@ -118,6 +118,9 @@ class Session:
         if isinstance(request, wp.Stacks):
             self.streams[request.stream].stack_events(request.payload, request.count)
             return self._reply(request.stream)
+        if isinstance(request, wp.Samples):
+            self.streams[request.stream].pm_samples(request.payload)
+            return self._reply(request.stream)
         if isinstance(request, wp.MapPool):
             (fd,) = fds
             self.pools[request.pool] = SlotPool(fd, request.slot_size, request.slots, owner=False)

@@ -17,11 +17,12 @@ from collections.abc import Callable
 import numpy as np
 
 from cuptistream.cupti.activity_enums import COPY_KINDS, MEMORY_KINDS, enum_name
-from cuptistream.events import ActivityStats, Event, GpuStats
+from cuptistream.events import ActivityStats, Event, GpuStats, PmSamples
 from cuptistream.statistics.busy import DeviceBusy
 from cuptistream.statistics.coverage import CATEGORIES, Coverage, categories_of
 from cuptistream.statistics.histogram import DENSE, slots, to_histogram
 from cuptistream.statistics.launch_rate import LaunchRate
+from cuptistream.statistics.pm_attribution import PmAttribution
 from cuptistream.statistics.stack_fold import StackFold
 
 # The probe hands buffers over every ``activity.flush_interval`` (1 s by default), and a buffer can
@@ -74,7 +75,9 @@ class Accumulator:
     ``names`` resolves a kernel name pointer (the decoder's ``Names``); it is called once per
     distinct pointer. ``max_names`` caps the kernel names per interval and device (the top ones by
     total time; the rest are one ``other`` row). ``stacks``: the GPU work is also folded per
-    launching stack (``StackFold``), its intervals closed and scaled with these.
+    launching stack (``StackFold``), its intervals closed and scaled with these. Once the stream
+    is handed PM samples (``pm_samples``), its kernels are also attributed the hardware counters
+    of the samples they ran in (``PmAttribution``).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class Accumulator:
         stacks: StackFold | None = None,
     ) -> None:  # fmt: skip
         self.stacks = stacks
+        self.pm: PmAttribution | None = None  # from the first PM samples on
         self.interval_ns = interval_ns
         self.max_names = max_names
         self.lateness_ns = lateness_ns
@@ -134,12 +138,20 @@ class Accumulator:
         nbytes = None
         if category == "kernel":
             codes, labels = self._kernel_codes(records["name"].astype(np.uint64))
+            if self.pm is not None:
+                self.pm.kernels(interval, device, start, end, codes, labels)
         else:
             codes = records["copy_kind" if category == "memcpy" else "memory_kind"].astype(np.int64)
             table = COPY_KINDS if category == "memcpy" else MEMORY_KINDS
             labels = [enum_name(table, v) for v in range(int(codes.max()) + 1)]
             nbytes = records["bytes"].astype(np.int64)
         self._fold(category, interval, device, codes.astype(np.int64), labels, duration, nbytes)
+
+    def pm_samples(self, samples: PmSamples) -> None:
+        """PM samples of a device this stream's kernels may have run on (any probe's sampler)."""
+        if self.pm is None:
+            self.pm = PmAttribution(self.interval_ns, self.max_names)
+        self.pm.samples(samples)
 
     def window_closing(self, end: int) -> None:
         """A window's kinds went off at ``end``; its last records come with the forced flush that
@@ -291,6 +303,8 @@ class Accumulator:
         self.coverage.forget_before(limit * step)
         if self.stacks is not None:
             self.stacks.closed_until(limit * step, windowed=self.coverage.spans is not None)
+        if self.pm is not None:
+            self.pm.closed_until(limit * step)
         return events
 
     # --- events ---------------------------------------------------------------------------------
@@ -325,6 +339,8 @@ class Accumulator:
             # As the kernel category's ActivityStats: the same traced time and scales.
             scales = self._scales(low, high, kernel_traced, observed) if kernel_traced else None
             events.extend(self.stacks.emit(interval, low, high, kernel_traced, scales))
+        if self.pm is not None and kernel_traced:
+            events.extend(self.pm.emit(interval, low, high, self._kernel_traced, kernel_traced))
         if kernel_traced:
             for dev in sorted(busy):
                 s = gpu.get(dev, {})
@@ -339,6 +355,9 @@ class Accumulator:
                     copy_bytes=s.get("memcpy_bytes", 0), estimated=kernel_traced < observed,
                 ))  # fmt: skip
         return events
+
+    def _kernel_traced(self, low: int, high: int) -> int:
+        return self.coverage.traced("kernel", low, high)
 
     def _rows(
         self, table: _Table, category: str, low: int, high: int, device: int, traced: int, observed: int

@@ -160,6 +160,10 @@ CREATE TABLE IF NOT EXISTS `cuptistream_rows`
     `p5` String,
     `p50` String,
     `p95` String,
+    `covered_ns` Int64,
+    `covered_share` Float64,
+    `own_share` Float64,
+    `all_share` Float64,
     `stage` String,
     `since` Int64,
     `until` Int64,
@@ -2071,6 +2075,72 @@ SELECT
     if(`cuptistream_rows`.`attributes`['job'] != '', `cuptistream_rows`.`attributes`['job'], `cuptistream_rows`.`session_id`) AS `job`
 FROM `cuptistream_rows`
 WHERE `type` = 'pm_stats';
+
+-- pm_kernel_stats: cuptistream.events.PmKernelStats
+CREATE TABLE IF NOT EXISTS `pm_kernel_stats`
+(
+    `interval_start` DateTime64(9, 'UTC'),
+    `interval_end` DateTime64(9, 'UTC'),
+    `device_id` Int64,
+    `name` LowCardinality(String),
+    `kernel_ns` Int64,
+    `covered_ns` Int64,
+    `covered_share` Float64,
+    `samples` Int64,
+    `metrics` Array(String),
+    `mean` Array(Float64),
+    `own_share` Float64,
+    `all_share` Float64,
+    `traced_ns` Int64,
+    `session_id` LowCardinality(String),
+    `seq` UInt64,
+    `schema_version` UInt16,
+    `host` LowCardinality(String),
+    `pid` UInt32,
+    `ppid` UInt32,
+    `process_name` LowCardinality(String),
+    `rank` Nullable(UInt32),
+    `local_rank` Nullable(UInt32),
+    `world_size` Nullable(UInt32),
+    `device_uuid` LowCardinality(Nullable(String)),
+    `attributes` Map(LowCardinality(String), String),
+    `job` LowCardinality(String)
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(`interval_start`)
+ORDER BY (`job`, `host`, `pid`, `interval_start`)
+TTL toDateTime(`interval_start`) + INTERVAL 14 DAY;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS `pm_kernel_stats_mv` TO `pm_kernel_stats` AS
+SELECT
+    fromUnixTimestamp64Nano(`cuptistream_rows`.`interval_start`, 'UTC') AS `interval_start`,
+    fromUnixTimestamp64Nano(`cuptistream_rows`.`interval_end`, 'UTC') AS `interval_end`,
+    `cuptistream_rows`.`device_id` AS `device_id`,
+    `cuptistream_rows`.`name` AS `name`,
+    `cuptistream_rows`.`kernel_ns` AS `kernel_ns`,
+    `cuptistream_rows`.`covered_ns` AS `covered_ns`,
+    `cuptistream_rows`.`covered_share` AS `covered_share`,
+    JSONExtract(`cuptistream_rows`.`samples`, 'Int64') AS `samples`,
+    JSONExtract(`cuptistream_rows`.`metrics`, 'Array(String)') AS `metrics`,
+    JSONExtract(`cuptistream_rows`.`mean`, 'Array(Float64)') AS `mean`,
+    `cuptistream_rows`.`own_share` AS `own_share`,
+    `cuptistream_rows`.`all_share` AS `all_share`,
+    `cuptistream_rows`.`traced_ns` AS `traced_ns`,
+    `cuptistream_rows`.`session_id` AS `session_id`,
+    `cuptistream_rows`.`seq` AS `seq`,
+    `cuptistream_rows`.`schema_version` AS `schema_version`,
+    `cuptistream_rows`.`host` AS `host`,
+    `cuptistream_rows`.`pid` AS `pid`,
+    `cuptistream_rows`.`ppid` AS `ppid`,
+    `cuptistream_rows`.`process_name` AS `process_name`,
+    `cuptistream_rows`.`rank` AS `rank`,
+    `cuptistream_rows`.`local_rank` AS `local_rank`,
+    `cuptistream_rows`.`world_size` AS `world_size`,
+    `cuptistream_rows`.`device_uuid` AS `device_uuid`,
+    `cuptistream_rows`.`attributes` AS `attributes`,
+    if(`cuptistream_rows`.`attributes`['job'] != '', `cuptistream_rows`.`attributes`['job'], `cuptistream_rows`.`session_id`) AS `job`
+FROM `cuptistream_rows`
+WHERE `type` = 'pm_kernel_stats';
 
 -- loss: cuptistream.events.Loss
 CREATE TABLE IF NOT EXISTS `loss`
