@@ -214,6 +214,10 @@ class MetricsAggregator:
     def hw_id(self, device_id: int) -> str:
         return str(self._gpu(device_id)[0])
 
+    def gpu(self, device_id: int) -> dict[str, object]:
+        """The ``GPU`` attributes of a device, by name."""
+        return dict(zip(GPU, self._gpu(device_id), strict=True))
+
     def add(self, batch: Batch) -> None:
         if not self.start_ns:
             self.start_ns = min(batch.clock.unix_ns, self.clock())

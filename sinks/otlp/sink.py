@@ -279,7 +279,7 @@ class OtlpSink(Sink):
                     max_pending=cfg.max_pending_spans,
                 ),
                 metrics,
-                StatsPoints(metrics.kernel_names, metrics.hw_id),
+                StatsPoints(metrics.kernel_names, metrics.hw_id, metrics.gpu),
             )
         return origin, process
 

@@ -26,13 +26,14 @@ from typing import Any
 
 from opentelemetry.proto.metrics.v1.metrics_pb2 import ExponentialHistogramDataPoint, NumberDataPoint
 
-from cuptistream.events import ActivityStats, Batch, GpuStats
+from cuptistream.events import ActivityStats, Batch, GpuStats, PmStats
 
 from .common import key_values
 from .metrics import DEV, MAX_READINGS, OTHER, MetricDef, NameCap
+from .pm import PM_METRICS, pm_readings
 
 StatsPoint = tuple[str, NumberDataPoint | ExponentialHistogramDataPoint]
-_STATS_TYPES = frozenset({ActivityStats, GpuStats})
+_STATS_TYPES = frozenset({ActivityStats, GpuStats, PmStats})
 _Key = tuple[str, tuple[tuple[str, Any], ...], tuple[int, int]]  # metric, attributes, CUPTI interval
 
 # The attribute that names a statistics row, per category (the same keys as the raw-record metrics).
@@ -83,6 +84,7 @@ STATS_METRICS: dict[str, MetricDef] = {
         MetricDef(
             "cuda.device.nccl.time", "s", "GPU time of traced NCCL kernels", _DEVICE, seconds=True, delta=True
         ),
+        *PM_METRICS.values(),
     ]
 }
 
@@ -101,12 +103,17 @@ class StatsPoints:
     interval would be duplicates, so a repeat (names the sink's cap folds into ``other``) merges
     into the held point. An ``other`` point waits until a later interval's statistics arrive (or
     ``finish``), so the rows folded into it that come in later batches still merge before it is sent.
-    ``hw_id`` gives a device's ``hw.id`` (its UUID) as the raw-record metrics name it.
+    ``hw_id`` gives a device's ``hw.id`` (its UUID) as the raw-record metrics name it; ``gpu`` its
+    ``hw.*`` attributes (``metrics.GPU``) for the hardware-utilization gauges (``pm``).
     """
 
-    def __init__(self, kernel_names: NameCap, hw_id: Callable[[int], str]) -> None:
+    def __init__(
+        self, kernel_names: NameCap, hw_id: Callable[[int], str],
+        gpu: Callable[[int], dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         self.kernel_names = kernel_names
         self.hw_id = hw_id
+        self.gpu = gpu or (lambda device_id: {"hw.id": hw_id(device_id), DEV: device_id})
         self.held: dict[_Key, NumberDataPoint | ExponentialHistogramDataPoint] = {}
         self.waiting: set[_Key] = set()  # ``other`` points of intervals not known to be complete
         self.latest_end = 0  # the latest interval end seen (CUPTI clock)
@@ -123,8 +130,12 @@ class StatsPoints:
                 self._gpu(ev, self._interval(ev, offset))
             elif isinstance(ev, ActivityStats) and ev.category in _NAME_KEY:
                 self._activity(ev, self._interval(ev, offset))
+            elif isinstance(ev, PmStats):
+                interval = self._interval(ev, offset)
+                for name, extra, value in pm_readings(ev):
+                    self._number(name, {**self.gpu(ev.device_id), **extra}, value, interval, gauge=True)
 
-    def _interval(self, ev: ActivityStats | GpuStats, offset: int) -> _Interval:
+    def _interval(self, ev: ActivityStats | GpuStats | PmStats, offset: int) -> _Interval:
         cupti = (ev.interval_start, ev.interval_end)
         self.latest_end = max(self.latest_end, ev.interval_end)
         # One epoch time per interval, whatever clock sync later batches carry.
