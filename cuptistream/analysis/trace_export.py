@@ -5,8 +5,9 @@ stay apart (a pid seen on two hosts gets a second trace pid above the kernel's p
 its rank, program and host from the batch's resource and sorted by rank; one track per (device,
 stream) for kernels, copies, memsets and graph launches; per thread, one track for CUDA API calls
 and one for NVTX; flow arrows from each launching API call to the GPU work with its correlation id
-(a graph launch to each of its kernels); counter tracks for copy throughput and for losses; instant
-events for errors. Kernel names are demangled unless ``mangled`` (``names``).
+(a graph launch to each of its kernels); counter tracks for copy throughput, for losses and per
+device and PM sampling metric (each sample's value from its start); instant events for errors.
+Kernel names are demangled unless ``mangled`` (``names``).
 
 One clock: every event is placed at its Unix-epoch time (its CUPTI time plus its own batch's clock
 offset), so the recordings of several ranks and hosts, read together, line up: a collective that
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import gzip
 import heapq
+import math
 import os
 import tempfile
 from collections import OrderedDict
@@ -46,6 +48,7 @@ from cuptistream.analysis import records as rec
 from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.select import Selection
 from cuptistream.analysis.stacks import index_stacks
+from cuptistream.cupti.pm_metrics import field_of, unit_of
 from cuptistream.errors import UserError
 from cuptistream.stacks.index import NONE_RECORDED, StackIndex
 
@@ -60,6 +63,7 @@ for _light, _full in [
     (rec.LKernel, ev.Kernel), (rec.LMemcpy, ev.Memcpy), (rec.LMemset, ev.Memset),
     (rec.LGraphLaunch, ev.GraphLaunch), (rec.LApiCall, ev.ApiCall), (rec.LNvtxRange, ev.NvtxRange),
     (rec.LNvtxMarker, ev.NvtxMarker), (rec.LLoss, ev.Loss), (rec.LError, ev.Error),
+    (rec.LPmSamples, ev.PmSamples),
 ]:  # fmt: skip
     _KIND[_light] = _KIND[_full] = str(_light.__struct_config__.tag)
 
@@ -121,7 +125,8 @@ class TraceWriter:
             return
         off = part.offset_ns
         if self.base_ns is None:
-            first = min((getattr(e, "start", 0) or 0 for e in part.events if hasattr(e, "start")), default=0)
+            first = min((_first_time(e) for e in part.events if hasattr(e, "start") or hasattr(e, "starts")),
+                        default=0)  # fmt: skip
             self.base_ns = ((first + off - _SLACK_NS) // 1_000_000_000) * 1_000_000_000
         low = high = None
         if sel.timed:
@@ -158,6 +163,9 @@ class TraceWriter:
                     "ph": "C", "name": f"lost {event.unit}: {event.stage} {event.reason}", "pid": process.pid,
                     "args": {"total": total},
                 })  # fmt: skip
+            elif kind == "pm_samples":
+                if devices is None or event.device_id in devices:
+                    self._pm_counters(process, event, off, low, high)
             elif kind == "error":
                 if low is not None and not low <= event.timestamp + off < high:
                     continue
@@ -166,6 +174,20 @@ class TraceWriter:
                     "ph": "i", "s": "p", "name": f"{event.severity}: {event.message}", "cat": "error",
                     "pid": process.pid, "tid": tid, "args": {"origin": event.origin},
                 })  # fmt: skip
+
+    def _pm_counters(self, process: _Process, e: Any, off: int, low: int | None, high: int | None) -> None:
+        """A counter track per device and PM sampling metric: each sample's value from its start."""
+        assert self.base_ns is not None
+        for metric, column in zip(e.metrics, e.values, strict=True):
+            unit = unit_of(metric)
+            name = f"GPU {e.device_id} · {field_of(metric) or metric}" + (f" ({unit})" if unit else "")
+            for start, value in zip(e.starts, column, strict=True):
+                if value is None or math.isnan(value) or (low is not None and not low <= start + off < high):
+                    continue  # a sample CUPTI could not evaluate, or outside the window
+                args = {unit or "value": value}
+                self._emit(
+                    start + off - self.base_ns, {"ph": "C", "name": name, "pid": process.pid, "args": args}
+                )
 
     def _process(self, resource: ev.Resource) -> _Process:
         found = self._processes.get((resource.host, resource.pid))
@@ -363,6 +385,11 @@ class TraceWriter:
         }
         out.write(b'\n],"displayTimeUnit":"ns","otherData":' + self._encode(other) + b"}\n")
         self.stats.events = count
+
+
+def _first_time(event: Any) -> int:
+    starts = getattr(event, "starts", None)
+    return (min(starts) if starts else 0) if starts is not None else (event.start or 0)
 
 
 def _us(ns: int) -> float:
