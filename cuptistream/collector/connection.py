@@ -422,6 +422,7 @@ class ProbeConnection:
 
     def _finish(self) -> None:
         self._drain_all()
+        self._hand_samples()  # those the last chunks published
         if self._samples is not None:
             self.collector.pm_samples.unsubscribe(self._samples)
         if self._pm_stats is not None:
