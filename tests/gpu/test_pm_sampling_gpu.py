@@ -1,7 +1,8 @@
 """GPU acceptance for the pm_sampling source: a bf16 matmul loop between two idle spells, under
 ``cuptistream run`` with kernel tracing beside it. Samples must come at the configured rate, read SM
 and tensor activity high while the matmuls run and low while the GPU idles, line up with the kernel
-records on CUPTI's clock, and fold into ``pm_stats``. About 15 s on an H100."""
+records on CUPTI's clock, and fold into ``pm_stats``; and a program that alternates the matmuls with
+an elementwise loop gets each kernel its own reading in ``pm_kernel_stats``. About 25 s on an H100."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import yaml
 
 import cuptistream
 from cuptistream.cupti.pm_metrics import default_metrics
-from cuptistream.events import Error, Kernel, Loss, PmSamples, PmStats
+from cuptistream.events import Error, Kernel, Loss, PmKernelStats, PmSamples, PmStats
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +41,27 @@ time.sleep(2.0)
 """
 
 
-def _run(tmp_path: Path) -> list[Any]:
+# Four rounds of ~0.4 s of bf16 matmuls then ~0.4 s of a memory-bound elementwise loop: each phase
+# spans about 20 samples, so most samples hold one kernel only.
+ALTERNATING = r"""
+import time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+x = torch.randn(64 << 20, device="cuda")
+torch.cuda.synchronize()
+time.sleep(1.0)
+for _ in range(4):
+    for body in (lambda: a @ b, lambda: x.mul_(1.0001)):
+        began = time.monotonic()
+        while time.monotonic() - began < 0.4:
+            for _ in range(10):
+                body()
+            torch.cuda.synchronize()
+time.sleep(0.5)
+"""
+
+
+def _run(tmp_path: Path, program: str = PROGRAM) -> list[Any]:
     cfg = {
         "sources": [
             {"type": "activity", "kinds": ["concurrent_kernel"]},
@@ -53,7 +74,7 @@ def _run(tmp_path: Path) -> list[Any]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(tmp_path / "cfg.yaml"), "--",
-         sys.executable, "-c", PROGRAM],
+         sys.executable, "-c", program],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=55,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -109,3 +130,29 @@ def test_counters_follow_a_matmul_loop(tmp_path: Path) -> None:
     assert sum(s.samples for s in stats) == len(ends)
     sm = metrics.index(fields["sm_active"])
     assert max(s.p50[sm] for s in stats) >= 80 and min(s.p50[sm] for s in stats) < 5
+
+
+def test_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    events = _run(tmp_path, ALTERNATING)
+    batches = [e for e in events if isinstance(e, PmSamples)]
+    assert batches, "no pm_samples"
+    fields = default_metrics(batches[0].chip).fields
+    rows = [e for e in events if isinstance(e, PmKernelStats)]
+    assert rows, "no pm_kernel_stats"
+
+    def reading(kind: tuple[str, ...]) -> tuple[float, float, float]:
+        """Tensor active (overlap-weighted over the intervals), own share, covered share."""
+        mine = [r for r in rows if any(k in r.name.lower() for k in kind)]
+        assert mine, (kind, sorted({r.name for r in rows}))
+        weight = sum(r.covered_ns for r in mine)
+        tensor = sum(r.mean[r.metrics.index(fields["tensor_active"])] * r.covered_ns for r in mine) / weight
+        own = sum(r.own_share * r.covered_ns for r in mine) / weight
+        return tensor, own, weight / sum(r.kernel_ns for r in mine)
+
+    gemm = reading(("gemm", "nvjet", "xmma", "cutlass"))
+    elementwise = reading(("elementwise",))
+    print(f"gemm (tensor, own, covered)={gemm} elementwise={elementwise}")
+    assert gemm[0] >= 50 and elementwise[0] < 5 and gemm[0] - elementwise[0] >= 40
+    assert gemm[1] > 0.5 and elementwise[1] > 0.5  # most of each one's samples were its own
+    assert gemm[2] > 0.9 and elementwise[2] > 0.9
