@@ -529,7 +529,7 @@ class PmKernelStats(Event, tag="pm_kernel_stats"):
     interval_end: int
     device_id: int
     name: str
-    kernel_ns: int  # the name's kernel time ended in the interval, since samples came
+    kernel_ns: int  # the name's kernel time ended in the interval (its ActivityStats.total_ns)
     covered_ns: int  # of it, overlapping samples
     covered_share: float  # covered_ns / kernel_ns
     samples: int  # samples the name's kernels overlapped

@@ -318,6 +318,7 @@ class Accumulator:
         observed = max(self.coverage.observed(low, high), *traced.values())
         events: list[Event] = []
         gpu: dict[int, dict[str, int]] = {}
+        kernel_ns: dict[int, dict[str, int]] = {}  # per device and name, for the PM attribution
         for (iv, dev, category), table in sorted(
             ((k, t) for k, t in self._tables.items() if k[0] == interval), key=lambda kt: kt[0]
         ):
@@ -332,6 +333,8 @@ class Accumulator:
             sums[category + "_bytes"] = int(table.nbytes[:n].sum())
             if category == "kernel":
                 sums["nccl_ns"] = sum(int(table.total[r]) for name, r in table.rows.items() if _is_nccl(name))
+                if self.pm is not None:
+                    kernel_ns[dev] = {name: int(table.total[r]) for name, r in table.rows.items()}
             events.extend(self._rows(table, category, low, high, dev, traced[category], observed))
         busy = {dev: b.take(interval) for dev, b in self._busy.items()}
         kernel_traced = traced["kernel"]
@@ -340,7 +343,7 @@ class Accumulator:
             scales = self._scales(low, high, kernel_traced, observed) if kernel_traced else None
             events.extend(self.stacks.emit(interval, low, high, kernel_traced, scales))
         if self.pm is not None and kernel_traced:
-            events.extend(self.pm.emit(interval, low, high, self._kernel_traced, kernel_traced))
+            events.extend(self.pm.emit(interval, low, high, kernel_ns, self._kernel_traced, kernel_traced))
         if kernel_traced:
             for dev in sorted(busy):
                 s = gpu.get(dev, {})

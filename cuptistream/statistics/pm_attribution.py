@@ -22,8 +22,10 @@ and kernel name (the top ``max_names`` by kernel time, NCCL names always, the re
 - ``mean[m]``: metric ``m`` over the samples the name's kernels ran in, each sample weighted by the
   name's overlap with it: ``sum_s w_s v_s / sum_s w_s``. A sample's value is the device's, over the
   whole sample: every kernel that ran in it, and its idle time, are in it.
-- ``covered_share``: the name's kernel time that overlapped samples, over its kernel time. Samples
-  lost, late past the interval's close, or before the first samples leave kernel time uncovered.
+- ``covered_share``: the name's kernel time that overlapped samples, over its kernel time (its
+  ``ActivityStats`` total, which the accumulator hands over at the close). Kernels before the first
+  samples came, in gaps between samples, or whose samples were lost or came after the interval
+  closed are uncovered.
 - ``own_share`` and ``all_share``: of the traced time of those samples, how much the name's own
   kernels filled, and how much all of the process's kernels did, weighted as the means are. An
   ``own_share`` near 1 says the reading is the kernel's own; ``all_share`` above ``own_share`` says
@@ -63,8 +65,8 @@ class _Device:
     values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # (metrics, samples)
     waiting: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # start, end, interval, name
     waiting_n: int = 0
-    folded: dict[int, list[np.ndarray]] = field(default_factory=dict)  # interval -> (3, n): sample, name, ns
-    kernel_ns: dict[int, np.ndarray] = field(default_factory=dict)  # interval -> ns per name id
+    # interval -> (sample number, name id, overlap ns) arrays, one triple per fold
+    folded: dict[int, list[tuple[np.ndarray, ...]]] = field(default_factory=dict)
 
     @property
     def newest(self) -> int:
@@ -124,15 +126,17 @@ class PmAttribution:
     ) -> None:  # fmt: skip
         """Kernel records the accumulator keeps: interval, device, start, end, and each one's name
         as ``labels[codes[i]]``. Devices without samples are passed over."""
-        names = self._name_ids(codes, labels)
         one = device.min() == device.max()
-        for dev in [int(device[0])] if one else np.unique(device).tolist():
+        devices = [int(device[0])] if one else np.unique(device).tolist()
+        if not any(dev in self._devices for dev in devices):
+            return
+        names = self._name_ids(codes, labels)
+        for dev in devices:
             book = self._devices.get(dev)
             if book is None:
                 continue
             rows = slice(None) if one else device == dev
             s, e, iv, nm = start[rows], end[rows], interval[rows], names[rows]
-            self._count(book, iv, nm, e - s)
             ready = e <= book.newest
             if ready.all():
                 self._fold(book, s, e, iv, nm)
@@ -158,19 +162,6 @@ class PmAttribution:
             self._labels, self._lookup = labels, np.asarray(ids, np.int64)
         return self._lookup[codes]
 
-    @staticmethod
-    def _count(book: _Device, interval: np.ndarray, name: np.ndarray, duration: np.ndarray) -> None:
-        for at in np.unique(interval).tolist():
-            rows = interval == at
-            sums = np.bincount(name[rows], weights=duration[rows])
-            held = book.kernel_ns.get(at)
-            if held is None or len(held) < len(sums):
-                grown = np.zeros(len(sums))
-                if held is not None:
-                    grown[: len(held)] = held
-                held = book.kernel_ns[at] = grown
-            held[: len(sums)] += sums
-
     def _fold(
         self, book: _Device, start: np.ndarray, end: np.ndarray, interval: np.ndarray, name: np.ndarray
     ) -> None:
@@ -191,13 +182,14 @@ class PmAttribution:
         if not hit.any():
             return
         rows, sample, overlap = rows[hit], sample[hit], overlap[hit]
-        low_sample = int(sample.min())
-        width = int(sample.max()) - low_sample + 1
-        n_names = len(self.names)
         iv = interval[rows]
-        low_iv = int(iv.min())
-        key = ((iv - low_iv) * width + (sample - low_sample)) * n_names + name[rows]
-        size = (int(iv.max()) - low_iv + 1) * width * n_names
+        low_iv, high_iv = int(iv.min()), int(iv.max())
+        low_sample = int(sample.min())
+        width, n_names = int(sample.max()) - low_sample + 1, len(self.names)
+        key = (sample - low_sample) * n_names + name[rows]
+        if high_iv != low_iv:
+            key += (iv - low_iv) * (width * n_names)
+        size = (high_iv - low_iv + 1) * width * n_names
         if size <= max(4 * len(key), 1 << 16):  # as the accumulator groups: bincount while it is small
             ns = np.bincount(key, weights=overlap, minlength=size)
             present = np.flatnonzero(ns)
@@ -205,16 +197,16 @@ class PmAttribution:
         else:
             present, compact = np.unique(key, return_inverse=True)
             ns = np.bincount(compact, weights=overlap)
-        name_of = present % n_names
-        place = present // n_names
-        for at in np.unique(place // width).tolist():
-            groups = place // width == at
-            block = np.stack([
-                (place[groups] % width + low_sample + book.first).astype(np.float64),
-                name_of[groups].astype(np.float64),
-                ns[groups],
-            ])  # fmt: skip
-            book.folded.setdefault(at + low_iv, []).append(block)
+        within = present % (width * n_names)
+        sample_of, name_of = within // n_names + (low_sample + book.first), within % n_names
+        if high_iv == low_iv:
+            book.folded.setdefault(low_iv, []).append((sample_of, name_of, ns))
+            return
+        place = present // (width * n_names)
+        for at in np.unique(place).tolist():
+            at_rows = place == at
+            triple = (sample_of[at_rows], name_of[at_rows], ns[at_rows])
+            book.folded.setdefault(at + low_iv, []).append(triple)
 
     def _fold_waiting(self, book: _Device, interval: int | None) -> None:
         """Fold the waiting kernels of ``interval`` (None: all) with the samples there are."""
@@ -230,32 +222,37 @@ class PmAttribution:
 
     # --- out --------------------------------------------------------------------------------------
 
-    def emit(self, interval: int, low: int, high: int, traced: Traced, traced_ns: int) -> list[PmKernelStats]:
-        """The interval's rows, per device and name (``traced``: the stream's kernel-traced ns of
-        a time range; ``traced_ns``: of the interval)."""
+    def emit(
+        self, interval: int, low: int, high: int, kernel_ns: dict[int, dict[str, int]], traced: Traced,
+        traced_ns: int,
+    ) -> list[PmKernelStats]:  # fmt: skip
+        """The interval's rows, per device and name. ``kernel_ns``: per device, each name's kernel
+        time in the interval (the accumulator's ``ActivityStats`` totals); ``traced``: the stream's
+        kernel-traced ns of a time range; ``traced_ns``: of the interval."""
         events: list[PmKernelStats] = []
         for dev in sorted(self._devices):
             book = self._devices[dev]
             self._fold_waiting(book, interval)
             blocks = book.folded.pop(interval, [])
-            kernel_ns = book.kernel_ns.pop(interval, None)
-            if blocks and kernel_ns is not None:
-                folded = np.concatenate(blocks, axis=1)
-                events += self._rows(book, dev, low, high, folded, kernel_ns, traced, traced_ns)
+            if blocks and kernel_ns.get(dev):
+                folded = tuple(np.concatenate(c) for c in zip(*blocks, strict=True))
+                events += self._rows(book, dev, low, high, folded, kernel_ns[dev], traced, traced_ns)
         return events
 
     def _rows(
-        self, book: _Device, device: int, low: int, high: int, folded: np.ndarray, kernel_ns: np.ndarray,
-        traced: Traced, traced_ns: int,
+        self, book: _Device, device: int, low: int, high: int, folded: tuple[np.ndarray, ...],
+        kernel_ns: dict[str, int], traced: Traced, traced_ns: int,
     ) -> list[PmKernelStats]:  # fmt: skip
-        position = folded[0].astype(np.int64) - book.first
+        position = folded[0] - book.first
         known = position >= 0  # samples forgotten already (a kernel longer than an interval): uncovered
-        position, name, ns = position[known], folded[1][known].astype(np.int64), folded[2][known]
+        position, name, ns = position[known], folded[1][known], folded[2][known]
         if not len(ns):
             return []
         columns, column = np.unique(position, return_inverse=True)
-        weight = np.zeros((len(kernel_ns), len(columns)))  # (name id, sample)
-        np.add.at(weight, (name, column), ns)
+        ids, row = np.unique(name, return_inverse=True)
+        weight = np.zeros((len(ids), len(columns)))  # (name, sample)
+        np.add.at(weight, (row, column), ns)
+        row_of = {self.names[i]: r for r, i in enumerate(ids.tolist())}
         starts, ends = book.starts[columns], book.ends[columns]
         spans = zip(starts.tolist(), ends.tolist(), strict=True)
         sample_traced = np.array([traced(a, b) for a, b in spans], float)  # once per sample
@@ -265,14 +262,14 @@ class PmAttribution:
         valid = ~np.isnan(values)
         values = np.where(valid, values, 0.0)
         events = []
-        for label, ids in self._groups(kernel_ns):
-            w = weight[ids].sum(axis=0)
+        for label, members in self._groups(kernel_ns):
+            w = weight[[row_of[n] for n in members if n in row_of]].sum(axis=0)
             covered = float(w.sum())
             if covered <= 0:
                 continue  # no sample saw it: ActivityStats has its time, this has nothing to say
             with np.errstate(invalid="ignore", divide="ignore"):
                 mean = (values @ w) / (valid @ w)
-            total = float(kernel_ns[ids].sum())
+            total = max(float(sum(kernel_ns[n] for n in members)), covered)
             events.append(PmKernelStats(
                 interval_start=low, interval_end=high, device_id=device, name=label,
                 kernel_ns=round(total), covered_ns=round(covered), covered_share=min(1.0, covered / total),
@@ -283,17 +280,16 @@ class PmAttribution:
             ))  # fmt: skip
         return events
 
-    def _groups(self, kernel_ns: np.ndarray) -> list[tuple[str, np.ndarray]]:
-        """(name, name ids): the top ``max_names`` by kernel time and every NCCL name, each alone,
-        the rest as ``other`` (as ``ActivityStats`` ranks them)."""
-        present = np.flatnonzero(kernel_ns > 0)
-        order = present[np.argsort(-kernel_ns[present], kind="stable")]
-        kept = [i for i in order.tolist() if self.names[i] != OTHER][: self.max_names]
-        kept += [i for i in order.tolist() if _is_nccl(self.names[i]) and i not in set(kept)]
-        rest = [i for i in order.tolist() if i not in set(kept)]
-        groups = [(self.names[i], np.array([i])) for i in kept]
+    def _groups(self, kernel_ns: dict[str, int]) -> list[tuple[str, list[str]]]:
+        """(label, names): the top ``max_names`` by kernel time and every NCCL name, each alone,
+        the rest as ``other`` (as ``ActivityStats`` ranks them: Python once per name)."""
+        order = sorted(kernel_ns, key=lambda n: -kernel_ns[n])
+        kept = [n for n in order if n != OTHER][: self.max_names]
+        kept += [n for n in order if _is_nccl(n) and n not in set(kept)]
+        rest = [n for n in order if n not in set(kept)]
+        groups = [(n, [n]) for n in kept]
         if rest:
-            groups.append((OTHER, np.array(rest)))
+            groups.append((OTHER, rest))
         return groups
 
     def closed_until(self, time: int) -> None:
@@ -301,9 +297,8 @@ class PmAttribution:
         more than one interval before it: a kernel reaching back further is uncovered there)."""
         for book in self._devices.values():
             before = time // self.interval_ns
-            for table in (book.folded, book.kernel_ns):
-                for old in [k for k in table if k < before]:
-                    del table[old]
+            for old in [k for k in book.folded if k < before]:
+                del book.folded[old]
             cut = int(np.searchsorted(book.ends, time - self.interval_ns, side="left"))
             if cut:
                 book.first += cut
