@@ -49,7 +49,7 @@ class PmSamplingConfig(SourceConfig):
         require_at_least("device", self.device, 0)
         for key in ("interval", "decode_period", "watchdog_timeout"):
             require_positive(key, getattr(self, key))
-        if self.interval < 1e-5:
+        if self.interval_ns < 10_000:  # in whole ns: 10us parses as 9.999...e-06 s
             raise ValueError(f"interval must be at least 10us, got {float(self.interval) * 1e6:g}us")
         if self.decode_period < self.interval:
             raise ValueError("decode_period must be at least interval")

@@ -175,3 +175,7 @@ def test_bad_config_values_are_one_line(config: dict[str, Any], fragment: str) -
     with pytest.raises(Exception) as caught:
         convert({"type": "pm_sampling", **config}, PmSamplingConfig)
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_shortest_interval_is_taken() -> None:
+    assert convert({"type": "pm_sampling", "interval": "10us"}, PmSamplingConfig).interval_ns == 10_000
