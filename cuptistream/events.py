@@ -8,6 +8,7 @@ incompatible change (a field renamed, retyped or removed); adding a field with a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Union
 
 import msgspec
@@ -311,6 +312,12 @@ class SassMetricBatch(Event, tag="sass_metrics"):
     records: list[SassRecord]
 
 
+def nan_as_none(values: Iterable[float]) -> list[float | None]:
+    """Floats for an event's value lists, NaN as None: JSON has no NaN (msgspec writes null), and a
+    warehouse reading null into a plain float column would store 0."""
+    return [None if v != v else float(v) for v in values]
+
+
 class PmSamples(Event, tag="pm_samples"):
     """Hardware counters of one device from PM sampling (``pm_sampling``), as columns: sample ``i``
     spans ``starts[i]`` to ``ends[i]`` (CUPTI clock ns) and metric ``metrics[m]`` read
@@ -322,7 +329,7 @@ class PmSamples(Event, tag="pm_samples"):
     metrics: list[str]
     starts: list[int]
     ends: list[int]
-    values: list[list[float]]  # one column per metric, one value per sample
+    values: list[list[float | None]]  # one column per metric, one value per sample; None: not evaluated
 
 
 class GovernorDecision(Event, tag="governor"):
@@ -511,10 +518,11 @@ class PmStats(Event, tag="pm_stats"):
     device_id: int
     samples: int
     metrics: list[str]
-    mean: list[float]
-    p5: list[float]
-    p50: list[float]
-    p95: list[float]
+    # None where no sample of the interval had a value for the metric (CUPTI could not evaluate it)
+    mean: list[float | None]
+    p5: list[float | None]
+    p50: list[float | None]
+    p95: list[float | None]
 
 
 class PmKernelStats(Event, tag="pm_kernel_stats"):
@@ -534,7 +542,7 @@ class PmKernelStats(Event, tag="pm_kernel_stats"):
     covered_share: float  # covered_ns / kernel_ns
     samples: int  # samples the name's kernels overlapped
     metrics: list[str]
-    mean: list[float]  # per metric, weighted by overlap
+    mean: list[float | None]  # per metric, weighted by overlap; None: no covered sample had a value
     own_share: float  # of those samples' traced time, how much the name's kernels filled
     all_share: float  # ... and all of the process's kernels (above 1: kernels ran at once)
     traced_ns: int  # ns of the interval traced for kernels (as ActivityStats.traced_ns)

@@ -27,7 +27,7 @@ from cuptistream.config import Duration, SourceConfig, require_at_least, require
 from cuptistream.cupti.pm_metrics import choose_metrics
 from cuptistream.cupti.pm_sampling_api import CountersUnavailable, Decoded, PmSamplingSession
 from cuptistream.errors import ConfigError, UserError
-from cuptistream.events import PmSamples
+from cuptistream.events import PmSamples, nan_as_none
 
 from .cupti_worker import CuptiWorkerSource
 
@@ -194,7 +194,7 @@ class PmSamplingSource(CuptiWorkerSource):
                         metrics=list(self.metrics),
                         starts=starts,
                         ends=ends,
-                        values=columns,
+                        values=[nan_as_none(column) for column in columns],
                     )
                 ]
             )

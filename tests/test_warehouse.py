@@ -318,3 +318,29 @@ def _datetime(unix_ns: int) -> str:
     seconds, ns = divmod(unix_ns, SECOND)
     day = datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return f"{day}.{ns:09d}"
+
+
+def test_hw_utilization_leaves_out_what_cupti_could_not_evaluate(tmp_path: Path) -> None:
+    """An interval in which no sample had a value for a metric carries null for it (JSON has no
+    NaN): the query leaves that interval out of the metric's figures, as summary does, instead of
+    reading it as 0."""
+    from cuptistream import events as ev
+
+    processes = pm_processes()
+    sm = "sm__cycles_active.avg.pct_of_peak_sustained_elapsed"
+    stats = [e for e in processes[0].events if isinstance(e, ev.PmStats)]
+    busy = max(stats, key=lambda s: s.mean[s.metrics.index(sm)] or 0.0)  # an interval of the work
+    at = busy.metrics.index(sm)
+    for column in (busy.mean, busy.p5, busy.p50, busy.p95):
+        column[at] = None
+    store = Warehouse()
+    try:
+        store.insert(_as_job(batch_rows(batches(processes)), "gemm"))
+        got = _hardware_rows(store.query("hw_utilization", job="gemm", **SPAN))
+        recording = write_recording(tmp_path / "out", processes, batch_events=7)
+        expected = _hardware_rows(_summary(recording, tmp_path)["hw_utilization"]["rows"])
+        _same_figures(got, expected)
+        intervals, samples, mean, _ = got[("h100-a", 0, sm)]
+        assert (intervals, samples) == (3, 1500 - busy.samples) and mean < 55  # read as 0, or whole: 55-65
+    finally:
+        store.close()

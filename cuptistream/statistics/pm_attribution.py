@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cuptistream.events import PmKernelStats, PmSamples
+from cuptistream.events import PmKernelStats, PmSamples, nan_as_none
 
 MAX_WAITING = 1 << 20  # kernels per device waiting for samples past their end (24 MiB)
 OTHER = "other"
@@ -273,7 +273,7 @@ class PmAttribution:
             events.append(PmKernelStats(
                 interval_start=low, interval_end=high, device_id=device, name=label,
                 kernel_ns=round(total), covered_ns=round(covered), covered_share=min(1.0, covered / total),
-                samples=int(np.count_nonzero(w)), metrics=list(book.metrics), mean=[float(v) for v in mean],
+                samples=int(np.count_nonzero(w)), metrics=list(book.metrics), mean=nan_as_none(mean),
                 own_share=float((w * w / sample_traced).sum() / covered),
                 all_share=float((w * all_kernels / sample_traced).sum() / covered),
                 traced_ns=traced_ns,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cuptistream.events import PmSamples, PmStats
+from cuptistream.events import PmSamples, PmStats, nan_as_none
 from cuptistream.statistics.accumulator import LATENESS_NS
 
 
@@ -94,8 +94,8 @@ class PmFold:
             device_id=device_id,
             samples=int(values.shape[1]),
             metrics=list(metrics),
-            mean=[float(v) for v in mean],
-            p5=[float(v) for v in p5],
-            p50=[float(v) for v in p50],
-            p95=[float(v) for v in p95],
+            mean=nan_as_none(mean),
+            p5=nan_as_none(p5),
+            p50=nan_as_none(p50),
+            p95=nan_as_none(p95),
         )

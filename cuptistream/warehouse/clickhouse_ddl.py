@@ -109,6 +109,9 @@ def _inner(t: mi.Type) -> str:
         return f"Map(String, {_inner(t.value_type)})"
     if isinstance(t, mi.StructType):
         return f"Tuple({', '.join(f'{f.name} {_inner(f.type)}' for f in t.fields)})"
+    optional = _optional(t)
+    if optional is not None and _scalar(optional) is not None:  # a value that may be missing (null)
+        return f"Nullable({_scalar(optional)})"
     if isinstance(t, mi.UnionType):  # a mixed value (Activity.fields): its JSON text
         return "String"
     raise TypeError(f"no ClickHouse type for {t!r}")

@@ -4,7 +4,7 @@
 -- mean: the intervals' means weighted by their samples (the mean over the samples); p95: the highest
 -- interval p95 (a burst stays visible however long the span). Values in the metric's own unit:
 -- % of peak for *.pct_of_peak_*, bytes per second for *.per_second. Intervals without a value for a
--- metric (NaN: CUPTI could not evaluate it) are left out of that metric's figures.
+-- metric (null: CUPTI could not evaluate it) are left out of that metric's figures.
 SELECT
     host,
     device_uuid,
@@ -18,6 +18,6 @@ FROM pm_stats
 ARRAY JOIN pm_stats.metrics AS metric, pm_stats.mean AS mean_value, pm_stats.p95 AS p95_value
 WHERE interval_start >= {since:DateTime64(9, 'UTC')} AND interval_start < {until:DateTime64(9, 'UTC')}
   AND ({job:String} = '' OR job = {job:String})
-  AND NOT isNaN(mean_value)
+  AND mean_value IS NOT NULL
 GROUP BY host, device_uuid, device_id, metric
 ORDER BY host, device_id, metric
