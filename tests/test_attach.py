@@ -8,7 +8,6 @@ children (Yama's ptrace_scope 3, or a seccomp profile that forbids ptrace).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -37,19 +36,27 @@ def _ptrace_refused() -> str | None:
         return "attaching before Python 3.14 uses ptrace on x86-64 Linux only"
     if ptrace_scope() == 3:
         return "kernel.yama.ptrace_scope is 3: no ptrace on this host"
+    # From a sibling, as `cuptistream attach` runs beside its target: Yama's ptrace_scope 1 lets a
+    # process trace its descendants only, which a check from this (the parent) process would pass.
     child = subprocess.Popen(["sleep", "5"])
+    seize = (
+        "import ctypes, os, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "if libc.ptrace(0x4206, int(sys.argv[1]), None, None) != 0:  # PTRACE_SEIZE\n"
+        "    print(os.strerror(ctypes.get_errno()))\n"
+    )
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.ptrace(0x4206, child.pid, None, None) != 0:  # PTRACE_SEIZE
-            return f"ptrace refused here: {os.strerror(ctypes.get_errno())}"
-        libc.ptrace(17, child.pid, None, None)  # PTRACE_DETACH
+        refused = subprocess.run(
+            [sys.executable, "-c", seize, str(child.pid)], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
     finally:
         child.kill()
         child.wait()
-    return None
+    return f"ptrace refused here: {refused}" if refused else None
 
 
-pytestmark = pytest.mark.skipif(bool(_ptrace_refused()), reason=_ptrace_refused() or "")
+_REFUSED = _ptrace_refused()
+pytestmark = pytest.mark.skipif(_REFUSED is not None, reason=_REFUSED or "")
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
