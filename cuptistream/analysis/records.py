@@ -196,9 +196,23 @@ class LPmStats(Light, tag="pm_stats"):
     p95: list[float | None]
 
 
+class LPmKernelStats(Light, tag="pm_kernel_stats"):
+    interval_start: int
+    interval_end: int
+    device_id: int
+    name: str
+    kernel_ns: int
+    covered_ns: int
+    samples: int
+    metrics: list[str]
+    mean: list[float | None]
+    own_share: float
+
+
 _READ = {
     LKernel, LMemcpy, LMemset, LGraphLaunch, LApiCall, LNvtxRange, LNvtxMarker, LPcSampleBatch,
     LSassMetricBatch, LLoss, LError, LCuptiYield, LActivityStats, LGpuStats, LPmSamples, LPmStats,
+    LPmKernelStats,
     ev.StackTable, ev.StackChanges, ev.StackStats,
 }  # fmt: skip
 _known = {cls.__struct_config__.tag for cls in _READ}

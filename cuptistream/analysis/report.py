@@ -30,7 +30,7 @@ def render(report: Report, fmt: Format) -> str:
         writer = csv.writer(out, lineterminator="\n")
         for table in report.tables:
             writer.writerow(["table", *table.columns])
-            writer.writerows([table.name, *row] for row in table.rows)
+            writer.writerows([table.name, *(_csv(v) for v in row)] for row in table.rows)
         return out.getvalue()
     return _text(report)
 
@@ -48,11 +48,11 @@ def _text(report: Report) -> str:
         if not table.rows:
             lines.append("   (none)")
             continue
-        cells = [[_cell(column, value) for column, value in zip(table.columns, row, strict=True)]
-                 for row in table.rows]  # fmt: skip
-        header = [_header(c) for c in table.columns]
+        shown = [i for i, c in enumerate(table.columns) if c not in table.hidden]
+        cells = [[_cell(table.columns[i], row[i]) for i in shown] for row in table.rows]
+        header = [_header(table.columns[i]) for i in shown]
         widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
-        numeric = [all(_is_number(row[i]) for row in table.rows) for i in range(len(header))]
+        numeric = [all(_is_number(row[i]) or row[i] is None for row in table.rows) for i in shown]
         for row in [header, *cells]:
             lines.append(
                 "  ".join(
@@ -67,8 +67,12 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _csv(value: Any) -> Any:
+    return json.dumps(value) if isinstance(value, dict) else value  # a column of values per metric
+
+
 def _header(column: str) -> str:
-    for suffix, unit in (("_ns", ""), ("gb_per_s", "GB/s"), ("_share", " %"), ("share", "%")):
+    for suffix, unit in (("_ns", ""), ("_pct", " %"), ("gb_per_s", "GB/s"), ("_share", " %"), ("share", "%")):
         if column.endswith(suffix):
             return (column.removesuffix(suffix) + unit).replace("_", " ")
     return column.replace("_", " ")
@@ -85,7 +89,9 @@ def _cell(column: str, value: Any) -> str:
         return f"{100 * value:.1f}"
     if column == "gb_per_s":
         return f"{value:.2f}"
-    if column in ("mean", "p95") and isinstance(value, float):  # % of peak, or bytes per second
+    if (column in ("mean", "p95") or column.endswith("_pct")) and isinstance(
+        value, float
+    ):  # % of peak, or bytes per second
         return f"{value:,.1f}"
     if isinstance(value, str) and len(value) > _NAME_WIDTH:
         return value[: _NAME_WIDTH - 3] + "..."

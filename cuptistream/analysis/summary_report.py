@@ -15,6 +15,11 @@ from cuptistream.analysis.names import DisplayNames
 from cuptistream.analysis.summary_hardware import COLUMNS as HARDWARE_COLUMNS
 from cuptistream.analysis.summary_hardware import TITLE as HARDWARE_TITLE
 from cuptistream.analysis.summary_hardware import HardwareTotals
+from cuptistream.analysis.summary_kernel_hardware import COLUMNS as KERNEL_HARDWARE_COLUMNS
+from cuptistream.analysis.summary_kernel_hardware import HIDDEN as KERNEL_HARDWARE_HIDDEN
+from cuptistream.analysis.summary_kernel_hardware import NAME as KERNEL_HARDWARE
+from cuptistream.analysis.summary_kernel_hardware import TITLE as KERNEL_HARDWARE_TITLE
+from cuptistream.analysis.summary_kernel_hardware import KernelHardwareTotals
 from cuptistream.analysis.summary_statistics import StatisticsTotals
 
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_")
@@ -43,6 +48,7 @@ class Table:
     columns: list[str]
     rows: list[list[Any]]
     total_rows: int = 0  # rows before ``top`` cut the list
+    hidden: frozenset[str] = frozenset()  # columns the text table leaves out (JSON and CSV have them)
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
@@ -84,6 +90,7 @@ class Totals:
         self.yields: dict[str, list[Any]] = {}
         self.stats = StatisticsTotals()  # the collector's ActivityStats and GpuStats
         self.hardware = HardwareTotals()  # PM sampling's counters (PmStats, PmSamples)
+        self.kernel_hardware = KernelHardwareTotals()  # ... attributed to kernels (PmKernelStats)
 
     # --- the report -----------------------------------------------------------------------------
 
@@ -134,6 +141,9 @@ class Totals:
             }
             report.tables = [shown.get(t.name, t) for t in report.tables]
         report.tables.append(Table("hw_utilization", HARDWARE_TITLE, HARDWARE_COLUMNS, self.hardware.rows()))
+        rows, total = self.kernel_hardware.rows(self.display, top)
+        report.tables.append(Table(KERNEL_HARDWARE, KERNEL_HARDWARE_TITLE, KERNEL_HARDWARE_COLUMNS, rows,
+                                   total, KERNEL_HARDWARE_HIDDEN))  # fmt: skip
         report.tables.extend(self._sampling_tables(top))
         report.tables.append(Table(
             "losses", "Losses", ["stage", "reason", "unit", "events", "count"],

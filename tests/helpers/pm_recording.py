@@ -11,6 +11,7 @@ samples that closed them, as the collector emits them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,11 @@ def pm_events(host: str, seed: int) -> list[ev.Event]:
     return out
 
 
-def pm_processes(with_stats: bool = True) -> list[Process]:
-    """One sampling process per host (rank = its index); ``with_stats`` False: samples only."""
+def pm_processes(
+    with_stats: bool = True, events_of: Callable[[str, int], list[ev.Event]] = pm_events
+) -> list[Process]:
+    """One sampling process per host (rank = its index) with ``events_of(host, seed)``;
+    ``with_stats`` False: samples only."""
     processes = []
     for index, host in enumerate(HOSTS):
         resource = ev.Resource(
@@ -96,7 +100,7 @@ def pm_processes(with_stats: bool = True) -> list[Process]:
             rank=index, local_rank=0, world_size=len(HOSTS),
             devices=[ev.DeviceInfo(device_id=0, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-h100-{host}")],
         )  # fmt: skip
-        events = pm_events(host, seed=index)
+        events = events_of(host, index)
         if not with_stats:
             events = [e for e in events if not isinstance(e, ev.PmStats)]
         processes.append(Process(resource, CLOCK, events))
