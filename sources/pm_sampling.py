@@ -6,7 +6,11 @@ the source waits for a CUDA context on ``device`` (PM sampling needs one), then
 
     Enable → SetConfig (once) → Start → every ``decode_period``: DecodeData + evaluate → Stop → Disable
 
-and emits one ``PmSamples`` event per decode. The metric list is the default set for the chip
+and emits one ``PmSamples`` event per decode. Under a probe, one process per GPU on the node samples it:
+after the context, the worker asks the collector for the device (by UUID, ``probe.samplers``) and
+enables nothing until granted; it is granted when the sampler before it stopped or left, and then
+reports the samples missing over the hand-over (a Loss and an ``info`` Error). Driven without a
+collector, the source samples as soon as it finds the context. The metric list is the default set for the chip
 (``cuptistream.cupti.pm_metrics``) or the configured one, checked before anything is enabled.
 
 Losses: a hardware buffer that filled up between decodes (``overflow``) is a Loss of the samples that
@@ -21,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
 from cuptistream.cupti.pm_metrics import choose_metrics
@@ -31,9 +35,16 @@ from cuptistream.events import PmSamples, nan_as_none
 
 from .cupti_worker import CuptiWorkerSource
 
+if TYPE_CHECKING:
+    from cuptistream.channel.messages import SamplerGrant
+    from cuptistream.probe.samplers import DeviceGrants
+
 STAGE = "pm_sampling"
 _CONTEXT_POLL_S = 0.5  # how often the worker looks for the device's context before it has one
 _MAX_DECODES_IN_A_ROW = 16  # a counter data image that keeps filling up: decode again at most this often
+# A sampler that was killed: the driver frees its counters as the process ends, about when its
+# connection ends and the device is handed on. The next one retries Enable this long.
+_TAKEOVER_S = 5.0
 
 
 class PmSamplingConfig(SourceConfig):
@@ -72,6 +83,11 @@ class PmSamplingSource(CuptiWorkerSource):
     # The device side; tests without a GPU hand in a stand-in that behaves as CUPTI does.
     session_factory: Callable[[int], Any] = PmSamplingSession
     find_context: Callable[[int], int] | None = None  # device -> a context on it (0: none yet)
+    grants: DeviceGrants | None = None  # who samples the device: the collector decides (None: alone)
+
+    def use_grants(self, grants: DeviceGrants) -> None:
+        """Sample only once the collector grants this process the device (``probe.samplers``)."""
+        self.grants = grants
 
     def start(self) -> None:
         if self.session_factory is PmSamplingSession:
@@ -81,7 +97,12 @@ class PmSamplingSource(CuptiWorkerSource):
         self._stopping = threading.Event()
         self.chip = ""
         self.metrics: list[str] = []
-        self.stats: dict[str, float] = {"decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0}
+        self.stats: dict[str, float] = {
+            "decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0, "granted": 0, "grant_wait_s": 0.0,
+        }  # fmt: skip
+        self._handover: SamplerGrant | None = None  # taken over: the gap is reported at the first samples
+        self._granted_at = 0
+        self._last_end = 0
         self._hold_cupti(float(self.config.watchdog_timeout))
         self._start_worker(self._run)
 
@@ -95,11 +116,15 @@ class PmSamplingSource(CuptiWorkerSource):
     def _run(self) -> None:
         cfg = self.config
         session = None
+        uuid = ""
         try:
             if not self._wait_for_context():
                 return
+            uuid = self.grants.uuid_of(cfg.device) if self.grants is not None else ""
+            if uuid and not self._wait_for_grant(uuid):
+                return
             session = self.session_factory(cfg.device)
-            self.chip = self._call("cuptiPmSamplingEnable", session.enable)
+            self.chip = self._enable(session)
             self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
             self._call(
                 "cuptiPmSamplingSetConfig",
@@ -134,6 +159,34 @@ class PmSamplingSource(CuptiWorkerSource):
                     self.emitter.report_error(
                         self._origin, f"disabling PM sampling failed: {error}", "warning"
                     )
+            # After Disable, the next sampler can enable (a wedged call may still hold the counters:
+            # then the device is handed on when this process leaves).
+            if uuid and self.grants is not None and not self._watchdog.wedged.is_set():
+                self.grants.release(uuid, self.name, self._last_end)
+
+    def _wait_for_grant(self, uuid: str) -> bool:
+        """Ask the collector for the device and wait; False: stopped first."""
+        assert self.grants is not None
+        began = time.monotonic()
+        grant = self.grants.wait(uuid, self.name, self._stopping)
+        self.stats["grant_wait_s"] = time.monotonic() - began
+        if grant is None:
+            return False
+        self.stats["granted"] = 1
+        self._granted_at = self._now()
+        self._handover = grant if grant.previous else None
+        return True
+
+    def _enable(self, session: Any) -> str:
+        """Enable; after a hand-over, retried while the previous sampler's counters are still held."""
+        deadline = time.monotonic() + (_TAKEOVER_S if self._handover is not None else 0.0)
+        while True:
+            try:
+                chip: str = self._call("cuptiPmSamplingEnable", session.enable)
+                return chip
+            except CountersUnavailable:
+                if time.monotonic() >= deadline or self._stopping.wait(_CONTEXT_POLL_S):
+                    raise
 
     def _wait_for_context(self) -> bool:
         """Until a CUDA context exists on the device (made current on this thread); False: stopped."""
@@ -186,6 +239,9 @@ class PmSamplingSource(CuptiWorkerSource):
             self.emitter.report_loss(STAGE, "hardware_buffer_full", lost, unit="samples")
         self.stats["decode_s"] += time.perf_counter() - began
         if ends:
+            if self._handover is not None:
+                self._report_gap(self._handover, starts[0])
+            self._last_end = ends[-1]
             self.emitter.emit(
                 [
                     PmSamples(
@@ -198,6 +254,22 @@ class PmSamplingSource(CuptiWorkerSource):
                     )
                 ]
             )
+
+    def _report_gap(self, grant: SamplerGrant, first: int) -> None:
+        """The samples missing between the previous sampler's last and this one's first."""
+        self._handover = None
+        since = grant.since or self._granted_at  # unknown: samples are missing from the grant on, at least
+        missing = max(0, first - since) // self.config.interval_ns
+        if missing:
+            self.stats["lost_samples"] += missing
+            self.emitter.report_loss(STAGE, "sampler_handover", missing, unit="samples")
+        known = "" if grant.since else "; at least: the previous sampler left before its last samples came"
+        self.emitter.report_error(
+            self._origin,
+            f"PM sampling of device {grant.uuid} taken over from pid {grant.previous}: samples are missing "
+            f"between {since} and {first} (CUPTI clock ns{known})",
+            severity="info",
+        )
 
     def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         if self._watchdog.wedged.is_set():

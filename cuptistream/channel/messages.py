@@ -141,6 +141,29 @@ class WindowAnswer(Message, tag="window_answer"):
     refused: dict[str, str] = {}
 
 
+class SamplerAsk(Message, tag="sampler_ask"):
+    """Probe -> collector: ``source`` would sample the counters of device ``uuid`` (one sampler per
+    device on the node: the collector grants it, ``SamplerGrant``). ``ask`` False: it no longer
+    samples or waits (stopped; sent after it disabled the counters), ``last_end`` its last sample's
+    end (CUPTI clock ns; 0: none)."""
+
+    uuid: str
+    source: str
+    ask: bool = True
+    last_end: int = 0
+
+
+class SamplerGrant(Message, tag="sampler_grant"):
+    """Collector -> probe: ``source`` samples device ``uuid`` from now on, until it stops. Taken
+    over from ``previous`` (a pid; 0: nobody sampled the device before), whose last sample ended at
+    ``since`` (CUPTI clock ns; 0: not known, it left without saying)."""
+
+    uuid: str
+    source: str
+    previous: int = 0
+    since: int = 0
+
+
 AnyMessage = Union[  # noqa: UP007
     Hello,
     OpenPool,
@@ -154,6 +177,8 @@ AnyMessage = Union[  # noqa: UP007
     OpenWindow,
     WindowRecords,
     WindowAnswer,
+    SamplerAsk,
+    SamplerGrant,
 ]
 
 PROTOCOL = 1

@@ -34,6 +34,7 @@ from cuptistream.collector.memory import MemoryWatch
 from cuptistream.collector.pm_samples import SampleBoard
 from cuptistream.collector.reply_maps import ReplyMaps
 from cuptistream.collector.reply_slots import ReplySlots
+from cuptistream.collector.samplers import SamplerGrants
 from cuptistream.collector.thread_cpu import ThreadCpu
 from cuptistream.collector.windows import WindowRequests
 from cuptistream.collector.worker_pool import AUTO_CONNECTIONS_PER_WORKER, SPLIT_LOAD, WorkerPool
@@ -95,6 +96,7 @@ class Collector:
         self._accepting: threading.Thread | None = None
         self.windows = WindowRequests()  # on-demand windows (``cuptistream trace``) in flight
         self.pm_samples = SampleBoard()  # from the sampling probe to every stream's attribution
+        self.samplers = SamplerGrants()  # one PM sampling probe per device
         self.control: ControlServer | None = None
         self.control_problem = ""  # why ``trace`` cannot reach this collector, if it cannot
         self._registered: Path | None = None

@@ -29,9 +29,10 @@ from cuptistream.collector.names import ProcessNames
 from cuptistream.collector.pm_samples import SampleBoard
 from cuptistream.collector.pm_stats import PmStatsJoin
 from cuptistream.collector.remote_stream import RemoteStream
+from cuptistream.collector.samplers import SamplerGrants
 from cuptistream.collector.windows import SpanBook, WindowRequests
 from cuptistream.collector.worker_pool import Link, WorkerPool
-from cuptistream.events import ClockSync, Error
+from cuptistream.events import ClockSync, Error, PmSamples
 from cuptistream.pipeline.core import Pipeline
 from cuptistream.plugin import Emitter
 from cuptistream.recording.codec import Chunk
@@ -54,6 +55,7 @@ class Host(Protocol):
     windows: WindowRequests
     workers: WorkerPool | None  # None: decode on the connection threads
     pm_samples: SampleBoard  # PM samples for every stream's kernel attribution
+    samplers: SamplerGrants  # which probe samples each device's counters
 
     def probe_said_hello(self, hello: messages.Hello) -> Producer: ...
 
@@ -70,6 +72,7 @@ class ProbeConnection:
         self.emitter: Emitter = self.intake  # the producer's, once the probe said hello
         self.producer: Producer | None = None
         self.pid = 0
+        self.uuids: dict[int, str] = {}  # the probe's CUDA ordinal -> device UUID
         self.pools: dict[int, SlotPool] = {}
         self.streams: dict[int, Stream] = {}
         self.link: Link | None = None  # to this probe's decode worker, once it opened a stream
@@ -83,7 +86,7 @@ class ProbeConnection:
         statistics = collector.pipeline.config.statistics
         board = collector.pm_samples
         self._pm_stats = (
-            PmStatsJoin(statistics.interval_ns, self.emitter, self.origin, board.publish)
+            PmStatsJoin(statistics.interval_ns, self.emitter, self.origin, self._published)
             if statistics.enabled
             else None
         )
@@ -135,6 +138,7 @@ class ProbeConnection:
             self._drain(message.pool)
         elif isinstance(message, messages.Hello):
             self.pid = message.resource.pid
+            self.uuids = {device.device_id: device.uuid for device in message.devices}
             for spec, fd in zip(message.pools, fds, strict=False):
                 self._map(spec, fd)
             self.producer = self.collector.probe_said_hello(message)
@@ -171,6 +175,8 @@ class ProbeConnection:
             self.collector.clock_reading(self.producer, message.clock)
         elif isinstance(message, messages.TraceSpan | messages.WindowAnswer):
             self._window(message)
+        elif isinstance(message, messages.SamplerAsk):
+            self.collector.samplers.ask(self, message)
         elif isinstance(message, messages.Goodbye):
             self.said_goodbye = True
             # Nothing more goes to the probe: it waits for this shutdown before closing its end
@@ -416,6 +422,12 @@ class ProbeConnection:
             for stream in self.streams.values():
                 stream.pm_samples(payload)
 
+    def _published(self, samples: PmSamples) -> None:
+        """The probe's PM samples: to every stream's attribution, and their end to the grants."""
+        self.collector.pm_samples.publish(samples)
+        if samples.ends and (uuid := self.uuids.get(samples.device_id)):
+            self.collector.samplers.sampled(self, uuid, samples.ends[-1])
+
     def _saw_devices(self, ordinals: set[int]) -> None:
         if self.producer is not None:
             self.producer.saw_devices(ordinals)
@@ -423,6 +435,7 @@ class ProbeConnection:
     def _finish(self) -> None:
         self._drain_all()
         self._hand_samples()  # those the last chunks published
+        self.collector.samplers.left(self)  # after the drain: its last samples date the hand-over
         if self._samples is not None:
             self.collector.pm_samples.unsubscribe(self._samples)
         if self._pm_stats is not None:

@@ -27,6 +27,7 @@ from cuptistream.probe.coexist import CuptiSharing
 from cuptistream.probe.control import ControlReader
 from cuptistream.probe.emitter import ProbeEmitter
 from cuptistream.probe.link import ProbeLink
+from cuptistream.probe.samplers import DeviceGrants, SharesDevice
 from cuptistream.stacks import Stacked
 
 # The end of ``shutdown_deadline`` the collector keeps for closing its sinks (as the pipeline's
@@ -59,9 +60,14 @@ class Probe:
         self._stopped = False
         self._previous_sigterm: Any = None
         self.sharing: CuptiSharing | None = None  # CUPTI shared with other tools (probe.coexist)
+        self.grants = DeviceGrants(self.link)  # which device's counters this process may sample
         self.control = ControlReader(
             self.link,
-            {messages.OpenWindow: self._open_window, messages.WindowRecords: self._window_records},
+            {
+                messages.OpenWindow: self._open_window,
+                messages.WindowRecords: self._window_records,
+                messages.SamplerGrant: self.grants.granted,
+            },
         )
 
     def start(self) -> Probe:
@@ -75,6 +81,8 @@ class Probe:
                 source.use_governor(self.governor)
             if isinstance(source, Stacked):
                 source.use_stacks(self.config.stacks)
+            if isinstance(source, SharesDevice):
+                source.use_grants(self.grants)
             if source.traces_cuda:  # CUPTI's: started through the sharing, which may stand it by
                 cupti_sources.append(source)
                 continue
