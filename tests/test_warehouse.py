@@ -21,6 +21,7 @@ from cuptistream.cli import main
 from cuptistream.warehouse import QUERIES, SCHEMA, query_text
 from tests.helpers.clickhouse import SCHEMA_PATH, Warehouse, batch_rows, recording_rows
 from tests.helpers.fixture_recording import batches, fixture_processes, write_recording
+from tests.helpers.pm_kernel_recording import pm_kernel_processes, write_pm_kernel_recording
 from tests.helpers.pm_recording import CLOCK, pm_processes, write_pm_recording
 from tests.helpers.rank_stats import statistics_only
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed, write_ranks
@@ -140,7 +141,7 @@ def jobs(
     tmp_path_factory: pytest.TempPathFactory, slow_kernel: str
 ) -> Iterator[tuple[Warehouse, dict[str, Path]]]:
     """One warehouse with four jobs of 8 ranks (records or statistics, one rank slowed or none) and
-    a job of PM sampling."""
+    a job of PM sampling attributed to kernels."""
     root = tmp_path_factory.mktemp("jobs")
     slow = Scale(SLOW_RANK, slow_kernel, 1.3)
     paths = {
@@ -152,7 +153,7 @@ def jobs(
     store = Warehouse()
     for job, path in paths.items():
         store.insert(_as_job(recording_rows(sorted(path.glob("node*/out"))), job))
-    store.insert(_as_job(batch_rows(batches(pm_processes())), "pm"))  # PM sampling of two hosts
+    store.insert(_as_job(batch_rows(batches(pm_kernel_processes())), "pm"))  # PM sampling of two hosts
     yield store, paths
     store.close()
 
@@ -342,5 +343,75 @@ def test_hw_utilization_leaves_out_what_cupti_could_not_evaluate(tmp_path: Path)
         _same_figures(got, expected)
         intervals, samples, mean, _ = got[("h100-a", 0, sm)]
         assert (intervals, samples) == (3, 1500 - busy.samples) and mean < 55  # read as 0, or whole: 55-65
+    finally:
+        store.close()
+
+
+def _kernel_rows(
+    rows: list[dict[str, Any]],
+) -> dict[tuple[str, int, str, str], tuple[int, int, int, float, float, float | None]]:
+    """(host, device, name, metric) -> (intervals, kernel_ns, covered_ns, covered_share, own_share,
+    mean): the query's rows, or the summary's table with one row per metric."""
+    out = {}
+    for r in rows:
+        device = r["device_id" if "device_id" in r else "device"]
+        means = r["means"] if "means" in r else {r["metric"]: r["mean"]}
+        for metric, mean in means.items():
+            out[(r["host"], device, r["name"], metric)] = (
+                r["intervals"], r["kernel_ns"], r["covered_ns"], r["covered_share"], r["own_share"], mean
+            )  # fmt: skip
+    return out
+
+
+def _same_kernel_figures(got: dict[Any, tuple[Any, ...]], expected: dict[Any, tuple[Any, ...]]) -> None:
+    assert sorted(got) == sorted(expected) and got
+    for key, want in expected.items():
+        assert got[key][:3] == want[:3], key
+        assert got[key][3:] == pytest.approx(want[3:], rel=1e-9, abs=1e-9), key
+
+
+def test_kernel_utilization_equals_the_summary(tmp_path: Path) -> None:
+    """PM samples attributed to a GEMM and an elementwise kernel on two H100 hosts: the query's
+    figures per host, GPU, kernel name and metric are the summary's kernel_hw_utilization table,
+    over the whole run and over a window."""
+    from cuptistream import events as ev
+
+    processes = pm_kernel_processes()
+    # An interval in which CUPTI gave no SM active value: left out of that metric's mean, not read as 0.
+    sm = "sm__cycles_active.avg.pct_of_peak_sustained_elapsed"
+    first = next(e for e in processes[0].events if isinstance(e, ev.PmKernelStats) and e.covered_share == 1)
+    first.mean[first.metrics.index(sm)] = None
+    store = Warehouse()
+    try:
+        store.insert(_as_job(batch_rows(batches(processes)), "gemm"))
+        store.insert(_as_job(batch_rows(batches(pm_processes())), "other"))  # no kernels: left out by job
+        recording = write_recording(tmp_path / "out", processes, batch_events=7)
+        expected = _kernel_rows(_summary(recording, tmp_path)["kernel_hw_utilization"]["rows"])
+        got = _kernel_rows(store.query("kernel_utilization", job="gemm", **SPAN))
+        _same_kernel_figures(got, expected)
+        assert len({k[2] for k in got}) == 2 and len(got) == 2 * 2 * 14
+        assert got[("h100-a", 0, first.name, sm)][0] == 3  # the interval without a value still counts
+        assert _kernel_rows(store.query("kernel_utilization", job="", **SPAN)) == got
+
+        low, high = (t * SECOND + CLOCK.offset_ns for t in (7_010, 7_030))  # the two intervals of the work
+        window = _summary_args(
+            recording, tmp_path, "--mangled", "--since", f"@{low / 1e9:.9f}", "--until", f"@{high / 1e9:.9f}"
+        )
+        span = {"since": _datetime(low), "until": _datetime(high)}
+        got = _kernel_rows(store.query("kernel_utilization", job="gemm", **span))
+        _same_kernel_figures(got, _kernel_rows(window["kernel_hw_utilization"]["rows"]))
+        assert {v[0] for v in got.values()} == {2}
+    finally:
+        store.close()
+
+
+def test_kernel_utilization_reads_the_recording_the_summary_reads(tmp_path: Path) -> None:
+    """The same through a file-sink recording's jsonl rows (what the Kafka sink sends)."""
+    recording = write_pm_kernel_recording(tmp_path / "out")
+    store = Warehouse()
+    try:
+        store.insert(_as_job(recording_rows([recording]), "gemm"))
+        expected = _kernel_rows(_summary(recording, tmp_path)["kernel_hw_utilization"]["rows"])
+        _same_kernel_figures(_kernel_rows(store.query("kernel_utilization", job="gemm", **SPAN)), expected)
     finally:
         store.close()

@@ -18,7 +18,7 @@ from cuptistream.warehouse import QUERIES
 from cuptistream.warehouse.dashboard import DASHBOARD, PANELS, PARAMETER, PLUGIN, Panel, dashboard, panel_sql
 from tests.helpers.clickhouse import SCHEMA_PATH, Warehouse, batch_rows
 from tests.helpers.fixture_recording import Process, batches, fixture_processes
-from tests.helpers.pm_recording import pm_processes
+from tests.helpers.pm_kernel_recording import pm_kernel_processes
 from tests.helpers.rank_stats import statistics_only
 from tests.helpers.ranks import Scale, biggest_kernel, rank_processes, replayed
 from tests.helpers.scripts import script
@@ -131,7 +131,7 @@ def _stacks() -> Process:
 @pytest.fixture(scope="module")
 def store() -> Iterator[Warehouse]:
     """The fixture recording's processes (losses), 8 ranks with one slowed (raw records, and
-    always-on statistics), a process with stacks and two hosts' PM sampling."""
+    always-on statistics), a process with stacks and two hosts' PM sampling attributed to kernels."""
     slow = Scale(5, biggest_kernel(replayed()[0]), 1.3)
     ranks = rank_processes(8, scale=slow)
     store = Warehouse()
@@ -139,7 +139,7 @@ def store() -> Iterator[Warehouse]:
     store.insert(batch_rows(_job(ranks, "slowed")))
     store.insert(batch_rows(_job([statistics_only(p, SECOND, 0.6) for p in ranks], "budget_slowed")))
     store.insert(batch_rows(_job([_stacks()], "stacks")))
-    store.insert(batch_rows(_job(pm_processes(), "pm")))
+    store.insert(batch_rows(_job(pm_kernel_processes(), "pm")))
     yield store
     store.close()
 

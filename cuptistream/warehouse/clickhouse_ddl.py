@@ -41,7 +41,15 @@ from cuptistream.recording.rows import RowEnvelope
 
 LANDING = "cuptistream_rows"
 SCHEMA = "clickhouse/schema.sql"  # package data of cuptistream.warehouse
-QUERIES = ("top_kernels", "slow_ranks", "gpu_busy", "losses", "gpu_time_by_code", "hw_utilization")
+QUERIES = (
+    "top_kernels",
+    "slow_ranks",
+    "gpu_busy",
+    "losses",
+    "gpu_time_by_code",
+    "hw_utilization",
+    "kernel_utilization",
+)
 
 # Time fields: epoch ns in a row (rows.py adds the clock offset, or they were epoch already).
 _TIMES = ("start", "end", "timestamp", "device_timestamp", "interval_start", "interval_end", "since", "until")

@@ -64,10 +64,15 @@ PANELS = (
     Panel("losses", "Losses by stage", 12, 9),
     Panel("gpu_time_by_code", "GPU time by code", 12, 9, {"top": "top"}),
     Panel("hw_utilization", "Hardware utilization per host, GPU and metric (PM sampling)", 24, 9),
+    Panel("kernel_utilization", "Hardware utilization per host, GPU, kernel and metric (PM sampling)", 24, 9),
 )
 
 # Column units and cell displays, by column name.
-_UNITS = ((r"/_ns$/", "ns"), (r"/bytes$/", "bytes"), (r"/^(share|busy_share|coverage)$/", "percentunit"))
+_UNITS = (
+    (r"/_ns$/", "ns"),
+    (r"/bytes$/", "bytes"),
+    (r"/^(share|busy_share|coverage|covered_share|own_share)$/", "percentunit"),
+)
 
 
 def panel_sql(panel: Panel) -> str:
