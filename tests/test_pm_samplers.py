@@ -23,7 +23,8 @@ import pytest
 
 import cuptistream
 from cuptistream.channel import messages
-from cuptistream.collector.samplers import SamplerGrants
+from cuptistream.collector.collector import Collector
+from cuptistream.collector.samplers import RECLAIM_S, SamplerGrants
 from cuptistream.events import Error, Loss, PmSamples
 
 # --- the collector's book, in process -------------------------------------------------------------
@@ -44,7 +45,7 @@ def _ask(uuid: str, ask: bool = True, last_end: int = 0) -> messages.SamplerAsk:
 
 
 def test_the_first_to_ask_samples_and_the_device_goes_to_the_longest_waiting_when_it_leaves() -> None:
-    grants = SamplerGrants()
+    grants = SamplerGrants(reclaim_s=0)
     a, b, c, other = _Probe(1), _Probe(2), _Probe(3), _Probe(4)
     grants.ask(a, _ask("GPU-0"))
     grants.ask(b, _ask("GPU-0"))
@@ -69,6 +70,21 @@ def test_the_first_to_ask_samples_and_the_device_goes_to_the_longest_waiting_whe
     assert grants.holder("GPU-0") == 0 and grants.holder("GPU-1") == 4 and grants.handovers == 2
     grants.ask(a, _ask("GPU-0"))  # nobody sampled it just before: no hand-over
     assert a.sent[-1] == messages.SamplerGrant(uuid="GPU-0", source="pm_sampling")
+
+
+def test_a_new_collector_lets_the_probes_that_sample_reclaim_their_devices_before_it_grants() -> None:
+    grants = SamplerGrants(reclaim_s=0.3)
+    sampling, waiting, alone = _Probe(1), _Probe(2), _Probe(3)
+    grants.ask(waiting, _ask("GPU-0"))  # reconnected first
+    grants.ask(alone, _ask("GPU-1"))
+    grants.ask(sampling, messages.SamplerAsk(uuid="GPU-0", source="pm_sampling", holds=True))
+    assert grants.holder("GPU-0") == 1 and grants.waiting("GPU-0") == [2] and grants.holder("GPU-1") == 0
+    time.sleep(0.5)
+    assert waiting.sent == [] and sampling.sent == []  # GPU-0's counters are still held
+    assert alone.sent == [messages.SamplerGrant(uuid="GPU-1", source="pm_sampling")]  # nobody held GPU-1
+    grants.ask(sampling, _ask("GPU-0", ask=False, last_end=7))
+    assert waiting.sent == [messages.SamplerGrant(uuid="GPU-0", source="pm_sampling", previous=1, since=7)]
+    grants.close()
 
 
 # --- real collector, real probes ------------------------------------------------------------------
@@ -126,17 +142,26 @@ class _Node:
     """A collector writing to ``out`` and the probe processes started against it."""
 
     def __init__(self, tmp_path: Path) -> None:
-        from cuptistream.collector.collector import Collector
-
         self.tmp = tmp_path
+        self.sock = str(tmp_path / "c.sock")
+        self.out = tmp_path / "out"
+        self.collector = self._collector()
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def _collector(self) -> Collector:
         config = cuptistream.load_config({
             "sources": [], "statistics": {"interval": "1s"},
-            "sinks": [{"type": "file", "directory": str(tmp_path / "out")}],
+            "sinks": [{"type": "file", "directory": str(self.out)}],
         })  # fmt: skip
-        self.collector = Collector(config).start()
-        self.sock = str(tmp_path / "c.sock")
-        self.collector.listen(self.sock)
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        collector = Collector(config).start()
+        collector.listen(self.sock)
+        return collector
+
+    def restart(self) -> None:
+        """A new collector at the same address, recording to ``out2``; the probes reconnect."""
+        assert self.collector.finish(probe_timeout=0.5) is not None
+        self.out = self.tmp / "out2"
+        self.collector = self._collector()
 
     def probe(self, name: str, uuid: str) -> subprocess.Popen[str]:
         marks = str(self.tmp / name)
@@ -164,7 +189,7 @@ class _Node:
         samples: dict[int, list[PmSamples]] = defaultdict(list)
         errors: list[tuple[int, Error]] = []
         losses: list[Loss] = []
-        for batch in cuptistream.read(self.tmp / "out").batches():
+        for batch in cuptistream.read(self.out).batches():
             for event in batch.events:
                 if isinstance(event, PmSamples):
                     samples[batch.resource.pid].append(event)
@@ -221,6 +246,35 @@ def test_two_probes_on_one_device_one_samples_and_the_other_takes_over_when_it_l
     assert second_stats["lost_samples"] == missing
     assert sum(e.count for e in losses if e.reason == "sampler_handover") == missing
     assert node.collector.samplers.handovers == 1
+
+
+def test_after_a_collector_restart_the_sampler_keeps_its_device_and_hands_it_on_when_it_stops(
+    tmp_path: Path,
+) -> None:
+    node = _Node(tmp_path)
+    try:
+        first = node.probe("first", "GPU-same")
+        _wait_for(lambda: node.mark("first", "enabled"), "the first probe to enable PM sampling")
+        second = node.probe("second", "GPU-same")
+        _wait_for(lambda: node.collector.samplers.waiting("GPU-same") == [second.pid], "the second to ask")
+        node.restart()
+        samplers = node.collector.samplers
+        _wait_for(lambda: samplers.holder("GPU-same") == first.pid, "the sampler to reclaim its device")
+        _wait_for(lambda: samplers.waiting("GPU-same") == [second.pid], "the second to ask again")
+        time.sleep(RECLAIM_S)  # past the new collector's reclaim time: still nothing for the second
+        assert not node.mark("second", "enabled")
+        first_stats = node.stop("first", first)
+        _wait_for(lambda: node.mark("second", "enabled"), "the second probe to take over")
+        time.sleep(0.3)
+        second_stats = node.stop("second", second)
+    finally:
+        samples, errors, _ = node.recording()
+    assert first_stats["granted"] == second_stats["granted"] == 1 and second_stats["samples"] > 0
+    _, first_end, _ = _span(samples[first.pid])
+    second_start, _, _ = _span(samples[second.pid])
+    assert first_end <= second_start
+    [gap] = [e for pid, e in errors if "taken over" in e.message and pid == second.pid]
+    assert f"between {first_end} and {second_start}" in gap.message
 
 
 def test_probes_on_different_devices_each_sample_their_own(tmp_path: Path) -> None:

@@ -145,12 +145,14 @@ class SamplerAsk(Message, tag="sampler_ask"):
     """Probe -> collector: ``source`` would sample the counters of device ``uuid`` (one sampler per
     device on the node: the collector grants it, ``SamplerGrant``). ``ask`` False: it no longer
     samples or waits (stopped; sent after it disabled the counters), ``last_end`` its last sample's
-    end (CUPTI clock ns; 0: none)."""
+    end (CUPTI clock ns; 0: none). ``holds``: sent again to a new collector (a reconnect) by the
+    source that samples the device now."""
 
     uuid: str
     source: str
     ask: bool = True
     last_end: int = 0
+    holds: bool = False
 
 
 class SamplerGrant(Message, tag="sampler_grant"):

@@ -226,6 +226,7 @@ class Collector:
             self._accepting.join(1.0)
         if self.control is not None:
             self.control.close()
+        self.samplers.close()
         registry.unregister(self._registered)
         self._registered = None
         ends = (time.monotonic() if began is None else began) + float(self.config.pipeline.shutdown_deadline)

@@ -5,7 +5,11 @@ context on its device asks (``SamplerAsk``, the device named by its UUID, which 
 every process whatever its ``CUDA_VISIBLE_DEVICES``); the first to ask is granted the device
 (``SamplerGrant``) and the others wait, without touching CUPTI. When the sampler stops, disconnects
 or exits, the longest-waiting probe still on the device is granted it, with the previous sampler's
-last sample end, so that it reports the samples missing over the hand-over. The collector itself
+last sample end, so that it reports the samples missing over the hand-over.
+
+A collector that starts anew (a restart: the probes reconnect and send their claims again) does not
+know who samples; for ``reclaim_s`` it grants nobody, so that the probes sampling now say so
+(``holds``) before a waiting probe is granted a device whose counters are still held. The collector itself
 does not sample: PM sampling in a process needs that process to hold a CUDA context on the device
 (docs/config.md, ``pm_sampling``).
 """
@@ -28,6 +32,7 @@ class Asker(Protocol):
 
 
 Claim = tuple[Asker, str]  # a probe connection and the name of its source
+RECLAIM_S = 3.0  # three of the probes' reconnect attempts (``probe.emitter``'s housekeeping)
 
 
 @dataclass
@@ -41,10 +46,20 @@ class SamplerGrants:
     """The collector's book of device samplers. Thread-safe: every connection thread calls it; a
     grant is sent from the thread whose message or departure freed the device."""
 
-    def __init__(self) -> None:
+    def __init__(self, reclaim_s: float = RECLAIM_S) -> None:
         self._lock = threading.Lock()
         self._devices: dict[str, _Device] = {}
         self.handovers = 0
+        self._granting = threading.Event()  # set once the probes sampling now had time to reclaim
+        self._timer = threading.Timer(reclaim_s, self._reclaimed)
+        self._timer.daemon = True
+        if reclaim_s > 0:
+            self._timer.start()
+        else:
+            self._granting.set()
+
+    def close(self) -> None:
+        self._timer.cancel()
 
     def ask(self, asker: Asker, message: messages.SamplerAsk) -> None:
         """``message`` from ``asker``: a request (granted at once where nobody samples the device)
@@ -52,11 +67,20 @@ class SamplerGrants:
         claim = (asker, message.source)
         with self._lock:
             device = self._devices.setdefault(message.uuid, _Device())
+            if message.holds:  # it samples now (sent to a new collector)
+                if claim in device.waiting:
+                    device.waiting.remove(claim)
+                if device.holder is None:
+                    device.holder = claim
+                elif device.holder != claim:  # granted to another meanwhile: it gets the device next
+                    device.waiting.insert(0, claim)
+                return
             if message.ask:
                 if device.holder == claim or claim in device.waiting:
                     return
                 device.waiting.append(claim)
-                grant = self._next(message.uuid, device, 0) if device.holder is None else None
+                free = device.holder is None and self._granting.is_set()
+                grant = self._next(message.uuid, device, 0) if free else None
             else:
                 if claim in device.waiting:
                     device.waiting.remove(claim)
@@ -82,6 +106,17 @@ class SamplerGrants:
                 device.waiting = [claim for claim in device.waiting if claim[0] is not asker]
                 holds = device.holder is not None and device.holder[0] is asker
                 if holds and (grant := self._next(uuid, device, asker.pid)) is not None:
+                    grants.append(grant)
+        for grant in grants:
+            self._send(grant)
+
+    def _reclaimed(self) -> None:
+        """The reclaim time passed: grant the devices nobody claimed to hold."""
+        grants = []
+        with self._lock:
+            self._granting.set()
+            for uuid, device in self._devices.items():
+                if device.holder is None and (grant := self._next(uuid, device, 0)) is not None:
                     grants.append(grant)
         for grant in grants:
             self._send(grant)

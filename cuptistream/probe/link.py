@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from cuptistream.channel import messages, sockets
 from cuptistream.channel.shm import ChannelError, SlotPool
@@ -44,6 +45,8 @@ class ProbeLink:
         self.devices = devices or []
         self.pools: list[SlotPool] = []
         self.streams: list[messages.OpenStream] = []
+        # What a new collector must hear after the streams (standing requests), asked at each connect.
+        self.standing: list[Callable[[], list[messages.Message]]] = []
         self.collector_pid = 0
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
@@ -76,6 +79,9 @@ class ProbeLink:
                 sockets.send(sock, hello, [p.fd for p in self.pools])
                 for stream in self.streams:
                     sockets.send(sock, stream)
+                for standing in self.standing:
+                    for message in standing():
+                        sockets.send(sock, message)
                 sock.setblocking(False)
             except OSError as error:
                 sock.close()

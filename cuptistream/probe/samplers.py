@@ -14,8 +14,6 @@ from typing import Protocol, runtime_checkable
 from cuptistream.channel import messages
 from cuptistream.probe.link import ProbeLink
 
-_RETRY_S = 1.0  # an ask that could not be sent (no collector now) is sent again this often
-
 
 @runtime_checkable
 class SharesDevice(Protocol):
@@ -34,6 +32,7 @@ class DeviceGrants:
         self._lock = threading.Lock()
         self._arrived: dict[tuple[str, str], threading.Event] = {}
         self._grants: dict[tuple[str, str], messages.SamplerGrant] = {}
+        link.standing.append(self._standing)
 
     def uuid_of(self, device: int) -> str:
         """The UUID of CUDA ordinal ``device`` in this process ("": not known)."""
@@ -44,10 +43,8 @@ class DeviceGrants:
         key = (uuid, source)
         with self._lock:
             arrived = self._arrived.setdefault(key, threading.Event())
-        ask = messages.SamplerAsk(uuid=uuid, source=source)
-        while not self.link.post(ask, wait=_RETRY_S):
-            if stopping.wait(_RETRY_S) or arrived.is_set():
-                break
+        # Not sent (no collector now): the next collector hears it at the connect (``_standing``).
+        self.link.post(messages.SamplerAsk(uuid=uuid, source=source), wait=1.0)
         while not arrived.wait(0.1):
             if stopping.is_set():
                 return None
@@ -60,6 +57,15 @@ class DeviceGrants:
             self._arrived.pop((uuid, source), None)
             self._grants.pop((uuid, source), None)
         self.link.post(messages.SamplerAsk(uuid=uuid, source=source, ask=False, last_end=last_end), wait=2.0)
+
+    def _standing(self) -> list[messages.Message]:
+        """For a new collector: every device this probe samples (first) or waits for."""
+        with self._lock:
+            keys = list(self._arrived)
+            held = set(self._grants)
+        holding = [messages.SamplerAsk(uuid=u, source=s, holds=True) for u, s in keys if (u, s) in held]
+        waiting = [messages.SamplerAsk(uuid=u, source=s) for u, s in keys if (u, s) not in held]
+        return [*holding, *waiting]
 
     def granted(self, grant: messages.SamplerGrant) -> None:
         """The collector's grant (on the control thread)."""
