@@ -113,6 +113,7 @@ class StandIn:  # the device side of PM sampling: samples of STEP on the wall cl
         starts = list(range(self.next, time.time_ns() - STEP, STEP))
         if starts:
             self.next = starts[-1] + STEP
+            open(marks + ".decoded", "w").close()
         values = [[50.0] * len(starts) for _ in self.metrics]
         return Decoded(starts, [s + STEP for s in starts], values, False, "end_of_records")
 
@@ -215,6 +216,7 @@ def test_two_probes_on_one_device_one_samples_and_the_other_takes_over_when_it_l
         _wait_for(lambda: node.mark("first", "enabled"), "the first probe to enable PM sampling")
         second = node.probe("second", "GPU-same")
         _wait_for(lambda: node.collector.samplers.waiting("GPU-same") == [second.pid], "the second to ask")
+        _wait_for(lambda: node.mark("first", "decoded"), "the first to sample")
         time.sleep(0.3)  # several decode periods of the first: the second still waits
         assert not node.mark("second", "enabled")
         assert node.collector.samplers.holder("GPU-same") == first.pid
@@ -222,12 +224,13 @@ def test_two_probes_on_one_device_one_samples_and_the_other_takes_over_when_it_l
             first_stats = node.stop("first", first)
             assert first_stats["granted"] == 1 and first_stats["samples"] > 0
         else:
-            time.sleep(0.2)  # a decode's samples reach the collector before the kill
+            # A decode's samples reach the collector before the kill.
+            _wait_for(lambda: node.collector.samplers.last_sample_end("GPU-same") > 0, "the first's samples")
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=30)
         _wait_for(lambda: node.mark("second", "enabled"), "the second probe to take over")
         _wait_for(lambda: node.collector.samplers.holder("GPU-same") == second.pid, "the grant")
-        time.sleep(0.3)
+        _wait_for(lambda: node.mark("second", "decoded"), "the second to sample")
         second_stats = node.stop("second", second)
     finally:
         samples, errors, losses = node.recording()
@@ -264,8 +267,7 @@ def test_after_a_collector_restart_the_sampler_keeps_its_device_and_hands_it_on_
         time.sleep(RECLAIM_S)  # past the new collector's reclaim time: still nothing for the second
         assert not node.mark("second", "enabled")
         first_stats = node.stop("first", first)
-        _wait_for(lambda: node.mark("second", "enabled"), "the second probe to take over")
-        time.sleep(0.3)
+        _wait_for(lambda: node.mark("second", "decoded"), "the second probe to take over and sample")
         second_stats = node.stop("second", second)
     finally:
         samples, errors, _ = node.recording()
@@ -282,8 +284,7 @@ def test_probes_on_different_devices_each_sample_their_own(tmp_path: Path) -> No
     try:
         first = node.probe("first", "GPU-one")
         second = node.probe("second", "GPU-two")
-        _wait_for(lambda: node.mark("first", "enabled") and node.mark("second", "enabled"), "both to enable")
-        time.sleep(0.2)
+        _wait_for(lambda: node.mark("first", "decoded") and node.mark("second", "decoded"), "both to sample")
         stats = [node.stop("first", first), node.stop("second", second)]
     finally:
         samples, errors, _ = node.recording()

@@ -127,6 +127,12 @@ class SamplerGrants:
             device = self._devices.get(uuid)
             return device.holder[0].pid if device is not None and device.holder is not None else 0
 
+    def last_sample_end(self, uuid: str) -> int:
+        """The end of ``uuid``'s holder's last sample the collector saw (CUPTI clock ns; 0: none)."""
+        with self._lock:
+            device = self._devices.get(uuid)
+            return device.last_end if device is not None else 0
+
     def waiting(self, uuid: str) -> list[int]:
         """The pids waiting for ``uuid``, first in line first."""
         with self._lock:
