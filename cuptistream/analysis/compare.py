@@ -34,6 +34,10 @@ compare interval its start falls in, so the compare interval must be a multiple 
 compared on their statistics: it is raised when the first interval closes or at ``finish``, and not
 for a rank that has raw records.
 
+Hardware counters: where the recordings carry PmKernelStats (PM sampling attributed to kernels),
+each flagged rank's longer kernels get the rank's and the other ranks' utilization and a verdict,
+less efficient or more work (``compare_hardware``); without them the output is as before.
+
 Failure modes: a batch whose work starts before an interval that was already closed is "late": it
 counts in the whole-span totals and in ``late_events``, not in its interval's row.
 """
@@ -49,6 +53,7 @@ import numpy as np
 
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import KeyIndex
+from cuptistream.analysis.compare_hardware import verdicts
 from cuptistream.analysis.compare_read import GpuWork, gpu_work
 from cuptistream.analysis.compare_stats import StatisticsIntervalError, StatsWork, nest
 from cuptistream.analysis.compare_tally import Tally
@@ -65,6 +70,7 @@ from cuptistream.analysis.outliers import (
 )
 from cuptistream.analysis.records import Part
 from cuptistream.analysis.select import Selection
+from cuptistream.analysis.summary_kernel_hardware import NameTotals
 
 RankKey = tuple[Any, ...]  # (rank,) or ("pid", host, pid)
 # One operation's time is cut to [0, this]: a record with a corrupt end must not open an interval per
@@ -125,6 +131,7 @@ class CompareResult:
     ignored: list[dict[str, Any]] = field(default_factory=list)
     shared_devices: list[dict[str, Any]] = field(default_factory=list)
     statistics_interval_ns: int | None = None  # the statistics' interval, where a rank used them
+    hardware: bool = False  # PmKernelStats were read: outliers carry ``kernels_hardware``
 
 
 class Comparer:
@@ -156,6 +163,8 @@ class Comparer:
         self.stats_whole: dict[RankKey, Tally] = {}  # from statistics events
         self.stats_interval_ns: int | None = None
         self.ranks: dict[RankKey, _RankInfo] = {}
+        # rank -> kernel name as recorded -> its PmKernelStats over the span (``compare_hardware``)
+        self.hardware: dict[RankKey, dict[str, NameTotals]] = {}
         self.flagged_intervals: dict[RankKey, int] = {}
         self.compared_intervals: dict[RankKey, int] = {}  # intervals with a row for the rank
         self.intervals = 0
@@ -175,6 +184,8 @@ class Comparer:
             self.stats_whole[key] = Tally(busy=False, statistics=True)
         info.hosts.add(work.resource.host)
         info.pids.add(work.resource.pid)
+        for st in work.hardware:  # counters, not work: they leave ``worked`` as it is
+            self.hardware.setdefault(key, {}).setdefault(st.name, NameTotals()).add(st)
         if work.empty and not work.stats:
             return
         info.worked = True
@@ -489,6 +500,7 @@ class Comparer:
             ignored=self.ignored(),
             shared_devices=self.shared_devices(keys),
             statistics_interval_ns=None if all(self.ranks[k].raw for k in keys) else self.stats_interval_ns,
+            hardware=bool(self.hardware),
         )
 
     def _held(self, total: IntervalResult) -> list[Flag]:
@@ -524,22 +536,34 @@ class Comparer:
         by_rank: dict[str, list[Flag]] = {}
         for f in flags:
             by_rank.setdefault(f.rank, []).append(f)
+        hardware = {key: self._hardware_shown(key) for key in keys} if self.hardware else None
         for label, rank_flags in sorted(by_rank.items(), key=lambda kv: _label_order(kv[0], keys)):
             row = next(i for i, k in enumerate(keys) if rank_label(k) == label)
             ref_ns, ref_count = (ns[1 - row], counts[1 - row]) if pair else (median_ns, median_count)
             longer, shorter = kernel_differences(names, ns[row], counts[row], ref_ns, ref_count, self.top)
-            out.append(
-                {
-                    "rank": label,
-                    "metrics": [f.as_dict() for f in rank_flags],
-                    "cause": cause(rank_flags),
-                    "kernels_longer": longer,
-                    "kernels_shorter": shorter,
-                    "flagged_intervals": self.flagged_intervals.get(keys[row], 0),
-                    "intervals": self.intervals,
-                }
-            )
+            outlier = {
+                "rank": label,
+                "metrics": [f.as_dict() for f in rank_flags],
+                "cause": cause(rank_flags),
+                "kernels_longer": longer,
+                "kernels_shorter": shorter,
+                "flagged_intervals": self.flagged_intervals.get(keys[row], 0),
+                "intervals": self.intervals,
+            }
+            if hardware is not None:  # only where the recordings carry PmKernelStats
+                others = [hardware[k] for k in keys if k != keys[row]]
+                estimated = self._whole(keys[row]).estimated
+                more = self.rule.estimate_tolerance if estimated else self.rule.min_relative
+                outlier["kernels_hardware"] = verdicts(longer, hardware[keys[row]], others, more)
+            out.append(outlier)
         return out
+
+    def _hardware_shown(self, key: RankKey) -> dict[str, NameTotals]:
+        """The rank's PmKernelStats totals by displayed name (names that display alike merged)."""
+        shown: dict[str, NameTotals] = {}
+        for name, totals in self.hardware.get(key, {}).items():
+            shown.setdefault(self.display(name), NameTotals()).merge(totals)
+        return shown
 
 
 def _reach(tallies: Iterable[Tally]) -> tuple[int, int]:

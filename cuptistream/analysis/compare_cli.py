@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from typing import Any, TextIO
 
 from cuptistream.analysis.compare import CompareResult, compare_streams, rank_key, rank_label
+from cuptistream.analysis.compare_hardware import RULE as HARDWARE_RULE
 from cuptistream.analysis.compare_read import DECODER
 from cuptistream.analysis.compare_report import WRITERS, Writer
 from cuptistream.analysis.names import DisplayNames
@@ -102,6 +103,8 @@ def run_compare(args: argparse.Namespace, fmt: str, selection: Selection) -> int
             "names": "mangled" if args.mangled else "demangled",
             "torn_tails": [t.describe() for t in recordings.torn_tails],
         }
+        if result.hardware:
+            meta["hardware_rule"] = HARDWARE_RULE
         if result.outliers and not args.follow:
             _name_code(result, Recordings(sources), selection)
         writer.finish(result, meta)

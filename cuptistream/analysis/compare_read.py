@@ -1,7 +1,8 @@
 """What ``cuptistream compare`` reads of a batch: its GPU work, as columns (``GpuWork``).
 
 ``DECODER`` decodes a file-sink batch into Structs with only the fields compare needs (kernels,
-copies, memsets and the statistics events of ``compare_stats``; every other family decodes to an
+copies, memsets, the statistics events of ``compare_stats`` and the PmKernelStats of
+``compare_hardware``; every other family decodes to an
 empty Struct whose fields msgspec skips), so a recording is read faster than the summary reads it.
 Batches from Kafka or JSON Lines arrive as the full Structs of ``cuptistream.events`` and take a
 slower path with the same result.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
 import msgspec
@@ -20,6 +21,7 @@ import numpy as np
 
 from cuptistream import events as ev
 from cuptistream.analysis.aggregate import take, within
+from cuptistream.analysis.compare_hardware import HARDWARE, CPmKernelStats, hardware_rows
 from cuptistream.analysis.compare_stats import (
     STATS,
     STATS_TAGS,
@@ -34,6 +36,7 @@ from cuptistream.analysis.select import Selection
 NONE, KERNEL, MEMCPY, MEMSET, GRAPH = range(5)
 _GPU_OF_TAG = {"kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "graph_launch": GRAPH}
 _GPU_OF_TAG.update(dict.fromkeys(STATS_TAGS, STATS))
+_GPU_OF_TAG["pm_kernel_stats"] = HARDWARE
 
 
 class _C(msgspec.Struct, tag_field="type", kw_only=True, gc=False):
@@ -80,9 +83,8 @@ _OTHERS = tuple(
     for tag in ev.EVENT_TYPES
     if tag not in _GPU_OF_TAG
 )
-DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
-    list[Union[(CKernel, CMemcpy, CMemset, CGraphLaunch, CActivityStats, CGpuStats, *_OTHERS)]]  # type: ignore[valid-type]
-)
+_UNION = (CKernel, CMemcpy, CMemset, CGraphLaunch, CActivityStats, CGpuStats, CPmKernelStats, *_OTHERS)
+DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(list[Union[_UNION]])  # type: ignore[valid-type]  # noqa: UP007
 
 _gpu = operator.attrgetter("gpu")
 _start = operator.attrgetter("start")
@@ -109,6 +111,7 @@ class GpuWork:
     memset_end: np.ndarray
     carried: list[Any]  # kernels that carry ``demangled_name`` (recorded with ``demangle: true``)
     stats: StatsWork | None = None  # the batch's statistics events (``compare_stats``)
+    hardware: list[Any] = field(default_factory=list)  # its PmKernelStats (``compare_hardware``)
 
     @property
     def empty(self) -> bool:
@@ -180,6 +183,7 @@ def gpu_work(part: Part, selection: Selection, first: int) -> GpuWork | None:
         memset_end=me,
         carried=[k for k in kernels if getattr(k, "demangled_name", None)] if _any_carried(kernels) else [],
         stats=stats,
+        hardware=hardware_rows(take(events, np.flatnonzero(kinds == HARDWARE)), off, selection),
     )
 
 

@@ -5,7 +5,9 @@ and writes as it goes, so its memory does not grow with the span either. Text sh
 interval (its flags) and the whole span's table; JSON and CSV carry every row with raw integers (ns,
 bytes). JSON: ``{"rule", "intervals": [...], "total", "outliers", "ignored", "shared_devices",
 "meta"}``; CSV: one stream of tables, the first column naming the table (``interval``, ``total``,
-``kernel``, ``outlier``, ``ignored``, ``shared_device``), a header row starting each. The text names
+``kernel``, ``outlier``, ``kernel_hardware``, ``ignored``, ``shared_device``), a header row starting
+each. Where the recordings carry PmKernelStats, each outlier's longer kernels come with their
+hardware utilization against the other ranks' and a verdict (``compare_hardware``). The text names
 the ignored processes and the shared GPUs in one line each.
 """
 
@@ -17,6 +19,7 @@ import json
 from typing import Any, Protocol, TextIO
 
 from cuptistream.analysis.compare import CompareResult, IntervalResult
+from cuptistream.analysis.compare_hardware import SHOWN, WORDS
 from cuptistream.analysis.outliers import Flag, Rule, reference_words
 from cuptistream.analysis.report import _duration, _size
 
@@ -139,6 +142,8 @@ class TextWriter:
                         f"   {title} by {_duration(abs(k['diff_ns']))} than {reference} "
                         f"({k['rank_count']} vs {k['median_count']:g} launches): {_short(k['name'], 90)}\n"
                     )
+            for h in o.get("kernels_hardware", []):  # recorded with PM sampling: how well it ran
+                out.write(f"   {_hardware_text(h)}: {_short(h['name'], 90)}\n")
             for c in o.get("code_longer", []):  # recorded with stacks: the program's lines
                 diff = _duration(c["diff_ns"])
                 out.write(f"   code longer by {diff} than {reference}: {_short(c['code'], 90)}\n")
@@ -146,6 +151,25 @@ class TextWriter:
             out.write(
                 f"\n{meta['late_events']} events came after their interval closed (in the whole span only)\n"
             )
+
+
+_FIELD_WORDS = {
+    "sm_active": "SM",
+    "tensor_active": "tensor",
+    "dram_active": "DRAM",
+    "sm_occupancy": "occupancy",
+}
+
+
+def _hardware_text(h: dict[str, Any]) -> str:
+    """``less efficient (tensor 31 % vs 52 %, SM 70 % vs 88 %, ...): ran less efficiently: ...``"""
+    pairs = [
+        f"{_FIELD_WORDS[f]} {h['rank_pct'][f]:.0f} % vs {h['others_pct'][f]:.0f} %"
+        for f in SHOWN
+        if f in h["rank_pct"] and f in h["others_pct"]
+    ]
+    where = f" ({', '.join(pairs)} on the others)" if pairs else ""
+    return f"{h['verdict']}{where}: {WORDS[h['verdict']]}"
 
 
 def _statistics_line(out: TextIO, result: CompareResult) -> None:
@@ -245,6 +269,14 @@ class CsvWriter:
             top = o["kernels_longer"][0] if o["kernels_longer"] else {"name": "", "diff_ns": ""}
             metrics = " ".join(f"{m['metric']}:{m['direction']}" for m in o["metrics"])
             self.csv.writerow(["outlier", o["rank"], o["cause"], metrics, top["name"], top["diff_ns"]])
+        if any("kernels_hardware" in o for o in result.outliers):
+            self.csv.writerow(["table", "rank", "kernel", "verdict", *(f"{f}_pct" for f in SHOWN),
+                               *(f"others_{f}_pct" for f in SHOWN)])  # fmt: skip
+            for o in result.outliers:
+                for h in o.get("kernels_hardware", []):
+                    self.csv.writerow(["kernel_hardware", o["rank"], h["name"], h["verdict"],
+                                       *(h["rank_pct"].get(f, "") for f in SHOWN),
+                                       *(h["others_pct"].get(f, "") for f in SHOWN)])  # fmt: skip
         if result.ignored:
             self.csv.writerow(["table", "rank", "hosts", "pids", "kernels", "reason"])
             for i in result.ignored:

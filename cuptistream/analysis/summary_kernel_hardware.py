@@ -30,7 +30,9 @@ HIDDEN = frozenset({"intervals", "samples", "covered_ns", "own_share", "means"})
 
 
 @dataclass
-class _Name:
+class NameTotals:
+    """One kernel name's counters summed over intervals (weighted by covered time)."""
+
     intervals: int = 0
     samples: int = 0
     kernel_ns: int = 0
@@ -52,7 +54,7 @@ class _Name:
                 self.weighted[metric] += mean * st.covered_ns
                 self.weights[metric] += st.covered_ns
 
-    def merge(self, other: _Name) -> None:
+    def merge(self, other: NameTotals) -> None:
         self.intervals += other.intervals
         self.samples += other.samples
         self.kernel_ns += other.kernel_ns
@@ -70,7 +72,7 @@ class KernelHardwareTotals:
     """Folds ``PmKernelStats`` (light or full Structs) into the table's rows."""
 
     def __init__(self) -> None:
-        self.names: dict[tuple[str, int, str], _Name] = {}  # (host, device, name as recorded)
+        self.names: dict[tuple[str, int, str], NameTotals] = {}  # (host, device, name as recorded)
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -79,16 +81,16 @@ class KernelHardwareTotals:
         key = (host, st.device_id, st.name)
         row = self.names.get(key)
         if row is None:
-            row = self.names[key] = _Name()
+            row = self.names[key] = NameTotals()
         row.add(st)
 
     def rows(self, display: Callable[[str], str], top: int | None) -> tuple[list[list[Any]], int]:
         """(rows, rows before ``top`` cut each device's list); names as ``display`` shows them (two
         recorded names that demangle alike are one row)."""
-        shown: dict[tuple[str, int], dict[str, _Name]] = {}
+        shown: dict[tuple[str, int], dict[str, NameTotals]] = {}
         for (host, device, name), totals in self.names.items():
             names = shown.setdefault((host, device), {})
-            mine = names.setdefault(display(name), _Name())
+            mine = names.setdefault(display(name), NameTotals())
             mine.merge(totals)
         rows: list[list[Any]] = []
         total = 0
