@@ -15,9 +15,13 @@ collector, the source samples as soon as it finds the context. The metric list i
 
 Losses: a hardware buffer that filled up between decodes (``overflow``) is a Loss of the samples that
 did not fit (estimated from the time they would have covered); a decode stopped for another reason
-than the end of the records is an Error. Counters held by another profiler (one owner per device) or
-not ours to read are one Error event, and the rest of the session runs on. A CUPTI call that does not
-return within ``watchdog_timeout`` stops the source with an Error event.
+than the end of the records is an Error. Counters held by another tool (one owner per device: DCGM,
+Nsight) are one warning naming the holder and the fix; the source then stands by, keeping its grant,
+and tries again (``retry``, ``pm_standby``) until they free up, reported as a Loss of the samples
+missed and an ``info`` Error. Counters not ours to read (the driver's admin-only default) are one
+Error naming the driver option, and the source ends: that does not change while the process runs.
+The rest of the session runs on in both cases. A CUPTI call that does not return within
+``watchdog_timeout`` stops the source with an Error event.
 """
 
 from __future__ import annotations
@@ -27,13 +31,23 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
+from cuptistream.cupti import counter_holders
 from cuptistream.cupti.pm_metrics import choose_metrics
-from cuptistream.cupti.pm_sampling_api import CountersUnavailable, Decoded, PmSamplingSession
+from cuptistream.cupti.pm_sampling_api import (
+    CountersHeld,
+    CountersUnavailable,
+    Decoded,
+    NoCounterPermission,
+    PmSamplingSession,
+)
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import PmSamples, nan_as_none
 
 from .cupti_worker import CuptiWorkerSource
+from .pm_standby import CounterRetryConfig, Standby
 
 if TYPE_CHECKING:
     from cuptistream.channel.messages import SamplerGrant
@@ -55,6 +69,8 @@ class PmSamplingConfig(SourceConfig):
     decode_period: Duration = Duration(1.0)  # how often the hardware buffer is decoded
     hardware_buffer: int = 64 << 20  # bytes of device memory for samples between decodes
     watchdog_timeout: Duration = Duration(30.0)
+    # While another tool holds the counters: try Enable again after these waits.
+    retry: CounterRetryConfig = msgspec.field(default_factory=CounterRetryConfig)
 
     def __post_init__(self) -> None:
         require_at_least("device", self.device, 0)
@@ -99,6 +115,7 @@ class PmSamplingSource(CuptiWorkerSource):
         self.metrics: list[str] = []
         self.stats: dict[str, float] = {
             "decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0, "granted": 0, "grant_wait_s": 0.0,
+            "standby_s": 0.0, "standbys": 0,
         }  # fmt: skip
         self._handover: SamplerGrant | None = None  # taken over: the gap is reported at the first samples
         self._granted_at = 0
@@ -124,16 +141,8 @@ class PmSamplingSource(CuptiWorkerSource):
             if uuid and not self._wait_for_grant(uuid):
                 return
             session = self.session_factory(cfg.device)
-            self.chip = self._enable(session)
-            self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
-            self._call(
-                "cuptiPmSamplingSetConfig",
-                session.configure,
-                self.metrics,
-                cfg.interval_ns,
-                cfg.hardware_buffer,
-            )
-            self._call("cuptiPmSamplingStart", session.start)
+            if not self._begin_or_stand_by(session):
+                return
             self._last_decode = time.monotonic()
             while not self._stopping.wait(float(cfg.decode_period)):
                 if self._watchdog.wedged.is_set():
@@ -141,8 +150,10 @@ class PmSamplingSource(CuptiWorkerSource):
                 self._decode(session)
             self._call("cuptiPmSamplingStop", session.stop)
             self._decode(session)  # what the buffer held at Stop
-        except CountersUnavailable as error:
-            self.emitter.report_error(self._origin, str(error), result_code=error.code)
+        except NoCounterPermission as error:
+            self.emitter.report_error(self._origin, f"{error}; {_PERMISSION_FIX}", result_code=error.code)
+        except CountersUnavailable as error:  # held, and retrying is off
+            self.emitter.report_error(self._origin, self._held_message(error), "warning", error.code)
         except (ConfigError, UserError) as error:
             self.emitter.report_error(self._origin, str(error))
         except ValueError as error:  # SetConfig refused
@@ -177,6 +188,37 @@ class PmSamplingSource(CuptiWorkerSource):
         self._handover = grant if grant.previous else None
         return True
 
+    def _begin_or_stand_by(self, session: Any) -> bool:
+        """Enable, SetConfig and Start; while another tool holds the counters, stand by and try
+        again. False: stopped while standing by."""
+        standby: Standby | None = None
+        try:
+            while True:
+                try:
+                    self._begin(session)
+                    break
+                except CountersHeld as error:
+                    self._call("cuptiPmSamplingDisable", session.disable)  # the next try starts clean
+                    if not self.config.retry.enabled:
+                        raise
+                    if standby is None:
+                        standby = self._stand_by(error)
+                    if self._stopping.wait(standby.next_wait()):
+                        return False
+        finally:
+            if standby is not None:
+                self._end_standby(standby, resumed=not self._stopping.is_set())
+        return True
+
+    def _begin(self, session: Any) -> None:
+        cfg = self.config
+        self.chip = self._enable(session)
+        self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
+        self._call(
+            "cuptiPmSamplingSetConfig", session.configure, self.metrics, cfg.interval_ns, cfg.hardware_buffer
+        )
+        self._call("cuptiPmSamplingStart", session.start)
+
     def _enable(self, session: Any) -> str:
         """Enable; after a hand-over, retried while the previous sampler's counters are still held."""
         deadline = time.monotonic() + (_TAKEOVER_S if self._handover is not None else 0.0)
@@ -184,9 +226,42 @@ class PmSamplingSource(CuptiWorkerSource):
             try:
                 chip: str = self._call("cuptiPmSamplingEnable", session.enable)
                 return chip
-            except CountersUnavailable:
+            except CountersHeld:
                 if time.monotonic() >= deadline or self._stopping.wait(_CONTEXT_POLL_S):
                     raise
+
+    def _stand_by(self, error: CountersHeld) -> Standby:
+        """The one warning; the grant is kept (another probe would find the counters held too)."""
+        standby = Standby(self.config.retry)
+        if self._handover is not None:  # the hand-over's gap ends here; the standby's begins
+            self._report_gap(self._handover, self._now())
+        self.stats["standbys"] += 1
+        self.emitter.report_error(
+            self._origin,
+            f"{self._held_message(error)}; standing by, Enable retried {standby.schedule()}",
+            "warning",
+            error.code,
+        )
+        return standby
+
+    def _held_message(self, error: CountersUnavailable) -> str:
+        return f"{error}: {counter_holders.describe()}; PM sampling here resumes once they are free"
+
+    def _end_standby(self, standby: Standby, resumed: bool) -> None:
+        """The samples missed while standing by (a Loss), and, sampling again, one info line."""
+        seconds = standby.seconds()
+        missed = standby.missed(float(self.config.interval))
+        self.stats["standby_s"] += seconds
+        if missed:
+            self.stats["lost_samples"] += missed
+            self.emitter.report_loss(STAGE, "counters_held", missed, unit="samples")
+        if resumed:
+            self.emitter.report_error(
+                self._origin,
+                f"PM sampling of device {self.config.device} resumed: the counters were free again after "
+                f"{seconds:.1f}s standing by ({standby.attempts} tries, {missed} samples missed)",
+                severity="info",
+            )
 
     def _wait_for_context(self) -> bool:
         """Until a CUDA context exists on the device (made current on this thread); False: stopped."""
@@ -275,6 +350,13 @@ class PmSamplingSource(CuptiWorkerSource):
         if self._watchdog.wedged.is_set():
             raise RuntimeError(f"{name} skipped: an earlier CUPTI call wedged")
         return self._watched(name, fn, *args)
+
+
+_PERMISSION_FIX = (
+    "allow it with the driver option NVreg_RestrictProfilingToAdminUsers=0 (in /etc/modprobe.d, then "
+    "reload the driver or reboot), or give the sampling program CAP_SYS_ADMIN (it samples in its own "
+    "process, not in the collector); not retried: this does not change while the program runs"
+)
 
 
 def _primary_context(device: int) -> int:

@@ -14,7 +14,7 @@ import pytest
 from cuptistream.config import convert
 from cuptistream.cupti import driver
 from cuptistream.cupti.pm_metrics import default_metrics
-from cuptistream.cupti.pm_sampling_api import CountersUnavailable, Decoded
+from cuptistream.cupti.pm_sampling_api import Decoded, unavailable
 from cuptistream.events import PmSamples
 from cuptistream.sources.pm_sampling import PmSamplingConfig, PmSamplingSource
 from tests.test_sass_window import RecordingEmitter
@@ -30,6 +30,8 @@ class StandInSession:
         self, device: int, fail_enable: Exception | None = None, fail_config: Exception | None = None
     ):
         self.device, self.fail_enable, self.fail_config = device, fail_enable, fail_config
+        # CUPTI result codes the next Enables fail with, one per call (as PmSamplingSession raises them)
+        self.enable_results: list[int] = []
         self.calls: list[str] = []
         self.metrics: list[str] = []
         self.clock = 1_000 * MS
@@ -40,6 +42,10 @@ class StandInSession:
         self.calls.append("enable")
         if self.fail_enable is not None:
             raise self.fail_enable
+        if self.enable_results:
+            error = unavailable(self.device, self.enable_results.pop(0))
+            assert error is not None
+            raise error
         return "GH100"
 
     def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> None:
@@ -121,18 +127,6 @@ def test_an_overflowed_hardware_buffer_is_a_loss_of_samples() -> None:
     _, emitter = _run_and_get(session, 0.3)
     [(stage, reason, count, unit)] = emitter.losses
     assert (stage, reason, unit) == ("pm_sampling", "hardware_buffer_full", "samples") and count >= 1
-
-
-def test_counters_held_elsewhere_are_one_error_and_the_source_ends_quietly() -> None:
-    held = CountersUnavailable(
-        "PM sampling on device 0: its performance counters are held by another profiler", 7
-    )
-    session = StandInSession(0, fail_enable=held)
-    _, emitter = _run_and_get(session, 0.2)
-    [(origin, message, _, code)] = emitter.errors
-    assert origin == "source:pm_sampling" and "held by another profiler" in message and code == 7
-    assert "\n" not in message and not [e for e in emitter.events if isinstance(e, PmSamples)]
-    assert session.calls == ["enable", "disable"]
 
 
 def test_an_unknown_metric_is_one_error_with_close_matches() -> None:

@@ -4,8 +4,9 @@ cupti-python's own ``cupti.pm_sampling.Collector`` hides what the decode said (w
 whether the hardware buffer overflowed) and evaluates with a new host object per decode; this keeps
 the same calls, in the same order, and hands both back. Evaluation uses ``cupti.profiler_host``.
 
-Failure modes: ``CountersUnavailable`` when the device's counters cannot be had (another process or
-tool holds them, or the user lacks the right to read them), with CUPTI's code; ``ValueError`` when
+Failure modes: ``CountersHeld`` when another client holds the device's counters (it may let go:
+retry) and ``NoCounterPermission`` when the user may not read them (it will not change while the
+process runs), both ``CountersUnavailable`` with CUPTI's code (``unavailable``); ``ValueError`` when
 SetConfig refuses the configuration (more than one pass, or an interval or trigger the chip lacks);
 ``cupti.cupti.cuptiError`` for anything else. Every call needs the CUDA driver.
 """
@@ -28,6 +29,42 @@ class CountersUnavailable(UserError):
     def __init__(self, message: str, code: int) -> None:
         self.code = code
         super().__init__(message)
+
+
+class CountersHeld(CountersUnavailable):
+    """Another client (a profiler in this or another process) holds the device's counters."""
+
+
+class NoCounterPermission(CountersUnavailable):
+    """The driver lets only admins read performance counters (``ERR_NVGPUCTRPERM``)."""
+
+
+# CUptiResult values (cupti_result.h) that mean the counters are not to be had. The codes, not
+# cupti-python's enum, so that a stand-in without CUPTI fails with the same ones.
+ERROR_INVALID_OPERATION = 7  # cuptiPmSamplingEnable: "PM sampling is already enabled on the device"
+ERROR_HARDWARE_BUSY = 26  # "The performance monitoring hardware is in use by other client"
+ERROR_INSUFFICIENT_PRIVILEGES = 35  # cuptiPmSamplingEnable: not the privileges to profile
+HELD = {
+    ERROR_INVALID_OPERATION: "CUPTI_ERROR_INVALID_OPERATION",
+    ERROR_HARDWARE_BUSY: "CUPTI_ERROR_HARDWARE_BUSY",
+}
+
+
+def unavailable(device: int, code: int) -> CountersUnavailable | None:
+    """What CUPTI's ``code`` from Enable or Start means for the device's counters (None: neither)."""
+    if code == ERROR_INSUFFICIENT_PRIVILEGES:
+        return NoCounterPermission(
+            f"PM sampling on device {device}: no permission to read GPU performance counters "
+            "(CUPTI_ERROR_INSUFFICIENT_PRIVILEGES, ERR_NVGPUCTRPERM)",
+            code,
+        )
+    if code in HELD:
+        return CountersHeld(
+            f"PM sampling on device {device}: its performance counters are in use by another client "
+            f"({HELD[code]})",
+            code,
+        )
+    return None
 
 
 @dataclass
@@ -62,36 +99,24 @@ class PmSamplingSession:
         self.chip = ""
 
     def enable(self) -> str:
-        """Initialize the profiler, read the chip's name and enable PM sampling; returns the chip."""
+        """Initialize the profiler, read the chip's name and enable PM sampling; returns the chip.
+        Failed, it leaves nothing initialized, so that it can be called again."""
         c = self._c
-        c.profiler_initialize(
-            _struct(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE).ptr
-        )
-        self._initialized = True
-        chip = _struct(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
-        chip.device_index = self.device
-        c.device_get_chip_name(chip.ptr)
-        self.chip = chip.p_chip_name
-        enable = _struct(c.PmSamplingEnableParams, c.PM_SAMPLING_ENABLE_PARAMS_STRUCT_SIZE)
-        enable.device_index = self.device
         try:
+            c.profiler_initialize(
+                _struct(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE).ptr
+            )
+            self._initialized = True
+            chip = _struct(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
+            chip.device_index = self.device
+            c.device_get_chip_name(chip.ptr)
+            self.chip = chip.p_chip_name
+            enable = _struct(c.PmSamplingEnableParams, c.PM_SAMPLING_ENABLE_PARAMS_STRUCT_SIZE)
+            enable.device_index = self.device
             c.pm_sampling_enable(enable.ptr)
         except c.cuptiError as error:
-            if error.status == c.Result.ERROR_INSUFFICIENT_PRIVILEGES:
-                raise CountersUnavailable(
-                    f"PM sampling on device {self.device}: no permission to read GPU performance counters "
-                    "(ERR_NVGPUCTRPERM); load the driver with NVreg_RestrictProfilingToAdminUsers=0, or run "
-                    "the node collector as root",
-                    int(error.status),
-                ) from None
-            if error.status in (c.Result.ERROR_INVALID_OPERATION, c.Result.ERROR_HARDWARE_BUSY):
-                raise CountersUnavailable(
-                    f"PM sampling on device {self.device}: its performance counters are held by another "
-                    "profiler (one owner per device: DCGM's profiling module, Nsight, another cuptistream); "
-                    "stop it, or turn pm_sampling off here",
-                    int(error.status),
-                ) from None
-            raise
+            self.disable()
+            raise unavailable(self.device, int(error.status)) or error from None
         self._object = enable.p_pm_sampling_object
         return self.chip
 
@@ -129,7 +154,13 @@ class PmSamplingSession:
         c = self._c
         params = _struct(c.PmSamplingStartParams, c.PM_SAMPLING_START_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
-        c.pm_sampling_start(params.ptr)
+        try:
+            c.pm_sampling_start(params.ptr)
+        except c.cuptiError as error:  # where the driver finds the counters taken only at Start
+            # At Start, INVALID_OPERATION is our own misuse (not enabled, or started twice), not a holder.
+            code = int(error.status)
+            held = unavailable(self.device, code) if code != ERROR_INVALID_OPERATION else None
+            raise held or error from None
 
     def stop(self) -> None:
         c = self._c
