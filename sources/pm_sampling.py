@@ -153,7 +153,8 @@ class PmSamplingSource(CuptiWorkerSource):
         except NoCounterPermission as error:
             self.emitter.report_error(self._origin, f"{error}; {_PERMISSION_FIX}", result_code=error.code)
         except CountersUnavailable as error:  # held, and retrying is off
-            self.emitter.report_error(self._origin, self._held_message(error), "warning", error.code)
+            message = f"{self._held_message(error)}; pm_sampling.retry.enabled is false: no sampling here"
+            self.emitter.report_error(self._origin, message, "warning", error.code)
         except (ConfigError, UserError) as error:
             self.emitter.report_error(self._origin, str(error))
         except ValueError as error:  # SetConfig refused
@@ -192,11 +193,13 @@ class PmSamplingSource(CuptiWorkerSource):
         """Enable, SetConfig and Start; while another tool holds the counters, stand by and try
         again. False: stopped while standing by."""
         standby: Standby | None = None
+        begun = False
         try:
             while True:
                 try:
                     self._begin(session)
-                    break
+                    begun = True
+                    return True
                 except CountersHeld as error:
                     self._call("cuptiPmSamplingDisable", session.disable)  # the next try starts clean
                     if not self.config.retry.enabled:
@@ -206,9 +209,8 @@ class PmSamplingSource(CuptiWorkerSource):
                     if self._stopping.wait(standby.next_wait()):
                         return False
         finally:
-            if standby is not None:
-                self._end_standby(standby, resumed=not self._stopping.is_set())
-        return True
+            if standby is not None:  # resumed, stopped, or failed otherwise once free
+                self._end_standby(standby, resumed=begun)
 
     def _begin(self, session: Any) -> None:
         cfg = self.config
@@ -238,14 +240,15 @@ class PmSamplingSource(CuptiWorkerSource):
         self.stats["standbys"] += 1
         self.emitter.report_error(
             self._origin,
-            f"{self._held_message(error)}; standing by, Enable retried {standby.schedule()}",
+            f"{self._held_message(error)}; standing by: Enable retried {standby.schedule()}, sampling "
+            "resumes once they are free",
             "warning",
             error.code,
         )
         return standby
 
     def _held_message(self, error: CountersUnavailable) -> str:
-        return f"{error}: {counter_holders.describe()}; PM sampling here resumes once they are free"
+        return f"{error}, likely {counter_holders.describe()}"
 
     def _end_standby(self, standby: Standby, resumed: bool) -> None:
         """The samples missed while standing by (a Loss), and, sampling again, one info line."""

@@ -57,4 +57,5 @@ class Standby:
         first, most = float(self.config.initial_backoff), float(self.config.max_backoff)
         if first == most or self.config.multiplier == 1:
             return f"every {first:g}s"
-        return f"every {first:g}s, growing x{self.config.multiplier:g} to {most:g}s"
+        growing = "doubling" if self.config.multiplier == 2 else f"growing x{self.config.multiplier:g}"
+        return f"after {first:g}s, {growing} to {most:g}s"

@@ -110,6 +110,17 @@ def test_no_permission_is_one_line_naming_the_driver_option_and_is_not_retried()
     assert session.calls.count("enable") == 1 and emitter.losses == []
 
 
+def test_a_failure_once_the_counters_are_free_is_not_called_resumed() -> None:
+    session = StandInSession(0, fail_config=ValueError("CUPTI refused the PM sampling config on GH100"))
+    session.enable_results = [BUSY]
+    source, emitter = _source(session, retry=FAST)
+    source.start()
+    _until(lambda: len(emitter.errors) >= 2)
+    source.stop()
+    assert [e[2] for e in emitter.errors] == ["warning", "error"] and "refused" in emitter.errors[1][1]
+    assert [loss[1] for loss in emitter.losses] == ["counters_held"]
+
+
 def test_with_retry_off_held_counters_are_one_warning_and_the_source_ends() -> None:
     session = StandInSession(0)
     session.enable_results = [BUSY, BUSY]
