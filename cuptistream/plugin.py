@@ -63,7 +63,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from cuptistream.channel.messages import OpenStream
+    import threading
+
+    from cuptistream.channel.messages import OpenStream, SamplerGrant
     from cuptistream.channel.outlet import ActivityOutlet
     from cuptistream.delivery.retry import call_with_retry
     from cuptistream.recording.codec import Chunk
@@ -149,6 +151,23 @@ class OnDemand(Protocol):
     """
 
     def open_window(self, seconds: float, request: int) -> int: ...
+
+
+class DeviceGrants(Protocol):
+    """What a source that owns a device-wide resource (PM sampling's counters) is handed by its
+    probe (``use_grants``): the collector decides which process on the node uses each device."""
+
+    def uuid_of(self, device: int) -> str:
+        """The UUID of CUDA ordinal ``device`` in this process ("": not known)."""
+        ...
+
+    def wait(self, uuid: str, source: str, stopping: threading.Event) -> SamplerGrant | None:
+        """Ask for ``uuid`` and wait for the grant; None: ``stopping`` was set first."""
+        ...
+
+    def release(self, uuid: str, source: str, last_end: int) -> None:
+        """``source`` no longer uses or waits for ``uuid``."""
+        ...
 
 
 class OutgoingBatch:

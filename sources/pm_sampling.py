@@ -51,7 +51,7 @@ from .pm_standby import CounterRetryConfig, Standby
 
 if TYPE_CHECKING:
     from cuptistream.channel.messages import SamplerGrant
-    from cuptistream.probe.samplers import DeviceGrants
+    from cuptistream.plugin import DeviceGrants
 
 STAGE = "pm_sampling"
 _CONTEXT_POLL_S = 0.5  # how often the worker looks for the device's context before it has one
