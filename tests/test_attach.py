@@ -56,7 +56,8 @@ def _ptrace_refused() -> str | None:
 
 
 _REFUSED = _ptrace_refused()
-pytestmark = pytest.mark.skipif(_REFUSED is not None, reason=_REFUSED or "")
+# Real processes traced and injected: seconds each.
+pytestmark = [pytest.mark.skipif(_REFUSED is not None, reason=_REFUSED or ""), pytest.mark.slow]
 
 
 def _clean_env(**extra: str) -> dict[str, str]:

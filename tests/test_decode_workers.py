@@ -165,6 +165,7 @@ def test_the_file_sink_stores_the_hot_kinds_as_columns_and_a_flipped_frame_loses
     ) == (intact.payload)
 
 
+@pytest.mark.slow  # waits out a killed worker's timeout: about 10 s
 def test_a_killed_worker_is_counted_and_the_probe_decoded_in_the_collector(tmp_path: Path) -> None:
     # An endless replay keeps the worker busy; SIGSTOP first, so a request is surely in flight when
     # the SIGKILL lands (the connection sends its next buffer and waits for the reply).

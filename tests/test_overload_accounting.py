@@ -44,6 +44,8 @@ from otlp_receiver import Answer, OtlpReceiver
 import cuptistream
 from cuptistream.events import Kernel, Loss
 
+pytestmark = pytest.mark.slow  # a fault matrix of real pipelines: about 30 s
+
 ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ("block", "drop_newest", "drop_oldest")
 PROGRAM = "from cuptistream.probe import bootstrap; bootstrap._probe.sources[0]._thread.join()"

@@ -206,6 +206,7 @@ def _span(events: list[PmSamples]) -> tuple[int, int, int]:
     return min(e.starts[0] for e in events), max(e.ends[-1] for e in events), sum(len(e.ends) for e in events)
 
 
+@pytest.mark.slow  # real collector and probe processes, seconds each
 @pytest.mark.parametrize("leaves", ["stops", "killed"])
 def test_two_probes_on_one_device_one_samples_and_the_other_takes_over_when_it_leaves(
     tmp_path: Path, leaves: str
@@ -251,6 +252,7 @@ def test_two_probes_on_one_device_one_samples_and_the_other_takes_over_when_it_l
     assert node.collector.samplers.handovers == 1
 
 
+@pytest.mark.slow  # real collector and probe processes, seconds each
 def test_after_a_collector_restart_the_sampler_keeps_its_device_and_hands_it_on_when_it_stops(
     tmp_path: Path,
 ) -> None:
@@ -279,6 +281,7 @@ def test_after_a_collector_restart_the_sampler_keeps_its_device_and_hands_it_on_
     assert f"between {first_end} and {second_start}" in gap.message
 
 
+@pytest.mark.slow  # real collector and probe processes, seconds each
 def test_probes_on_different_devices_each_sample_their_own(tmp_path: Path) -> None:
     node = _Node(tmp_path)
     try:
