@@ -314,6 +314,7 @@ print(json.dumps(source.stats))
 """
 
 
+@pytest.mark.slow  # real collector and probe processes, seconds each
 def test_under_a_collector_the_standing_by_probe_keeps_its_grant_and_its_other_sources_run_on(
     tmp_path: Path,
 ) -> None:
