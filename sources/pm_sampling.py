@@ -17,7 +17,7 @@ Losses: a hardware buffer that filled up between decodes (``overflow``) is a Los
 did not fit (estimated from the time they would have covered); a decode stopped for another reason
 than the end of the records is an Error. Counters held by another tool (one owner per device: DCGM,
 Nsight) are one warning naming the holder and the fix; the source then stands by, keeping its grant,
-and tries again (``retry``, ``pm_standby``) until they free up, reported as a Loss of the samples
+and tries again (``standby``, ``pm_standby``) until they free up, reported as a Loss of the samples
 missed and an ``info`` Error. Counters not ours to read (the driver's admin-only default) are one
 Error naming the driver option, and the source ends: that does not change while the process runs.
 The rest of the session runs on in both cases. A CUPTI call that does not return within
@@ -70,7 +70,7 @@ class PmSamplingConfig(SourceConfig):
     hardware_buffer: int = 64 << 20  # bytes of device memory for samples between decodes
     watchdog_timeout: Duration = Duration(30.0)
     # While another tool holds the counters: try Enable again after these waits.
-    retry: CounterRetryConfig = msgspec.field(default_factory=CounterRetryConfig)
+    standby: CounterRetryConfig = msgspec.field(default_factory=CounterRetryConfig)
 
     def __post_init__(self) -> None:
         require_at_least("device", self.device, 0)
@@ -153,7 +153,7 @@ class PmSamplingSource(CuptiWorkerSource):
         except NoCounterPermission as error:
             self.emitter.report_error(self._origin, f"{error}; {_PERMISSION_FIX}", result_code=error.code)
         except CountersUnavailable as error:  # held, and retrying is off
-            message = f"{self._held_message(error)}; pm_sampling.retry.enabled is false: no sampling here"
+            message = f"{self._held_message(error)}; pm_sampling.standby.enabled is false: no sampling here"
             self.emitter.report_error(self._origin, message, "warning", error.code)
         except (ConfigError, UserError) as error:
             self.emitter.report_error(self._origin, str(error))
@@ -202,7 +202,7 @@ class PmSamplingSource(CuptiWorkerSource):
                     return True
                 except CountersHeld as error:
                     self._call("cuptiPmSamplingDisable", session.disable)  # the next try starts clean
-                    if not self.config.retry.enabled:
+                    if not self.config.standby.enabled:
                         raise
                     if standby is None:
                         standby = self._stand_by(error)
@@ -234,7 +234,7 @@ class PmSamplingSource(CuptiWorkerSource):
 
     def _stand_by(self, error: CountersHeld) -> Standby:
         """The one warning; the grant is kept (another probe would find the counters held too)."""
-        standby = Standby(self.config.retry)
+        standby = Standby(self.config.standby)
         if self._handover is not None:  # the hand-over's gap ends here; the standby's begins
             self._report_gap(self._handover, self._now())
         self.stats["standbys"] += 1

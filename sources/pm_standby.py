@@ -16,7 +16,7 @@ from cuptistream.config.model import Strict
 
 
 class CounterRetryConfig(Strict):
-    """``pm_sampling.retry``: how the source tries again while another tool holds the counters."""
+    """``pm_sampling.standby``: how the source tries again while another tool holds the counters."""
 
     enabled: bool = True  # false: one warning and the source ends, as with no permission
     initial_backoff: Duration = Duration(5.0)

@@ -58,7 +58,7 @@ def _until(condition: Any, seconds: float = 5.0) -> None:
 def test_held_counters_are_one_warning_then_standby_then_sampling_resumes_with_the_gap_counted() -> None:
     session = StandInSession(0)
     session.enable_results = [BUSY, BUSY, INVALID_OPERATION]  # freed at the fourth Enable
-    source, emitter = _source(session, retry=FAST)
+    source, emitter = _source(session, standby=FAST)
     source.start()
     _until(lambda: len(_samples(emitter)) >= 2)
     source.stop()
@@ -98,7 +98,7 @@ def test_stop_while_standing_by_returns_at_once_and_counts_what_was_missed() -> 
 def test_no_permission_is_one_line_naming_the_driver_option_and_is_not_retried() -> None:
     session = StandInSession(0)
     session.enable_results = [NO_PERMISSION, NO_PERMISSION]
-    source, emitter = _source(session, retry=FAST)
+    source, emitter = _source(session, standby=FAST)
     source.start()
     _until(lambda: bool(emitter.errors))
     time.sleep(0.3)  # three backoffs' time: no second Enable comes
@@ -113,7 +113,7 @@ def test_no_permission_is_one_line_naming_the_driver_option_and_is_not_retried()
 def test_a_failure_once_the_counters_are_free_is_not_called_resumed() -> None:
     session = StandInSession(0, fail_config=ValueError("CUPTI refused the PM sampling config on GH100"))
     session.enable_results = [BUSY]
-    source, emitter = _source(session, retry=FAST)
+    source, emitter = _source(session, standby=FAST)
     source.start()
     _until(lambda: len(emitter.errors) >= 2)
     source.stop()
@@ -124,7 +124,7 @@ def test_a_failure_once_the_counters_are_free_is_not_called_resumed() -> None:
 def test_with_retry_off_held_counters_are_one_warning_and_the_source_ends() -> None:
     session = StandInSession(0)
     session.enable_results = [BUSY, BUSY]
-    source, emitter = _source(session, retry={"enabled": False})
+    source, emitter = _source(session, standby={"enabled": False})
     source.start()
     _until(lambda: bool(emitter.errors))
     time.sleep(0.1)
@@ -137,7 +137,7 @@ def test_with_retry_off_held_counters_are_one_warning_and_the_source_ends() -> N
 def test_the_rest_of_the_process_runs_on_while_one_source_stands_by() -> None:
     held, free = StandInSession(0), StandInSession(1)
     held.enable_results = [BUSY] * 100
-    standing, standing_out = _source(held, retry=FAST)
+    standing, standing_out = _source(held, standby=FAST)
     sampling, sampling_out = _source(free, name="pm_sampling_1", device=1)
     standing.start()
     sampling.start()
@@ -171,7 +171,7 @@ def test_the_grant_is_kept_while_standing_by_and_a_handover_gap_ends_where_stand
     monkeypatch.setattr(pm_sampling, "_TAKEOVER_S", 0.5)  # the hand-over's own retries of Enable
     session = StandInSession(0)
     session.enable_results = [BUSY] * 100  # held past the hand-over's own retries
-    source, emitter = _source(session, retry=FAST)
+    source, emitter = _source(session, standby=FAST)
     grants = _Grants(SamplerGrant(uuid="GPU-0", source="pm_sampling", previous=41, since=1))
     source.use_grants(grants)  # type: ignore[arg-type]
     source.start()
@@ -253,12 +253,12 @@ def test_other_cupti_failures_pass_through() -> None:
 )
 def test_bad_retry_values_are_one_line(retry: dict[str, Any], fragment: str) -> None:
     with pytest.raises(Exception) as caught:
-        convert({"type": "pm_sampling", "retry": retry}, PmSamplingConfig)
+        convert({"type": "pm_sampling", "standby": retry}, PmSamplingConfig)
     assert fragment in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_retry_defaults() -> None:
-    retry = convert({"type": "pm_sampling"}, PmSamplingConfig).retry
+    retry = convert({"type": "pm_sampling"}, PmSamplingConfig).standby
     assert (retry.enabled, float(retry.initial_backoff), float(retry.max_backoff), retry.multiplier) == (
         True, 5.0, 60.0, 2.0,
     )  # fmt: skip
@@ -302,7 +302,7 @@ probe_module.visible_devices = lambda: [DeviceInfo(device_id=0, name="stand-in",
 driver.acquire("test")  # no driver here: the source's release must not finalize CUPTI
 sampler = {"type": "pm_sampling", "metrics": ["sm__cycles_active.avg.pct_of_peak_sustained_elapsed"],
            "interval": "10ms", "decode_period": "50ms",
-           "retry": {"initial_backoff": "50ms", "max_backoff": "100ms"}}
+           "standby": {"initial_backoff": "50ms", "max_backoff": "100ms"}}
 synthetic = {"type": "synthetic", "events": 0, "rate": 500, "chunk_events": 10}
 config = {"sources": [sampler, synthetic], "sinks": [{"type": "null"}]}
 with cuptistream.session(config, collector=sock, quiet=True) as s:
