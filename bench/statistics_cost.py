@@ -34,7 +34,7 @@ from cuptistream.cupti import capture
 from cuptistream.cupti.names import TableNames
 from cuptistream.cupti.packed import PackedConverters
 from cuptistream.cupti.records import RecordLayouts
-from cuptistream.events import Event
+from cuptistream.events import Event, PmSamples
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURE_DIR  # shipped real-GPU captures
 from cuptistream.statistics import Accumulator
 
@@ -106,6 +106,53 @@ def cost(records: int, count: int, names: int, rounds: int) -> dict[str, float]:
     return {"records": n, "ns_per_record": best / n * 1e9, "packing_ns_per_record": packing / n * 1e9}
 
 
+PM_METRICS = 14  # the pm_sampling source's default set on GH100
+PM_PERIOD_NS = 20_000_000
+
+
+def _pm_samples(first: int, last: int) -> PmSamples:
+    """Samples of ``PM_METRICS`` metrics every 20 ms from ``first`` (on the 20 ms grid) past ``last``."""
+    starts = list(range(first - first % PM_PERIOD_NS, last + PM_PERIOD_NS, PM_PERIOD_NS))
+    values: list[list[float | None]] = [[50.0 + m] * len(starts) for m in range(PM_METRICS)]
+    return PmSamples(
+        device_id=0, chip="GH100", metrics=[f"metric_{m}" for m in range(PM_METRICS)], starts=starts,
+        ends=[s + PM_PERIOD_NS for s in starts], values=values,
+    )  # fmt: skip
+
+
+def pm_cost(records: int, count: int, names: int, rounds: int) -> dict[str, float]:
+    """ns per record the PM attribution adds: rounds with and without samples, interleaved."""
+    buffers, table = _buffers(records, count, names)
+    n = sum(len(r) for buf in buffers for _, _, r in buf)
+    spans = [
+        (min(int(r["start"].min()) for _, _, r in buf), max(int(r["end"].max()) for _, _, r in buf))
+        for buf in buffers
+    ]
+    samples, covered = [], 0  # each buffer's samples begin where the last buffer's ended
+    for first, last in spans:
+        samples.append(_pm_samples(max(first, covered), last))
+        covered = samples[-1].ends[-1]
+    added: list[float] = []
+    for _ in range(rounds):
+        took = {}
+        for with_pm in (False, True):
+            acc = Accumulator(StatisticsConfig().interval_ns, StatisticsConfig().max_names, table)
+            began = time.perf_counter()
+            for buf, pm in zip(buffers, samples, strict=True):
+                if with_pm:
+                    acc.pm_samples(pm)
+                for _kind, event, r in buf:
+                    acc.add(event, r)
+                acc.buffer_done()
+            acc.close()
+            took[with_pm] = time.perf_counter() - began
+        added.append((took[True] - took[False]) / n * 1e9)
+    return {
+        "records": n, "rounds": rounds, "added_ns_per_record_median": float(np.median(added)),
+        "added_ns_per_record_min": min(added), "added_ns_per_record_max": max(added),
+    }  # fmt: skip
+
+
 def bytes_per_hour(records: int, count: int, names: int) -> dict[str, float]:
     buffers, table = _buffers(records, count, names)
     acc = Accumulator(StatisticsConfig().interval_ns, StatisticsConfig().max_names, table)
@@ -137,6 +184,7 @@ def main() -> None:
     parser.add_argument("--buffers", type=int, default=50)
     parser.add_argument("--names", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pm", action="store_true", help="also time the PM attribution, interleaved")
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "statistics_cost.json"
     )
@@ -145,6 +193,8 @@ def main() -> None:
         "cost": cost(args.records, args.buffers, args.names, args.rounds),
         "bytes": bytes_per_hour(args.records, args.buffers, args.names),
     }
+    if args.pm:
+        result["pm"] = pm_cost(args.records, args.buffers, args.names, args.rounds)
     text = json.dumps(result, indent=2)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +204,11 @@ def main() -> None:
     print(f"statistics ({names}): {c['ns_per_record']:.1f} ns per record "
           f"(packing {c['packing_ns_per_record']:.1f}), best of {args.rounds}; "
           f"{b['zstd_bytes_per_gpu_hour'] / 1e6:.2f} MB per GPU-hour (zstd-3)")  # fmt: skip
+    if args.pm:
+        p = result["pm"]
+        print(f"PM attribution adds {p['added_ns_per_record_median']:.1f} ns per record "
+              f"[{p['added_ns_per_record_min']:.1f} .. {p['added_ns_per_record_max']:.1f}], "
+              f"{args.rounds} interleaved rounds")  # fmt: skip
 
 
 if __name__ == "__main__":
