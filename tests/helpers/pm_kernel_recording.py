@@ -23,15 +23,14 @@ from cuptistream.statistics.pm_attribution import PmAttribution
 from cuptistream.statistics.pm_fold import PmFold
 from tests.helpers.fixture_recording import Process, write_recording
 from tests.helpers.pm_recording import (
-    CHIP,
     CUPTI_START,
     IDLE_S,
     MS,
-    PERIOD,
     SECOND,
     STATS_INTERVAL,
     WORK_S,
     pm_processes,
+    sample_events,
     samples_of,
 )
 
@@ -98,16 +97,10 @@ def pm_kernel_events(host: str, seed: int) -> list[ev.Event]:
     fold = PmFold(STATS_INTERVAL)
     attribution = PmAttribution(STATS_INTERVAL, max_names=20)
     out: list[ev.Event] = []
-    per_event = SECOND // PERIOD
-    for first in range(0, len(starts), per_event):
-        part = slice(first, first + per_event)
-        samples = ev.PmSamples(
-            device_id=0, chip=CHIP, metrics=metrics, starts=starts[part].tolist(),
-            ends=(starts[part] + PERIOD).tolist(), values=values[:, part].tolist(),
-        )  # fmt: skip
+    for n, samples in enumerate(sample_events(metrics, starts, values)):
         out.append(samples)
         attribution.samples(samples)
-        if not first:  # the device is sampled from now on: its kernels fold as samples past them come
+        if not n:  # the device is sampled from now on: its kernels fold as samples past them come
             attribution.kernels(interval, np.zeros(len(start), np.int64), start, end, codes, NAMES)
         out.extend(fold.add(samples))
     out.extend(fold.close())

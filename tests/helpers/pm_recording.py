@@ -70,18 +70,25 @@ def samples_of(host: str, seed: int) -> tuple[list[str], np.ndarray, np.ndarray]
     return [choice.fields[f] for f in fields], starts, values
 
 
+def sample_events(metrics: list[str], starts: np.ndarray, values: np.ndarray) -> list[ev.PmSamples]:
+    """The samples as the source sends them: one ``PmSamples`` per second of samples."""
+    per_event = SECOND // PERIOD
+    return [
+        ev.PmSamples(
+            device_id=0, chip=CHIP, metrics=metrics, starts=starts[first : first + per_event].tolist(),
+            ends=(starts[first : first + per_event] + PERIOD).tolist(),
+            values=values[:, first : first + per_event].tolist(),
+        )
+        for first in range(0, len(starts), per_event)
+    ]  # fmt: skip
+
+
 def pm_events(host: str, seed: int) -> list[ev.Event]:
     """One host's PmSamples (a second each) with the PmStats the collector folds from them."""
     metrics, starts, values = samples_of(host, seed)
     fold = PmFold(STATS_INTERVAL)
     out: list[ev.Event] = []
-    per_event = SECOND // PERIOD
-    for first in range(0, len(starts), per_event):
-        part = slice(first, first + per_event)
-        samples = ev.PmSamples(
-            device_id=0, chip=CHIP, metrics=metrics, starts=starts[part].tolist(),
-            ends=(starts[part] + PERIOD).tolist(), values=values[:, part].tolist(),
-        )  # fmt: skip
+    for samples in sample_events(metrics, starts, values):
         out.append(samples)
         out.extend(fold.add(samples))
     out.extend(fold.close())
