@@ -1,8 +1,10 @@
-"""GPU acceptance for the pm_sampling source: a bf16 matmul loop between two idle spells, under
-``cuptistream run`` with kernel tracing beside it. Samples must come at the configured rate, read SM
+"""GPU acceptance for the pm_sampling source, under ``cuptistream run`` with kernel and copy tracing
+beside it. A bf16 matmul loop between two idle spells: samples come at the configured rate, read SM
 and tensor activity high while the matmuls run and low while the GPU idles, line up with the kernel
-records on CUPTI's clock, and fold into ``pm_stats``; and a program that alternates the matmuls with
-an elementwise loop gets each kernel its own reading in ``pm_kernel_stats``. About 25 s on an H100."""
+records on CUPTI's clock, and fold into ``pm_stats``. A memory-bound elementwise loop reads DRAM
+busy and the tensor pipes idle; pinned host-to-device copies read PCIe RX at the rate the program
+measured. A program that alternates the matmuls with the elementwise loop gets each kernel its own
+reading in ``pm_kernel_stats``, close to the reading of its single-kernel run. About 45 s on an H100."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ import yaml
 
 import cuptistream
 from cuptistream.cupti.pm_metrics import default_metrics
-from cuptistream.events import Error, Kernel, Loss, PmKernelStats, PmSamples, PmStats
+from cuptistream.events import Error, Kernel, Loss, Memcpy, PmKernelStats, PmSamples, PmStats
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,10 +64,45 @@ time.sleep(0.5)
 """
 
 
-def _run(tmp_path: Path, program: str = PROGRAM) -> list[Any]:
+# ~3 s of a memory-bound in-place multiply over 1 GiB between idle spells, as PROGRAM.
+ELEMENTWISE = r"""
+import time, torch
+x = torch.randn(256 << 20, device="cuda")
+torch.cuda.synchronize()
+time.sleep(1.5)
+began = time.monotonic()
+while time.monotonic() - began < 3.0:
+    for _ in range(20):
+        x.mul_(1.0001)
+    torch.cuda.synchronize()
+time.sleep(2.0)
+"""
+
+# ~3 s of 256 MiB copies from pinned host memory to the device; writes the copies' own rate (bytes
+# per second over the loop, timed by the program) to the file named by its first argument.
+HOST_TO_DEVICE = r"""
+import sys, time, torch
+host = torch.empty(256 << 20, dtype=torch.uint8, pin_memory=True)
+device = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+device.copy_(host, non_blocking=True)
+torch.cuda.synchronize()
+time.sleep(1.5)
+copies, began = 0, time.perf_counter()
+while time.perf_counter() - began < 3.0:
+    for _ in range(4):
+        device.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    copies += 4
+rate = copies * host.numel() / (time.perf_counter() - began)
+open(sys.argv[1], "w").write(repr(rate))
+time.sleep(2.0)
+"""
+
+
+def _run(tmp_path: Path, program: str = PROGRAM, *args: str) -> list[Any]:
     cfg = {
         "sources": [
-            {"type": "activity", "kinds": ["concurrent_kernel"]},
+            {"type": "activity", "kinds": ["concurrent_kernel", "memcpy"]},
             {"type": "pm_sampling", "interval": f"{INTERVAL_MS}ms", "decode_period": "500ms"},
         ],
         "statistics": {"interval": "1s"},
@@ -74,85 +112,156 @@ def _run(tmp_path: Path, program: str = PROGRAM) -> list[Any]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-m", "cuptistream.cli", "run", "-c", str(tmp_path / "cfg.yaml"), "--",
-         sys.executable, "-c", program],
+         sys.executable, "-c", program, *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=55,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return list(cuptistream.read(tmp_path / "out"))
 
 
-def test_counters_follow_a_matmul_loop(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[Any]]:
+    """Each program's recording, run once for the module (the attribution test reuses the
+    single-kernel runs as its reference)."""
     pytest.importorskip("torch")
-    events = _run(tmp_path)
-    errors = [e for e in events if isinstance(e, Error) and e.origin == "source:pm_sampling"]
-    assert not errors, [e.message for e in errors]
-    batches = [e for e in events if isinstance(e, PmSamples)]
-    assert batches, "no pm_samples"
-    chip = batches[0].chip
-    fields = default_metrics(chip).fields
-    metrics = batches[0].metrics
-    assert all(b.metrics == metrics for b in batches) and metrics == list(fields.values())
-    starts = [s for b in batches for s in b.starts]
-    ends = [e for b in batches for e in b.ends]
-    columns = {m: [v for b in batches for v in b.values[i]] for i, m in enumerate(metrics)}
+    runs: dict[tuple[str, ...], list[Any]] = {}
+
+    def record(program: str, *args: str) -> list[Any]:
+        if (program, *args) not in runs:
+            runs[(program, *args)] = _run(tmp_path_factory.mktemp("pm"), program, *args)
+        return runs[(program, *args)]
+
+    return record
+
+
+class Phases:
+    """A recording's samples, split into those wholly inside its busy phase (the activity records
+    after the first idle spell) and those of the idle spell after it."""
+
+    def __init__(self, events: list[Any], busy_kind: type[Kernel] | type[Memcpy] = Kernel) -> None:
+        errors = [e for e in events if isinstance(e, Error) and e.origin == "source:pm_sampling"]
+        assert not errors, [e.message for e in errors]
+        self.batches = [e for e in events if isinstance(e, PmSamples)]
+        assert self.batches, "no pm_samples"
+        self.fields = default_metrics(self.batches[0].chip).fields
+        self.metrics = self.batches[0].metrics
+        assert all(b.metrics == self.metrics for b in self.batches)
+        assert self.metrics == list(self.fields.values())
+        self.starts = [s for b in self.batches for s in b.starts]
+        self.ends = [e for b in self.batches for e in b.ends]
+        self.columns = {m: [v for b in self.batches for v in b.values[i]] for i, m in enumerate(self.metrics)}
+        records: list[Any] = sorted((r for r in events if isinstance(r, busy_kind)), key=lambda r: r.start)
+        gap_at = max(range(1, len(records)), key=lambda i: records[i].start - records[i - 1].end)
+        self.busy_from, self.busy_to = records[gap_at].start, max(r.end for r in records[gap_at:])
+        assert (self.busy_to - self.busy_from) / 1e9 > 2.5
+        self.records = records[gap_at:]
+        self.busy = [
+            i for i in range(len(self.ends))
+            if self.starts[i] >= self.busy_from + 100_000_000 and self.ends[i] <= self.busy_to
+        ]  # fmt: skip
+        self.idle = [i for i in range(len(self.ends)) if self.starts[i] >= self.busy_to + 200_000_000]
+        assert len(self.busy) >= 0.8 * (self.busy_to - self.busy_from) / 1e6 / INTERVAL_MS - 10, len(
+            self.busy
+        )
+
+    def median(self, field: str, rows: list[int]) -> float:
+        values = [self.columns[self.fields[field]][i] for i in rows]
+        known = [v for v in values if v is not None]
+        assert len(known) == len(values), (field, values)
+        return statistics.median(known)
+
+    def readings(self, *fields: str) -> dict[str, tuple[float, float]]:
+        """Per field, the median over the busy samples and over the idle ones."""
+        found = {f: (self.median(f, self.busy), self.median(f, self.idle)) for f in fields}
+        print(f"busy/idle medians: {found}")
+        return found
+
+
+def test_counters_follow_a_matmul_loop(recorded: Callable[..., list[Any]]) -> None:
+    events = recorded(PROGRAM)
+    run = Phases(events)
     losses = [e for e in events if isinstance(e, Loss) and e.stage == "pm_sampling"]
-    print(f"chip={chip} samples={len(ends)} batches={len(batches)} losses={losses}")
+    print(f"chip={run.batches[0].chip} samples={len(run.ends)} batches={len(run.batches)} losses={losses}")
 
     # The configured rate: consecutive samples INTERVAL_MS apart, none missing over the span.
-    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(starts)]
+    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(run.starts)]
     assert statistics.median(gaps_ms) == pytest.approx(INTERVAL_MS, rel=0.1), statistics.median(gaps_ms)
-    span_ms = (ends[-1] - starts[0]) / 1e6
-    assert len(ends) >= 0.9 * span_ms / INTERVAL_MS, (len(ends), span_ms)
+    span_ms = (run.ends[-1] - run.starts[0]) / 1e6
+    assert len(run.ends) >= 0.9 * span_ms / INTERVAL_MS, (len(run.ends), span_ms)
     assert not losses
 
-    # The matmul phase from the kernel records (after the one long gap, the first idle spell).
-    kernels = sorted((k for k in events if isinstance(k, Kernel)), key=lambda k: k.start)
-    gap_at = max(range(1, len(kernels)), key=lambda i: kernels[i].start - kernels[i - 1].end)
-    busy_from, busy_to = kernels[gap_at].start, max(k.end for k in kernels[gap_at:])
-    assert (busy_to - busy_from) / 1e9 > 2.5
-    # Samples on CUPTI's clock, as the kernels: some lie wholly inside the matmuls, some after them.
-    busy = [i for i in range(len(ends)) if starts[i] >= busy_from + 100_000_000 and ends[i] <= busy_to]
-    idle = [i for i in range(len(ends)) if starts[i] >= busy_to + 200_000_000]
-    assert len(busy) >= 0.8 * (busy_to - busy_from) / 1e6 / INTERVAL_MS - 10, len(busy)
-    assert len(idle) >= 50, len(idle)
-
-    def median(field: str, rows: list[int]) -> float:
-        return statistics.median(columns[fields[field]][i] for i in rows)
-
-    readings = {f: (median(f, busy), median(f, idle)) for f in ("sm_active", "tensor_active", "dram_active")}
-    print(f"busy/idle medians: {readings}")
+    # Samples on CUPTI's clock, as the kernels: high inside the matmuls, low after them.
+    assert len(run.idle) >= 50, len(run.idle)
+    readings = run.readings("sm_active", "tensor_active", "dram_active")
     assert readings["sm_active"][0] >= 80 and readings["tensor_active"][0] >= 50
     assert readings["sm_active"][1] < 5 and readings["tensor_active"][1] < 2
 
     # Statistics: per 1 s interval, the same metrics, the samples counted once.
     stats = [e for e in events if isinstance(e, PmStats)]
-    assert len(stats) >= 5 and all(s.metrics == metrics for s in stats)
-    assert sum(s.samples for s in stats) == len(ends)
-    sm = metrics.index(fields["sm_active"])
-    assert max(s.p50[sm] for s in stats) >= 80 and min(s.p50[sm] for s in stats) < 5
+    assert len(stats) >= 5 and all(s.metrics == run.metrics for s in stats)
+    assert sum(s.samples for s in stats) == len(run.ends)
+    sm = run.metrics.index(run.fields["sm_active"])
+    assert max(s.p50[sm] or 0 for s in stats) >= 80 and min(s.p50[sm] or 0 for s in stats) < 5
 
 
-def test_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    events = _run(tmp_path, ALTERNATING)
+def test_a_memory_bound_loop_reads_dram_busy_and_tensor_idle(recorded: Callable[..., list[Any]]) -> None:
+    run = Phases(recorded(ELEMENTWISE))
+    readings = run.readings("sm_active", "tensor_active", "dram_active")
+    assert readings["dram_active"][0] >= 50 and readings["tensor_active"][0] < 2
+    assert readings["dram_active"][1] < 5
+
+
+def test_pinned_host_to_device_copies_read_pcie_rx_at_their_rate(
+    recorded: Callable[..., list[Any]], tmp_path: Path
+) -> None:
+    rate_file = tmp_path / "rate"
+    run = Phases(recorded(HOST_TO_DEVICE, str(rate_file)), busy_kind=Memcpy)
+    assert {r.copy_kind for r in run.records} == {"HtoD"}
+    measured = float(rate_file.read_text())
+    readings = run.readings("pcie_rx_bytes", "pcie_tx_bytes")
+    print(f"copies measured {measured / 1e9:.2f} GB/s")
+    assert readings["pcie_rx_bytes"][0] == pytest.approx(measured, rel=0.1)
+    assert readings["pcie_tx_bytes"][0] < 0.2 * measured  # the other direction carries little
+    assert readings["pcie_rx_bytes"][1] < 0.01 * measured
+
+
+GEMM_NAMES = ("gemm", "nvjet", "xmma", "cutlass")
+
+
+def _kernel_reading(events: list[Any], kind: tuple[str, ...], fields: dict[str, str]) -> dict[str, float]:
+    """Per field (and the own and covered shares), the overlap-weighted reading of the kernels whose
+    names hold one of ``kind``, over every interval's ``pm_kernel_stats``."""
+    rows = [e for e in events if isinstance(e, PmKernelStats)]
+    mine = [r for r in rows if any(k in r.name.lower() for k in kind)]
+    assert mine, (kind, sorted({r.name for r in rows}))
+    weight = sum(r.covered_ns for r in mine)
+    found = {
+        field: sum((r.mean[r.metrics.index(fields[field])] or 0.0) * r.covered_ns for r in mine) / weight
+        for field in ("sm_active", "tensor_active", "dram_active")
+    }
+    found["own"] = sum(r.own_share * r.covered_ns for r in mine) / weight
+    found["covered"] = weight / sum(r.kernel_ns for r in mine)
+    return found
+
+
+def test_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(
+    recorded: Callable[..., list[Any]],
+) -> None:
+    events = recorded(ALTERNATING)
     batches = [e for e in events if isinstance(e, PmSamples)]
     assert batches, "no pm_samples"
     fields = default_metrics(batches[0].chip).fields
-    rows = [e for e in events if isinstance(e, PmKernelStats)]
-    assert rows, "no pm_kernel_stats"
-
-    def reading(kind: tuple[str, ...]) -> tuple[float, float, float]:
-        """Tensor active (overlap-weighted over the intervals), own share, covered share."""
-        mine = [r for r in rows if any(k in r.name.lower() for k in kind)]
-        assert mine, (kind, sorted({r.name for r in rows}))
-        weight = sum(r.covered_ns for r in mine)
-        tensor = sum(r.mean[r.metrics.index(fields["tensor_active"])] * r.covered_ns for r in mine) / weight
-        own = sum(r.own_share * r.covered_ns for r in mine) / weight
-        return tensor, own, weight / sum(r.kernel_ns for r in mine)
-
-    gemm = reading(("gemm", "nvjet", "xmma", "cutlass"))
-    elementwise = reading(("elementwise",))
-    print(f"gemm (tensor, own, covered)={gemm} elementwise={elementwise}")
-    assert gemm[0] >= 50 and elementwise[0] < 5 and gemm[0] - elementwise[0] >= 40
-    assert gemm[1] > 0.5 and elementwise[1] > 0.5  # most of each one's samples were its own
-    assert gemm[2] > 0.9 and elementwise[2] > 0.9
+    gemm = _kernel_reading(events, GEMM_NAMES, fields)
+    elementwise = _kernel_reading(events, ("elementwise",), fields)
+    alone = {
+        "gemm": _kernel_reading(recorded(PROGRAM), GEMM_NAMES, fields),
+        "elementwise": _kernel_reading(recorded(ELEMENTWISE), ("elementwise",), fields),
+    }
+    print(f"alternating: gemm={gemm} elementwise={elementwise}; alone: {alone}")
+    assert gemm["tensor_active"] >= 50 and elementwise["tensor_active"] < 5
+    assert gemm["own"] > 0.5 and elementwise["own"] > 0.5  # most of each one's samples were its own
+    assert gemm["covered"] > 0.9 and elementwise["covered"] > 0.9
+    # Each kernel's reading is its own: within 10 points of its single-kernel run.
+    for field in ("sm_active", "tensor_active", "dram_active"):
+        assert gemm[field] == pytest.approx(alone["gemm"][field], abs=10), field
+        assert elementwise[field] == pytest.approx(alone["elementwise"][field], abs=10), field
