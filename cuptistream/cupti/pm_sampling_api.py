@@ -103,9 +103,10 @@ class PmSamplingSession:
         Failed, it leaves nothing initialized, so that it can be called again."""
         c = self._c
         try:
-            c.profiler_initialize(
-                _struct(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE).ptr
-            )
+            # Each params object is held in a name while CUPTI reads it: ``.ptr`` of a temporary points
+            # at memory freed before the call.
+            init = _struct(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE)
+            c.profiler_initialize(init.ptr)
             self._initialized = True
             chip = _struct(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
             chip.device_index = self.device
@@ -248,6 +249,5 @@ class PmSamplingSession:
             c.pm_sampling_disable(params.ptr)
         if self._initialized:
             self._initialized = False
-            c.profiler_deinitialize(
-                _struct(c.ProfilerDeInitializeParams, c.PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE).ptr
-            )
+            deinit = _struct(c.ProfilerDeInitializeParams, c.PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE)
+            c.profiler_deinitialize(deinit.ptr)

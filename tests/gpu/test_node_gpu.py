@@ -70,6 +70,10 @@ def test_a_plain_python_under_the_node_hook_is_recorded_like_a_wrapped_one(tmp_p
     )
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUPTISTREAM_") and k != "PYTHONPATH"}
+    # torch where the system has it, even if only on PYTHONPATH; nothing of ours beside it.
+    torch_site = str(Path(torch.__file__).parents[1])
+    if not (Path(torch_site) / "cuptistream").exists():
+        env["PYTHONPATH"] = torch_site
     installed = subprocess.run(
         [*CLI, "node", "install", "--python", python, "--root", str(tmp_path / "node-root")],
         capture_output=True, text=True,
