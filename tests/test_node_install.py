@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import cuptistream
 from cuptistream.events import Error, Kernel
 from cuptistream.node.hook import HOOK_FILE
 from cuptistream.sources.replay import DEFAULT_PATH as CAPTURES
+from tests.helpers.node_collector import Collector, write_node_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "cuptistream.cli"]
@@ -100,36 +100,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     env.uninstall()
 
 
-def _write_node_config(path: Path, socket_path: Path, config: Path, start: str) -> Path:
-    path.write_text(
-        f"# the node collector\ncollector: {socket_path}\nconfig: '{config}'  # probes\nstart: {start}\n"
-    )
-    return path
-
-
 def _probe_config(path: Path, out: Path, source: dict[str, object], start: str) -> Path:
     cfg = {"sources": [source], "probe": {"start": start}, "sinks": [{"type": "file", "directory": str(out)}]}
     path.write_text(json.dumps(cfg))
     return path
-
-
-class Collector:
-    def __init__(self, config: Path, socket_path: Path, report: Path) -> None:
-        self.report = report
-        self.proc = subprocess.Popen(
-            [*CLI, "collector", "-c", str(config), "--socket", str(socket_path), "--report-json", str(report)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening on"), self.proc.stderr.read() if self.proc.stderr else line
-
-    def stop(self) -> dict[str, object]:
-        self.proc.send_signal(signal.SIGTERM)
-        _, stderr = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0, stderr
-        report: dict[str, object] = json.loads(self.report.read_text())
-        return report
 
 
 def _untouched(facts: dict[str, object], venv: Venv) -> None:
@@ -168,7 +142,7 @@ def test_with_a_node_config_the_trigger_waits_for_cuda_and_starts_nothing(venv: 
     """``start: cuda``: a process that never initializes CUDA gets an import hook and nothing
     else, exactly as under ``cuptistream run``: no thread, no socket, no file, no cuptistream."""
     probes = _probe_config(tmp_path / "probes.json", tmp_path / "out", {"type": "activity"}, "cuda")
-    node = _write_node_config(tmp_path / "node.yaml", tmp_path / "c.sock", probes, "cuda")
+    node = write_node_config(tmp_path / "node.yaml", tmp_path / "c.sock", probes, "cuda")
     done = venv.run(INTROSPECT, node)
     assert done.returncode == 0 and done.stderr == ""
     facts = json.loads(done.stdout)
@@ -184,7 +158,7 @@ def test_a_plain_python_in_the_venv_is_recorded_by_the_node_collector(venv: Venv
         {"type": "replay", "path": str(CAPTURES / "exact_counts.cupti"), "loops": 1}, "process",
     )  # fmt: skip
     socket_path = tmp_path / "c.sock"
-    node = _write_node_config(tmp_path / "node.yaml", socket_path, probes, "process")
+    node = write_node_config(tmp_path / "node.yaml", socket_path, probes, "process")
     collector = Collector(probes, socket_path, tmp_path / "report.json")
     try:
         status = _cli("node", "status", env={**os.environ, "CUPTISTREAM_NODE_CONFIG": str(node)})
@@ -213,7 +187,7 @@ def test_without_a_gpu_the_probe_says_so_to_the_collector_and_the_program_runs_o
 ) -> None:
     probes = _probe_config(tmp_path / "probes.json", tmp_path / "out", {"type": "activity"}, "process")
     socket_path = tmp_path / "c.sock"
-    node = _write_node_config(tmp_path / "node.yaml", socket_path, probes, "process")
+    node = write_node_config(tmp_path / "node.yaml", socket_path, probes, "process")
     collector = Collector(probes, socket_path, tmp_path / "report.json")
     try:
         done = venv.run("print('ran')", node)
@@ -228,7 +202,7 @@ def test_without_a_gpu_the_probe_says_so_to_the_collector_and_the_program_runs_o
 
 def test_with_the_collector_stopped_a_process_runs_without_a_word(venv: Venv, tmp_path: Path) -> None:
     probes = _probe_config(tmp_path / "probes.json", tmp_path / "out", {"type": "replay"}, "process")
-    node = _write_node_config(tmp_path / "node.yaml", tmp_path / "gone.sock", probes, "process")
+    node = write_node_config(tmp_path / "node.yaml", tmp_path / "gone.sock", probes, "process")
     done = venv.run(INTROSPECT, node)
     assert done.returncode == 0 and done.stderr == ""
     facts = json.loads(done.stdout)
@@ -255,7 +229,7 @@ def test_an_invalid_node_config_is_one_line_in_the_process_and_in_status(venv: V
 
 def test_under_cuptistream_run_the_node_hook_steps_aside(venv: Venv, tmp_path: Path) -> None:
     probes = _probe_config(tmp_path / "probes.json", tmp_path / "out", {"type": "replay"}, "process")
-    node = _write_node_config(tmp_path / "node.yaml", tmp_path / "c.sock", probes, "process")
+    node = write_node_config(tmp_path / "node.yaml", tmp_path / "c.sock", probes, "process")
     done = venv.run(INTROSPECT, node, CUPTISTREAM_COLLECTOR="/somewhere/else.sock")
     assert done.returncode == 0 and done.stderr == ""
     assert "_cuptistream_node" not in json.loads(done.stdout)["modules"]

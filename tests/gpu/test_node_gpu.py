@@ -2,15 +2,14 @@
 plain ``python`` from a venv whose only trace of cuptistream is the hook's line, with a node
 collector running ``configs/production.yaml``, is recorded as it is under ``cuptistream run`` with
 the same config: budget windows, kernel statistics with the same kernels at the same estimated
-kernels per step, and its pid. The venv sees the system's site-packages for torch and nothing of
-ours (``PYTHONPATH`` is cleared). About 70 s on an H100.
+kernels per step, and its pid. The venv sees torch (the system's site-packages, or the folder
+torch was imported from as its only ``PYTHONPATH``) and nothing of ours. About 70 s on an H100.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +20,10 @@ import yaml
 
 import cuptistream
 from cuptistream.events import ActivityStats, TraceWindow
+from tests.helpers.node_collector import CLI, Collector, write_node_config
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-m", "cuptistream.cli"]
 SECONDS = 20
 
 
@@ -85,24 +84,16 @@ def test_a_plain_python_under_the_node_hook_is_recorded_like_a_wrapped_one(tmp_p
     # Hooked: a node collector, the node config, and the program started as plain python.
     hooked_out, socket_path = tmp_path / "hooked", tmp_path / "c.sock"
     config = _config(tmp_path / "node-probes.yaml", hooked_out)
-    node = tmp_path / "node.yaml"
-    node.write_text(f"collector: {socket_path}\nconfig: '{config}'\nstart: cuda\n")
-    collector = subprocess.Popen(
-        [*CLI, "collector", "-c", str(config), "--socket", str(socket_path), "--report-json", str(tmp_path / "r.json")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    node = write_node_config(tmp_path / "node.yaml", socket_path, config, "cuda")
+    collector = Collector(config, socket_path, tmp_path / "r.json")
     try:
-        assert collector.stdout is not None and collector.stdout.readline().startswith("listening on")
         hooked = subprocess.run(
             _workload(python), env={**env, "CUPTISTREAM_NODE_CONFIG": str(node)},
             capture_output=True, text=True, timeout=SECONDS + 90,
         )  # fmt: skip
     finally:
-        collector.send_signal(signal.SIGTERM)
-        _, collector_err = collector.communicate(timeout=60)
+        report = collector.stop()
     assert hooked.returncode == 0 and hooked.stderr == "", hooked.stderr[-3000:]
-    assert collector.returncode == 0, collector_err[-3000:]
-    report = json.loads((tmp_path / "r.json").read_text())
     assert report["probes"] == 1, report
 
     # Wrapped: the same program under `cuptistream run` with the same config.
