@@ -201,7 +201,10 @@ def test_counters_follow_a_matmul_loop(recorded: Callable[..., list[Any]]) -> No
     assert len(stats) >= 5 and all(s.metrics == run.metrics for s in stats)
     assert sum(s.samples for s in stats) == len(run.ends)
     sm = run.metrics.index(run.fields["sm_active"])
-    assert max(s.p50[sm] or 0 for s in stats) >= 80 and min(s.p50[sm] or 0 for s in stats) < 5
+    p50 = [s.p50[sm] for s in stats]
+    known = [v for v in p50 if v is not None]
+    assert len(known) == len(p50), p50
+    assert max(known) >= 80 and min(known) < 5
 
 
 def test_a_memory_bound_loop_reads_dram_busy_and_tensor_idle(recorded: Callable[..., list[Any]]) -> None:
@@ -235,10 +238,13 @@ def _kernel_reading(events: list[Any], kind: tuple[str, ...], fields: dict[str, 
     mine = [r for r in rows if any(k in r.name.lower() for k in kind)]
     assert mine, (kind, sorted({r.name for r in rows}))
     weight = sum(r.covered_ns for r in mine)
-    found = {
-        field: sum((r.mean[r.metrics.index(fields[field])] or 0.0) * r.covered_ns for r in mine) / weight
-        for field in ("sm_active", "tensor_active", "dram_active")
-    }
+    found = {}
+    for field in ("sm_active", "tensor_active", "dram_active"):
+        means = [r.mean[r.metrics.index(fields[field])] for r in mine]
+        assert None not in means, (field, means)  # every covered kernel name has a reading
+        found[field] = (
+            sum(m * r.covered_ns for m, r in zip(means, mine, strict=True) if m is not None) / weight
+        )
     found["own"] = sum(r.own_share * r.covered_ns for r in mine) / weight
     found["covered"] = weight / sum(r.kernel_ns for r in mine)
     return found
@@ -259,6 +265,7 @@ def test_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(
     }
     print(f"alternating: gemm={gemm} elementwise={elementwise}; alone: {alone}")
     assert gemm["tensor_active"] >= 50 and elementwise["tensor_active"] < 5
+    assert gemm["tensor_active"] - elementwise["tensor_active"] >= 40
     assert gemm["own"] > 0.5 and elementwise["own"] > 0.5  # most of each one's samples were its own
     assert gemm["covered"] > 0.9 and elementwise["covered"] > 0.9
     # Each kernel's reading is its own: within 10 points of its single-kernel run.
