@@ -374,6 +374,9 @@ class Delivery:
                     if item is None:
                         self._cond.wait(wait)
                         continue
+                    # Held as sent before the lock is let go: wait_idle must not see a moment
+                    # where the item is in no collection and report idle.
+                    self._sent[id(item)] = item
                     producer = self._producer
             if restart:
                 self._restart_producer()
@@ -406,12 +409,11 @@ class Delivery:
             self._release_readers()
 
     def _send(self, producer: Any, item: _Item) -> None:
+        """Hand ``item`` (already in ``_sent``) to kafka-python; its outcome arrives in ``_completed``."""
         message = item.message
-        with self._cond:
-            self._sent[id(item)] = item
-            if item.backoff is None:
-                window = float(self._retry_config.max_elapsed) if self._expire else math.inf
-                item.backoff = Backoff(self._retry_config, time.monotonic() + window)
+        if item.backoff is None:  # only this thread touches an item's backoff before it settles
+            window = float(self._retry_config.max_elapsed) if self._expire else math.inf
+            item.backoff = Backoff(self._retry_config, time.monotonic() + window)
         try:
             future = producer.send(
                 message.topic, value=message.value, key=message.key, headers=message.headers
