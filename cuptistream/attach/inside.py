@@ -19,6 +19,9 @@ from cuptistream.probe.probe import Probe
 # detaches between windows: a graph instantiated while CUPTI is attached fails its replays once
 # CUPTI is finalized, so then CUPTI stays attached after the window.
 _GRAPH_CBIDS = (9, 11, 18)
+# Graph launches (driver cuGraphLaunch and its per-thread-stream form): a graph captured before the
+# attach cannot be seen, but its replays can, and they too fail after CUPTI is finalized.
+_GRAPH_LAUNCH_CBIDS = (514, 515)
 
 LATE_ATTACH = (
     "attached to a running process: CUDA work already in flight and CUDA graphs captured before the "
@@ -70,11 +73,19 @@ class Attached:
         try:
             for cbid in _GRAPH_CBIDS:
                 self._watches.append(subscriber.register(subscriber.Domain.RESOURCE, self._on_graph, cbid))
+            for cbid in _GRAPH_LAUNCH_CBIDS:
+                self._watches.append(
+                    subscriber.register(subscriber.Domain.DRIVER_API, self._on_graph_launch, cbid)
+                )
         except Exception:  # no CUPTI callbacks here: the activity source stopped too, nothing to detach
             self._unwatch()
 
     def _on_graph(self, domain: int, cbid: int, data: object) -> None:
         self._graph = "the program made a CUDA graph while attached (a detach would fail its replays)"
+
+    def _on_graph_launch(self, domain: int, cbid: int, data: object) -> None:
+        if self._graph is None:
+            self._graph = "the program launched a CUDA graph while attached (a detach would fail its replays)"
 
     def _veto(self) -> str | None:
         return self._graph

@@ -138,4 +138,5 @@ def test_a_cuda_graph_captured_before_the_attach_replays_after_the_detach(tmp_pa
     out, err = loop.communicate(timeout=120)
     assert loop.returncode == 0 and out == "ok\n", err
     assert any(end - took > detached for end, took, _ in _steps(log)), "no replay after the detach"
+    assert "CUDA graph" in stderr, f"the detach must say why CUPTI stayed attached:\n{stderr}"
     print(stderr)
