@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,8 +23,13 @@ CAPTURES = sorted(p.name for p in (ROOT / "sources" / "captures").glob("*.cupti"
 
 def test_replay_from_an_installed_wheel(tmp_path: Path) -> None:
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    # From a copy without build output: setuptools reuses a checkout's build/ and *.egg-info, which
+    # would ship a package the package list leaves out.
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "node_modules")
+    shutil.copytree(ROOT, source, ignore=skip, symlinks=True)
     subprocess.run(
-        [*pip, "wheel", "--no-deps", str(ROOT), "-w", str(tmp_path / "wheel")], check=True, timeout=300
+        [*pip, "wheel", "--no-deps", str(source), "-w", str(tmp_path / "wheel")], check=True, timeout=300
     )
     (wheel,) = (tmp_path / "wheel").glob("cuptistream-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -33,6 +39,16 @@ def test_replay_from_an_installed_wheel(tmp_path: Path) -> None:
     assert not any(n.startswith(("tests/", "sources/", "sinks/")) for n in names), (
         "no top-level test or source folders"
     )
+    # Every package of the checkout ships (an editable install in this environment would otherwise
+    # hide a package missing from pyproject's list when the wheel is used below).
+    folders = {"cuptistream": "cuptistream", "sources": "cuptistream/sources", "sinks": "cuptistream/sinks"}
+    packages = {
+        str(init.parent.relative_to(ROOT)).replace(top, into, 1)
+        for top, into in folders.items()
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    shipped = {n.removesuffix("/__init__.py") for n in names if n.endswith("/__init__.py")}
+    assert packages <= shipped, f"packages missing from the wheel: {sorted(packages - shipped)}"
 
     target = tmp_path / "site"
     subprocess.run(
