@@ -216,7 +216,8 @@ class PmSamplingSession:
         from cupti.utils import metrics_to_c_array
 
         c = self._c
-        _, names = metrics_to_c_array(self._metrics)
+        # The array owns the name pointers ``names`` points at: held in a name until CUPTI has read them.
+        held_names, names = metrics_to_c_array(self._metrics)
         size = _struct(
             c.PmSamplingGetCounterDataSizeParams, c.PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE
         )
@@ -225,6 +226,7 @@ class PmSamplingSession:
         size.num_metrics = len(self._metrics)
         size.max_samples = max_samples
         c.pm_sampling_get_counter_data_size(size.ptr)
+        del held_names
         image = np.zeros(size.counter_data_size, dtype=np.uint8)
         init = _struct(
             c.PmSamplingCounterDataImageInitializeParams,
