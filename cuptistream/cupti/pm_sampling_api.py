@@ -76,6 +76,7 @@ class Decoded:
     values: list[list[float]]  # metric-major
     overflow: bool  # the hardware buffer filled up since the last decode: samples were not recorded
     stop_reason: str  # "end_of_records", "counter_data_full" (decode again) or "other"
+    image: np.ndarray | None = None  # the counter data image the values came from
 
 
 def _struct(cls: Any, size: int) -> Any:
@@ -210,7 +211,7 @@ class PmSamplingSession:
             starts.append(int(sample.start_timestamp))
             ends.append(int(sample.end_timestamp))
             values[:, index] = self._host.evaluate_metric_values(image, self._metrics, index)
-        return Decoded(starts, ends, values.tolist(), overflow, stop)
+        return Decoded(starts, ends, values.tolist(), overflow, stop, image)
 
     def _counter_data_image(self, max_samples: int) -> np.ndarray:
         from cupti.utils import metrics_to_c_array
