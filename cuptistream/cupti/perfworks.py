@@ -130,6 +130,23 @@ class _RawDependencies(_Params):
     ]  # fmt: skip
 
 
+class _SetDeviceAttributes(_Params):
+    _fields_ = [
+        ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p),
+        ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t),
+    ]  # fmt: skip
+
+
+class _EvaluateToGpuValues(_Params):
+    _fields_ = [
+        ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p),
+        ("pMetricEvalRequests", POINTER(_EvalRequest)), ("numMetricEvalRequests", c_size_t),
+        ("metricEvalRequestStructSize", c_size_t), ("metricEvalRequestStrideSize", c_size_t),
+        ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("rangeIndex", c_size_t),
+        ("isolated", c_uint8), ("pMetricValues", POINTER(ctypes.c_double)),
+    ]  # fmt: skip
+
+
 class _RawRequest(_Params):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricName", c_char_p),
@@ -329,6 +346,40 @@ class ChipMetrics:
         params.ppRawDependencies, params.ppOptionalRawDependencies = raw, optional
         _nvpw("NVPW_MetricsEvaluator_GetMetricRawDependencies", params)
         return [(raw[i] or b"").decode() for i in range(params.numRawDependencies)]
+
+    def evaluate(self, image: bytes, names: Sequence[str], samples: int) -> list[list[float]]:
+        """The values of the metrics ``names`` in each of the first ``samples`` samples (ranges) of a
+        counter data image, metric-major: what CUPTI's host evaluator reads, on a machine without a
+        GPU. ValueError names an unknown metric; ``PerfworksError``: an image of another chip, or a
+        sample it does not hold."""
+        requests = []
+        for name in names:
+            request = self._request(name)
+            if request is None:
+                raise ValueError(f"{name!r} is not a metric on {self.chip}")
+            requests.append(request)
+        array = (_EvalRequest * len(requests))(*requests)
+        data = ctypes.create_string_buffer(bytes(image), len(image))
+        where = ctypes.addressof(data)
+        _nvpw(
+            "NVPW_MetricsEvaluator_SetDeviceAttributes",
+            _SetDeviceAttributes(pMetricsEvaluator=self._evaluator, pCounterDataImage=where,
+                                 counterDataImageSize=len(image)),
+        )  # fmt: skip
+        values = (ctypes.c_double * len(requests))()
+        request_size = _size(_EvalRequest, "submetric")  # the header's NVPW_MetricEvalRequest_STRUCT_SIZE
+        columns: list[list[float]] = [[] for _ in requests]
+        for index in range(samples):
+            params = _EvaluateToGpuValues(
+                pMetricsEvaluator=self._evaluator, pMetricEvalRequests=array,
+                numMetricEvalRequests=len(requests), metricEvalRequestStructSize=request_size,
+                metricEvalRequestStrideSize=ctypes.sizeof(_EvalRequest), pCounterDataImage=where,
+                counterDataImageSize=len(image), rangeIndex=index, isolated=1, pMetricValues=values,
+            )  # fmt: skip
+            _nvpw("NVPW_MetricsEvaluator_EvaluateToGpuValues", params)
+            for column, value in zip(columns, values, strict=True):
+                column.append(float(value))
+        return columns
 
     def passes(self, names: Sequence[str]) -> int:
         """How many passes PM sampling needs for ``names`` (PM sampling takes exactly one)."""
