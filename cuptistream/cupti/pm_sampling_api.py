@@ -2,7 +2,7 @@
 
 cupti-python's own ``cupti.pm_sampling.Collector`` hides what the decode said (why it stopped, and
 whether the hardware buffer overflowed) and evaluates with a new host object per decode; this keeps
-the same calls, in the same order, and hands both back. Evaluation uses ``cupti.profiler_host``.
+the same calls, in the same order, and hands both back. Config images and evaluation use ``pm_host``.
 
 Failure modes: ``CountersHeld`` when another client holds the device's counters (it may let go:
 retry) and ``NoCounterPermission`` when the user may not read them (it will not change while the
@@ -13,11 +13,13 @@ SetConfig refuses the configuration (more than one pass, or an interval or trigg
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from cuptistream.cupti.pm_host import PmHost, name_array
 from cuptistream.errors import UserError
 
 DEFAULT_MAX_SAMPLES = 1000  # per decode; a full counter data image is decoded again at once
@@ -124,12 +126,13 @@ class PmSamplingSession:
 
     def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> None:
         """SetConfig with a GPU-time trigger; ValueError where CUPTI refuses it."""
-        from cupti import profiler_host
-
         c = self._c
-        host = profiler_host.ProfilerHost(self.chip, profiler_host.ProfilerType.PM_SAMPLING)
-        host.initialize()
-        image = host.create_config_image(metrics=metrics)
+        host = PmHost(self.chip)
+        try:
+            image = host.config_image(metrics)
+        except BaseException:
+            host.close()
+            raise
         params = _struct(c.PmSamplingSetConfigParams, c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
         params.config_size = len(image)
@@ -141,7 +144,7 @@ class PmSamplingSession:
         try:
             c.pm_sampling_set_config(params.ptr)
         except c.cuptiError as error:
-            host.deinitialize()
+            host.close()
             if error.status in (c.Result.ERROR_NOT_SUPPORTED, c.Result.ERROR_INVALID_PARAMETER):
                 raise ValueError(
                     f"CUPTI refused the PM sampling config on {self.chip} ({c.Result(error.status).name}): "
@@ -210,24 +213,20 @@ class PmSamplingSession:
             c.pm_sampling_counter_data_get_sample_info(sample.ptr)
             starts.append(int(sample.start_timestamp))
             ends.append(int(sample.end_timestamp))
-            values[:, index] = self._host.evaluate_metric_values(image, self._metrics, index)
+            values[:, index] = self._host.evaluate(image, self._metrics, index)
         return Decoded(starts, ends, values.tolist(), overflow, stop, image)
 
     def _counter_data_image(self, max_samples: int) -> np.ndarray:
-        from cupti.utils import metrics_to_c_array
-
         c = self._c
-        # The array owns the name pointers ``names`` points at: held in a name until CUPTI has read them.
-        held_names, names = metrics_to_c_array(self._metrics)
+        names = name_array(self._metrics)  # held until CUPTI has read it
         size = _struct(
             c.PmSamplingGetCounterDataSizeParams, c.PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE
         )
         size.p_pm_sampling_object = self._object
-        size.p_metric_names = names
+        size.p_metric_names = ctypes.addressof(names)
         size.num_metrics = len(self._metrics)
         size.max_samples = max_samples
         c.pm_sampling_get_counter_data_size(size.ptr)
-        del held_names
         image = np.zeros(size.counter_data_size, dtype=np.uint8)
         init = _struct(
             c.PmSamplingCounterDataImageInitializeParams,
@@ -243,7 +242,7 @@ class PmSamplingSession:
         """Disable PM sampling and deinitialize the profiler; safe to call more than once."""
         c = self._c
         if self._host is not None:
-            self._host.deinitialize()
+            self._host.close()
             self._host = None
         if self._object is not None:
             params = _struct(c.PmSamplingDisableParams, c.PM_SAMPLING_DISABLE_PARAMS_STRUCT_SIZE)
