@@ -26,7 +26,7 @@ from cuptistream.channel.shm import ACTIVITY, CHUNK, CHUNK_PREFIX, SlotPool
 from cuptistream.collector import handover, shedding
 from cuptistream.collector.decoding import Buffer, DecodeStream, has_stack_events, join
 from cuptistream.collector.names import ProcessNames
-from cuptistream.collector.pm_samples import SampleBoard
+from cuptistream.collector.pm_samples import SampleBoard, device_key, for_process
 from cuptistream.collector.pm_stats import PmStatsJoin
 from cuptistream.collector.remote_stream import RemoteStream
 from cuptistream.collector.samplers import SamplerGrants
@@ -91,7 +91,7 @@ class ProbeConnection:
             else None
         )
         self._samples = board.subscribe() if statistics.enabled else None  # PM samples for the streams
-        self._latest_samples: dict[int, bytes] = {}  # per device, for streams opened later
+        self._latest_samples: dict[str, bytes] = {}  # per device (key), for streams opened later
 
     @property
     def rank(self) -> int | None:
@@ -417,14 +417,18 @@ class ProbeConnection:
         """The PM samples published since the last call, to every stream (before its next buffers)."""
         if self._samples is None:
             return
-        for device, payload in self._samples.take():
-            self._latest_samples[device] = payload
+        ordinals = {uuid: ordinal for ordinal, uuid in self.uuids.items()}
+        for key, published in self._samples.take():
+            payload = for_process(key, published, ordinals)
+            if payload is None:  # a GPU this process does not see
+                continue
+            self._latest_samples[key] = payload
             for stream in self.streams.values():
                 stream.pm_samples(payload)
 
     def _published(self, samples: PmSamples) -> None:
         """The probe's PM samples: to every stream's attribution, and their end to the grants."""
-        self.collector.pm_samples.publish(samples)
+        self.collector.pm_samples.publish(samples, device_key(samples, self.uuids))
         if samples.ends and (uuid := self.uuids.get(samples.device_id)):
             self.collector.samplers.sampled(self, uuid, samples.ends[-1])
 

@@ -7,7 +7,9 @@ it decodes, so no stream is touched from another thread. The latest event of eac
 and handed to connections that come later (and to streams they open later, ``ProbeConnection``):
 a stream then knows from its start that its device is sampled, and its first kernels wait for the
 next samples instead of being passed over. Samples go only to the probes of this collector: a
-process served by another collector is not attributed.
+process served by another collector is not attributed. A GPU is known by its UUID across processes
+(each may see it under another CUDA ordinal): a connection takes the samples of the GPUs its process
+sees, relabelled with its own ordinal (``for_process``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,30 @@ _encode = msgspec.msgpack.Encoder().encode
 decode = msgspec.msgpack.Decoder(PmSamples).decode
 
 
-Published = tuple[int, bytes]  # device, an encoded ``PmSamples`` of it
+Published = tuple[str, bytes]  # the device (``device_key``), an encoded ``PmSamples`` of it
+
+
+def device_key(samples: PmSamples, uuids: dict[int, str]) -> str:
+    """The sampled GPU, the same in every process: its UUID where the sampling process named its
+    devices, else its CUDA ordinal there (``ordinal N``; joined by ordinal, as one process sees it)."""
+    uuid = uuids.get(samples.device_id)
+    return uuid if uuid else f"ordinal {samples.device_id}"
+
+
+def for_process(key: str, payload: bytes, ordinals: dict[str, int]) -> bytes | None:
+    """``payload`` as a process with ``ordinals`` (device UUID -> its CUDA ordinal) sees it: the
+    samples relabelled with that process's ordinal of the GPU (``CUDA_VISIBLE_DEVICES`` differs
+    between the pods of a node), None where the process does not see the GPU. Samples keyed by
+    ordinal, or a process that named no devices, are taken as they are."""
+    if key.startswith("ordinal ") or not ordinals:
+        return payload
+    ordinal = ordinals.get(key)
+    if ordinal is None:
+        return None
+    samples = decode(payload)
+    if samples.device_id == ordinal:
+        return payload
+    return _encode(msgspec.structs.replace(samples, device_id=ordinal))
 
 
 class Inbox:
@@ -48,7 +73,7 @@ class SampleBoard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._inboxes: set[Inbox] = set()
-        self._latest: dict[int, Published] = {}
+        self._latest: dict[str, Published] = {}
 
     def subscribe(self) -> Inbox:
         with self._lock:
@@ -60,9 +85,10 @@ class SampleBoard:
         with self._lock:
             self._inboxes.discard(inbox)
 
-    def publish(self, samples: PmSamples) -> None:
-        published = (samples.device_id, _encode(samples))
+    def publish(self, samples: PmSamples, key: str) -> None:
+        """``samples`` of the device ``key`` (``device_key``) to every inbox."""
+        published = (key, _encode(samples))
         with self._lock:
-            self._latest[samples.device_id] = published
+            self._latest[key] = published
             for inbox in self._inboxes:
                 inbox.put(published)
