@@ -322,18 +322,23 @@ class ChipMetrics:
             return None
         return request
 
-    def exists(self, name: str) -> bool:
-        """Whether ``name`` (with its suffix, e.g. ``sm__cycles_active.avg``) is a metric of this chip."""
-        return self._request(name) is not None
-
-    def raw_counters(self, names: Iterable[str]) -> list[str]:
-        """The raw counters the metrics ``names`` are computed from; ValueError names an unknown one."""
+    def _requests(self, names: Iterable[str]) -> list[_EvalRequest]:
+        """The eval request of each name; ValueError names an unknown one."""
         requests = []
         for name in names:
             request = self._request(name)
             if request is None:
                 raise ValueError(f"{name!r} is not a metric on {self.chip}")
             requests.append(request)
+        return requests
+
+    def exists(self, name: str) -> bool:
+        """Whether ``name`` (with its suffix, e.g. ``sm__cycles_active.avg``) is a metric of this chip."""
+        return self._request(name) is not None
+
+    def raw_counters(self, names: Iterable[str]) -> list[str]:
+        """The raw counters the metrics ``names`` are computed from; ValueError names an unknown one."""
+        requests = self._requests(names)
         array = (_EvalRequest * len(requests))(*requests)
         params = _RawDependencies(
             pMetricsEvaluator=self._evaluator, pMetricEvalRequests=array, numMetricEvalRequests=len(requests),
@@ -352,12 +357,7 @@ class ChipMetrics:
         counter data image, metric-major: what CUPTI's host evaluator reads, on a machine without a
         GPU. ValueError names an unknown metric; ``PerfworksError``: an image of another chip, or a
         sample it does not hold."""
-        requests = []
-        for name in names:
-            request = self._request(name)
-            if request is None:
-                raise ValueError(f"{name!r} is not a metric on {self.chip}")
-            requests.append(request)
+        requests = self._requests(names)
         array = (_EvalRequest * len(requests))(*requests)
         data = ctypes.create_string_buffer(bytes(image), len(image))
         where = ctypes.addressof(data)

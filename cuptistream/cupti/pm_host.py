@@ -25,7 +25,8 @@ _INITIALIZE_PARAMS_SIZE = 48
 _PM_SAMPLING = 1  # CUpti_ProfilerType: CUPTI_PROFILER_TYPE_PM_SAMPLING
 
 
-def _params(cls: Any, size: int) -> Any:
+def sized(cls: Any, size: int) -> Any:
+    """A new cupti-python params struct whose ``struct_size`` says ``size``."""
     params = cls()
     params.struct_size = size
     return params
@@ -39,7 +40,7 @@ class PmHost:
 
         self._c = cupti
         self.chip = chip
-        init = _params(cupti.ProfilerHostInitializeParams, _INITIALIZE_PARAMS_SIZE)
+        init = sized(cupti.ProfilerHostInitializeParams, _INITIALIZE_PARAMS_SIZE)
         init.profiler_type = _PM_SAMPLING
         init.p_chip_name = chip
         init.p_counter_availability_image = 0
@@ -50,20 +51,20 @@ class PmHost:
         """The config image SetConfig takes for ``metrics``."""
         c = self._c
         names = name_array(metrics)
-        add = _params(
+        add = sized(
             c.ProfilerHostConfigAddMetricsParams, c.PROFILER_HOST_CONFIG_ADD_METRICS_PARAMS_STRUCT_SIZE
         )
         add.p_host_object = self._object
         add.pp_metric_names = ctypes.addressof(names)
         add.num_metrics = len(metrics)
         self._call(c.profiler_host_config_add_metrics, add, metrics)
-        size = _params(
+        size = sized(
             c.ProfilerHostGetConfigImageSizeParams, c.PROFILER_HOST_GET_CONFIG_IMAGE_SIZE_PARAMS_STRUCT_SIZE
         )
         size.p_host_object = self._object
         c.profiler_host_get_config_image_size(size.ptr)
         image = np.zeros(size.config_image_size, dtype=np.uint8)
-        get = _params(c.ProfilerHostGetConfigImageParams, c.PROFILER_HOST_GET_CONFIG_IMAGE_PARAMS_STRUCT_SIZE)
+        get = sized(c.ProfilerHostGetConfigImageParams, c.PROFILER_HOST_GET_CONFIG_IMAGE_PARAMS_STRUCT_SIZE)
         get.p_host_object = self._object
         get.p_config_image = image.ctypes.data
         get.config_image_size = len(image)
@@ -75,7 +76,7 @@ class PmHost:
         c = self._c
         names = name_array(metrics)
         values = np.zeros(len(metrics), dtype=np.float64)
-        params = _params(
+        params = sized(
             c.ProfilerHostEvaluateToGpuValuesParams, c.PROFILER_HOST_EVALUATE_TO_GPU_VALUES_PARAMS_STRUCT_SIZE
         )
         params.p_host_object = self._object
@@ -92,9 +93,7 @@ class PmHost:
         """Free the host object; safe to call more than once."""
         if self._object is not None:
             c = self._c
-            params = _params(
-                c.ProfilerHostDeinitializeParams, c.PROFILER_HOST_DEINITIALIZE_PARAMS_STRUCT_SIZE
-            )
+            params = sized(c.ProfilerHostDeinitializeParams, c.PROFILER_HOST_DEINITIALIZE_PARAMS_STRUCT_SIZE)
             params.p_host_object, self._object = self._object, None
             c.profiler_host_deinitialize(params.ptr)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from cuptistream.cupti.pm_host import PmHost, name_array
+from cuptistream.cupti.pm_host import PmHost, name_array, sized
 from cuptistream.errors import UserError
 
 DEFAULT_MAX_SAMPLES = 1000  # per decode; a full counter data image is decoded again at once
@@ -81,12 +81,6 @@ class Decoded:
     image: np.ndarray | None = None  # the counter data image the values came from
 
 
-def _struct(cls: Any, size: int) -> Any:
-    params = cls()
-    params.struct_size = size
-    return params
-
-
 class PmSamplingSession:
     """Enable, configure, start, decode, stop and disable PM sampling on one device."""
 
@@ -108,14 +102,14 @@ class PmSamplingSession:
         try:
             # Each params object is held in a name while CUPTI reads it: ``.ptr`` of a temporary points
             # at memory freed before the call.
-            init = _struct(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE)
+            init = sized(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE)
             c.profiler_initialize(init.ptr)
             self._initialized = True
-            chip = _struct(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
+            chip = sized(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
             chip.device_index = self.device
             c.device_get_chip_name(chip.ptr)
             self.chip = chip.p_chip_name
-            enable = _struct(c.PmSamplingEnableParams, c.PM_SAMPLING_ENABLE_PARAMS_STRUCT_SIZE)
+            enable = sized(c.PmSamplingEnableParams, c.PM_SAMPLING_ENABLE_PARAMS_STRUCT_SIZE)
             enable.device_index = self.device
             c.pm_sampling_enable(enable.ptr)
         except c.cuptiError as error:
@@ -133,7 +127,7 @@ class PmSamplingSession:
         except BaseException:
             host.close()
             raise
-        params = _struct(c.PmSamplingSetConfigParams, c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE)
+        params = sized(c.PmSamplingSetConfigParams, c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
         params.config_size = len(image)
         params.p_config = image.ctypes.data
@@ -157,7 +151,7 @@ class PmSamplingSession:
 
     def start(self) -> None:
         c = self._c
-        params = _struct(c.PmSamplingStartParams, c.PM_SAMPLING_START_PARAMS_STRUCT_SIZE)
+        params = sized(c.PmSamplingStartParams, c.PM_SAMPLING_START_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
         try:
             c.pm_sampling_start(params.ptr)
@@ -169,7 +163,7 @@ class PmSamplingSession:
 
     def stop(self) -> None:
         c = self._c
-        params = _struct(c.PmSamplingStopParams, c.PM_SAMPLING_STOP_PARAMS_STRUCT_SIZE)
+        params = sized(c.PmSamplingStopParams, c.PM_SAMPLING_STOP_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
         c.pm_sampling_stop(params.ptr)
 
@@ -177,7 +171,7 @@ class PmSamplingSession:
         """Move what the hardware buffer holds into a fresh counter data image and evaluate it."""
         c = self._c
         image = self._counter_data_image(max_samples)
-        params = _struct(c.PmSamplingDecodeDataParams, c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE)
+        params = sized(c.PmSamplingDecodeDataParams, c.PM_SAMPLING_DECODE_DATA_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
         params.p_counter_data_image = image.ctypes.data
         params.counter_data_image_size = len(image)
@@ -193,7 +187,7 @@ class PmSamplingSession:
             int(c.PmSamplingDecodeStopReason.END_OF_RECORDS): "end_of_records",
             int(c.PmSamplingDecodeStopReason.COUNTER_DATA_FULL): "counter_data_full",
         }.get(int(params.decode_stop_reason), "other")
-        info = _struct(
+        info = sized(
             c.PmSamplingGetCounterDataInfoParams, c.PM_SAMPLING_GET_COUNTER_DATA_INFO_PARAMS_STRUCT_SIZE
         )
         info.p_counter_data_image = image.ctypes.data
@@ -202,7 +196,7 @@ class PmSamplingSession:
         starts, ends = [], []
         values = np.empty((len(self._metrics), info.num_completed_samples), dtype=np.float64)
         for index in range(info.num_completed_samples):
-            sample = _struct(
+            sample = sized(
                 c.PmSamplingCounterDataGetSampleInfoParams,
                 c.PM_SAMPLING_COUNTER_DATA_GET_SAMPLE_INFO_PARAMS_STRUCT_SIZE,
             )
@@ -219,7 +213,7 @@ class PmSamplingSession:
     def _counter_data_image(self, max_samples: int) -> np.ndarray:
         c = self._c
         names = name_array(self._metrics)  # held until CUPTI has read it
-        size = _struct(
+        size = sized(
             c.PmSamplingGetCounterDataSizeParams, c.PM_SAMPLING_GET_COUNTER_DATA_SIZE_PARAMS_STRUCT_SIZE
         )
         size.p_pm_sampling_object = self._object
@@ -228,7 +222,7 @@ class PmSamplingSession:
         size.max_samples = max_samples
         c.pm_sampling_get_counter_data_size(size.ptr)
         image = np.zeros(size.counter_data_size, dtype=np.uint8)
-        init = _struct(
+        init = sized(
             c.PmSamplingCounterDataImageInitializeParams,
             c.PM_SAMPLING_COUNTER_DATA_IMAGE_INITIALIZE_PARAMS_STRUCT_SIZE,
         )
@@ -245,11 +239,11 @@ class PmSamplingSession:
             self._host.close()
             self._host = None
         if self._object is not None:
-            params = _struct(c.PmSamplingDisableParams, c.PM_SAMPLING_DISABLE_PARAMS_STRUCT_SIZE)
+            params = sized(c.PmSamplingDisableParams, c.PM_SAMPLING_DISABLE_PARAMS_STRUCT_SIZE)
             params.p_pm_sampling_object = self._object
             self._object = None
             c.pm_sampling_disable(params.ptr)
         if self._initialized:
             self._initialized = False
-            deinit = _struct(c.ProfilerDeInitializeParams, c.PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE)
+            deinit = sized(c.ProfilerDeInitializeParams, c.PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE)
             c.profiler_deinitialize(deinit.ptr)
