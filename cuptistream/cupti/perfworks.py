@@ -25,7 +25,8 @@ from cuptistream.errors import LibraryNotFoundError
 
 NVPA_STATUS_SUCCESS = 0
 METRIC_TYPES = {"counter": 0, "ratio": 1, "throughput": 2}  # NVPW_MetricType
-_REALTIME_SAMPLED = 2  # NVPA_ACTIVITY_KIND_REALTIME_SAMPLED: what PM sampling collects
+# NVPA_ActivityKind per profiler: the range profiler's kernel ranges, PM sampling's realtime samples
+ACTIVITY_KINDS = {"range_profiler": 1, "pm_sampling": 2}
 _MAX_PASSES = 64  # a pass group this large takes any metric list a chip knows
 
 # The submetric suffixes (``NVPW_Submetric``) a metric name may end in, for the names users type.
@@ -381,9 +382,10 @@ class ChipMetrics:
                 column.append(float(value))
         return columns
 
-    def passes(self, names: Sequence[str]) -> int:
-        """How many passes PM sampling needs for ``names`` (PM sampling takes exactly one)."""
-        with _SampledConfig(self._chip, _MAX_PASSES) as config:
+    def passes(self, names: Sequence[str], profiler: str = "pm_sampling") -> int:
+        """How many passes ``profiler`` (``ACTIVITY_KINDS``) needs for ``names``: PM sampling takes
+        exactly one; the range profiler replays each kernel once per pass."""
+        with _SampledConfig(self._chip, _MAX_PASSES, ACTIVITY_KINDS[profiler]) as config:
             config.add(self.raw_counters(names))
             return config.passes()
 
@@ -409,10 +411,10 @@ class ChipMetrics:
 
 
 class _SampledConfig:
-    """A raw-metrics config for PM sampling (realtime sampled) with one pass group open."""
+    """A raw-metrics config (PM sampling's unless ``kind`` says another) with one pass group open."""
 
-    def __init__(self, chip: bytes, max_passes: int) -> None:
-        create = _ConfigCreate(activityKind=_REALTIME_SAMPLED, pChipName=chip)
+    def __init__(self, chip: bytes, max_passes: int, kind: int = ACTIVITY_KINDS["pm_sampling"]) -> None:
+        create = _ConfigCreate(activityKind=kind, pChipName=chip)
         _nvpw("NVPW_CUDA_RawMetricsConfig_Create_V2", create)
         self._config = create.pRawMetricsConfig
         _nvpw(

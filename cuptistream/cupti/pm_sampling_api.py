@@ -2,7 +2,7 @@
 
 cupti-python's own ``cupti.pm_sampling.Collector`` hides what the decode said (why it stopped, and
 whether the hardware buffer overflowed) and evaluates with a new host object per decode; this keeps
-the same calls, in the same order, and hands both back. Config images and evaluation use ``pm_host``.
+the same calls, in the same order, and hands both back. Config images and evaluation use ``profiler_host``.
 
 Failure modes: ``CountersHeld`` when another client holds the device's counters (it may let go:
 retry) and ``NoCounterPermission`` when the user may not read them (it will not change while the
@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from cuptistream.cupti.pm_host import PmHost, name_array, sized
+from cuptistream.cupti.profiler_host import (
+    ProfilerHost,
+    chip_name,
+    deinitialize_profiler,
+    initialize_profiler,
+    name_array,
+    sized,
+)
 from cuptistream.errors import UserError
 
 DEFAULT_MAX_SAMPLES = 1000  # per decode; a full counter data image is decoded again at once
@@ -100,15 +107,9 @@ class PmSamplingSession:
         Failed, it leaves nothing initialized, so that it can be called again."""
         c = self._c
         try:
-            # Each params object is held in a name while CUPTI reads it: ``.ptr`` of a temporary points
-            # at memory freed before the call.
-            init = sized(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE)
-            c.profiler_initialize(init.ptr)
+            initialize_profiler(c)
             self._initialized = True
-            chip = sized(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
-            chip.device_index = self.device
-            c.device_get_chip_name(chip.ptr)
-            self.chip = chip.p_chip_name
+            self.chip = chip_name(self.device, c)
             enable = sized(c.PmSamplingEnableParams, c.PM_SAMPLING_ENABLE_PARAMS_STRUCT_SIZE)
             enable.device_index = self.device
             c.pm_sampling_enable(enable.ptr)
@@ -121,7 +122,7 @@ class PmSamplingSession:
     def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> None:
         """SetConfig with a GPU-time trigger; ValueError where CUPTI refuses it."""
         c = self._c
-        host = PmHost(self.chip)
+        host = ProfilerHost(self.chip)
         try:
             image = host.config_image(metrics)
         except BaseException:
@@ -245,5 +246,4 @@ class PmSamplingSession:
             c.pm_sampling_disable(params.ptr)
         if self._initialized:
             self._initialized = False
-            deinit = sized(c.ProfilerDeInitializeParams, c.PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE)
-            c.profiler_deinitialize(deinit.ptr)
+            deinitialize_profiler(c)

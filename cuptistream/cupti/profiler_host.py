@@ -1,5 +1,6 @@
-"""CUPTI's profiler host object for PM sampling, through cupti-python's low-level binding: the config
-image of a metric list, and the metric values of a sample of a counter data image.
+"""CUPTI's profiler host object, through cupti-python's low-level binding: the config image of a
+metric list (PM sampling's, or the range profiler's with the passes it needs), and the metric values
+of a sample or range of a counter data image.
 
 Not ``cupti.profiler_host.ProfilerHost``: cupti-python 13.4 passes its own, larger
 ``CUpti_Profiler_Host_Initialize_Params`` size, which a CUPTI 13.0 refuses with
@@ -22,7 +23,7 @@ import numpy as np
 # ``CUpti_Profiler_Host_Initialize_Params`` up to ``pHostObject`` (CUPTI 13.0's STRUCT_SIZE): later
 # CUPTIs append fields we leave unset.
 _INITIALIZE_PARAMS_SIZE = 48
-_PM_SAMPLING = 1  # CUpti_ProfilerType: CUPTI_PROFILER_TYPE_PM_SAMPLING
+PROFILER_TYPES = {"range_profiler": 0, "pm_sampling": 1}  # CUpti_ProfilerType
 
 
 def sized(cls: Any, size: int) -> Any:
@@ -32,16 +33,49 @@ def sized(cls: Any, size: int) -> Any:
     return params
 
 
-class PmHost:
-    """One chip's host object: ``config_image`` and ``evaluate``; ``close()`` frees it."""
+def _module(c: Any) -> Any:
+    if c is None:
+        from cupti import cupti
 
-    def __init__(self, chip: str) -> None:
+        return cupti
+    return c
+
+
+def initialize_profiler(c: Any = None) -> None:
+    """``cuptiProfilerInitialize``: before anything of PM sampling or the range profiler. ``c``:
+    cupti-python's ``cupti.cupti`` (a stand-in, in tests without a GPU)."""
+    c = _module(c)
+    params = sized(c.ProfilerInitializeParams, c.PROFILER_INITIALIZE_PARAMS_STRUCT_SIZE)
+    c.profiler_initialize(params.ptr)  # held in a name: ``.ptr`` of a temporary is freed memory
+
+
+def deinitialize_profiler(c: Any = None) -> None:
+    c = _module(c)
+    params = sized(c.ProfilerDeInitializeParams, c.PROFILER_DEINITIALIZE_PARAMS_STRUCT_SIZE)
+    c.profiler_deinitialize(params.ptr)
+
+
+def chip_name(device: int, c: Any = None) -> str:
+    """The chip of CUDA device ``device`` ("GH100") as the host calls name it; after
+    ``initialize_profiler``."""
+    c = _module(c)
+    params = sized(c.DeviceGetChipNameParams, c.DEVICE_GET_CHIP_NAME_PARAMS_STRUCT_SIZE)
+    params.device_index = device
+    c.device_get_chip_name(params.ptr)
+    return str(params.p_chip_name or "")
+
+
+class ProfilerHost:
+    """One chip's host object for one profiler (``PROFILER_TYPES``): ``config_image``, ``passes``
+    and ``evaluate``; ``close()`` frees it."""
+
+    def __init__(self, chip: str, profiler: str = "pm_sampling") -> None:
         from cupti import cupti
 
         self._c = cupti
         self.chip = chip
         init = sized(cupti.ProfilerHostInitializeParams, _INITIALIZE_PARAMS_SIZE)
-        init.profiler_type = _PM_SAMPLING
+        init.profiler_type = PROFILER_TYPES[profiler]
         init.p_chip_name = chip
         init.p_counter_availability_image = 0
         cupti.profiler_host_initialize(init.ptr)
@@ -71,8 +105,19 @@ class PmHost:
         c.profiler_host_get_config_image(get.ptr)
         return image
 
+    def passes(self, config_image: np.ndarray) -> int:
+        """How many passes (kernel replays, for the range profiler) ``config_image`` takes."""
+        c = self._c
+        params = sized(
+            c.ProfilerHostGetNumOfPassesParams, c.PROFILER_HOST_GET_NUM_OF_PASSES_PARAMS_STRUCT_SIZE
+        )
+        params.config_image_size = len(config_image)
+        params.p_config_image = config_image.ctypes.data
+        c.profiler_host_get_num_of_passes(params.ptr)
+        return int(params.num_of_passes)
+
     def evaluate(self, image: np.ndarray, metrics: Sequence[str], sample: int) -> np.ndarray:
-        """The values of ``metrics`` in sample ``sample`` of the counter data ``image`` (float64)."""
+        """The values of ``metrics`` in sample (or range) ``sample`` of the counter data ``image``."""
         c = self._c
         names = name_array(metrics)
         values = np.zeros(len(metrics), dtype=np.float64)
