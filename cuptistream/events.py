@@ -332,6 +332,25 @@ class PmSamples(Event, tag="pm_samples"):
     values: list[list[float | None]]  # one column per metric, one value per sample; None: not evaluated
 
 
+class KernelMetrics(Event, tag="kernel_metrics"):
+    """Per-kernel hardware metrics of an on-demand window (``cuptistream trace --metrics``): CUPTI's
+    range profiler measured each kernel launched in the window on ``device_id`` on its own,
+    replaying it ``passes`` times where the metrics need several passes. Per kernel name
+    ``names[k]``, ``values[m][k]`` is metric ``metrics[m]``'s mean over its ``launches[k]`` profiled
+    launches, in the metric's own unit."""
+
+    start: int  # CUPTI clock ns: the window
+    end: int
+    device_id: int
+    chip: str
+    metrics: list[str]
+    passes: int
+    names: list[str]
+    launches: list[int]
+    values: list[list[float | None]]  # one column per metric, one value per name; None: not evaluated
+    not_profiled: int = 0  # launches past the room of the window's counter data image
+
+
 class GovernorDecision(Event, tag="governor"):
     """What the overhead governor decided for a sampling source, and the measurements behind it
     (``overhead.budget``; ``cuptistream.overhead``). Fractions are of the program's time."""
@@ -608,6 +627,7 @@ AnyEvent = Union[  # noqa: UP007 - msgspec needs a real Union for the tagged dec
     PcSampleBatch,
     SassMetricBatch,
     PmSamples,
+    KernelMetrics,
     GovernorDecision,
     CuptiYield,
     TraceWindow,

@@ -98,6 +98,10 @@ CREATE TABLE IF NOT EXISTS `cuptistream_rows`
     `starts` String,
     `ends` String,
     `values` String,
+    `passes` Int64,
+    `names` String,
+    `launches` String,
+    `not_profiled` Int64,
     `budget` Float64,
     `share` Float64,
     `window_s` Float64,
@@ -142,7 +146,6 @@ CREATE TABLE IF NOT EXISTS `cuptistream_rows`
     `estimated_bytes` Int64,
     `nccl` Bool,
     `gpu_ns` String,
-    `launches` String,
     `estimated_gpu_ns` String,
     `estimated_launches` String,
     `traced_fraction` Float64,
@@ -1529,6 +1532,68 @@ SELECT
     if(`cuptistream_rows`.`attributes`['job'] != '', `cuptistream_rows`.`attributes`['job'], `cuptistream_rows`.`session_id`) AS `job`
 FROM `cuptistream_rows`
 WHERE `type` = 'pm_samples';
+
+-- kernel_metrics: cuptistream.events.KernelMetrics
+CREATE TABLE IF NOT EXISTS `kernel_metrics`
+(
+    `start` DateTime64(9, 'UTC'),
+    `end` DateTime64(9, 'UTC'),
+    `device_id` Int64,
+    `chip` LowCardinality(String),
+    `metrics` Array(String),
+    `passes` Int64,
+    `names` Array(String),
+    `launches` Array(Int64),
+    `values` Array(Array(Nullable(Float64))),
+    `not_profiled` Int64,
+    `duration_ns` Int64,
+    `session_id` LowCardinality(String),
+    `seq` UInt64,
+    `schema_version` UInt16,
+    `host` LowCardinality(String),
+    `pid` UInt32,
+    `ppid` UInt32,
+    `process_name` LowCardinality(String),
+    `rank` Nullable(UInt32),
+    `local_rank` Nullable(UInt32),
+    `world_size` Nullable(UInt32),
+    `device_uuid` LowCardinality(Nullable(String)),
+    `attributes` Map(LowCardinality(String), String),
+    `job` LowCardinality(String)
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMMDD(`start`)
+ORDER BY (`job`, `host`, `pid`, `start`)
+TTL toDateTime(`start`) + INTERVAL 14 DAY;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS `kernel_metrics_mv` TO `kernel_metrics` AS
+SELECT
+    fromUnixTimestamp64Nano(`cuptistream_rows`.`start`, 'UTC') AS `start`,
+    fromUnixTimestamp64Nano(`cuptistream_rows`.`end`, 'UTC') AS `end`,
+    `cuptistream_rows`.`device_id` AS `device_id`,
+    `cuptistream_rows`.`chip` AS `chip`,
+    JSONExtract(`cuptistream_rows`.`metrics`, 'Array(String)') AS `metrics`,
+    `cuptistream_rows`.`passes` AS `passes`,
+    JSONExtract(`cuptistream_rows`.`names`, 'Array(String)') AS `names`,
+    JSONExtract(`cuptistream_rows`.`launches`, 'Array(Int64)') AS `launches`,
+    JSONExtract(`cuptistream_rows`.`values`, 'Array(Array(Nullable(Float64)))') AS `values`,
+    `cuptistream_rows`.`not_profiled` AS `not_profiled`,
+    `cuptistream_rows`.`end` - `cuptistream_rows`.`start` AS `duration_ns`,
+    `cuptistream_rows`.`session_id` AS `session_id`,
+    `cuptistream_rows`.`seq` AS `seq`,
+    `cuptistream_rows`.`schema_version` AS `schema_version`,
+    `cuptistream_rows`.`host` AS `host`,
+    `cuptistream_rows`.`pid` AS `pid`,
+    `cuptistream_rows`.`ppid` AS `ppid`,
+    `cuptistream_rows`.`process_name` AS `process_name`,
+    `cuptistream_rows`.`rank` AS `rank`,
+    `cuptistream_rows`.`local_rank` AS `local_rank`,
+    `cuptistream_rows`.`world_size` AS `world_size`,
+    `cuptistream_rows`.`device_uuid` AS `device_uuid`,
+    `cuptistream_rows`.`attributes` AS `attributes`,
+    if(`cuptistream_rows`.`attributes`['job'] != '', `cuptistream_rows`.`attributes`['job'], `cuptistream_rows`.`session_id`) AS `job`
+FROM `cuptistream_rows`
+WHERE `type` = 'kernel_metrics';
 
 -- governor: cuptistream.events.GovernorDecision
 CREATE TABLE IF NOT EXISTS `governor`
