@@ -148,9 +148,11 @@ class OnDemand(Protocol):
     (``end`` 0) and when it closes, ``seconds`` later, after the window's buffers were handed over.
     The collector waits for exactly that many closes. Raise (any exception, one-line message) to
     refuse: the user sees the message. A window asked for on demand is charged to no budget.
+    ``metrics`` (``cuptistream trace --metrics``; passed only when given): measure each kernel of
+    the window with these metrics too (``KernelMetrics`` events), or refuse.
     """
 
-    def open_window(self, seconds: float, request: int) -> int: ...
+    def open_window(self, seconds: float, request: int, metrics: str = "") -> int: ...
 
 
 class DeviceGrants(Protocol):

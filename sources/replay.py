@@ -191,9 +191,12 @@ class ReplaySource(Source):
 
     # --- on demand (``plugin.OnDemand``) ------------------------------------------------------
 
-    def open_window(self, seconds: float, request: int) -> int:
+    def open_window(self, seconds: float, request: int, metrics: str = "") -> int:
         """Mark the buffers replayed from now for ``seconds`` as window ``request`` of every
-        capture's stream. Raises ``RuntimeError`` once the replay has finished (nothing to trace)."""
+        capture's stream. Raises ``RuntimeError`` once the replay has finished (nothing to trace),
+        or for ``metrics`` (recorded buffers have no kernels to measure)."""
+        if metrics:
+            raise RuntimeError("a replay has no kernels to measure: --metrics needs the activity source")
         if not 0 < seconds < math.inf:
             raise ValueError(f"a window needs a finite length > 0 s, not {seconds}")
         with self._windows_lock:  # the spans go out under it: an open always precedes its close

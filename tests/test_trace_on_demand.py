@@ -157,6 +157,16 @@ def test_trace_delivers_a_window_of_a_running_job(tmp_path: Path) -> None:
     assert {w.request for w in windows} == {1, 2}
 
 
+def test_metrics_on_a_probe_without_kernels_to_measure_is_its_refusal(tmp_path: Path) -> None:
+    with running_job(tmp_path, "job", REPLAY) as job:
+        done, _ = job.trace("--for", "300ms", "--metrics", "utilization")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        f"cuptistream: trace: pid {job.pids[0]} rank 0: refused: replay: a replay has no kernels to "
+        "measure: --metrics needs the activity source\n"
+    )
+
+
 def test_trace_picks_probes_by_pid_and_rank(tmp_path: Path) -> None:
     with running_job(tmp_path, "two", REPLAY, child=True) as job:
         parent, child = job.pids
@@ -192,6 +202,13 @@ def test_trace_errors_are_one_line(tmp_path: Path) -> None:
         ("--for", "soon"): "trace: --for: expected a duration like 500ms or 2s, got 'soon'",
         ("--for", "1s", "--rank", "one"): "trace: --rank takes ranks like 12 or 12,13, not 'one'",
         ("--for", "1s", "--format", "yaml"): "trace: --format must be text or json, not 'yaml'",
+        ("--for", "1s", "--metrics", "utilisation"): "trace: --metrics: no set 'utilisation' (did you mean ",
+        (
+            "--for",
+            "1s",
+            "--metrics",
+            ",",
+        ): "trace: --metrics: name a set (utilization, memory, speed_of_light)",
     }
     for args, message in expected.items():
         done = trace(*args)

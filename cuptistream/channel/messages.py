@@ -113,10 +113,11 @@ class TraceSpan(Message, tag="trace_span"):
 
 class OpenWindow(Message, tag="open_window"):
     """Collector -> probe: trace a full window of ``seconds`` now (``cuptistream trace --for``),
-    charged to no budget."""
+    charged to no budget; with ``metrics`` (``--metrics``), measure its kernels with them too."""
 
     request: int
     seconds: float
+    metrics: str = ""  # a metric set or metric names separated by commas; "": none
 
 
 class WindowRecords(Message, tag="window_records"):

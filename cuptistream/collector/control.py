@@ -30,6 +30,7 @@ class TraceRequest(msgspec.Struct, tag="trace", kw_only=True):
     pids: list[int] = []  # the probes to trace: these pids and ranks (both empty: every probe)
     ranks: list[int] = []
     timeout: float = 30.0  # how long past the window to wait for its closes and its delivery
+    metrics: str = ""  # --metrics: a set or metric names to measure each kernel of the window with
 
 
 class ProbeResult(msgspec.Struct, kw_only=True):

@@ -95,7 +95,7 @@ def trace(host: TraceHost, ask: TraceRequest) -> TraceReply:
     try:
         dropped_before = host.in_pipeline(host.pipeline.dropped_by_sinks)
         for probe in probes:
-            if not probe.send(OpenWindow(request=request.number, seconds=ask.seconds)):
+            if not probe.send(OpenWindow(request=request.number, seconds=ask.seconds, metrics=ask.metrics)):
                 host.windows.failed(probe, "it could not be asked (its connection is closing)")
         began = time.monotonic()
         host.windows.wait_answers(request, began + _ANSWER_S)

@@ -58,6 +58,13 @@ def add_command(commands: argparse._SubParsersAction) -> dict[str, Callable[[arg
         metavar="DURATION",
         help="wait this long past the window for delivery (30s)",
     )
+    parser.add_argument(
+        "--metrics",
+        metavar="SET",
+        help="also measure each kernel of the window with CUPTI's range profiler: a set (utilization, "
+        "memory, speed_of_light) or metric names separated by commas; kernels are serialized and "
+        "replayed once per pass while the window lasts",
+    )
     parser.add_argument("--format", default="text", help="text (default) or json")
     return {"trace": _cmd_trace}
 
@@ -127,7 +134,16 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
     if args.format not in ("text", "json"):
         raise UserError(f"trace: --format must be text or json, not {args.format!r}")
+    metrics = ""
+    if args.metrics is not None:
+        from cuptistream.cupti.kernel_metrics import parse_spec
+
+        try:
+            metrics = ",".join(parse_spec(args.metrics))  # each probe checks them on its chips
+        except UserError as error:
+            raise UserError(f"trace: {error}") from None
     request = TraceRequest(
+        metrics=metrics,
         seconds=_duration(args.length, "--for", positive=True),
         pids=_numbers(args.pid, "--pid", "process ids"),
         ranks=_numbers(args.rank, "--rank", "ranks"),
@@ -169,7 +185,7 @@ def _clock(unix_ns: int) -> str:
 
 def _line(probe: ProbeResult) -> str:
     """E.g. ``pid 123 rank 0: window 10:00:01.250-10:00:11.262 UTC (10.01 s), 5123 records delivered
-    (activity)``."""
+    (activity)``; with ``--metrics``, the kernels' metrics are ``kernel_metrics`` events among them."""
     length = (probe.end - probe.start) / 1e9
     if probe.start_unix_ns and probe.end_unix_ns:
         span = f"{_clock(probe.start_unix_ns)}-{_clock(probe.end_unix_ns)} UTC"

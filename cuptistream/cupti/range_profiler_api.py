@@ -111,7 +111,7 @@ class Ranges:
 
 class RangeProfilerSession:
     """Auto-range, kernel-replay profiling of one context: ``enable``, ``configure``, ``start``,
-    ``stop``, ``collect``, ``disable``. The config image comes from a ``ProfilerHost`` of the device's
+    ``stop``, ``collect``, ``close``. The config image comes from a ``ProfilerHost`` of the device's
     chip (``range_profiler``), which also evaluates the ranges."""
 
     def __init__(self, context: int, host: ProfilerHost) -> None:
@@ -182,7 +182,7 @@ class RangeProfilerSession:
             values[:, index] = self.host.evaluate(image, self._metrics, index)
         return Ranges(names, values.tolist(), int(decode.numOfRangeDropped))
 
-    def disable(self) -> None:
+    def close(self) -> None:
         """Disable the range profiler on the context; safe to call more than once."""
         if self._object is not None:
             params = _Object(pRangeProfilerObject=self._object)

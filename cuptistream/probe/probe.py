@@ -116,7 +116,12 @@ class Probe:
             if not isinstance(source, OnDemand):
                 continue
             try:
-                windows = int(source.open_window(request.seconds, request.request))
+                if request.metrics:
+                    windows = int(
+                        source.open_window(request.seconds, request.request, metrics=request.metrics)
+                    )
+                else:  # plug-ins written before --metrics take two arguments
+                    windows = int(source.open_window(request.seconds, request.request))
             except Exception as error:
                 answer.refused[source.name] = str(error) or type(error).__name__
                 continue

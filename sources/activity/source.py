@@ -62,6 +62,7 @@ from cuptistream.plugin import Emitter, Source
 from cuptistream.stacks import StackSampler
 
 from .config import ATTRIBUTES, STACK_JOIN_KINDS, ActivitySourceConfig, attribute_values
+from .kernel_profile import KernelProfile
 from .schedule import schedule_for
 from .windows import PRIOR_UNIT_COST, Windows
 
@@ -385,13 +386,16 @@ class ActivitySource(Source):
                 f"source:{self.name}", f"CUPTI stayed attached after a window: {why}", severity=severity
             )
 
-    def open_window(self, seconds: float, request: int) -> int:
+    def open_window(self, seconds: float, request: int, metrics: str = "") -> int:
         """An on-demand window of ``seconds`` (``cuptistream trace --for``, ``plugin.OnDemand``),
         charged to no budget; it opens on the window thread at once (after a budget window that is
-        open now closes). Raises ``RuntimeError`` while CUPTI is another tool's or the source stopped."""
+        open now closes). ``metrics`` (``--metrics``): also measure each kernel launched in it with
+        the range profiler (``kernel_profile``). Raises ``RuntimeError`` while CUPTI is another
+        tool's or the source stopped, and what ``KernelProfile.open`` raises."""
         if self.windows is None or not self._started:
             raise RuntimeError("not tracing now (stopped, or another tool has CUPTI)")
-        self.windows.request(seconds, request)
+        profile = KernelProfile.open(metrics, self.emitter, f"source:{self.name}") if metrics else None
+        self.windows.request(seconds, request, profile)
         return 1
 
     def window_records(self, records: WindowRecords) -> None:

@@ -59,6 +59,19 @@ class Tracer(Protocol):
         """Stop the window's kinds, hand over its records, then say it closed."""
 
 
+class Profile(Protocol):
+    """What runs beside an on-demand window's tracing (``kernel_profile.KernelProfile``)."""
+
+    def start(self) -> None: ...
+    def finish(self) -> None:
+        """Before the window's close: emit what was measured."""
+        ...
+
+    def cancel(self) -> None:
+        """The window did not open: release what was prepared."""
+        ...
+
+
 class Windows:
     """The window thread of one activity source. ``throttle`` is None for on-demand windows only
     (``activity.mode: full``); ``schedule`` places the budget windows (default: phases of its own,
@@ -70,7 +83,8 @@ class Windows:
         self.schedule = schedule or FreeSchedule(throttle.first_delay if throttle else lambda: 0.0)
         self.opened = 0  # budget windows opened
         self.on_demand = 0  # on-demand windows opened
-        self._requests: deque[tuple[float, int]] = deque()  # (seconds, request) from the collector
+        # (seconds, request, what runs beside it) from the collector
+        self._requests: deque[tuple[float, int, Profile | None]] = deque()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._priced: dict[int, WindowRecords] = {}
@@ -91,9 +105,10 @@ class Windows:
             self._thread.join()
             self._thread = None
 
-    def request(self, seconds: float, request: int) -> None:
-        """Open an on-demand window of ``seconds`` as soon as possible. Never waits."""
-        self._requests.append((seconds, request))
+    def request(self, seconds: float, request: int, profile: Profile | None = None) -> None:
+        """Open an on-demand window of ``seconds`` as soon as possible, with ``profile`` running
+        beside it. Never waits."""
+        self._requests.append((seconds, request, profile))
         self._wake.set()
 
     def priced(self, records: WindowRecords) -> None:
@@ -133,12 +148,18 @@ class Windows:
         self._wake.wait(seconds)
         self._wake.clear()
 
-    def _on_demand(self, seconds: float, request: int) -> None:
+    def _on_demand(self, seconds: float, request: int, profile: Profile | None) -> None:
         window = self.tracer.begin_window(True, request)
         if window is None:
+            if profile is not None:
+                profile.cancel()
             return
         self.on_demand += 1
+        if profile is not None:
+            profile.start()
         self._stopping.wait(seconds)
+        if profile is not None:
+            profile.finish()
         self.tracer.end_window(window)
 
     def _budget_window(self, throttle: Throttle) -> Plan:

@@ -1,0 +1,85 @@
+"""GPU acceptance of per-kernel metrics on demand: W2 (``bench/workloads.py``, an MLP training loop)
+runs under ``cuptistream run -c configs/production.yaml``; ``cuptistream trace --for 10s --metrics
+speed_of_light`` (a set that takes several passes: each kernel is replayed) returns once delivered,
+and the recording holds, for device 0, a ``kernel_metrics`` event naming every kernel name of the
+window's kernel records, each with a value of every metric. About a minute on an H100.
+
+With ``CUPTISTREAM_GPU_RESULTS=DIR`` the event goes to ``DIR/kernel_metrics.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+import yaml
+
+import cuptistream
+from cuptistream.events import Kernel, KernelMetrics, TraceWindow
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "cuptistream.cli"]
+SET = "speed_of_light"
+
+
+def _gpu() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+def test_a_metrics_window_on_w2_measures_every_kernel_name_in_it(tmp_path: Path) -> None:
+    _gpu()
+    out = tmp_path / "out"
+    cfg = yaml.safe_load((ROOT / "configs" / "production.yaml").read_text())
+    cfg["sinks"][0]["directory"] = str(out)
+    config = tmp_path / "production.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "CUPTISTREAM_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    workload = [sys.executable, str(ROOT / "bench" / "workloads.py"), "--workload", "W2", "--seconds", "40"]
+    run = subprocess.Popen([*CLI, "run", "--quiet", "-c", str(config), "--", *workload], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        time.sleep(10)  # CUDA up and the loop warm
+        began = time.monotonic()
+        trace = subprocess.run([*CLI, "trace", "--for", "10s", "--metrics", SET], env=env,
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        took = time.monotonic() - began
+    finally:
+        _, stderr = run.communicate(timeout=180)
+    assert trace.returncode == 0, trace.stderr
+    assert run.returncode == 0, stderr[-3000:]
+    print(trace.stdout.strip(), f"({took:.1f} s)")
+
+    events = list(cuptistream.read(out))
+    (window,) = [e for e in events if isinstance(e, TraceWindow) and e.on_demand]
+    names = {e.name for e in events if isinstance(e, Kernel) and window.start <= e.start < window.end}
+    (measured,) = [e for e in events if isinstance(e, KernelMetrics)]
+    if results := os.environ.get("CUPTISTREAM_GPU_RESULTS"):
+        Path(results).mkdir(parents=True, exist_ok=True)
+        (Path(results) / "kernel_metrics.json").write_text(
+            json.dumps(msgspec.to_builtins(measured), indent=1)
+        )
+    assert measured.device_id == 0 and measured.passes > 1 and measured.metrics
+    assert names, "the window recorded no kernels"
+    missing = sorted(names - set(measured.names))
+    assert not missing, (
+        f"{len(missing)} of {len(names)} kernel names not measured, e.g. {missing[:3]}; "
+        f"measured names look like {measured.names[:3]}"
+    )
+    for m, metric in enumerate(measured.metrics):
+        unread = [
+            name for name, value in zip(measured.names, measured.values[m], strict=True) if value is None
+        ]
+        assert not unread, f"{metric}: no value for {unread[:3]}"
+    duration = measured.values[measured.metrics.index("gpu__time_duration.sum")]
+    assert all(value is not None and value > 0 for value in duration)
+    assert sum(measured.launches) > 0
