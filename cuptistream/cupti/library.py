@@ -173,6 +173,17 @@ def params_size(struct: type[Structure], last_field: str) -> int:
     return int(field.offset + field.size)
 
 
+class SizedParams(Structure):
+    """A params struct whose ``structSize`` is filled in as its header's ``*_STRUCT_SIZE`` macro
+    computes it (``params_size``), up to ``_last`` (default: the last field)."""
+
+    _last = ""
+
+    def __init__(self, **fields: Any) -> None:
+        super().__init__(**fields)
+        self.structSize = params_size(type(self), self._last or self._fields_[-1][0])
+
+
 @cache
 def _libc_free() -> Any:
     free = libc().free

@@ -21,6 +21,7 @@ from ctypes import POINTER, Structure, byref, c_char_p, c_int, c_size_t, c_uint8
 from functools import cache
 from typing import Any
 
+from cuptistream.cupti.library import SizedParams, params_size
 from cuptistream.errors import LibraryNotFoundError
 
 NVPA_STATUS_SUCCESS = 0
@@ -52,39 +53,25 @@ class UnknownChipError(ValueError):
     """The chip name is not one this ``libnvperf_host`` supports."""
 
 
-def _size(struct: type[Structure], last_field: str) -> int:
-    field = getattr(struct, last_field)
-    return int(field.offset + field.size)
-
-
-class _Params(Structure):
-    """A params struct whose ``structSize`` is filled in as the header's macro says (``_last``)."""
-
-    _last = ""
-
-    def __init__(self, **fields: Any) -> None:
-        super().__init__(structSize=_size(type(self), self._last or self._fields_[-1][0]), **fields)
-
-
-class _Init(_Params):
+class _Init(SizedParams):
     _fields_ = [("structSize", c_size_t), ("pPriv", c_void_p)]
 
 
-class _SupportedChips(_Params):
+class _SupportedChips(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p),
         ("ppChipNames", POINTER(c_char_p)), ("numChipNames", c_size_t),
     ]  # fmt: skip
 
 
-class _ScratchSize(_Params):
+class _ScratchSize(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pChipName", c_char_p),
         ("pCounterAvailabilityImage", c_void_p), ("scratchBufferSize", c_size_t),
     ]  # fmt: skip
 
 
-class _EvaluatorInit(_Params):
+class _EvaluatorInit(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pScratchBuffer", c_void_p),
         ("scratchBufferSize", c_size_t), ("pChipName", c_char_p), ("pCounterAvailabilityImage", c_void_p),
@@ -92,11 +79,11 @@ class _EvaluatorInit(_Params):
     ]  # fmt: skip
 
 
-class _EvaluatorDestroy(_Params):
+class _EvaluatorDestroy(SizedParams):
     _fields_ = [("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p)]
 
 
-class _MetricNames(_Params):
+class _MetricNames(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p),
         ("metricType", c_uint8), ("pMetricNames", c_void_p), ("pMetricNameBeginIndices", POINTER(c_size_t)),
@@ -113,7 +100,7 @@ class _EvalRequest(Structure):
     ]
 
 
-class _ToEvalRequest(_Params):
+class _ToEvalRequest(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p),
         ("pMetricName", c_char_p), ("pMetricEvalRequest", POINTER(_EvalRequest)),
@@ -121,7 +108,7 @@ class _ToEvalRequest(_Params):
     ]  # fmt: skip
 
 
-class _RawDependencies(_Params):
+class _RawDependencies(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p),
         ("pMetricEvalRequests", POINTER(_EvalRequest)), ("numMetricEvalRequests", c_size_t),
@@ -131,14 +118,14 @@ class _RawDependencies(_Params):
     ]  # fmt: skip
 
 
-class _SetDeviceAttributes(_Params):
+class _SetDeviceAttributes(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p),
         ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t),
     ]  # fmt: skip
 
 
-class _EvaluateToGpuValues(_Params):
+class _EvaluateToGpuValues(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricsEvaluator", c_void_p),
         ("pMetricEvalRequests", POINTER(_EvalRequest)), ("numMetricEvalRequests", c_size_t),
@@ -148,25 +135,25 @@ class _EvaluateToGpuValues(_Params):
     ]  # fmt: skip
 
 
-class _RawRequest(_Params):
+class _RawRequest(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pMetricName", c_char_p),
         ("isolated", c_uint8), ("keepInstances", c_uint8),
     ]  # fmt: skip
 
 
-class _ConfigCreate(_Params):
+class _ConfigCreate(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("activityKind", c_int), ("pChipName", c_char_p),
         ("pCounterAvailabilityImage", c_void_p), ("pRawMetricsConfig", c_void_p),
     ]  # fmt: skip
 
 
-class _ConfigOnly(_Params):  # Destroy, EndPassGroup
+class _ConfigOnly(SizedParams):  # Destroy, EndPassGroup
     _fields_ = [("structSize", c_size_t), ("pPriv", c_void_p), ("pRawMetricsConfig", c_void_p)]
 
 
-class _BeginPassGroup(_Params):
+class _BeginPassGroup(SizedParams):
     _fields_ = [
         ("structSize", c_size_t),
         ("pPriv", c_void_p),
@@ -175,18 +162,18 @@ class _BeginPassGroup(_Params):
     ]
 
 
-class _AddMetrics(_Params):
+class _AddMetrics(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pRawMetricsConfig", c_void_p),
         ("pRawMetricRequests", POINTER(_RawRequest)), ("numMetricRequests", c_size_t),
     ]  # fmt: skip
 
 
-class _IsAddPossible(_Params):
+class _IsAddPossible(SizedParams):
     _fields_ = [*_AddMetrics._fields_, ("isPossible", c_uint8)]
 
 
-class _GenerateImage(_Params):
+class _GenerateImage(SizedParams):
     _fields_ = [
         ("structSize", c_size_t),
         ("pPriv", c_void_p),
@@ -195,7 +182,7 @@ class _GenerateImage(_Params):
     ]
 
 
-class _NumPasses(_Params):
+class _NumPasses(SizedParams):
     _fields_ = [
         ("structSize", c_size_t),
         ("pPriv", c_void_p),
@@ -368,7 +355,9 @@ class ChipMetrics:
                                  counterDataImageSize=len(image)),
         )  # fmt: skip
         values = (ctypes.c_double * len(requests))()
-        request_size = _size(_EvalRequest, "submetric")  # the header's NVPW_MetricEvalRequest_STRUCT_SIZE
+        request_size = params_size(
+            _EvalRequest, "submetric"
+        )  # the header's NVPW_MetricEvalRequest_STRUCT_SIZE
         columns: list[list[float]] = [[] for _ in requests]
         for index in range(samples):
             params = _EvaluateToGpuValues(

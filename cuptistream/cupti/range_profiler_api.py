@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from ctypes import Structure, c_char_p, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
+from ctypes import c_char_p, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
 from dataclasses import dataclass
 
 import numpy as np
 
-from cuptistream.cupti.library import call, params_size
+from cuptistream.cupti.library import SizedParams, call
 from cuptistream.cupti.profiler_host import ProfilerHost, name_array
 
 AUTO_RANGE = 1  # CUpti_ProfilerRange: CUPTI_AutoRange, a range around each kernel
@@ -27,25 +27,17 @@ KERNEL_REPLAY = 2  # CUpti_ProfilerReplayMode: CUPTI_KernelReplay, passes replay
 _DELIMITER = b"/"  # range names are one level deep in auto range: the kernel's name
 
 
-class _Params(Structure):
-    _last = ""
-
-    def __init__(self, **fields: object) -> None:
-        super().__init__(**fields)
-        self.structSize = params_size(type(self), self._last or self._fields_[-1][0])
-
-
-class _Object(_Params):  # Disable, Start, PopRange: only the object
+class _Object(SizedParams):  # Disable, Start, PopRange: only the object
     _fields_ = [("structSize", c_size_t), ("pPriv", c_void_p), ("pRangeProfilerObject", c_void_p)]
 
 
-class _Enable(_Params):
+class _Enable(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("ctx", c_void_p), ("pRangeProfilerObject", c_void_p),
     ]  # fmt: skip
 
 
-class _SetConfig(_Params):
+class _SetConfig(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pRangeProfilerObject", c_void_p),
         ("configSize", c_size_t), ("pConfig", c_void_p), ("counterDataImageSize", c_size_t),
@@ -55,21 +47,21 @@ class _SetConfig(_Params):
     ]  # fmt: skip
 
 
-class _Stop(_Params):
+class _Stop(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pRangeProfilerObject", c_void_p),
         ("passIndex", c_size_t), ("targetNestingLevel", c_size_t), ("isAllPassSubmitted", c_uint8),
     ]  # fmt: skip
 
 
-class _Decode(_Params):
+class _Decode(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pRangeProfilerObject", c_void_p),
         ("numOfRangeDropped", c_size_t),
     ]  # fmt: skip
 
 
-class _CounterDataSize(_Params):
+class _CounterDataSize(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pRangeProfilerObject", c_void_p),
         ("pMetricNames", c_void_p), ("numMetrics", c_size_t), ("maxNumOfRanges", c_size_t),
@@ -77,21 +69,21 @@ class _CounterDataSize(_Params):
     ]  # fmt: skip
 
 
-class _ImageInitialize(_Params):
+class _ImageInitialize(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pRangeProfilerObject", c_void_p),
         ("counterDataSize", c_size_t), ("pCounterData", c_void_p),
     ]  # fmt: skip
 
 
-class _CounterDataInfo(_Params):
+class _CounterDataInfo(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pCounterDataImage", c_void_p),
         ("counterDataImageSize", c_size_t), ("numTotalRanges", c_size_t),
     ]  # fmt: skip
 
 
-class _RangeInfo(_Params):
+class _RangeInfo(SizedParams):
     _fields_ = [
         ("structSize", c_size_t), ("pPriv", c_void_p), ("pCounterDataImage", c_void_p),
         ("counterDataImageSize", c_size_t), ("rangeIndex", c_size_t), ("rangeDelimiter", c_char_p),
