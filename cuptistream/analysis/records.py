@@ -209,10 +209,22 @@ class LPmKernelStats(Light, tag="pm_kernel_stats"):
     own_share: float
 
 
+class LKernelMetrics(Light, tag="kernel_metrics"):
+    start: int
+    end: int
+    device_id: int
+    metrics: list[str]
+    passes: int
+    names: list[str]
+    launches: list[int]
+    values: list[list[float | None]]
+    not_profiled: int = 0
+
+
 _READ = {
     LKernel, LMemcpy, LMemset, LGraphLaunch, LApiCall, LNvtxRange, LNvtxMarker, LPcSampleBatch,
     LSassMetricBatch, LLoss, LError, LCuptiYield, LActivityStats, LGpuStats, LPmSamples, LPmStats,
-    LPmKernelStats,
+    LPmKernelStats, LKernelMetrics,
     ev.StackTable, ev.StackChanges, ev.StackStats,
 }  # fmt: skip
 _known = {cls.__struct_config__.tag for cls in _READ}

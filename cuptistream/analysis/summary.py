@@ -30,13 +30,14 @@ from cuptistream.analysis.summary_report import Report, Table, Totals
 __all__ = ["Report", "Summarizer", "Table", "summarize"]
 
 # The families the summary folds; every other family is only counted, by its tag.
-API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, YIELD, OTHER, ASTATS, GSTATS, PMS, PMST, PMK = (
-    range(16)
+API, KERNEL, MEMCPY, MEMSET, NVTX, PC, SASS, LOSS, ERROR, YIELD, OTHER, ASTATS, GSTATS, PMS, PMST, PMK, KM = (
+    range(17)
 )
 _FAMILY_ID = {"api": API, "kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET, "nvtx_range": NVTX,
               "pc_samples": PC, "sass_metrics": SASS, "loss": LOSS, "error": ERROR,
               "cupti_yield": YIELD, "activity_stats": ASTATS, "gpu_stats": GSTATS, "pm_samples": PMS,
-              "pm_stats": PMST, "pm_kernel_stats": PMK}  # fmt: skip
+              "pm_stats": PMST, "pm_kernel_stats": PMK, "kernel_metrics": KM}  # fmt: skip
+_FAMILIES = len(_FAMILY_ID) + 1  # with OTHER
 _INTERVALS = frozenset({"api", "kernel", "memcpy", "memset", "nvtx_range"})
 
 _key = operator.attrgetter("summary_key")
@@ -86,7 +87,7 @@ class Summarizer(Totals):
             return
         codes, starts, ends = self._columns(events)
         family = self.families[codes]
-        present = np.bincount(family, minlength=PMK + 1).tolist()
+        present = np.bincount(family, minlength=_FAMILIES).tolist()
         inside = None if low is None else within(starts, low - off, high - off)  # type: ignore[operator]
         if present[OTHER]:  # counted by tag, whatever the filters
             counted = np.bincount(codes[family == OTHER])
@@ -153,7 +154,7 @@ class Summarizer(Totals):
         for fam, tag in ((PC, "pc_samples"), (SASS, "sass_metrics"), (LOSS, "loss"), (ERROR, "error"),
                          (YIELD, "cupti_yield"), (ASTATS, "activity_stats"),
                          (GSTATS, "gpu_stats"), (PMS, "pm_samples"), (PMST, "pm_stats"),
-                         (PMK, "pm_kernel_stats")):  # fmt: skip
+                         (PMK, "pm_kernel_stats"), (KM, "kernel_metrics")):  # fmt: skip
             if present[fam]:
                 rare[tag] = take(events, np.flatnonzero(family == fam))
         if rare:
@@ -306,8 +307,9 @@ class Summarizer(Totals):
         self, host: str, families: dict[str, Sequence[Any]], devices: frozenset[int] | None, off: int,
         low: int | None, high: int | None,
     ) -> None:  # fmt: skip
-        """PM sampling's counters (``summary_hardware``) and their attribution to kernels
-        (``summary_kernel_hardware``): an interval or a sample counts when it starts inside the window."""
+        """PM sampling's counters (``summary_hardware``), their attribution to kernels
+        (``summary_kernel_hardware``) and the range profiler's (``summary_kernel_metrics``): an
+        interval, a sample or a window counts when it starts inside the summary's window."""
         for st in families.get("pm_stats", ()):
             if (devices is None or st.device_id in devices) and _inside(st.interval_start + off, low, high):
                 self.event_counts["pm_stats"] += 1
@@ -316,6 +318,10 @@ class Summarizer(Totals):
             if (devices is None or st.device_id in devices) and _inside(st.interval_start + off, low, high):
                 self.event_counts["pm_kernel_stats"] += 1
                 self.kernel_hardware.add(host, st)
+        for event in families.get("kernel_metrics", ()):  # on-demand windows' range profiling
+            if (devices is None or event.device_id in devices) and _inside(event.start + off, low, high):
+                self.event_counts["kernel_metrics"] += 1
+                self.kernel_metrics.add(host, event)
         for samples in families.get("pm_samples", ()):
             if devices is not None and samples.device_id not in devices:
                 continue

@@ -20,6 +20,10 @@ from cuptistream.analysis.summary_kernel_hardware import HIDDEN as KERNEL_HARDWA
 from cuptistream.analysis.summary_kernel_hardware import NAME as KERNEL_HARDWARE
 from cuptistream.analysis.summary_kernel_hardware import TITLE as KERNEL_HARDWARE_TITLE
 from cuptistream.analysis.summary_kernel_hardware import KernelHardwareTotals
+from cuptistream.analysis.summary_kernel_metrics import COLUMNS as KERNEL_METRICS_COLUMNS
+from cuptistream.analysis.summary_kernel_metrics import NAME as KERNEL_METRICS
+from cuptistream.analysis.summary_kernel_metrics import TITLE as KERNEL_METRICS_TITLE
+from cuptistream.analysis.summary_kernel_metrics import KernelMetricsTotals
 from cuptistream.analysis.summary_statistics import StatisticsTotals
 
 _STALL_PREFIXES = ("smsp__pcsamp_warps_issue_stalled_", "smsp__pcsamp_")
@@ -91,6 +95,7 @@ class Totals:
         self.stats = StatisticsTotals()  # the collector's ActivityStats and GpuStats
         self.hardware = HardwareTotals()  # PM sampling's counters (PmStats, PmSamples)
         self.kernel_hardware = KernelHardwareTotals()  # ... attributed to kernels (PmKernelStats)
+        self.kernel_metrics = KernelMetricsTotals()  # the range profiler's, on demand (KernelMetrics)
 
     # --- the report -----------------------------------------------------------------------------
 
@@ -144,6 +149,8 @@ class Totals:
         rows, total = self.kernel_hardware.rows(self.display, top)
         report.tables.append(Table(KERNEL_HARDWARE, KERNEL_HARDWARE_TITLE, KERNEL_HARDWARE_COLUMNS, rows,
                                    total, KERNEL_HARDWARE_HIDDEN))  # fmt: skip
+        rows, total = self.kernel_metrics.rows(self.display, top)
+        report.tables.append(Table(KERNEL_METRICS, KERNEL_METRICS_TITLE, KERNEL_METRICS_COLUMNS, rows, total))
         report.tables.extend(self._sampling_tables(top))
         report.tables.append(Table(
             "losses", "Losses", ["stage", "reason", "unit", "events", "count"],
