@@ -51,13 +51,19 @@ def current_context() -> int:
 
 def active_primary_contexts() -> list[int]:
     """Each device's primary context that is active now (the one PyTorch and the runtime use)."""
+    return list(primary_contexts_by_device().values())
+
+
+def primary_contexts_by_device() -> dict[int, int]:
+    """CUDA ordinal -> its primary context, for each device whose primary context is active now
+    (the driver's answer alone: no CUPTI call)."""
     cuda = _libcuda()
     if cuda is None or cuda.cuInit(0) != 0:
-        return []
+        return {}
     count = ctypes.c_int(0)
     if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return []
-    found = []
+        return {}
+    found: dict[int, int] = {}
     for ordinal in range(count.value):
         device = ctypes.c_int(0)
         flags, active = ctypes.c_uint(0), ctypes.c_int(0)
@@ -73,7 +79,7 @@ def active_primary_contexts() -> list[int]:
         if cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device) == 0:
             cuda.cuDevicePrimaryCtxRelease_v2(device)
             if ctx.value:
-                found.append(int(ctx.value))
+                found[ordinal] = int(ctx.value)
     return found
 
 

@@ -180,9 +180,9 @@ class CuptiDeviceSide:
         self._hosts: list[Any] = []
 
     def contexts(self) -> dict[int, int]:
-        from cuptistream.cupti.contexts import active_primary_contexts, context_ids
+        from cuptistream.cupti.contexts import primary_contexts_by_device
 
-        return {context_ids(ctx)[0]: ctx for ctx in active_primary_contexts()}
+        return primary_contexts_by_device()
 
     def chip(self, device: int) -> str:
         from cuptistream.cupti.profiler_host import chip_name, initialize_profiler
