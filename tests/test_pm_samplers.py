@@ -87,6 +87,19 @@ def test_a_new_collector_lets_the_probes_that_sample_reclaim_their_devices_befor
     grants.close()
 
 
+def test_a_stopping_collector_hands_no_device_on_as_its_probes_hang_up() -> None:
+    """Its probes hang up in any order: the sampler's hang-up must not grant the device to one
+    still connected (the sampler samples on, and claims the device from the next collector)."""
+    grants = SamplerGrants(reclaim_s=0)
+    sampler, waiting = _Probe(1), _Probe(2)
+    grants.ask(sampler, _ask("GPU-0"))
+    grants.ask(waiting, _ask("GPU-0"))
+    grants.close()
+    grants.left(sampler)
+    grants.ask(waiting, _ask("GPU-0"))
+    assert waiting.sent == [] and grants.holder("GPU-0") == 0 and grants.handovers == 0
+
+
 # --- real collector, real probes ------------------------------------------------------------------
 
 _PROGRAM = """

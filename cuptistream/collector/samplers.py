@@ -51,6 +51,7 @@ class SamplerGrants:
         self._devices: dict[str, _Device] = {}
         self.handovers = 0
         self._granting = threading.Event()  # set once the probes sampling now had time to reclaim
+        self._closed = False
         self._timer = threading.Timer(reclaim_s, self._reclaimed)
         self._timer.daemon = True
         if reclaim_s > 0:
@@ -59,6 +60,11 @@ class SamplerGrants:
             self._granting.set()
 
     def close(self) -> None:
+        """The collector stops: grant nothing more. Its probes hang up in any order as it stops, and
+        a sampler's hang-up must not hand its device on: it still samples, and tells the next
+        collector it holds the device (a grant now would have two processes claim it)."""
+        with self._lock:
+            self._closed = True
         self._timer.cancel()
 
     def ask(self, asker: Asker, message: messages.SamplerAsk) -> None:
@@ -140,9 +146,10 @@ class SamplerGrants:
             return [asker.pid for asker, _ in device.waiting] if device is not None else []
 
     def _next(self, uuid: str, device: _Device, previous: int) -> tuple[Asker, messages.SamplerGrant] | None:
-        """Hand the device to the longest-waiting claim (under the lock); None: nobody waits."""
+        """Hand the device to the longest-waiting claim (under the lock); None: nobody waits, or
+        the collector stops (``close``)."""
         device.holder = None
-        if not device.waiting:
+        if not device.waiting or self._closed:
             return None
         asker, source = device.holder = device.waiting.pop(0)
         since = device.last_end if previous else 0
