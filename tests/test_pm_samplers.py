@@ -161,6 +161,7 @@ class _Node:
         self.out = tmp_path / "out"
         self.collector = self._collector()
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.probes: list[subprocess.Popen[str]] = []
 
     def _collector(self) -> Collector:
         config = cuptistream.load_config({
@@ -183,6 +184,7 @@ class _Node:
         process = subprocess.Popen(
             program, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+        self.probes.append(process)
         _wait_for(lambda: self.mark(name, "started") or process.poll() is not None, f"{name} to start")
         assert process.poll() is None, process.communicate()[1]
         return process
@@ -198,7 +200,12 @@ class _Node:
         return stats
 
     def recording(self) -> tuple[dict[int, list[PmSamples]], list[tuple[int, Error]], list[Loss]]:
-        """PM samples per pid, the errors with their pid, and the losses."""
+        """PM samples per pid, the errors with their pid, and the losses. Probes a failed test left
+        running are killed first."""
+        for process in self.probes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate(timeout=30)
         assert self.collector.finish(probe_timeout=30) is not None
         samples: dict[int, list[PmSamples]] = defaultdict(list)
         errors: list[tuple[int, Error]] = []
