@@ -36,6 +36,14 @@ class _Name:
                 self.weighted[metric] += value * launches
                 self.weights[metric] += launches
 
+    def merge(self, other: _Name) -> None:
+        """Take in ``other``'s launches (a recorded name that displays alike, demangled)."""
+        self.launches += other.launches
+        self.passes = max(self.passes, other.passes)
+        for metric, value in other.weighted.items():
+            self.weighted[metric] = self.weighted.get(metric, 0.0) + value
+            self.weights[metric] = self.weights.get(metric, 0) + other.weights[metric]
+
     def mean(self, metric: str) -> float | None:
         weight = self.weights.get(metric, 0)
         return self.weighted[metric] / weight if weight else None
@@ -58,29 +66,14 @@ class KernelMetricsTotals:
 
     def rows(self, display: Callable[[str], str], top: int | None) -> tuple[list[list[Any]], int]:
         """(rows, names before ``top`` cut each device's list); names as ``display`` shows them."""
-        shown: dict[tuple[str, int], dict[str, list[_Name]]] = {}
+        shown: dict[tuple[str, int], dict[str, _Name]] = {}
         for (host, device, name), totals in self.names.items():
-            shown.setdefault((host, device), {}).setdefault(display(name), []).append(totals)
+            shown.setdefault((host, device), {}).setdefault(display(name), _Name()).merge(totals)
         rows: list[list[Any]] = []
         total = 0
         for (host, device), names in sorted(shown.items()):
-            merged = {name: _merge(parts) for name, parts in names.items()}
-            ranked = sorted(merged.items(), key=lambda kv: (-kv[1].rank(), kv[0]))
+            ranked = sorted(names.items(), key=lambda kv: (-kv[1].rank(), kv[0]))
             total += len(ranked)
             for name, n in ranked[:top] if top is not None else ranked:
                 rows += [[host, device, name, n.launches, n.passes, m, n.mean(m)] for m in n.weighted]
         return rows, total
-
-
-def _merge(parts: list[_Name]) -> _Name:
-    """Recorded names that display alike (demangled) as one."""
-    if len(parts) == 1:
-        return parts[0]
-    out = _Name()
-    for part in parts:
-        out.launches += part.launches
-        out.passes = max(out.passes, part.passes)
-        for metric, value in part.weighted.items():
-            out.weighted[metric] = out.weighted.get(metric, 0.0) + value
-            out.weights[metric] = out.weights.get(metric, 0) + part.weights[metric]
-    return out

@@ -73,6 +73,7 @@ class ProbeConnection:
         self.producer: Producer | None = None
         self.pid = 0
         self.uuids: dict[int, str] = {}  # the probe's CUDA ordinal -> device UUID
+        self.ordinals: dict[str, int] = {}  # ... and back
         self.pools: dict[int, SlotPool] = {}
         self.streams: dict[int, Stream] = {}
         self.link: Link | None = None  # to this probe's decode worker, once it opened a stream
@@ -139,6 +140,7 @@ class ProbeConnection:
         elif isinstance(message, messages.Hello):
             self.pid = message.resource.pid
             self.uuids = {device.device_id: device.uuid for device in message.devices}
+            self.ordinals = {uuid: ordinal for ordinal, uuid in self.uuids.items()}
             for spec, fd in zip(message.pools, fds, strict=False):
                 self._map(spec, fd)
             self.producer = self.collector.probe_said_hello(message)
@@ -417,9 +419,8 @@ class ProbeConnection:
         """The PM samples published since the last call, to every stream (before its next buffers)."""
         if self._samples is None:
             return
-        ordinals = {uuid: ordinal for ordinal, uuid in self.uuids.items()}
         for key, published in self._samples.take():
-            payload = for_process(key, published, ordinals)
+            payload = for_process(key, published, self.ordinals)
             if payload is None:  # a GPU this process does not see
                 continue
             self._latest_samples[key] = payload

@@ -347,7 +347,7 @@ class ChipMetrics:
         sample it does not hold."""
         requests = self._requests(names)
         array = (_EvalRequest * len(requests))(*requests)
-        data = ctypes.create_string_buffer(bytes(image), len(image))
+        data = ctypes.create_string_buffer(image, len(image))
         where = ctypes.addressof(data)
         _nvpw(
             "NVPW_MetricsEvaluator_SetDeviceAttributes",
@@ -355,9 +355,8 @@ class ChipMetrics:
                                  counterDataImageSize=len(image)),
         )  # fmt: skip
         values = (ctypes.c_double * len(requests))()
-        request_size = params_size(
-            _EvalRequest, "submetric"
-        )  # the header's NVPW_MetricEvalRequest_STRUCT_SIZE
+        # The header's NVPW_MetricEvalRequest_STRUCT_SIZE; the stride is the array's.
+        request_size = params_size(_EvalRequest, "submetric")
         columns: list[list[float]] = [[] for _ in requests]
         for index in range(samples):
             params = _EvaluateToGpuValues(
