@@ -108,7 +108,7 @@ def _attribution(rec: Path) -> dict[str, Any]:
             truth = "thread_sin" if "sin" in name else "thread_cos"
         frames = index.frames_of(process, index.stack_at(process, thread, at))
         found = next((f.function for f in reversed(frames) if f.function in FUNCTIONS + THREADS), None)
-        rows.append({"truth": truth, "found": found, "ns": ns, "thread": thread,
+        rows.append({"truth": truth, "found": found, "ns": ns, "thread": thread, "at": at,
                      "frames": [(f.function, f.line) for f in frames]})  # fmt: skip
     by_stats: dict[str, int] = defaultdict(int)  # GPU time per function, read from stack_stats
     for (process, stack), ns in stack_ns.items():
@@ -181,6 +181,11 @@ def test_budget_mode_shares_match_full_mode(tmp_path: Path) -> None:
         "full": _shares(full["rows"], "found"),
         "budget statistics": {f: ns / whole for f, ns in of_functions.items()} if whole else {},
         "budget records": _shares(budget["rows"], "found"),
+        "budget records truth": _shares(budget["rows"], "truth"),
+        "budget records wrong": [r for r in budget["rows"] if r["truth"] == "gemm_loop" != r["found"]][:20],
+        "budget records by truth": {
+            f: _shares([r for r in budget["rows"] if r["truth"] == f], "found") for f in FUNCTIONS
+        },
     }
     _record("stacks_budget.json", shares)
     assert set(of_functions) == set(FUNCTIONS), shares
