@@ -86,6 +86,11 @@ class Emitter(abc.ABC):
     @abc.abstractmethod
     def emit_chunk(self, chunk: Chunk) -> None: ...
 
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait up to ``timeout`` s until what was emitted before this call is handed on; False if
+        it is not by then. Where events are handed on as they are emitted, there is nothing to wait for."""
+        return True
+
     @abc.abstractmethod
     def report_loss(self, stage: str, reason: str, count: int, unit: str = "events") -> None:
         """Count records lost before they became events (e.g. CUPTI's own drops)."""

@@ -18,7 +18,6 @@ refusal. Failures once the window runs (the counters held by PM sampling or anot
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -124,9 +123,7 @@ class KernelProfile:
         self.cancel()
         if events:
             self._emitter.emit(events)
-            flush: Callable[[float], Any] | None = getattr(self._emitter, "flush", None)
-            if flush is not None:  # the probe's: the events go out before the window's close
-                flush(_FLUSH_S)
+            self._emitter.flush(_FLUSH_S)  # the events go out before the window's close
 
     def cancel(self) -> None:
         """Release what ``open`` initialized (also when the window did not open)."""
