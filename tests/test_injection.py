@@ -122,7 +122,7 @@ def test_fork_children_get_their_own_probe_and_a_probed_parent_keeps_its_own(tmp
             pid = os.fork()
             if pid == 0:
                 init_cuda()
-                print("child", os.getpid(), flush=True)
+                os.write(1, f"child {os.getpid()}\\n".encode())  # one write: the children run at once
                 sys.exit(0)  # a normal exit: atexit handlers run in the child
             children.append(pid)
         for pid in children:
@@ -132,7 +132,7 @@ def test_fork_children_get_their_own_probe_and_a_probed_parent_keeps_its_own(tmp
         if pid == 0:  # the child of a probed process must leave the parent's probe alone
             sys.exit(0)
         os.waitpid(pid, 0)
-        print("parent", os.getpid(), flush=True)
+        os.write(1, f"parent {os.getpid()}\\n".encode())
     """,
     )
     result, report = _run(tmp_path, ["python", str(script)])
