@@ -20,8 +20,10 @@ Nsight) are one warning naming the holder and the fix; the source then stands by
 and tries again (``standby``, ``pm_standby``) until they free up, reported as a Loss of the samples
 missed and an ``info`` Error. Counters not ours to read (the driver's admin-only default) are one
 Error naming the driver option, and the source ends: that does not change while the process runs.
-The rest of the session runs on in both cases. A CUPTI call that does not return within
-``watchdog_timeout`` stops the source with an Error event.
+The rest of the session runs on in both cases. A metrics window of this process
+(``cuptistream trace --metrics``) borrows the counters (``counter_loans``): sampling stops and
+disables for the window's length, and the samples missed are a Loss (``counters_lent``). A CUPTI
+call that does not return within ``watchdog_timeout`` stops the source with an Error event.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
-from cuptistream.cupti import counter_holders
+from cuptistream.cupti import counter_holders, counter_loans
 from cuptistream.cupti.pm_metrics import choose_metrics
 from cuptistream.cupti.pm_sampling_api import (
     CountersHeld,
@@ -47,6 +49,7 @@ from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import PmSamples, nan_as_none
 
 from .cupti_worker import CuptiWorkerSource
+from .pm_lending import Lending
 from .pm_standby import CounterRetryConfig, Standby
 
 if TYPE_CHECKING:
@@ -111,6 +114,7 @@ class PmSamplingSource(CuptiWorkerSource):
 
             driver.require_gpu()
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by a metrics window's loan
         self.chip = ""
         self.metrics: list[str] = []
         self.stats: dict[str, float] = {
@@ -125,6 +129,7 @@ class PmSamplingSource(CuptiWorkerSource):
 
     def stop(self) -> None:
         self._stopping.set()
+        self._wake.set()
         self._thread.join(timeout=float(self.config.decode_period) + float(self.config.watchdog_timeout))
         self._release()
 
@@ -144,10 +149,13 @@ class PmSamplingSource(CuptiWorkerSource):
             if not self._begin_or_stand_by(session):
                 return
             self._last_decode = time.monotonic()
-            while not self._stopping.wait(float(cfg.decode_period)):
-                if self._watchdog.wedged.is_set():
+            lending = Lending(self._wake)
+            counter_loans.register(cfg.device, lending)
+            try:
+                if not self._sample(session, lending):
                     return
-                self._decode(session)
+            finally:
+                counter_loans.unregister(cfg.device, lending)
             self._call("cuptiPmSamplingStop", session.stop)
             self._decode(session)  # what the buffer held at Stop
         except NoCounterPermission as error:
@@ -175,6 +183,47 @@ class PmSamplingSource(CuptiWorkerSource):
             # then the device is handed on when this process leaves).
             if uuid and self.grants is not None and not self._watchdog.wedged.is_set():
                 self.grants.release(uuid, self.name, self._last_end)
+
+    def _sample(self, session: Any, lending: Lending) -> bool:
+        """Decode every ``decode_period`` until stopped (True); lend the counters when a metrics
+        window asks. False: a CUPTI call wedged, or the source stopped while they were lent."""
+        period = float(self.config.decode_period)
+        due = time.monotonic() + period
+        while True:
+            self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()  # the flags below say why it woke
+            if self._stopping.is_set():
+                return True
+            if self._watchdog.wedged.is_set():
+                return False
+            if lending.asked.is_set():
+                if not self._lend(session, lending):
+                    return False
+                due = time.monotonic() + period
+            elif time.monotonic() >= due:
+                self._decode(session)
+                due = time.monotonic() + period
+
+    def _lend(self, session: Any, lending: Lending) -> bool:
+        """Stop and disable for a metrics window, until every loan is over, then sample again. The
+        samples missed meanwhile are a Loss (``counters_lent``). False: stopped first."""
+        self._call("cuptiPmSamplingStop", session.stop)
+        self._decode(session)  # what the buffer held at Stop
+        self._call("cuptiPmSamplingDisable", session.disable)
+        began = time.monotonic()
+        lending.let_go()
+        while lending.asked.is_set() and not self._stopping.is_set():
+            self._wake.wait(_CONTEXT_POLL_S)
+            self._wake.clear()
+        lending.taken_up()
+        missed = round((time.monotonic() - began) / float(self.config.interval))
+        if missed:
+            self.stats["lost_samples"] += missed
+            self.emitter.report_loss(STAGE, "counters_lent", missed, unit="samples")
+        if self._stopping.is_set():
+            return False
+        self._last_decode = time.monotonic()
+        return self._begin_or_stand_by(session)
 
     def _wait_for_grant(self, uuid: str) -> bool:
         """Ask the collector for the device and wait; False: stopped first."""

@@ -12,7 +12,8 @@ profiler but are not measured (``not_profiled``).
 
 Failure modes: ``open`` raises ``ConfigError`` (a bad ``--metrics``) or ``RuntimeError`` (no CUDA
 context to profile, CUPTI without a range profiler); the collector shows the line as the source's
-refusal. Failures once the window runs (the counters held by PM sampling or another tool) are
+refusal. PM sampling in this process lends the window its counters (``counter_loans``); failures
+once the window runs (the counters held by PM sampling in another process, or by another tool) are
 ``error`` events and the window's records are delivered without metrics.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from cuptistream.cupti import driver
+from cuptistream.cupti import counter_loans, driver
 from cuptistream.cupti.kernel_metrics import KernelMetricChoice, choose
 from cuptistream.cupti.range_profiler_api import Ranges
 from cuptistream.events import KernelMetrics
@@ -31,6 +32,7 @@ from cuptistream.plugin import Emitter
 
 MAX_RANGES = 4096  # launches measured per device and window
 _FLUSH_S = 5.0  # the events' hand-over before the window's close is announced
+_LEND_S = 5.0  # for PM sampling to stop and disable (a decode of what its buffer holds included)
 
 
 class RangeSession(Protocol):
@@ -72,9 +74,17 @@ class KernelProfile:
     """One window's range profiling: ``open`` (checks, on the caller's thread), then ``start`` and
     ``finish`` on the window's thread."""
 
-    def __init__(self, devices: list[_Device], side: DeviceSide, emitter: Emitter, origin: str) -> None:
+    def __init__(
+        self,
+        devices: list[_Device],
+        side: DeviceSide,
+        emitter: Emitter,
+        origin: str,
+        loan: counter_loans.Loan,
+    ) -> None:
         self._devices = devices
         self._side = side
+        self._loan = loan
         self._emitter = emitter
         self._origin = origin
         self._start = 0
@@ -88,12 +98,20 @@ class KernelProfile:
         if not contexts:
             side.release()
             raise RuntimeError("--metrics: no CUDA context in this process yet: nothing to profile")
+        # PM sampling in this process holds the same counters: it lets go of them for the window.
+        loan = counter_loans.borrow(contexts, _LEND_S)
+        for device in loan.refused:
+            emitter.report_error(
+                origin, f"kernel metrics: PM sampling of device {device} did not let go of the counters "
+                f"within {_LEND_S:g}s; the device's profiling will likely fail", "warning",
+            )  # fmt: skip
         try:
             devices = [_Device(d, ctx, choose(spec, side.chip(d))) for d, ctx in sorted(contexts.items())]
         except BaseException:
             side.release()
+            loan.give_back()
             raise
-        return cls(devices, side, emitter, origin)
+        return cls(devices, side, emitter, origin, loan)
 
     def start(self) -> None:
         """Start profiling on every device; a device that fails is an ``error`` event."""
@@ -133,6 +151,7 @@ class KernelProfile:
             self._emitter.report_error(
                 self._origin, f"kernel metrics: releasing CUPTI's profiler failed: {error}"
             )
+        self._loan.give_back()
 
     def _failed(self, dev: _Device, what: str, error: Exception) -> None:
         message = f"kernel metrics of device {dev.device} {what}: {type(error).__name__}: {error}"
