@@ -2,7 +2,9 @@
 runs under ``cuptistream run -c configs/production.yaml``; ``cuptistream trace --for 10s --metrics
 speed_of_light`` (a set that takes several passes: each kernel is replayed) returns once delivered,
 and the recording holds, for device 0, a ``kernel_metrics`` event naming every kernel name of the
-window's kernel records, each with a value of every metric. About a minute on an H100.
+window's kernel records, each with a value of every metric. A ``pm_sampling`` source runs beside it
+and lends the window its counters: samples before and after the window, and a loss of those missed.
+About a minute on an H100.
 
 With ``CUPTISTREAM_GPU_RESULTS=DIR`` the event goes to ``DIR/kernel_metrics.json``.
 """
@@ -21,7 +23,7 @@ import pytest
 import yaml
 
 import cuptistream
-from cuptistream.events import Kernel, KernelMetrics, TraceWindow
+from cuptistream.events import Kernel, KernelMetrics, Loss, PmSamples, TraceWindow
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +42,7 @@ def test_a_metrics_window_on_w2_measures_every_kernel_name_in_it(tmp_path: Path)
     out = tmp_path / "out"
     cfg = yaml.safe_load((ROOT / "configs" / "production.yaml").read_text())
     cfg["sinks"][0]["directory"] = str(out)
+    cfg["sources"].append({"type": "pm_sampling"})  # it lends the window its counters
     config = tmp_path / "production.yaml"
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "CUPTISTREAM_RUNTIME_DIR": str(tmp_path / "runtime")}
@@ -83,3 +86,7 @@ def test_a_metrics_window_on_w2_measures_every_kernel_name_in_it(tmp_path: Path)
     duration = measured.values[measured.metrics.index("gpu__time_duration.sum")]
     assert all(value is not None and value > 0 for value in duration)
     assert sum(measured.launches) > 0
+    ends = [end for e in events if isinstance(e, PmSamples) for end in e.ends]
+    assert any(end < window.start for end in ends) and any(end > window.end for end in ends), "PM sampling"
+    lent = [e for e in events if isinstance(e, Loss) and e.reason == "counters_lent"]
+    assert lent and sum(e.count for e in lent) >= 10 / 0.02 * 0.8, lent
