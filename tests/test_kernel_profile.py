@@ -5,6 +5,7 @@ launch order, named after the kernel, and a count of launches that did not fit."
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from typing import Any
@@ -13,10 +14,12 @@ import pytest
 
 from cuptistream.cupti import driver
 from cuptistream.cupti.kernel_metrics import SETS, KernelMetricChoice, choose, parse_spec
+from cuptistream.cupti.launch_names import LaunchNames, kernel_launch_cbids
 from cuptistream.cupti.range_profiler_api import Ranges
+from cuptistream.cupti.subscriber import API_ENTER, API_EXIT, ApiCallbackData
 from cuptistream.errors import ConfigError
 from cuptistream.events import KernelMetrics
-from cuptistream.sources.activity.kernel_profile import MAX_RANGES, KernelProfile
+from cuptistream.sources.activity.kernel_profile import MAX_RANGES, UNNAMED, KernelProfile
 from cuptistream.sources.activity.windows import Windows
 from tests.test_sass_window import RecordingEmitter
 
@@ -80,7 +83,12 @@ class StandInSide:
     """Two devices with contexts; each device's session hands back ``ranges[device]``."""
 
     def __init__(self, ranges: dict[int, Ranges], fail_start: set[int] | None = None) -> None:
-        self.ranges = ranges
+        # CUPTI numbers its auto ranges; the names are those of the launches noted meanwhile
+        self.kernels = {device: list(r.names) for device, r in ranges.items()}
+        self.ranges = {
+            d: Ranges([str(i) for i in range(len(r.names))], r.values, r.dropped) for d, r in ranges.items()
+        }
+        self.watching = False
         self.fail_start = fail_start or set()
         self.sessions: dict[int, StandInSession] = {}
         self.max_ranges: list[int] = []
@@ -97,6 +105,12 @@ class StandInSide:
         self.max_ranges.append(max_ranges)
         self.sessions[device] = StandInSession(self.ranges[device], device in self.fail_start)
         return self.sessions[device]
+
+    def watch_launches(self) -> None:
+        self.watching = True
+
+    def launched(self, context: int) -> list[str]:
+        return self.kernels[context - 0xC0] if self.watching else []
 
     def release(self) -> None:
         self.released += 1
@@ -203,3 +217,46 @@ def test_the_profile_runs_inside_the_window_and_is_cancelled_when_none_opens(ope
     windows.stop()
     expected = ["begin", "profile start", "profile finish", "end"] if opens else ["begin", "profile cancel"]
     assert tracer.calls == expected
+
+
+def test_ranges_past_the_launches_noted_are_unnamed() -> None:
+    side = StandInSide({0: _ranges(["gemm", "add", "add"], [[1.0, 2.0, 4.0]])})
+    side.kernels[0] = ["gemm"]  # the second launch was a CUDA graph's: what follows cannot be matched
+    emitter = RecordingEmitter()
+    profile = KernelProfile.open("gpu__time_duration.sum", emitter, "source:activity", side)
+    profile.start()
+    profile.finish()
+    (event,) = emitter.events
+    assert isinstance(event, KernelMetrics)
+    assert event.names == ["gemm", UNNAMED] and event.launches == [1, 2] and event.values == [[1.0, 3.0]]
+
+
+def _launch(names: LaunchNames, cbid: int, context: int, symbol: bytes | None, site: int = API_ENTER) -> None:
+    name = ctypes.create_string_buffer(symbol) if symbol is not None else None
+    info = ApiCallbackData(
+        callbackSite=site, context=context, symbolName=ctypes.addressof(name) if name else None
+    )
+    names._on_launch(1, cbid, ctypes.addressof(info))
+
+
+def test_launch_names_are_noted_per_context_in_order_up_to_a_graph_launch() -> None:
+    """The driver callbacks' data as CUPTI hands it (``CUpti_CallbackData``); no CUPTI here to call them."""
+
+    class Enum:
+        def __init__(self, name: str, value: int) -> None:
+            self.name, self.value = name, value
+
+    class Cupti:
+        driver_api_trace_cbid = [Enum("cuLaunchKernel", 307), Enum("cuLaunchKernelEx", 652),
+                                 Enum("cuGraphLaunch", 514), Enum("cuLaunchHostFunc", 600), Enum("cuMemcpy", 20)]  # fmt: skip
+
+    names = LaunchNames(Cupti())
+    assert kernel_launch_cbids(Cupti()) == {307: False, 652: False, 514: True}
+    _launch(names, 307, 0xA, b"_Z4gemmv")
+    _launch(names, 652, 0xB, b"_Z3addv")
+    _launch(names, 307, 0xA, b"_Z3addv", site=API_EXIT)  # noted at the entry only
+    _launch(names, 652, 0xA, b"_Z3addv")
+    _launch(names, 514, 0xA, None)
+    _launch(names, 307, 0xA, b"_Z4gemmv")
+    assert names.names(0xA) == ["_Z4gemmv", "_Z3addv"] and names.names(0xB) == ["_Z3addv"]
+    assert names.names(0xC) == []

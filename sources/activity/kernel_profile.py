@@ -1,7 +1,8 @@
 """Per-kernel hardware metrics in an on-demand window (``cuptistream trace --for 10s --metrics SET``):
 while the window traces, CUPTI's range profiler measures every kernel launched on each device that
 has a primary context, each launch a range of its own (auto range), replayed by CUPTI as many times
-as the metrics need passes (kernel replay). At the window's close the ranges are evaluated and
+as the metrics need passes (kernel replay). CUPTI numbers the ranges; the kernels' names come
+from the launches noted meanwhile (``launch_names``). At the window's close the ranges are evaluated and
 folded per kernel name into one ``KernelMetrics`` event per device, emitted before the window's
 closing span, so ``cuptistream trace`` returns once they are delivered.
 
@@ -20,7 +21,7 @@ once the window runs (the counters held by PM sampling in another process, or by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -30,7 +31,11 @@ from cuptistream.cupti.range_profiler_api import Ranges
 from cuptistream.events import KernelMetrics
 from cuptistream.plugin import Emitter
 
+if TYPE_CHECKING:
+    from cuptistream.cupti.launch_names import LaunchNames
+
 MAX_RANGES = 4096  # launches measured per device and window
+UNNAMED = "[kernel not named]"  # a range whose launch was not noted (see ``launch_names``)
 _FLUSH_S = 5.0  # the events' hand-over before the window's close is announced
 _LEND_S = 5.0  # for PM sampling to stop and disable (a decode of what its buffer holds included)
 
@@ -57,8 +62,16 @@ class DeviceSide(Protocol):
         """Enabled and configured, not started."""
         ...
 
+    def watch_launches(self) -> None:
+        """Note the name of every kernel launched from now on, per context, in launch order."""
+        ...
+
+    def launched(self, context: int) -> list[str]:
+        """The kernels noted on ``context``, in launch order (CUPTI names its auto ranges "0", "1", ...)."""
+        ...
+
     def release(self) -> None:
-        """Undo what ``chip`` and ``session`` initialized."""
+        """Undo what ``chip``, ``session`` and ``watch_launches`` began."""
         ...
 
 
@@ -116,6 +129,12 @@ class KernelProfile:
     def start(self) -> None:
         """Start profiling on every device; a device that fails is an ``error`` event."""
         self._start = driver.timestamp()
+        try:
+            self._side.watch_launches()
+        except Exception as error:  # the ranges keep CUPTI's numbers for names
+            self._emitter.report_error(
+                self._origin, f"kernel metrics: cannot note the kernels' names: {error}", "warning"
+            )
         for dev in self._devices:
             try:
                 dev.session = self._side.session(dev.device, dev.context, dev.choice, MAX_RANGES)
@@ -136,7 +155,7 @@ class KernelProfile:
             except Exception as error:
                 self._failed(dev, "could not be read", error)
                 continue
-            events.append(_fold(dev, ranges, self._start, end))
+            events.append(_fold(dev, _named(ranges, self._side.launched(dev.context)), self._start, end))
             self._close(dev)
         self.cancel()
         if events:
@@ -168,6 +187,13 @@ class KernelProfile:
                 pass
 
 
+def _named(ranges: Ranges, launched: list[str]) -> Ranges:
+    """The ranges named after the kernels: range ``i`` measured the ``i``-th launch. Ranges past the
+    launches noted (after a CUDA graph launch, or none noted) are ``UNNAMED``."""
+    names = [launched[i] if i < len(launched) else UNNAMED for i in range(len(ranges.names))]
+    return Ranges(names, ranges.values, ranges.dropped)
+
+
 def _fold(dev: _Device, ranges: Ranges, start: int, end: int) -> KernelMetrics:
     """Per kernel name, in order of first launch: launches and each metric's mean (NaN left out)."""
     index: dict[str, int] = {}
@@ -194,6 +220,16 @@ class CuptiDeviceSide:
     def __init__(self) -> None:
         self._initialized = False
         self._hosts: list[Any] = []
+        self._launches: LaunchNames | None = None
+
+    def watch_launches(self) -> None:
+        from cuptistream.cupti.launch_names import LaunchNames
+
+        self._launches = LaunchNames()
+        self._launches.start()
+
+    def launched(self, context: int) -> list[str]:
+        return self._launches.names(context) if self._launches is not None else []
 
     def contexts(self) -> dict[int, int]:
         from cuptistream.cupti.contexts import primary_contexts_by_device
@@ -228,6 +264,8 @@ class CuptiDeviceSide:
     def release(self) -> None:
         from cuptistream.cupti.profiler_host import deinitialize_profiler
 
+        if self._launches is not None:
+            self._launches.stop()
         for host in self._hosts:
             host.close()
         self._hosts = []
