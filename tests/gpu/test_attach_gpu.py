@@ -143,7 +143,7 @@ def test_attach_records_the_window_only_and_the_loop_runs_on_at_its_speed(tmp_pa
     _gpu()
     per_step = _kernels_of_a_w2_step(tmp_path)
     root, config, log = _runtime(tmp_path), _config(tmp_path, "out"), tmp_path / "steps.jsonl"
-    loop = subprocess.Popen([sys.executable, "-c", WORKLOAD, "35", str(log), "w2", str(BENCH)],
+    loop = subprocess.Popen([sys.executable, "-c", WORKLOAD, "60", str(log), "w2", str(BENCH)],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     time.sleep(8)  # warm up and measure before
     began = time.time()
