@@ -11,8 +11,10 @@ import threading
 from typing import Any
 
 import pytest
+from cupti import cupti
 
 from cuptistream.cupti import driver
+from cuptistream.cupti.api_functions import api_names
 from cuptistream.cupti.kernel_metrics import SETS, KernelMetricChoice, choose, parse_spec
 from cuptistream.cupti.launch_names import LaunchNames, kernel_launch_cbids
 from cuptistream.cupti.range_profiler_api import Ranges
@@ -241,22 +243,15 @@ def _launch(names: LaunchNames, cbid: int, context: int, symbol: bytes | None, s
 
 def test_launch_names_are_noted_per_context_in_order_up_to_a_graph_launch() -> None:
     """The driver callbacks' data as CUPTI hands it (``CUpti_CallbackData``); no CUPTI here to call them."""
-
-    class Enum:
-        def __init__(self, name: str, value: int) -> None:
-            self.name, self.value = name, value
-
-    class Cupti:
-        driver_api_trace_cbid = [Enum("cuLaunchKernel", 307), Enum("cuLaunchKernelEx", 652),
-                                 Enum("cuGraphLaunch", 514), Enum("cuLaunchHostFunc", 600), Enum("cuMemcpy", 20)]  # fmt: skip
-
-    names = LaunchNames(Cupti())
-    assert kernel_launch_cbids(Cupti()) == {307: False, 652: False, 514: True}
-    _launch(names, 307, 0xA, b"_Z4gemmv")
-    _launch(names, 652, 0xB, b"_Z3addv")
-    _launch(names, 307, 0xA, b"_Z3addv", site=API_EXIT)  # noted at the entry only
-    _launch(names, 652, 0xA, b"_Z3addv")
-    _launch(names, 514, 0xA, None)
-    _launch(names, 307, 0xA, b"_Z4gemmv")
+    names = LaunchNames()
+    cbids = {api_names("driver")[cbid]: cbid for cbid in kernel_launch_cbids(cupti)}
+    assert {"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch"} <= set(cbids)
+    assert not any("HostFunc" in name for name in cbids)
+    _launch(names, cbids["cuLaunchKernel"], 0xA, b"_Z4gemmv")
+    _launch(names, cbids["cuLaunchKernelEx"], 0xB, b"_Z3addv")
+    _launch(names, cbids["cuLaunchKernel"], 0xA, b"_Z3addv", site=API_EXIT)  # noted at the entry only
+    _launch(names, cbids["cuLaunchKernelEx"], 0xA, b"_Z3addv")
+    _launch(names, cbids["cuGraphLaunch"], 0xA, None)
+    _launch(names, cbids["cuLaunchKernel"], 0xA, b"_Z4gemmv")
     assert names.names(0xA) == ["_Z4gemmv", "_Z3addv"] and names.names(0xB) == ["_Z3addv"]
     assert names.names(0xC) == []

@@ -15,6 +15,8 @@ import threading
 from typing import Any
 
 from cuptistream.cupti import subscriber
+from cuptistream.cupti.api_functions import api_names
+from cuptistream.cupti.launch_hook import launch_cbids
 from cuptistream.cupti.subscriber import API_ENTER, ApiCallbackData, Domain, Registration, address_of
 
 GRAPH_LAUNCH = "[CUDA graph launch]"
@@ -22,10 +24,10 @@ GRAPH_LAUNCH = "[CUDA graph launch]"
 
 def kernel_launch_cbids(cupti: Any) -> dict[int, bool]:
     """Driver API cbid -> whether it launches a graph, for every call that launches kernels."""
+    names = api_names("driver")
     return {
-        int(m.value): m.name.startswith("cuGraphLaunch")
-        for m in cupti.driver_api_trace_cbid
-        if m.name.startswith(("cuLaunch", "cuGraphLaunch")) and "HostFunc" not in m.name
+        cbid: names.get(cbid, "").startswith("cuGraphLaunch")
+        for cbid in launch_cbids(cupti)[Domain.DRIVER_API]
     }
 
 
