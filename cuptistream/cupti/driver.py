@@ -240,10 +240,8 @@ class _FinalizeAtApiExit:
 
     def on_api(self, domain: int, cbid: int, data: object) -> None:
         # Inside the CUDA call, on the application's thread: only the first exit acts.
-        address = subscriber.address_of(data)
-        if not address:
-            return
-        if subscriber.ApiCallbackData.from_address(address).callbackSite != subscriber.API_EXIT:
+        info = subscriber.api_callback_data(data)
+        if info is None or info.callbackSite != subscriber.API_EXIT:
             return
         with self._lock:
             if not self._armed:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cuptistream.cupti import subscriber
-from cuptistream.cupti.subscriber import API_EXIT, ApiCallbackData, Domain, Registration, address_of
+from cuptistream.cupti.subscriber import API_EXIT, Domain, Registration, api_callback_data
 
 _LAUNCH_PREFIXES = {
     Domain.RUNTIME_API: ("cudaLaunch", "cudaGraphLaunch"),
@@ -87,11 +87,8 @@ class LaunchHook:
     def _on_launch(self, domain: int, cbid: int, data: Any) -> None:
         if not self._pending:
             return  # armed, but this action already ran: the arming thread disarms soon
-        address = address_of(data)
-        if not address:
-            return
-        info = ApiCallbackData.from_address(address)
-        if info.callbackSite != API_EXIT or not info.context:
+        info = api_callback_data(data)
+        if info is None or info.callbackSite != API_EXIT or not info.context:
             return
         if not self._running.acquire(blocking=False):
             return  # another thread is running it right now

@@ -17,7 +17,7 @@ from typing import Any
 from cuptistream.cupti import subscriber
 from cuptistream.cupti.api_functions import api_names
 from cuptistream.cupti.launch_hook import launch_cbids
-from cuptistream.cupti.subscriber import API_ENTER, ApiCallbackData, Domain, Registration, address_of
+from cuptistream.cupti.subscriber import API_ENTER, Domain, Registration, api_callback_data
 
 GRAPH_LAUNCH = "[CUDA graph launch]"
 
@@ -69,11 +69,8 @@ class LaunchNames:
         return launched
 
     def _on_launch(self, domain: int, cbid: int, data: Any) -> None:
-        address = address_of(data)
-        if not address:
-            return
-        info = ApiCallbackData.from_address(address)
-        if info.callbackSite != API_ENTER or not info.context:
+        info = api_callback_data(data)
+        if info is None or info.callbackSite != API_ENTER or not info.context:
             return
         if self._cbids.get(cbid):
             name = GRAPH_LAUNCH

@@ -128,6 +128,12 @@ class ApiCallbackData(ctypes.Structure):
     ]
 
 
+def api_callback_data(data: Any) -> ApiCallbackData | None:
+    """The ``CUpti_CallbackData`` a runtime or driver API callback got, or None where it got none."""
+    address = address_of(data)
+    return ApiCallbackData.from_address(address) if address else None
+
+
 class Registration:
     """A registered handler. ``remove()`` is idempotent and may be called from any thread."""
 
