@@ -265,9 +265,20 @@ class PmSamplingSource(CuptiWorkerSource):
         cfg = self.config
         self.chip = self._enable(session)
         self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
-        self._call(
+        taken: list[str] = self._call(
             "cuptiPmSamplingSetConfig", session.configure, self.metrics, cfg.interval_ns, cfg.hardware_buffer
         )
+        if taken != self.metrics:
+            left_out = ", ".join(m for m in self.metrics if m not in taken)
+            if cfg.metrics is not None:
+                raise ValueError(f"CUPTI's PM sampling on {self.chip} does not sample {left_out}")
+            self.emitter.report_error(
+                self._origin,
+                f"PM sampling on {self.chip}: CUPTI does not sample {left_out}; the other {len(taken)} "
+                "default metrics are sampled",
+                severity="info",
+            )
+            self.metrics = taken
         self._call("cuptiPmSamplingStart", session.start)
 
     def _enable(self, session: Any) -> str:

@@ -274,7 +274,7 @@ first, last = int(sys.argv[3]), int(sys.argv[4])
 class StandIn:  # the device side of PM sampling, as CUPTI's answers it: one decode holds them all
     def __init__(self, device): self.given = False
     def enable(self): return "GH100"
-    def configure(self, metrics, interval_ns, hardware_buffer): self.metrics, self.step = metrics, interval_ns
+    def configure(self, metrics, interval_ns, hardware_buffer): self.metrics, self.step = metrics, interval_ns; return metrics
     def start(self): pass
     def stop(self): pass
     def disable(self): pass

@@ -36,6 +36,7 @@ class StandInSession:
         self.metrics: list[str] = []
         self.clock = 1_000 * MS
         self.overflow_at: set[int] = set()
+        self.refused: set[str] = set()  # metrics CUPTI's PM sampling does not sample
         self.decodes = 0
 
     def enable(self) -> str:
@@ -48,11 +49,13 @@ class StandInSession:
             raise error
         return "GH100"
 
-    def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> None:
+    def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> list[str]:
         self.calls.append("configure")
         if self.fail_config is not None:
             raise self.fail_config
-        self.metrics, self.interval_ns = metrics, interval_ns
+        # As PmSamplingSession: the metrics CUPTI's PM sampling does not take are left out
+        self.metrics, self.interval_ns = [m for m in metrics if m not in self.refused], interval_ns
+        return self.metrics
 
     def start(self) -> None:
         self.calls.append("start")
@@ -173,3 +176,33 @@ def test_bad_config_values_are_one_line(config: dict[str, Any], fragment: str) -
 
 def test_the_shortest_interval_is_taken() -> None:
     assert convert({"type": "pm_sampling", "interval": "10us"}, PmSamplingConfig).interval_ns == 10_000
+
+
+def test_a_default_metric_cupti_does_not_sample_is_left_out_with_one_info_line() -> None:
+    session = StandInSession(0)
+    refused = default_metrics("GH100").metrics[4]
+    session.refused = {refused}
+    _, emitter = _run_and_get(session, 0.2)
+    batches = [e for e in emitter.events if isinstance(e, PmSamples)]
+    assert batches and all(
+        b.metrics == [m for m in default_metrics("GH100").metrics if m != refused] for b in batches
+    )
+    assert all(len(b.values) == len(b.metrics) for b in batches)
+    ((_, message, severity, _),) = emitter.errors
+    assert severity == "info" and message.startswith(
+        f"PM sampling on GH100: CUPTI does not sample {refused};"
+    )
+
+
+def test_a_configured_metric_cupti_does_not_sample_is_one_error() -> None:
+    session = StandInSession(0)
+    session.refused = {"dram__cycles_active.avg.pct_of_peak_sustained_elapsed"}
+    _, emitter = _run_and_get(
+        session, 0.2, metrics=["sm__cycles_active.avg.pct_of_peak_sustained_elapsed", *session.refused]
+    )
+    assert not [e for e in emitter.events if isinstance(e, PmSamples)]
+    ((_, message, severity, _),) = emitter.errors
+    assert severity == "error" and message == (
+        "CUPTI's PM sampling on GH100 does not sample dram__cycles_active.avg.pct_of_peak_sustained_elapsed; "
+        "change pm_sampling.metrics or pm_sampling.interval"
+    )

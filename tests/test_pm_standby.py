@@ -284,7 +284,7 @@ class StandIn:  # the device side: Enable fails as CUPTI does while another tool
             open(marks + ".refused", "w").close()
             raise unavailable(self.device, 26)  # CUPTI_ERROR_HARDWARE_BUSY
         return "GH100"
-    def configure(self, metrics, interval_ns, hardware_buffer): self.metrics = metrics
+    def configure(self, metrics, interval_ns, hardware_buffer): self.metrics = metrics; return metrics
     def start(self): self.next = time.time_ns()
     def stop(self): pass
     def disable(self): pass

@@ -119,15 +119,11 @@ class PmSamplingSession:
         self._object = enable.p_pm_sampling_object
         return self.chip
 
-    def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> None:
-        """SetConfig with a GPU-time trigger; ValueError where CUPTI refuses it."""
+    def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> list[str]:
+        """SetConfig with a GPU-time trigger; ValueError where CUPTI refuses it. Returns the metrics
+        configured: those of ``metrics`` CUPTI's PM sampling takes (see ``_config_image``)."""
         c = self._c
-        host = ProfilerHost(self.chip)
-        try:
-            image = host.config_image(metrics)
-        except BaseException:
-            host.close()
-            raise
+        host, image, metrics = self._config_image(metrics)
         params = sized(c.PmSamplingSetConfigParams, c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
         params.config_size = len(image)
@@ -149,6 +145,40 @@ class PmSamplingSession:
             raise
         self._metrics = list(metrics)
         self._host = host  # kept for evaluation: one host object per session
+        return self._metrics
+
+    def _config_image(self, metrics: list[str]) -> tuple[ProfilerHost, np.ndarray, list[str]]:
+        """A host object with the config image of ``metrics``. Where CUPTI's PM sampling refuses the
+        list with INVALID_PARAMETER (it does for counters the metric library offers but PM sampling
+        cannot sample, e.g. ``sm__pipe_tensor_op_hmma_cycles_active`` on an H100), the image of those
+        it takes, each added in order if CUPTI still takes the list with it."""
+        c = self._c
+        taken: list[str] = []
+        host = ProfilerHost(self.chip)
+        try:
+            return host, host.config_image(metrics), list(metrics)
+        except c.cuptiError as error:
+            host.close()
+            if error.status != c.Result.ERROR_INVALID_PARAMETER:
+                raise
+        for metric in metrics:
+            trial = ProfilerHost(self.chip)
+            try:
+                trial.config_image([*taken, metric])
+                taken.append(metric)
+            except c.cuptiError as error:
+                if error.status != c.Result.ERROR_INVALID_PARAMETER:
+                    raise
+            finally:
+                trial.close()
+        if not taken:
+            raise ValueError(f"CUPTI's PM sampling on {self.chip} takes none of {', '.join(metrics)}")
+        host = ProfilerHost(self.chip)
+        try:
+            return host, host.config_image(taken), taken
+        except BaseException:
+            host.close()
+            raise
 
     def start(self) -> None:
         c = self._c

@@ -41,7 +41,7 @@ def main(out: Path) -> None:
     session = PmSamplingSession(0)
     chip = session.enable()
     metrics = default_metrics(chip).metrics
-    session.configure(metrics, INTERVAL_NS, HARDWARE_BUFFER)
+    metrics = session.configure(metrics, INTERVAL_NS, HARDWARE_BUFFER)  # those CUPTI samples
     session.start()
     try:
         _loop(1.0, lambda: a @ a)

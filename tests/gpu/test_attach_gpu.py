@@ -139,13 +139,24 @@ def _kernels_of_a_w2_step(tmp_path: Path) -> int:
     return usual
 
 
+def _wait_for_steps(log: Path, seconds: float) -> None:
+    """Until the loop has logged steps for ``seconds`` (its start-up, torch's import included, varies)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        steps = _steps(log) if log.exists() else []
+        if steps and steps[-1][1] - steps[0][0] >= seconds:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the loop logged no steps in 120 s")
+
+
 def test_attach_records_the_window_only_and_the_loop_runs_on_at_its_speed(tmp_path: Path) -> None:
     _gpu()
     per_step = _kernels_of_a_w2_step(tmp_path)
     root, config, log = _runtime(tmp_path), _config(tmp_path, "out"), tmp_path / "steps.jsonl"
     loop = subprocess.Popen([sys.executable, "-c", WORKLOAD, "60", str(log), "w2", str(BENCH)],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
-    time.sleep(8)  # warm up and measure before
+    _wait_for_steps(log, seconds=5)  # warm up and measure before
     began = time.time()
     attached, detached, stderr = _attach(loop.pid, root, config)
     out, _ = loop.communicate(timeout=120)

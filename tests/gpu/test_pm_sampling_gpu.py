@@ -139,11 +139,17 @@ class Phases:
     after the first idle spell) and those of the idle spell after it."""
 
     def __init__(self, events: list[Any], busy_kind: type[Kernel] | type[Memcpy] = Kernel) -> None:
-        errors = [e for e in events if isinstance(e, Error) and e.origin == "source:pm_sampling"]
+        errors = [
+            e
+            for e in events
+            if isinstance(e, Error) and e.origin == "source:pm_sampling" and e.severity != "info"
+        ]
         assert not errors, [e.message for e in errors]
         self.batches = [e for e in events if isinstance(e, PmSamples)]
         assert self.batches, "no pm_samples"
-        self.fields = default_metrics(self.batches[0].chip).fields
+        # the default fields CUPTI samples on this chip (it may leave some out: an info line says which)
+        fields = default_metrics(self.batches[0].chip).fields
+        self.fields = {field: name for field, name in fields.items() if name in self.batches[0].metrics}
         self.metrics = self.batches[0].metrics
         assert all(b.metrics == self.metrics for b in self.batches)
         assert self.metrics == list(self.fields.values())

@@ -27,6 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
+import cuptistream
+from cuptistream.events import TraceWindow
+
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = ROOT / "tests" / "gpu" / "workloads" / "stacks_workload.py"
@@ -84,7 +87,6 @@ def _attribution(rec: Path) -> dict[str, Any]:
     launches: dict[int, tuple[int, int]] = {}
     kernels: list[tuple[tuple[str, int], int, str, int]] = []  # (process, correlation, name, ns)
     stack_ns: dict[tuple[tuple[str, int], int], int] = defaultdict(int)  # the collector's stack_stats
-    windows = window_ns = 0
     for part in open_recordings([str(rec)]).parts():
         index.add(part.resource, part.events)
         process = (part.resource.host, part.resource.pid)
@@ -96,9 +98,6 @@ def _attribution(rec: Path) -> dict[str, Any]:
                 launches[event.correlation_id] = (event.thread_id & MASK, event.start)
             elif tag == "kernel":
                 kernels.append((process, event.correlation_id, event.name, event.end - event.start))
-            elif tag == "trace_window":
-                windows += 1
-                window_ns += event.end - event.start
             elif tag == "stack_stats":
                 column = event.estimated_gpu_ns if event.estimated else event.gpu_ns
                 for stack, ns in zip(event.stack_ids, column, strict=True):
@@ -118,7 +117,12 @@ def _attribution(rec: Path) -> dict[str, Any]:
     for (process, stack), ns in stack_ns.items():
         frames = index.frames_of(process, stack) if stack > 0 else []
         by_stats[next((f.function for f in reversed(frames) if f.function in FUNCTIONS), "")] += ns
-    seen = {"nvtx_ranges": len(ranges), "windows": windows, "window_s": round(window_ns / 1e9, 3)}
+    windows = [e for e in cuptistream.read(rec) if isinstance(e, TraceWindow)]
+    seen = {
+        "nvtx_ranges": len(ranges),
+        "windows": len(windows),
+        "window_s": sum(w.end - w.start for w in windows) / 1e9,
+    }
     return {"rows": rows, "stats": dict(by_stats), "seen": seen}
 
 
