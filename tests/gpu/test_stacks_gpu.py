@@ -16,6 +16,7 @@ With ``CUPTISTREAM_GPU_RESULTS=DIR`` the measured shares go to ``DIR/stacks.json
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import subprocess
@@ -118,10 +119,20 @@ def _attribution(rec: Path) -> dict[str, Any]:
         frames = index.frames_of(process, stack) if stack > 0 else []
         by_stats[next((f.function for f in reversed(frames) if f.function in FUNCTIONS), "")] += ns
     windows = [e for e in cuptistream.read(rec) if isinstance(e, TraceWindow)]
+    api_starts = sorted(start for _, start in launches.values())
     seen = {
         "nvtx_ranges": len(ranges),
         "windows": len(windows),
         "window_s": sum(w.end - w.start for w in windows) / 1e9,
+        # per window: its length and how long after its start the first API record came (ms)
+        "window_ms_and_first_api_ms": [
+            (
+                round((w.end - w.start) / 1e6, 1),
+                round((api_starts[i] - w.start) / 1e6, 1) if i < len(api_starts) else None,
+            )
+            for w in windows
+            for i in [bisect.bisect_left(api_starts, w.start)]
+        ][:60],
     }
     return {"rows": rows, "stats": dict(by_stats), "seen": seen}
 
