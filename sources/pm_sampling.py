@@ -119,7 +119,7 @@ class PmSamplingSource(CuptiWorkerSource):
         self.metrics: list[str] = []
         self.stats: dict[str, float] = {
             "decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0, "granted": 0, "grant_wait_s": 0.0,
-            "standby_s": 0.0, "standbys": 0,
+            "standby_s": 0.0, "standbys": 0, "sampled_metrics": 0,
         }  # fmt: skip
         self._handover: SamplerGrant | None = None  # taken over: the gap is reported at the first samples
         self._granted_at = 0
@@ -272,13 +272,15 @@ class PmSamplingSource(CuptiWorkerSource):
             left_out = ", ".join(m for m in self.metrics if m not in taken)
             if cfg.metrics is not None:
                 raise ValueError(f"CUPTI's PM sampling on {self.chip} does not sample {left_out}")
-            self.emitter.report_error(
-                self._origin,
-                f"PM sampling on {self.chip}: CUPTI does not sample {left_out}; the other {len(taken)} "
-                "default metrics are sampled",
-                severity="info",
-            )
+            if self.stats["sampled_metrics"] != len(taken):  # said once, not again after each loan
+                self.emitter.report_error(
+                    self._origin,
+                    f"PM sampling on {self.chip}: CUPTI does not sample {left_out}; the other {len(taken)} "
+                    "default metrics are sampled",
+                    severity="info",
+                )
             self.metrics = taken
+        self.stats["sampled_metrics"] = len(self.metrics)
         self._call("cuptiPmSamplingStart", session.start)
 
     def _enable(self, session: Any) -> str:
