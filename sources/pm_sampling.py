@@ -117,9 +117,10 @@ class PmSamplingSource(CuptiWorkerSource):
         self._wake = threading.Event()  # set by stop() and by a metrics window's loan
         self.chip = ""
         self.metrics: list[str] = []
+        self._left_out_said = False  # the default metrics CUPTI does not sample, named once
         self.stats: dict[str, float] = {
             "decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0, "granted": 0, "grant_wait_s": 0.0,
-            "standby_s": 0.0, "standbys": 0, "sampled_metrics": 0,
+            "standby_s": 0.0, "standbys": 0,
         }  # fmt: skip
         self._handover: SamplerGrant | None = None  # taken over: the gap is reported at the first samples
         self._granted_at = 0
@@ -272,7 +273,8 @@ class PmSamplingSource(CuptiWorkerSource):
             left_out = ", ".join(m for m in self.metrics if m not in taken)
             if cfg.metrics is not None:
                 raise ValueError(f"CUPTI's PM sampling on {self.chip} does not sample {left_out}")
-            if self.stats["sampled_metrics"] != len(taken):  # said once, not again after each loan
+            if not self._left_out_said:  # said once, not again each time sampling begins after a loan
+                self._left_out_said = True
                 self.emitter.report_error(
                     self._origin,
                     f"PM sampling on {self.chip}: CUPTI does not sample {left_out}; the other {len(taken)} "
@@ -280,7 +282,6 @@ class PmSamplingSource(CuptiWorkerSource):
                     severity="info",
                 )
             self.metrics = taken
-        self.stats["sampled_metrics"] = len(self.metrics)
         self._call("cuptiPmSamplingStart", session.start)
 
     def _enable(self, session: Any) -> str:

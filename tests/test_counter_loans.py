@@ -7,7 +7,7 @@ CUPTI does; the loan, the source's worker and the profile are the real ones."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -15,6 +15,7 @@ from cuptistream.cupti import counter_loans, driver
 from cuptistream.cupti.pm_metrics import default_metrics
 from cuptistream.events import KernelMetrics
 from cuptistream.sources.activity.kernel_profile import KernelProfile
+from tests.test_coexist import wait_for
 from tests.test_kernel_profile import StandInSide, _ranges
 from tests.test_pm_sampling_source import StandInSession, _source
 from tests.test_sass_window import RecordingEmitter
@@ -27,13 +28,6 @@ def _no_driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     driver.acquire("test")  # so the source's release does not finalize a CUPTI that has no driver here
     yield
     driver.release("test", finalize=False)
-
-
-def _wait_until(condition: Callable[[], bool], seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 class ProfilingSide(StandInSide):
@@ -55,7 +49,7 @@ def test_a_metrics_window_borrows_the_counters_and_pm_sampling_resumes_after() -
     source, pm_events = _source(pm)  # a sample every 10 ms, decoded every 50 ms
     source.start()
     try:
-        _wait_until(lambda: pm.decodes >= 2)
+        assert wait_for(lambda: pm.decodes >= 2, 5.0)
         side, window = ProfilingSide(pm), RecordingEmitter()
         profile = KernelProfile.open("gpu__time_duration.sum", window, "source:activity", side)
         assert side.pm_calls_at_chip[-2:] == ["stop", "disable"], "the profiler began beside PM sampling"
@@ -64,7 +58,7 @@ def test_a_metrics_window_borrows_the_counters_and_pm_sampling_resumes_after() -
         time.sleep(0.3)
         assert pm.decodes == decodes and pm.calls[-1] == "disable", "PM sampling went on in the window"
         profile.finish()
-        _wait_until(lambda: pm.decodes >= decodes + 2)
+        assert wait_for(lambda: pm.decodes >= decodes + 2, 5.0)
     finally:
         source.stop()
     assert [e for e in window.events if isinstance(e, KernelMetrics)] and window.errors == []
@@ -79,7 +73,7 @@ def test_stopping_while_the_counters_are_lent_returns_at_once() -> None:
     pm = StandInSession(0)
     source, pm_events = _source(pm)
     source.start()
-    _wait_until(lambda: pm.decodes >= 1)
+    assert wait_for(lambda: pm.decodes >= 1, 5.0)
     loan = counter_loans.borrow([0], timeout=2.0)
     assert loan.refused == []
     time.sleep(0.1)

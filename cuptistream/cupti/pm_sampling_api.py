@@ -153,29 +153,35 @@ class PmSamplingSession:
         cannot sample, e.g. ``sm__pipe_tensor_op_hmma_cycles_active`` on an H100), the image of those
         it takes, each added in order if CUPTI still takes the list with it."""
         c = self._c
-        taken: list[str] = []
-        host = ProfilerHost(self.chip)
         try:
-            return host, host.config_image(metrics), list(metrics)
+            return (*self._host_with(metrics), list(metrics))
         except c.cuptiError as error:
-            host.close()
             if error.status != c.Result.ERROR_INVALID_PARAMETER:
                 raise
+        taken: list[str] = []
+        best: tuple[ProfilerHost, np.ndarray] | None = None  # the host of the longest list taken
         for metric in metrics:
-            trial = ProfilerHost(self.chip)
             try:
-                trial.config_image([*taken, metric])
-                taken.append(metric)
+                trial = self._host_with([*taken, metric])
             except c.cuptiError as error:
                 if error.status != c.Result.ERROR_INVALID_PARAMETER:
+                    if best is not None:
+                        best[0].close()
                     raise
-            finally:
-                trial.close()
-        if not taken:
+                continue
+            if best is not None:
+                best[0].close()
+            best = trial
+            taken.append(metric)
+        if best is None:
             raise ValueError(f"CUPTI's PM sampling on {self.chip} takes none of {', '.join(metrics)}")
+        return (*best, taken)
+
+    def _host_with(self, metrics: list[str]) -> tuple[ProfilerHost, np.ndarray]:
+        """A host object and the config image of ``metrics``; the host is closed if that fails."""
         host = ProfilerHost(self.chip)
         try:
-            return host, host.config_image(taken), taken
+            return host, host.config_image(metrics)
         except BaseException:
             host.close()
             raise
