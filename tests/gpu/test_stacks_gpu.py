@@ -112,7 +112,7 @@ def _attribution(rec: Path) -> dict[str, Any]:
             truth = "thread_sin" if "sin" in name else "thread_cos"
         frames = index.frames_of(process, index.stack_at(process, thread, at))
         found = next((f.function for f in reversed(frames) if f.function in FUNCTIONS + THREADS), None)
-        rows.append({"truth": truth, "found": found, "ns": ns, "thread": thread, "at": at,
+        rows.append({"truth": truth, "found": found, "ns": ns, "thread": thread, "at": at, "name": name[:40],
                      "frames": [(f.function, f.line) for f in frames]})  # fmt: skip
     by_stats: dict[str, int] = defaultdict(int)  # GPU time per function, read from stack_stats
     for (process, stack), ns in stack_ns.items():
@@ -145,6 +145,14 @@ def _pairs(rows: list[dict[str, Any]]) -> dict[str, list[int]]:
         pair[0] += 1
         pair[1] += row["ns"]
     return dict(pairs)
+
+
+def _names(rows: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """The most frequent (kernel name, truth) pairs: which kernels the records hold at all."""
+    counts: dict[str, int] = defaultdict(int)
+    for row in rows:
+        counts[f"{row['name']} @ {row['truth']}"] += 1
+    return sorted(counts.items(), key=lambda item: -item[1])[:20]
 
 
 def _shares(rows: list[dict[str, Any]], key: str) -> dict[str, float]:
@@ -214,6 +222,7 @@ def test_budget_mode_shares_match_full_mode(tmp_path: Path) -> None:
         "budget records truth": _shares(budget["rows"], "truth"),
         "budget rows by truth and found": _pairs(budget["rows"]),
         "budget ranges and windows": budget["seen"],
+        "budget kernels by name and truth": _names(budget["rows"]),
         "budget records by truth": {
             f: _shares([r for r in budget["rows"] if r["truth"] == f], "found") for f in FUNCTIONS
         },
