@@ -121,9 +121,24 @@ class PmSamplingSession:
 
     def configure(self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int) -> list[str]:
         """SetConfig with a GPU-time trigger; ValueError where CUPTI refuses it. Returns the metrics
-        configured: those of ``metrics`` CUPTI's PM sampling takes (see ``_config_image``)."""
-        c = self._c
+        configured: those of ``metrics`` CUPTI's PM sampling takes (see ``_config_image``), and where
+        SetConfig refuses the list (more than one pass: the host library's count is not what the
+        device's CUPTI finds), as many as it takes, each added in order if SetConfig still takes the
+        list with it."""
         host, image, metrics = self._config_image(metrics)
+        try:
+            self._set_config(image, interval_ns, hardware_buffer_bytes)
+        except self._c.cuptiError as error:
+            host.close()
+            if not self._refused(error):
+                raise
+            host, metrics = self._fit_set_config(metrics, interval_ns, hardware_buffer_bytes)
+        self._metrics = list(metrics)
+        self._host = host  # kept for evaluation: one host object per session
+        return self._metrics
+
+    def _set_config(self, image: np.ndarray, interval_ns: int, hardware_buffer_bytes: int) -> None:
+        c = self._c
         params = sized(c.PmSamplingSetConfigParams, c.PM_SAMPLING_SET_CONFIG_PARAMS_STRUCT_SIZE)
         params.p_pm_sampling_object = self._object
         params.config_size = len(image)
@@ -132,20 +147,44 @@ class PmSamplingSession:
         params.sampling_interval = interval_ns
         params.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
         params.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
-        try:
-            c.pm_sampling_set_config(params.ptr)
-        except c.cuptiError as error:
-            host.close()
-            if error.status in (c.Result.ERROR_NOT_SUPPORTED, c.Result.ERROR_INVALID_PARAMETER):
-                raise ValueError(
-                    f"CUPTI refused the PM sampling config on {self.chip} ({c.Result(error.status).name}): "
-                    "more than one pass, an interval below the hardware's minimum, or a GPU-time trigger "
-                    "this chip lacks (Turing, GA100)"
-                ) from None
-            raise
-        self._metrics = list(metrics)
-        self._host = host  # kept for evaluation: one host object per session
-        return self._metrics
+        c.pm_sampling_set_config(params.ptr)
+
+    def _refused(self, error: Any) -> bool:
+        result = self._c.Result
+        return bool(error.status in (result.ERROR_NOT_SUPPORTED, result.ERROR_INVALID_PARAMETER))
+
+    def _fit_set_config(
+        self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int
+    ) -> tuple[ProfilerHost, list[str]]:
+        """The longest in-order selection of ``metrics`` SetConfig takes, configured; ValueError
+        where it takes none (then the interval or the trigger is what it refuses)."""
+        taken: list[str] = []
+        best: tuple[ProfilerHost, np.ndarray] | None = None
+        applied = True  # the session holds best's config (SetConfig was last called with it)
+        for metric in metrics:
+            host, image = self._host_with([*taken, metric])
+            try:
+                self._set_config(image, interval_ns, hardware_buffer_bytes)
+            except self._c.cuptiError as error:
+                host.close()
+                if not self._refused(error):
+                    if best is not None:
+                        best[0].close()
+                    raise
+                applied = False
+                continue
+            if best is not None:
+                best[0].close()
+            best, applied = (host, image), True
+            taken.append(metric)
+        if best is None:
+            raise ValueError(
+                f"CUPTI refused the PM sampling config on {self.chip}: an interval below the "
+                "hardware's minimum, or a GPU-time trigger this chip lacks (Turing, GA100)"
+            )
+        if not applied:
+            self._set_config(best[1], interval_ns, hardware_buffer_bytes)
+        return best[0], taken
 
     def _config_image(self, metrics: list[str]) -> tuple[ProfilerHost, np.ndarray, list[str]]:
         """A host object with the config image of ``metrics``. Where CUPTI's PM sampling refuses the
