@@ -325,7 +325,7 @@ class PmSamples(Event, tag="pm_samples"):
     second for ``*.per_second``)."""
 
     device_id: int
-    chip: str  # "GH100", ...
+    chip: str  # "GH100", ...; with ``backend: nvml``, the device's name as NVML gives it
     metrics: list[str]
     starts: list[int]
     ends: list[int]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -47,6 +47,7 @@ from cuptistream.cupti.pm_sampling_api import (
 )
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import PmSamples, nan_as_none
+from cuptistream.nvml.gpm import MIN_INTERVAL_NS, GpmSession, GpmUnavailable, resolve_gpm_metrics
 
 from .cupti_worker import CuptiWorkerSource
 from .pm_lending import Lending
@@ -65,10 +66,12 @@ _TAKEOVER_S = 5.0
 
 
 class PmSamplingConfig(SourceConfig):
+    # cupti: CUPTI's PM sampling, in the probe; nvml: NVML's GPM (Hopper and later), device-level.
+    backend: Literal["cupti", "nvml"] = "cupti"
     # The counters; None: the default set for the chip (docs/config.md lists it per chip).
     metrics: list[str] | None = None
     device: int = 0
-    interval: Duration = Duration(0.02)  # GPU time between samples
+    interval: Duration | None = None  # time between samples; None: 20 ms (cupti), 100 ms (nvml)
     decode_period: Duration = Duration(1.0)  # how often the hardware buffer is decoded
     hardware_buffer: int = 64 << 20  # bytes of device memory for samples between decodes
     watchdog_timeout: Duration = Duration(30.0)
@@ -78,21 +81,39 @@ class PmSamplingConfig(SourceConfig):
     def __post_init__(self) -> None:
         require_at_least("device", self.device, 0)
         for key in ("interval", "decode_period", "watchdog_timeout"):
-            require_positive(key, getattr(self, key))
+            if getattr(self, key) is not None:
+                require_positive(key, getattr(self, key))
         if self.interval_ns < 10_000:  # in whole ns: 10us parses as 9.999...e-06 s
-            raise ValueError(f"interval must be at least 10us, got {float(self.interval) * 1e6:g}us")
-        if self.decode_period < self.interval:
+            raise ValueError(f"interval must be at least 10us, got {self.interval_s * 1e6:g}us")
+        if self.backend == "nvml" and self.interval_ns < MIN_INTERVAL_NS:
+            raise ValueError(
+                f"interval must be at least {MIN_INTERVAL_NS // 1_000_000}ms with backend: nvml (GPM's "
+                f"counters change about every 100 ms; closer samples read zeros), "
+                f"got {self.interval_s * 1e3:g}ms"
+            )
+        if self.backend == "nvml" and self.metrics is not None:
+            try:  # names CUPTI's catalog does not hold: checked here, not once sampling begins
+                resolve_gpm_metrics(self.metrics)
+            except ConfigError as error:
+                raise ValueError(str(error)) from None
+        if float(self.decode_period) < self.interval_s:
             raise ValueError("decode_period must be at least interval")
         require_at_least("hardware_buffer", self.hardware_buffer, 1 << 20)
 
     @property
+    def interval_s(self) -> float:
+        if self.interval is not None:
+            return float(self.interval)
+        return MIN_INTERVAL_NS / 1e9 if self.backend == "nvml" else 0.02
+
+    @property
     def interval_ns(self) -> int:
-        return round(float(self.interval) * 1e9)
+        return round(self.interval_s * 1e9)
 
     @property
     def samples_per_decode(self) -> int:
         """Room for two decode periods of samples in one counter data image (a late decode)."""
-        return max(16, 2 * round(float(self.decode_period) / float(self.interval)))
+        return max(16, 2 * round(float(self.decode_period) / self.interval_s))
 
 
 class PmSamplingSource(CuptiWorkerSource):
@@ -146,7 +167,7 @@ class PmSamplingSource(CuptiWorkerSource):
             uuid = self.grants.uuid_of(cfg.device) if self.grants is not None else ""
             if uuid and not self._wait_for_grant(uuid):
                 return
-            session = self.session_factory(cfg.device)
+            session = self._new_session(uuid)
             if not self._begin_or_stand_by(session):
                 return
             self._last_decode = time.monotonic()
@@ -159,6 +180,8 @@ class PmSamplingSource(CuptiWorkerSource):
                 counter_loans.unregister(cfg.device, lending)
             self._call("cuptiPmSamplingStop", session.stop)
             self._decode(session)  # what the buffer held at Stop
+        except GpmUnavailable as error:
+            self.emitter.report_error(self._origin, f"{error}; use pm_sampling.backend: cupti")
         except NoCounterPermission as error:
             self.emitter.report_error(self._origin, f"{error}; {_PERMISSION_FIX}", result_code=error.code)
         except CountersUnavailable as error:  # held, and retrying is off
@@ -184,6 +207,12 @@ class PmSamplingSource(CuptiWorkerSource):
             # then the device is handed on when this process leaves).
             if uuid and self.grants is not None and not self._watchdog.wedged.is_set():
                 self.grants.release(uuid, self.name, self._last_end)
+
+    def _new_session(self, uuid: str) -> Any:
+        """The device side: ``session_factory``'s, or with ``backend: nvml`` NVML's GPM."""
+        if self.config.backend == "nvml" and self.session_factory is PmSamplingSession:
+            return GpmSession(uuid or _uuid_of(self.config.device), self._now)
+        return self.session_factory(self.config.device)
 
     def _sample(self, session: Any, lending: Lending) -> bool:
         """Decode every ``decode_period`` until stopped (True); lend the counters when a metrics
@@ -217,7 +246,7 @@ class PmSamplingSource(CuptiWorkerSource):
             self._wake.wait(_CONTEXT_POLL_S)
             self._wake.clear()
         lending.taken_up()
-        missed = round((time.monotonic() - began) / float(self.config.interval))
+        missed = round((time.monotonic() - began) / self.config.interval_s)
         if missed:
             self.stats["lost_samples"] += missed
             self.emitter.report_loss(STAGE, "counters_lent", missed, unit="samples")
@@ -265,7 +294,10 @@ class PmSamplingSource(CuptiWorkerSource):
     def _begin(self, session: Any) -> None:
         cfg = self.config
         self.chip = self._enable(session)
-        self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
+        if cfg.backend == "nvml":
+            self.metrics = resolve_gpm_metrics(cfg.metrics)
+        else:
+            self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
         taken: list[str] = self._call(
             "cuptiPmSamplingSetConfig", session.configure, self.metrics, cfg.interval_ns, cfg.hardware_buffer
         )
@@ -316,7 +348,7 @@ class PmSamplingSource(CuptiWorkerSource):
     def _end_standby(self, standby: Standby, resumed: bool) -> None:
         """The samples missed while standing by (a Loss), and, sampling again, one info line."""
         seconds = standby.seconds()
-        missed = standby.missed(float(self.config.interval))
+        missed = standby.missed(self.config.interval_s)
         self.stats["standby_s"] += seconds
         if missed:
             self.stats["lost_samples"] += missed
@@ -374,7 +406,7 @@ class PmSamplingSource(CuptiWorkerSource):
         if overflow:
             # Oldest kept: the samples past a full buffer were never written. Estimate them from the
             # time since the last decode.
-            expected = round((now - since) / float(self.config.interval))
+            expected = round((now - since) / self.config.interval_s)
             lost = max(1, expected - len(ends))
             self.stats["lost_samples"] += lost
             self.emitter.report_loss(STAGE, "hardware_buffer_full", lost, unit="samples")
@@ -423,6 +455,13 @@ _PERMISSION_FIX = (
     "reload the driver or reboot), or give the sampling program CAP_SYS_ADMIN (it samples in its own "
     "process, not in the collector); not retried: this does not change while the program runs"
 )
+
+
+def _uuid_of(device: int) -> str:
+    """The UUID of CUDA device ``device`` as NVML names it; "" where it is not visible."""
+    from cuptistream.cupti.gpus import visible_devices
+
+    return next((d.uuid for d in visible_devices() if d.device_id == device), "")
 
 
 def _primary_context(device: int) -> int:

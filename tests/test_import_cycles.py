@@ -134,8 +134,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # CUPTI bindings and record readers; the probe-collector channel; the launching threads' stacks
     # (below the statistics, which join GPU work to them)
     ("channel", "cupti", "delivery", "stacks"),
-    # encoding, framing, reading back; the overhead governor
-    ("recording", "statistics", "overhead"),
+    # encoding, framing, reading back; the overhead governor; NVML's GPM (answers as CUPTI's PM sampling)
+    ("recording", "statistics", "overhead", "nvml"),
     ("plugin",),  # the contract every source and sink imports
     ("pipeline",),  # the intake and the trio pipeline (the probe uses the intake)
     ("probe", "sources", "sinks"),

@@ -48,7 +48,10 @@ _FIELD_OF = {metric: field for field, metrics in DEFAULT_FIELDS for metric in me
 
 
 def field_of(metric: str) -> str | None:
-    """The DCGM profiling field ``metric`` stands for in the default set; None for any other metric."""
+    """The DCGM profiling field ``metric`` stands for in the default set; None for any other metric.
+    NVML's GPM metrics are named after their field (``gpm__<field>.<unit>``, ``cuptistream.nvml.gpm``)."""
+    if metric.startswith("gpm__"):
+        return metric[len("gpm__") :].split(".", 1)[0]
     return _FIELD_OF.get(metric)
 
 

@@ -4,7 +4,9 @@ and tensor activity high while the matmuls run and low while the GPU idles, line
 records on CUPTI's clock, and fold into ``pm_stats``. A memory-bound elementwise loop reads DRAM
 busy and the tensor pipes idle; pinned host-to-device copies read PCIe RX at the rate the program
 measured. A program that alternates the matmuls with the elementwise loop gets each kernel its own
-reading in ``pm_kernel_stats``, close to the reading of its single-kernel run. About 45 s on an H100."""
+reading in ``pm_kernel_stats``, close to the reading of its single-kernel run. The NVML backend
+(``backend: nvml``, GPM at 100 ms) reads the same loads within the same bounds. About a minute on
+an H100."""
 
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ import pytest
 import yaml
 
 import cuptistream
-from cuptistream.cupti.pm_metrics import default_metrics
+from cuptistream.cupti.pm_metrics import default_metrics, field_of
 from cuptistream.events import Error, Kernel, Loss, Memcpy, PmKernelStats, PmSamples, PmStats
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL_MS = 20
+INTERVAL_MS_OF = {"cupti": INTERVAL_MS, "nvml": 100}
 
 # Idle 1.5 s with a context (sampling starts), ~3 s of 8192^3 bf16 matmuls, idle 2 s.
 PROGRAM = r"""
@@ -99,11 +102,12 @@ time.sleep(2.0)
 """
 
 
-def _run(tmp_path: Path, program: str = PROGRAM, *args: str) -> list[Any]:
+def _run(tmp_path: Path, backend: str, program: str = PROGRAM, *args: str) -> list[Any]:
+    pm = {"type": "pm_sampling", "backend": backend, "interval": f"{INTERVAL_MS_OF[backend]}ms"}
     cfg = {
         "sources": [
             {"type": "activity", "kinds": ["concurrent_kernel", "memcpy"]},
-            {"type": "pm_sampling", "interval": f"{INTERVAL_MS}ms", "decode_period": "500ms"},
+            {**pm, "decode_period": "500ms"},
         ],
         "statistics": {"interval": "1s"},
         "sinks": [{"type": "file", "directory": str(tmp_path / "out")}],
@@ -126,10 +130,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., list[Any
     pytest.importorskip("torch")
     runs: dict[tuple[str, ...], list[Any]] = {}
 
-    def record(program: str, *args: str) -> list[Any]:
-        if (program, *args) not in runs:
-            runs[(program, *args)] = _run(tmp_path_factory.mktemp("pm"), program, *args)
-        return runs[(program, *args)]
+    def record(program: str, *args: str, backend: str = "cupti") -> list[Any]:
+        if (backend, program, *args) not in runs:
+            runs[(backend, program, *args)] = _run(tmp_path_factory.mktemp("pm"), backend, program, *args)
+        return runs[(backend, program, *args)]
 
     return record
 
@@ -138,7 +142,12 @@ class Phases:
     """A recording's samples, split into those wholly inside its busy phase (the activity records
     after the first idle spell) and those of the idle spell after it."""
 
-    def __init__(self, events: list[Any], busy_kind: type[Kernel] | type[Memcpy] = Kernel) -> None:
+    def __init__(
+        self,
+        events: list[Any],
+        busy_kind: type[Kernel] | type[Memcpy] = Kernel,
+        interval_ms: int = INTERVAL_MS,
+    ) -> None:
         errors = [
             e
             for e in events
@@ -147,10 +156,9 @@ class Phases:
         assert not errors, [e.message for e in errors]
         self.batches = [e for e in events if isinstance(e, PmSamples)]
         assert self.batches, "no pm_samples"
-        # the default fields CUPTI samples on this chip (it may leave some out: an info line says which)
-        fields = default_metrics(self.batches[0].chip).fields
-        self.fields = {field: name for field, name in fields.items() if name in self.batches[0].metrics}
+        # the default fields sampled on this chip (CUPTI may leave some out: an info line says which)
         self.metrics = self.batches[0].metrics
+        self.fields = {str(field_of(name)): name for name in self.metrics}
         assert all(b.metrics == self.metrics for b in self.batches)
         assert self.metrics == list(self.fields.values())
         self.starts = [s for b in self.batches for s in b.starts]
@@ -166,7 +174,7 @@ class Phases:
             if self.starts[i] >= self.busy_from + 100_000_000 and self.ends[i] <= self.busy_to
         ]  # fmt: skip
         self.idle = [i for i in range(len(self.ends)) if self.starts[i] >= self.busy_to + 200_000_000]
-        assert len(self.busy) >= 0.8 * (self.busy_to - self.busy_from) / 1e6 / INTERVAL_MS - 10, len(
+        assert len(self.busy) >= 0.8 * (self.busy_to - self.busy_from) / 1e6 / interval_ms - 10, len(
             self.busy
         )
 
@@ -278,3 +286,25 @@ def test_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(
     for field in ("sm_active", "tensor_active", "dram_active"):
         assert gemm[field] == pytest.approx(alone["gemm"][field], abs=10), field
         assert elementwise[field] == pytest.approx(alone["elementwise"][field], abs=10), field
+
+
+def test_gpm_reads_the_matmul_and_the_elementwise_loops(recorded: Callable[..., list[Any]]) -> None:
+    gemm = Phases(recorded(PROGRAM, backend="nvml"), interval_ms=100)
+    assert gemm.metrics[0].startswith("gpm__") and len(gemm.idle) >= 10
+    readings = gemm.readings("sm_active", "tensor_active", "tensor_hmma_active", "dram_active")
+    assert readings["sm_active"][0] >= 80 and readings["tensor_active"][0] >= 50
+    assert readings["tensor_hmma_active"][0] >= 50  # bf16: the HMMA pipe
+    assert readings["sm_active"][1] < 5 and readings["tensor_active"][1] < 2
+    streaming = Phases(recorded(ELEMENTWISE, backend="nvml"), interval_ms=100)
+    readings = streaming.readings("tensor_active", "dram_active")
+    assert readings["dram_active"][0] >= 50 and readings["tensor_active"][0] < 2
+
+
+def test_gpm_reads_pcie_rx_at_the_copies_rate(recorded: Callable[..., list[Any]], tmp_path: Path) -> None:
+    rate_file = tmp_path / "rate"
+    run = Phases(recorded(HOST_TO_DEVICE, str(rate_file), backend="nvml"), busy_kind=Memcpy, interval_ms=100)
+    measured = float(rate_file.read_text())
+    readings = run.readings("pcie_rx_bytes", "pcie_tx_bytes")
+    print(f"copies measured {measured / 1e9:.2f} GB/s")
+    assert readings["pcie_rx_bytes"][0] == pytest.approx(measured, rel=0.1)
+    assert readings["pcie_rx_bytes"][1] < 0.01 * measured

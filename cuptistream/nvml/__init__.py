@@ -1,0 +1,1 @@
+"""NVML, the driver's management library, where CUPTI has no equivalent (``gpm``)."""

@@ -1,0 +1,197 @@
+"""The ``pm_sampling`` source's NVML GPM backend (``backend: nvml``) without a GPU. NVML needs the
+NVIDIA driver's ``libnvidia-ml``, which this machine lacks: ``StandInNvml`` answers as ``pynvml``
+does (the real binding's ctypes structures and error class, values made up per metric), so what is
+tested is the session's sampling, pairing, units and failure paths, and the source's config."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pynvml
+import pytest
+
+from cuptistream.config import convert
+from cuptistream.cupti import driver
+from cuptistream.cupti.pm_metrics import field_of, unit_of
+from cuptistream.events import PmSamples
+from cuptistream.nvml.gpm import GPM_FIELDS, GPM_METRICS, GpmSession, GpmUnavailable, metric_name
+from cuptistream.sources.pm_sampling import PmSamplingConfig, PmSamplingSource
+from cuptistream.statistics.pm_fold import PmFold
+from tests.test_sass_window import RecordingEmitter
+
+NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+MS = 1_000_000
+
+
+class StandInNvml:
+    """``pynvml``'s GPM calls as a driver answers them. Metric ``m`` reads ``m`` (MiB/s for the
+    links); NVLink reads NOT_SUPPORTED, as on a GPU without NVLink."""
+
+    NVMLError = pynvml.NVMLError
+    c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
+    NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
+
+    def __init__(self, gpm: bool = True, driver: bool = True) -> None:
+        self.gpm, self.driver = gpm, driver
+        self.samples_taken = 0
+        self.freed = 0
+        self.shut_down = False
+
+    def nvmlInit(self) -> None:
+        if not self.driver:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        return uuid
+
+    def nvmlGpmQueryDeviceSupport(self, handle: str) -> Any:
+        support = pynvml.c_nvmlGpmSupport_t()
+        support.isSupportedDevice = int(self.gpm)
+        return support
+
+    def nvmlDeviceGetName(self, handle: str) -> str:
+        return "NVIDIA H100 80GB HBM3" if self.gpm else "Tesla V100-SXM2-16GB"
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        return pynvml.c_nvmlGpmSample_t()
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        self.freed += 1
+
+    def nvmlGpmSampleGet(self, handle: str, sample: Any) -> Any:
+        self.samples_taken += 1
+        return sample
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        for slot in request.metrics[: request.numMetrics]:
+            links = slot.metricId in (60, 61)
+            slot.nvmlReturn = NOT_SUPPORTED if links else 0
+            slot.value = float(slot.metricId)
+        return request
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+
+def _clock() -> Iterator[int]:
+    return itertools.count(1_000 * MS, 100 * MS)
+
+
+def test_a_session_pairs_consecutive_samples_in_the_metrics_units() -> None:
+    nvml = StandInNvml()
+    ticks = _clock()
+    session = GpmSession("GPU-1", lambda: next(ticks), nvml=nvml)
+    assert session.enable() == "NVIDIA H100 80GB HBM3"
+    metrics = list(GPM_METRICS)
+    assert session.configure(metrics, 100 * MS, 0) == metrics
+    session.start()
+    time.sleep(0.45)
+    session.stop()
+    got = session.decode()
+    session.disable()
+    assert len(got.ends) >= 2 and not got.overflow
+    assert got.starts[1:] == got.ends[:-1] and all(
+        e - s == 100 * MS for s, e in zip(got.starts, got.ends, strict=True)
+    )
+    values = dict(zip(metrics, got.values, strict=True))
+    assert values[metric_name("sm_active")][0] == 2.0  # SM_UTIL, a percentage as NVML gives it
+    assert values[metric_name("pcie_rx_bytes")][0] == 21 * 2**20  # PCIE_RX_PER_SEC: MiB/s -> B/s
+    assert all(math.isnan(v) for v in values[metric_name("nvlink_rx_bytes")])
+    assert nvml.freed == 2 and nvml.shut_down
+    assert session.decode().ends == []  # decoded once
+
+
+def test_gpm_metric_names_carry_their_field_and_unit() -> None:
+    for name, field in GPM_METRICS.items():
+        assert field_of(name) == field and field in GPM_FIELDS
+        assert unit_of(name) == ("B/s" if field.endswith("_bytes") else "%")
+
+
+def test_an_interval_below_what_gpm_refreshes_is_refused() -> None:
+    session = GpmSession("GPU-1", lambda: 0, nvml=StandInNvml())
+    session.enable()
+    with pytest.raises(ValueError, match="read zeros"):
+        session.configure(list(GPM_METRICS), 20 * MS, 0)
+    session.disable()
+
+
+@pytest.mark.parametrize(
+    ("nvml", "fragment"),
+    [
+        (StandInNvml(gpm=False), "has no GPM (Hopper and later only)"),
+        (StandInNvml(driver=False), "NVML cannot"),
+    ],
+)
+def test_no_gpm_or_no_driver_is_one_line(nvml: StandInNvml, fragment: str) -> None:
+    with pytest.raises(GpmUnavailable) as caught:
+        GpmSession("GPU-1", lambda: 0, nvml=nvml).enable()
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"interval": "20ms"}, "interval must be at least 100ms with backend: nvml"),
+        ({"metrics": ["sm__cycles_active.avg.pct_of_peak_sustained_elapsed"]}, "is not a GPM metric"),
+        ({"metrics": []}, "list at least one metric"),
+        ({"backend": "dcgm"}, "backend"),
+    ],
+)
+def test_bad_nvml_config_values_are_one_line(config: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(Exception) as caught:
+        convert({"type": "pm_sampling", "backend": "nvml", **config}, PmSamplingConfig)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_nvml_backend_samples_every_100ms_by_default() -> None:
+    config = convert({"type": "pm_sampling", "backend": "nvml"}, PmSamplingConfig)
+    assert config.interval_ns == 100 * MS
+    assert convert({"type": "pm_sampling"}, PmSamplingConfig).interval_ns == 20 * MS
+
+
+@pytest.fixture
+def _cupti_stays_attached() -> Iterator[None]:
+    driver.acquire("test")  # so the source's release does not finalize a CUPTI that has no driver here
+    yield
+    driver.release("test", finalize=False)
+
+
+@pytest.mark.usefixtures("_cupti_stays_attached")
+def test_the_source_emits_gpm_samples_that_the_statistics_fold() -> None:
+    cfg = convert({"type": "pm_sampling", "backend": "nvml", "decode_period": "200ms"}, PmSamplingConfig)
+    emitter = RecordingEmitter()
+    source = PmSamplingSource(cfg, emitter)
+    ticks = _clock()
+    source.session_factory = lambda device: GpmSession("GPU-1", lambda: next(ticks), nvml=StandInNvml())
+    source.find_context = lambda device: 0xC0
+    source.start()
+    time.sleep(0.7)
+    source.stop()
+    batches = [e for e in emitter.events if isinstance(e, PmSamples)]
+    assert batches and emitter.errors == []
+    assert all(b.chip == "NVIDIA H100 80GB HBM3" and b.metrics == list(GPM_METRICS) for b in batches)
+    fold = PmFold(1_000_000_000)
+    stats = [s for b in batches for s in fold.add(b)] + fold.close()
+    assert sum(s.samples for s in stats) == sum(len(b.ends) for b in batches) >= 4
+    sm = list(GPM_METRICS).index(metric_name("sm_active"))
+    assert all(s.mean[sm] == 2.0 for s in stats)
+
+
+@pytest.mark.usefixtures("_cupti_stays_attached")
+def test_a_device_without_gpm_is_one_error_naming_the_other_backend() -> None:
+    cfg = convert({"type": "pm_sampling", "backend": "nvml"}, PmSamplingConfig)
+    emitter = RecordingEmitter()
+    source = PmSamplingSource(cfg, emitter)
+    source.session_factory = lambda device: GpmSession("GPU-1", lambda: 0, nvml=StandInNvml(gpm=False))
+    source.find_context = lambda device: 0xC0
+    source.start()
+    time.sleep(0.2)
+    source.stop()
+    ((_, message, severity, _),) = emitter.errors
+    assert severity == "error" and message.endswith(
+        "has no GPM (Hopper and later only); use pm_sampling.backend: cupti"
+    )
