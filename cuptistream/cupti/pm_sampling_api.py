@@ -14,6 +14,7 @@ SetConfig refuses the configuration (more than one pass, or an interval or trigg
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,15 +126,28 @@ class PmSamplingSession:
         SetConfig refuses the list (more than one pass: the host library's count is not what the
         device's CUPTI finds), as many as it takes, each added in order if SetConfig still takes the
         list with it."""
-        host, image, metrics = self._config_image(metrics)
+        host, image, wanted = self._config_image(metrics)
         try:
             self._set_config(image, interval_ns, hardware_buffer_bytes)
         except self._c.cuptiError as error:
             host.close()
             if not self._refused(error):
                 raise
-            host, metrics = self._fit_set_config(metrics, interval_ns, hardware_buffer_bytes)
-        self._metrics = list(metrics)
+
+            def configured(names: list[str]) -> tuple[ProfilerHost, np.ndarray]:
+                return self._configured(names, interval_ns, hardware_buffer_bytes)
+
+            fitted = self._fit(wanted, configured, self._refused)
+            if fitted is None:
+                raise ValueError(
+                    f"CUPTI refused the PM sampling config on {self.chip}: an interval below the "
+                    "hardware's minimum, or a GPU-time trigger this chip lacks (Turing, GA100)"
+                ) from None
+            host, image, taken = fitted
+            if taken[-1] != wanted[-1]:  # the last SetConfig was a refused one: apply the fit again
+                self._set_config(image, interval_ns, hardware_buffer_bytes)
+            wanted = taken
+        self._metrics = list(wanted)
         self._host = host  # kept for evaluation: one host object per session
         return self._metrics
 
@@ -149,72 +163,68 @@ class PmSamplingSession:
         params.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
         c.pm_sampling_set_config(params.ptr)
 
+    def _configured(
+        self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int
+    ) -> tuple[ProfilerHost, np.ndarray]:
+        """``_host_with`` whose image SetConfig took; the host is closed if either fails."""
+        host, image = self._host_with(metrics)
+        try:
+            self._set_config(image, interval_ns, hardware_buffer_bytes)
+        except BaseException:
+            host.close()
+            raise
+        return host, image
+
     def _refused(self, error: Any) -> bool:
+        """A refusal of the list (as opposed to a failure of the session)."""
         result = self._c.Result
         return bool(error.status in (result.ERROR_NOT_SUPPORTED, result.ERROR_INVALID_PARAMETER))
-
-    def _fit_set_config(
-        self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int
-    ) -> tuple[ProfilerHost, list[str]]:
-        """The longest in-order selection of ``metrics`` SetConfig takes, configured; ValueError
-        where it takes none (then the interval or the trigger is what it refuses)."""
-        taken: list[str] = []
-        best: tuple[ProfilerHost, np.ndarray] | None = None
-        applied = True  # the session holds best's config (SetConfig was last called with it)
-        for metric in metrics:
-            host, image = self._host_with([*taken, metric])
-            try:
-                self._set_config(image, interval_ns, hardware_buffer_bytes)
-            except self._c.cuptiError as error:
-                host.close()
-                if not self._refused(error):
-                    if best is not None:
-                        best[0].close()
-                    raise
-                applied = False
-                continue
-            if best is not None:
-                best[0].close()
-            best, applied = (host, image), True
-            taken.append(metric)
-        if best is None:
-            raise ValueError(
-                f"CUPTI refused the PM sampling config on {self.chip}: an interval below the "
-                "hardware's minimum, or a GPU-time trigger this chip lacks (Turing, GA100)"
-            )
-        if not applied:
-            self._set_config(best[1], interval_ns, hardware_buffer_bytes)
-        return best[0], taken
 
     def _config_image(self, metrics: list[str]) -> tuple[ProfilerHost, np.ndarray, list[str]]:
         """A host object with the config image of ``metrics``. Where CUPTI's PM sampling refuses the
         list with INVALID_PARAMETER (it does for counters the metric library offers but PM sampling
         cannot sample, e.g. ``sm__pipe_tensor_op_hmma_cycles_active`` on an H100), the image of those
         it takes, each added in order if CUPTI still takes the list with it."""
-        c = self._c
+
+        def refused(error: Any) -> bool:
+            return bool(error.status == self._c.Result.ERROR_INVALID_PARAMETER)
+
         try:
             return (*self._host_with(metrics), list(metrics))
-        except c.cuptiError as error:
-            if error.status != c.Result.ERROR_INVALID_PARAMETER:
+        except self._c.cuptiError as error:
+            if not refused(error):
                 raise
+        fitted = self._fit(metrics, self._host_with, refused)
+        if fitted is None:
+            raise ValueError(f"CUPTI's PM sampling on {self.chip} takes none of {', '.join(metrics)}")
+        return fitted
+
+    def _fit(
+        self,
+        metrics: list[str],
+        trial: Callable[[list[str]], tuple[ProfilerHost, np.ndarray]],
+        refused: Callable[[Any], bool],
+    ) -> tuple[ProfilerHost, np.ndarray, list[str]] | None:
+        """The longest in-order selection of ``metrics`` that ``trial`` takes (each metric added if
+        ``trial`` still takes the list with it; an error ``refused`` names is a refusal, any other
+        is raised), with the host and image of the last trial taken; None where it takes none.
+        ``trial`` closes what it made when it fails."""
         taken: list[str] = []
-        best: tuple[ProfilerHost, np.ndarray] | None = None  # the host of the longest list taken
+        best: tuple[ProfilerHost, np.ndarray] | None = None
         for metric in metrics:
             try:
-                trial = self._host_with([*taken, metric])
-            except c.cuptiError as error:
-                if error.status != c.Result.ERROR_INVALID_PARAMETER:
+                attempt = trial([*taken, metric])
+            except self._c.cuptiError as error:
+                if not refused(error):
                     if best is not None:
                         best[0].close()
                     raise
                 continue
             if best is not None:
                 best[0].close()
-            best = trial
+            best = attempt
             taken.append(metric)
-        if best is None:
-            raise ValueError(f"CUPTI's PM sampling on {self.chip} takes none of {', '.join(metrics)}")
-        return (*best, taken)
+        return None if best is None else (*best, taken)
 
     def _host_with(self, metrics: list[str]) -> tuple[ProfilerHost, np.ndarray]:
         """A host object and the config image of ``metrics``; the host is closed if that fails."""
