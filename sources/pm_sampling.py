@@ -178,7 +178,7 @@ class PmSamplingSource(CuptiWorkerSource):
                     return
             finally:
                 counter_loans.unregister(cfg.device, lending)
-            self._call("cuptiPmSamplingStop", session.stop)
+            self._call("Stop", session.stop)
             self._decode(session)  # what the buffer held at Stop
         except GpmUnavailable as error:
             self.emitter.report_error(self._origin, f"{error}; use pm_sampling.backend: cupti")
@@ -198,7 +198,7 @@ class PmSamplingSource(CuptiWorkerSource):
         finally:
             if session is not None and not self._watchdog.wedged.is_set():
                 try:
-                    self._call("cuptiPmSamplingDisable", session.disable)
+                    self._call("Disable", session.disable)
                 except Exception as error:
                     self.emitter.report_error(
                         self._origin, f"disabling PM sampling failed: {error}", "warning"
@@ -237,9 +237,9 @@ class PmSamplingSource(CuptiWorkerSource):
     def _lend(self, session: Any, lending: Lending) -> bool:
         """Stop and disable for a metrics window, until every loan is over, then sample again. The
         samples missed meanwhile are a Loss (``counters_lent``). False: stopped first."""
-        self._call("cuptiPmSamplingStop", session.stop)
+        self._call("Stop", session.stop)
         self._decode(session)  # what the buffer held at Stop
-        self._call("cuptiPmSamplingDisable", session.disable)
+        self._call("Disable", session.disable)
         began = time.monotonic()
         lending.let_go()
         while lending.asked.is_set() and not self._stopping.is_set():
@@ -280,7 +280,7 @@ class PmSamplingSource(CuptiWorkerSource):
                     begun = True
                     return True
                 except CountersHeld as error:
-                    self._call("cuptiPmSamplingDisable", session.disable)  # the next try starts clean
+                    self._call("Disable", session.disable)  # the next try starts clean
                     if not self.config.standby.enabled:
                         raise
                     if standby is None:
@@ -299,7 +299,7 @@ class PmSamplingSource(CuptiWorkerSource):
         else:
             self.metrics = choose_metrics(cfg.metrics, self.chip).metrics
         taken: list[str] = self._call(
-            "cuptiPmSamplingSetConfig", session.configure, self.metrics, cfg.interval_ns, cfg.hardware_buffer
+            "SetConfig", session.configure, self.metrics, cfg.interval_ns, cfg.hardware_buffer
         )
         if taken != self.metrics:
             left_out = ", ".join(m for m in self.metrics if m not in taken)
@@ -314,14 +314,14 @@ class PmSamplingSource(CuptiWorkerSource):
                     severity="info",
                 )
             self.metrics = taken
-        self._call("cuptiPmSamplingStart", session.start)
+        self._call("Start", session.start)
 
     def _enable(self, session: Any) -> str:
         """Enable; after a hand-over, retried while the previous sampler's counters are still held."""
         deadline = time.monotonic() + (_TAKEOVER_S if self._handover is not None else 0.0)
         while True:
             try:
-                chip: str = self._call("cuptiPmSamplingEnable", session.enable)
+                chip: str = self._call("Enable", session.enable)
                 return chip
             except CountersHeld:
                 if time.monotonic() >= deadline or self._stopping.wait(_CONTEXT_POLL_S):
@@ -386,7 +386,7 @@ class PmSamplingSource(CuptiWorkerSource):
         overflow = False
         for _ in range(_MAX_DECODES_IN_A_ROW):
             got: Decoded = self._call(
-                "cuptiPmSamplingDecodeData", session.decode, self.config.samples_per_decode
+                "DecodeData", session.decode, self.config.samples_per_decode
             )
             starts += got.starts
             ends += got.ends
@@ -444,7 +444,10 @@ class PmSamplingSource(CuptiWorkerSource):
             severity="info",
         )
 
-    def _call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn`` under the watchdog, named as the backend's call for ``step`` (Enable, SetConfig,
+        Start, DecodeData, Stop, Disable)."""
+        name = f"cuptiPmSampling{step}" if self.config.backend == "cupti" else f"NVML GPM {step}"
         if self._watchdog.wedged.is_set():
             raise RuntimeError(f"{name} skipped: an earlier CUPTI call wedged")
         return self._watched(name, fn, *args)

@@ -35,8 +35,9 @@ class StandInNvml:
     c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
     NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
 
-    def __init__(self, gpm: bool = True, driver: bool = True) -> None:
+    def __init__(self, gpm: bool = True, driver: bool = True, samples: int = 2) -> None:
         self.gpm, self.driver = gpm, driver
+        self.samples_left = samples  # allocations that succeed before NVML answers out of memory
         self.samples_taken = 0
         self.freed = 0
         self.shut_down = False
@@ -57,6 +58,9 @@ class StandInNvml:
         return "NVIDIA H100 80GB HBM3" if self.gpm else "Tesla V100-SXM2-16GB"
 
     def nvmlGpmSampleAlloc(self) -> Any:
+        if self.samples_left == 0:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_MEMORY)
+        self.samples_left -= 1
         return pynvml.c_nvmlGpmSample_t()
 
     def nvmlGpmSampleFree(self, sample: Any) -> None:
@@ -103,6 +107,17 @@ def test_a_session_pairs_consecutive_samples_in_the_metrics_units() -> None:
     assert all(math.isnan(v) for v in values[metric_name("nvlink_rx_bytes")])
     assert nvml.freed == 2 and nvml.shut_down
     assert session.decode().ends == []  # decoded once
+
+
+def test_a_sample_nvml_cannot_allocate_fails_start_and_frees_the_other() -> None:
+    nvml = StandInNvml(samples=1)
+    session = GpmSession("GPU-1", lambda: 0, nvml=nvml)
+    session.enable()
+    session.configure(list(GPM_METRICS), 100 * MS, 0)
+    with pytest.raises(pynvml.NVMLError):
+        session.start()
+    session.disable()
+    assert nvml.freed == 1 and nvml.samples_taken == 0 and nvml.shut_down
 
 
 def test_gpm_metric_names_carry_their_field_and_unit() -> None:

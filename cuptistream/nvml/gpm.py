@@ -135,8 +135,19 @@ class GpmSession:
         return list(metrics)
 
     def start(self) -> None:
+        """Allocate the two samples and start the thread; an ``NVMLError`` from the allocation is
+        raised here, to the caller, not lost on the thread."""
+        nv = self._nvml
+        samples = [nv.nvmlGpmSampleAlloc()]
+        try:
+            samples.append(nv.nvmlGpmSampleAlloc())
+        except nv.NVMLError:
+            nv.nvmlGpmSampleFree(samples[0])
+            raise
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="cuptistream-gpm", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(samples,), name="cuptistream-gpm", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -165,9 +176,8 @@ class GpmSession:
 
     # --- the sampling thread --------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, samples: list[Any]) -> None:
         nv = self._nvml
-        samples = [nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()]
         try:
             before = self._take(samples[0])
             while not self._stopping.wait(self._interval_s):
