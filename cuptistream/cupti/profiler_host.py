@@ -80,6 +80,7 @@ class ProfilerHost:
         init.p_counter_availability_image = 0
         cupti.profiler_host_initialize(init.ptr)
         self._object: int | None = init.p_host_object
+        self._names: dict[tuple[str, ...], ctypes.Array[ctypes.c_char_p]] = {}  # evaluate's, per list
 
     def config_image(self, metrics: Sequence[str]) -> np.ndarray:
         """The config image SetConfig takes for ``metrics``."""
@@ -119,7 +120,9 @@ class ProfilerHost:
     def evaluate(self, image: np.ndarray, metrics: Sequence[str], sample: int) -> np.ndarray:
         """The values of ``metrics`` in sample (or range) ``sample`` of the counter data ``image``."""
         c = self._c
-        names = name_array(metrics)
+        names = self._names.get(key := tuple(metrics))
+        if names is None:  # built once per list: evaluate runs for every sample
+            names = self._names[key] = name_array(metrics)
         values = np.zeros(len(metrics), dtype=np.float64)
         params = sized(
             c.ProfilerHostEvaluateToGpuValuesParams, c.PROFILER_HOST_EVALUATE_TO_GPU_VALUES_PARAMS_STRUCT_SIZE
