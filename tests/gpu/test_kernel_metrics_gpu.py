@@ -95,18 +95,19 @@ def test_a_metrics_window_on_w2_measures_every_kernel_name_in_it(tmp_path: Path)
     assert all(value is not None and value > 0 for value in duration)
     assert sum(measured.launches) > 0
     # Each range carries its own kernel's name (range i is launch i): its measured duration is that
-    # kernel's, as the activity records time it, not a neighbour's (W2's GEMMs run tens of times longer
-    # than its elementwise kernels).
+    # kernel's, as the activity records time it, not a neighbour's. Kernel replay runs each launch
+    # alone, with the caches restored before each pass: a kernel of 1-2 µs measures a few µs more
+    # than the trace says (4.7x for a 1.4 µs one on an H100), hence a fixed allowance of 10 µs.
     traced: dict[str, list[int]] = {}
     for record in in_window:
         traced.setdefault(record.name, []).append(record.end - record.start)
-    ratios = {
-        name: value / statistics.median(traced[name])
+    pairs = {
+        name: (value, statistics.median(traced[name]))
         for name, value in zip(measured.names, duration, strict=True)
         if name in traced and value
     }
-    close = [name for name, ratio in ratios.items() if 0.25 <= ratio <= 4]
-    assert len(close) >= 0.8 * len(ratios), ratios
+    close = [name for name, (ns, median) in pairs.items() if 0.25 * median <= ns <= 4 * median + 10_000]
+    assert len(close) >= 0.8 * len(pairs), pairs
     ends = [end for e in events if isinstance(e, PmSamples) for end in e.ends]
     assert any(end < window.start for end in ends) and any(end > window.end for end in ends), "PM sampling"
     lent = [e for e in events if isinstance(e, Loss) and e.reason == "counters_lent"]
