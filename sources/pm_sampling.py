@@ -6,7 +6,10 @@ the source waits for a CUDA context on ``device`` (PM sampling needs one), then
 
     Enable → SetConfig (once) → Start → every ``decode_period``: DecodeData + evaluate → Stop → Disable
 
-and emits one ``PmSamples`` event per decode. Under a probe, one process per GPU on the node samples it:
+and emits one ``PmSamples`` event per decode. With ``backend: nvml`` (what ``auto``, the default,
+picks on a GPU with GPM) NVML's GPM answers the same steps (``cuptistream.nvml.gpm``).
+
+Under a probe, one process per GPU on the node samples it:
 after the context, the worker asks the collector for the device (by UUID, ``probe.samplers``) and
 enables nothing until granted; it is granted when the sampler before it stopped or left, and then
 reports the samples missing over the hand-over (a Loss and an ``info`` Error). Driven without a
@@ -47,7 +50,13 @@ from cuptistream.cupti.pm_sampling_api import (
 )
 from cuptistream.errors import ConfigError, UserError
 from cuptistream.events import PmSamples, nan_as_none
-from cuptistream.nvml.gpm import MIN_INTERVAL_NS, GpmSession, GpmUnavailable, resolve_gpm_metrics
+from cuptistream.nvml.gpm import (
+    MIN_INTERVAL_NS,
+    GpmSession,
+    GpmUnavailable,
+    gpm_supported,
+    resolve_gpm_metrics,
+)
 
 from .cupti_worker import CuptiWorkerSource
 from .pm_lending import Lending
@@ -66,8 +75,9 @@ _TAKEOVER_S = 5.0
 
 
 class PmSamplingConfig(SourceConfig):
-    # cupti: CUPTI's PM sampling, in the probe; nvml: NVML's GPM (Hopper and later), device-level.
-    backend: Literal["cupti", "nvml"] = "cupti"
+    # cupti: CUPTI's PM sampling, in the probe; nvml: NVML's GPM (Hopper and later), device-level;
+    # auto: nvml where the device has GPM, unless the interval or the metrics ask for CUPTI.
+    backend: Literal["auto", "cupti", "nvml"] = "auto"
     # The counters; None: the default set for the chip (docs/config.md lists it per chip).
     metrics: list[str] | None = None
     device: int = 0
@@ -91,20 +101,44 @@ class PmSamplingConfig(SourceConfig):
                 f"counters change about every 100 ms; closer samples read zeros), "
                 f"got {self.interval_s * 1e3:g}ms"
             )
-        if self.backend == "nvml" and self.metrics is not None:
+        if self.metrics is not None and (self.backend == "nvml" or self._names_gpm):
             try:  # names CUPTI's catalog does not hold: checked here, not once sampling begins
                 resolve_gpm_metrics(self.metrics)
             except ConfigError as error:
                 raise ValueError(str(error)) from None
+        if self.backend == "auto" and self._names_gpm and self.interval_ns < MIN_INTERVAL_NS:
+            raise ValueError(
+                f"interval must be at least {MIN_INTERVAL_NS // 1_000_000}ms for GPM metrics (gpm__...), "
+                f"got {self.interval_s * 1e3:g}ms"
+            )
         if float(self.decode_period) < self.interval_s:
             raise ValueError("decode_period must be at least interval")
         require_at_least("hardware_buffer", self.hardware_buffer, 1 << 20)
 
     @property
+    def _names_gpm(self) -> bool:
+        """``metrics`` names NVML's GPM metrics (``gpm__...``): only ``nvml`` samples them."""
+        return bool(self.metrics) and any(name.startswith("gpm__") for name in self.metrics or ())
+
+    def for_device(self, has_gpm: bool) -> PmSamplingConfig:
+        """This config with ``backend: auto`` decided for a device: ``nvml`` where it has GPM and
+        nothing asks for CUPTI (an interval under GPM's 100 ms, CUPTI metric names), else ``cupti``.
+        On an H100 with CUPTI 13.0, GPM read the loads right where CUPTI's PM sampling returned no
+        sample (docs/performance.md)."""
+        if self.backend != "auto":
+            return self
+        wants_cupti = (self.interval is not None and self.interval_ns < MIN_INTERVAL_NS) or (
+            self.metrics is not None and not self._names_gpm
+        )
+        nvml = self._names_gpm or (has_gpm and not wants_cupti)
+        return msgspec.structs.replace(self, backend="nvml" if nvml else "cupti")
+
+    @property
     def interval_s(self) -> float:
         if self.interval is not None:
             return float(self.interval)
-        return MIN_INTERVAL_NS / 1e9 if self.backend == "nvml" else 0.02
+        gpm = self.backend == "nvml" or (self.backend == "auto" and self._names_gpm)
+        return MIN_INTERVAL_NS / 1e9 if gpm else 0.02
 
     @property
     def interval_ns(self) -> int:
@@ -120,10 +154,12 @@ class PmSamplingSource(CuptiWorkerSource):
     config_type = PmSamplingConfig
     config: PmSamplingConfig
     label = "PM sampling"
-    # The device side; tests without a GPU hand in a stand-in that behaves as CUPTI does.
+    # CUPTI's side; tests without a GPU hand in a stand-in that behaves as CUPTI does.
     session_factory: Callable[[int], Any] = PmSamplingSession
     find_context: Callable[[int], int] | None = None  # device -> a context on it (0: none yet)
     grants: DeviceGrants | None = None  # who samples the device: the collector decides (None: alone)
+    # NVML's side (``backend: nvml``): device UUID and clock -> a GPM session; a stand-in in tests.
+    gpm_factory: Callable[[str, Callable[[], int]], Any] = GpmSession
 
     def use_grants(self, grants: DeviceGrants) -> None:
         """Sample only once the collector grants this process the device (``probe.samplers``)."""
@@ -209,9 +245,14 @@ class PmSamplingSource(CuptiWorkerSource):
                 self.grants.release(uuid, self.name, self._last_end)
 
     def _new_session(self, uuid: str) -> Any:
-        """The device side: ``session_factory``'s, or with ``backend: nvml`` NVML's GPM."""
-        if self.config.backend == "nvml" and self.session_factory is PmSamplingSession:
-            return GpmSession(uuid or _uuid_of(self.config.device), self._now)
+        """The device side: ``session_factory``'s, or with ``backend: nvml`` ``gpm_factory``'s.
+        Decides ``backend: auto`` first (``PmSamplingConfig.for_device``)."""
+        if self.config.backend != "cupti":
+            gpm = self.gpm_factory(uuid or _uuid_of(self.config.device), self._now)
+            if self.config.backend == "auto":
+                self.config = self.config.for_device(gpm_supported(gpm))
+            if self.config.backend == "nvml":
+                return gpm
         return self.session_factory(self.config.device)
 
     def _sample(self, session: Any, lending: Lending) -> bool:
@@ -385,9 +426,7 @@ class PmSamplingSource(CuptiWorkerSource):
         columns: list[list[float]] = [[] for _ in self.metrics]
         overflow = False
         for _ in range(_MAX_DECODES_IN_A_ROW):
-            got: Decoded = self._call(
-                "DecodeData", session.decode, self.config.samples_per_decode
-            )
+            got: Decoded = self._call("DecodeData", session.decode, self.config.samples_per_decode)
             starts += got.starts
             ends += got.ends
             for column, values in zip(columns, got.values, strict=True):
@@ -447,7 +486,7 @@ class PmSamplingSource(CuptiWorkerSource):
     def _call(self, step: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn`` under the watchdog, named as the backend's call for ``step`` (Enable, SetConfig,
         Start, DecodeData, Stop, Disable)."""
-        name = f"cuptiPmSampling{step}" if self.config.backend == "cupti" else f"NVML GPM {step}"
+        name = f"NVML GPM {step}" if self.config.backend == "nvml" else f"cuptiPmSampling{step}"
         if self._watchdog.wedged.is_set():
             raise RuntimeError(f"{name} skipped: an earlier CUPTI call wedged")
         return self._watched(name, fn, *args)

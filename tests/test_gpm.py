@@ -21,6 +21,7 @@ from cuptistream.events import PmSamples
 from cuptistream.nvml.gpm import GPM_FIELDS, GPM_METRICS, GpmSession, GpmUnavailable, metric_name
 from cuptistream.sources.pm_sampling import PmSamplingConfig, PmSamplingSource
 from cuptistream.statistics.pm_fold import PmFold
+from tests.test_pm_sampling_source import StandInSession
 from tests.test_sass_window import RecordingEmitter
 
 NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
@@ -79,6 +80,10 @@ class StandInNvml:
 
     def nvmlShutdown(self) -> None:
         self.shut_down = True
+
+
+def _no_cupti(device: int) -> Any:
+    raise AssertionError("backend: nvml made a CUPTI session")
 
 
 def _clock() -> Iterator[int]:
@@ -181,7 +186,8 @@ def test_the_source_emits_gpm_samples_that_the_statistics_fold() -> None:
     emitter = RecordingEmitter()
     source = PmSamplingSource(cfg, emitter)
     ticks = _clock()
-    source.session_factory = lambda device: GpmSession("GPU-1", lambda: next(ticks), nvml=StandInNvml())
+    source.session_factory = _no_cupti
+    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-1", lambda: next(ticks), nvml=StandInNvml())
     source.find_context = lambda device: 0xC0
     source.start()
     time.sleep(0.7)
@@ -201,7 +207,8 @@ def test_a_device_without_gpm_is_one_error_naming_the_other_backend() -> None:
     cfg = convert({"type": "pm_sampling", "backend": "nvml"}, PmSamplingConfig)
     emitter = RecordingEmitter()
     source = PmSamplingSource(cfg, emitter)
-    source.session_factory = lambda device: GpmSession("GPU-1", lambda: 0, nvml=StandInNvml(gpm=False))
+    source.session_factory = _no_cupti
+    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-1", lambda: 0, nvml=StandInNvml(gpm=False))
     source.find_context = lambda device: 0xC0
     source.start()
     time.sleep(0.2)
@@ -210,3 +217,53 @@ def test_a_device_without_gpm_is_one_error_naming_the_other_backend() -> None:
     assert severity == "error" and message.endswith(
         "has no GPM (Hopper and later only); use pm_sampling.backend: cupti"
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "has_gpm", "backend", "interval_ms"),
+    [
+        ({}, True, "nvml", 100),  # a Hopper GPU: GPM, at GPM's default interval
+        ({}, False, "cupti", 20),  # before Hopper, a MIG instance, no driver
+        ({"interval": "20ms"}, True, "cupti", 20),  # faster than GPM refreshes
+        ({"interval": "200ms"}, True, "nvml", 200),
+        ({"metrics": ["dram__cycles_active.avg.pct_of_peak_sustained_elapsed"]}, True, "cupti", 20),
+        ({"metrics": [metric_name("dram_active")]}, True, "nvml", 100),
+        ({"backend": "cupti"}, True, "cupti", 20),
+        ({"backend": "nvml"}, False, "nvml", 100),  # said by the session: no GPM on this device
+    ],
+)
+def test_auto_picks_gpm_where_the_device_has_it_and_nothing_asks_for_cupti(
+    config: dict[str, Any], has_gpm: bool, backend: str, interval_ms: int
+) -> None:
+    decided = convert({"type": "pm_sampling", **config}, PmSamplingConfig).for_device(has_gpm)
+    assert (decided.backend, decided.interval_ns) == (backend, interval_ms * MS)
+
+
+def test_gpm_metrics_faster_than_gpm_refreshes_are_refused_under_auto() -> None:
+    with pytest.raises(Exception, match="at least 100ms for GPM metrics") as caught:
+        convert(
+            {"type": "pm_sampling", "metrics": [metric_name("sm_active")], "interval": "50ms"},
+            PmSamplingConfig,
+        )
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.usefixtures("_cupti_stays_attached")
+@pytest.mark.parametrize("gpm", [True, False])
+def test_the_default_backend_samples_gpm_where_nvml_offers_it(gpm: bool) -> None:
+    """The source's own ``auto`` decision: NVML is the stand-in, and CUPTI's side is
+    ``test_pm_sampling_source.StandInSession`` (neither a driver nor a GPU here)."""
+    cfg = convert({"type": "pm_sampling", "decode_period": "200ms"}, PmSamplingConfig)
+    emitter = RecordingEmitter()
+    source = PmSamplingSource(cfg, emitter)
+    ticks = _clock()
+    source.session_factory = StandInSession
+    source.gpm_factory = lambda uuid, clock: GpmSession(uuid, lambda: next(ticks), nvml=StandInNvml(gpm=gpm))
+    source.find_context = lambda device: 0xC0
+    source.start()
+    time.sleep(0.5)
+    source.stop()
+    assert source.config.backend == ("nvml" if gpm else "cupti")
+    batches = [e for e in emitter.events if isinstance(e, PmSamples)]
+    assert batches and emitter.errors == []
+    assert batches[0].metrics[0].startswith("gpm__" if gpm else "gr__")

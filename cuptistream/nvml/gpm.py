@@ -78,6 +78,17 @@ class GpmUnavailable(ValueError):
     instance): the line says which."""
 
 
+def gpm_supported(session: GpmSession) -> bool:
+    """Whether NVML's GPM can sample the device of ``session`` (enabled, then disabled again); False
+    without a driver, on a chip before Hopper, on a MIG instance, or for a device NVML does not know."""
+    try:
+        session.enable()
+    except GpmUnavailable:
+        return False
+    session.disable()
+    return True
+
+
 class GpmSession:
     """GPM sampling of one device, found by ``uuid`` (CUDA's ordinals and NVML's indexes differ where
     ``CUDA_VISIBLE_DEVICES`` is set). ``clock`` stamps the samples; ``nvml`` is the ``pynvml`` module

@@ -4,8 +4,8 @@ memory`` (a set that takes two passes: each kernel is replayed) returns once del
 recording holds, for device 0, a ``kernel_metrics`` event naming every kernel name of the window's
 kernel records, each with a value of every metric. CUPTI makes no kernel records while the range
 profiler replays (the window's records come from its part after the profiling), so the names and
-durations compared are those of the whole window. A ``pm_sampling`` source runs beside it
-and lends the window its counters: samples before and after the window, and a loss of those missed.
+durations compared are those of the whole window. A ``pm_sampling`` source (default backend) runs
+beside it and lends the window its counters: samples before and after the window, and a loss of those missed.
 About a minute on an H100.
 
 With ``CUPTISTREAM_GPU_RESULTS=DIR`` the event goes to ``DIR/kernel_metrics.json``.
@@ -108,7 +108,10 @@ def test_a_metrics_window_on_w2_measures_every_kernel_name_in_it(tmp_path: Path)
     }
     close = [name for name, (ns, median) in pairs.items() if 0.25 * median <= ns <= 4 * median + 10_000]
     assert len(close) >= 0.8 * len(pairs), pairs
-    ends = [end for e in events if isinstance(e, PmSamples) for end in e.ends]
+    samples = [e for e in events if isinstance(e, PmSamples)]
+    ends = [end for e in samples for end in e.ends]
     assert any(end < window.start for end in ends) and any(end > window.end for end in ends), "PM sampling"
+    spacing = [end - start for e in samples for start, end in zip(e.starts, e.ends, strict=True)]
+    interval_s = statistics.median(spacing) / 1e9  # 20 ms (cupti) or 100 ms (nvml): backend: auto
     lent = [e for e in events if isinstance(e, Loss) and e.reason == "counters_lent"]
-    assert lent and sum(e.count for e in lent) >= 10 / 0.02 * 0.8, lent
+    assert lent and sum(e.count for e in lent) >= 10 / interval_s * 0.8, (lent, interval_s)
