@@ -244,6 +244,31 @@ def test_kernels_in_flight_at_a_window_close_end_at_the_close() -> None:
     assert kernel_ns == expected < unclipped
 
 
+def test_kernels_of_a_closed_window_that_come_back_later_end_at_its_close() -> None:
+    """A buffer decoded after the window's close (no closing notice pending any more) holds kernels
+    that started inside it and are dated at a later flush: they end at the close too, and kernels
+    of no window keep their times."""
+    arrays, names = _arrays("exact_counts")
+    kernels = next(r for e, r in arrays if e == "kernel")
+    t0 = 1000 * 10 * SECOND
+    moved = _shifted(kernels, t0 + SECOND)
+    start, end = moved["start"].astype(np.int64), moved["end"].astype(np.int64)
+    close = int(np.median(start))
+    late = moved.copy()
+    inside = start < close
+    late["end"][inside] = np.maximum(end[inside], close) + 120_000_000  # dated at a later flush
+    acc = Accumulator(10 * SECOND, 500, names)
+    acc.span(1, t0, 0, ["concurrent_kernel"])
+    acc.span(1, t0, close, ["concurrent_kernel"])  # closed before its last buffer came
+    acc.add("kernel", late)
+    acc.buffer_done()
+    out = acc.close()
+    kernel_ns = sum(s.total_ns for s in out if isinstance(s, ActivityStats) and s.category == "kernel")
+    expected = int((close - start)[inside].sum() + (end - start)[~inside].sum())
+    assert acc.ended_at_close == int(inside.sum()) >= 1
+    assert kernel_ns == expected
+
+
 def test_a_closing_notice_reaches_the_statistics_and_is_no_close() -> None:
     stream, _, _ = _stream("exact_counts")
     assert stream.trace_span(TraceSpan(stream=3, window=1, start=1)) is None

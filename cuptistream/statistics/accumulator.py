@@ -114,8 +114,10 @@ class Accumulator:
             return
         start = records["start"].astype(np.int64)
         end = records["end"].astype(np.int64)
-        if category == "kernel" and self._kernels_end_by:
-            end = self._end_at_close(start, end, self._kernels_end_by)
+        if category == "kernel":
+            if self._kernels_end_by:
+                end = self._end_at_close(start, end, self._kernels_end_by)
+            end = self._end_in_window(start, end)
         valid = (start > 0) & (end >= start)
         keep = valid
         interval = end // self.interval_ns
@@ -166,6 +168,19 @@ class Accumulator:
             return end
         self.ended_at_close += int(np.count_nonzero(in_flight))
         return np.where(in_flight, close, end)
+
+    def _end_in_window(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Kernels that started in a window already closed end at its close at the latest, as those
+        of the closing flush do (``window_closing``): a CUDA graph's kernels can come back in a later
+        buffer, after the close, dated at a later flush."""
+        closes = self.coverage.closed_ends("kernel", start)
+        if closes is None:
+            return end
+        late = (closes > 0) & (end > closes)
+        if not late.any():
+            return end
+        self.ended_at_close += int(np.count_nonzero(late))
+        return np.where(late, closes, end)
 
     def _kernel_codes(self, pointers: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Each record's name pointer as an index into the stream's sorted known pointers, and

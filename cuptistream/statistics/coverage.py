@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from cuptistream.cupti.kinds import KINDS
 
 CATEGORIES = ("kernel", "memcpy", "memset")
@@ -59,6 +61,20 @@ class Coverage:
             known.end = end
         else:
             self.spans[window] = _Span(start, end, categories_of(kinds))
+
+    def closed_ends(self, category: str, starts: np.ndarray) -> np.ndarray | None:
+        """For each of ``starts``, the end of the closed span tracing ``category`` that holds it, 0
+        where none does; None before the first span (continuous tracing)."""
+        if self.spans is None:
+            return None
+        closed = sorted((s.start, s.end) for s in self.spans.values() if s.end and category in s.categories)
+        if not closed:
+            return None
+        begins = np.array([b for b, _ in closed], dtype=np.int64)
+        ends = np.array([e for _, e in closed], dtype=np.int64)
+        index = np.searchsorted(begins, starts, side="right") - 1
+        found = np.where(index >= 0, ends[np.maximum(index, 0)], 0)
+        return np.where((index >= 0) & (starts < found), found, 0)
 
     def open_spans(self) -> bool:
         return self.spans is not None and any(not s.end for s in self.spans.values())
