@@ -101,6 +101,8 @@ class PmSamplingConfig(SourceConfig):
                 f"counters change about every 100 ms; closer samples read zeros), "
                 f"got {self.interval_s * 1e3:g}ms"
             )
+        if self.backend == "cupti" and self._names_gpm:
+            raise ValueError("metrics: gpm__ names are NVML's GPM metrics; use backend: nvml (or auto)")
         if self.metrics is not None and (self.backend == "nvml" or self._names_gpm):
             try:  # names CUPTI's catalog does not hold: checked here, not once sampling begins
                 resolve_gpm_metrics(self.metrics)

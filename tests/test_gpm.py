@@ -159,6 +159,7 @@ def test_no_gpm_or_no_driver_is_one_line(nvml: StandInNvml, fragment: str) -> No
         ({"metrics": ["sm__cycles_active.avg.pct_of_peak_sustained_elapsed"]}, "is not a GPM metric"),
         ({"metrics": []}, "list at least one metric"),
         ({"backend": "dcgm"}, "backend"),
+        ({"backend": "cupti", "metrics": [metric_name("sm_active")]}, "use backend: nvml (or auto)"),
     ],
 )
 def test_bad_nvml_config_values_are_one_line(config: dict[str, Any], fragment: str) -> None:
