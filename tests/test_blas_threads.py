@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cuptistream.collector.blas_threads import VARIABLE
+from tests.test_coexist import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -61,8 +62,10 @@ def test_a_decode_worker_starts_with_one_blas_thread() -> None:
     try:
         link = workers.assign()
         assert link is not None
-        environ = Path(f"/proc/{link.worker.pid}/environ").read_bytes().split(b"\0")
-        assert f"{VARIABLE}=1".encode() in environ
+        environ = Path(f"/proc/{link.worker.pid}/environ")
+        # Read empty while the worker is still being started: wait until the kernel shows it.
+        assert wait_for(lambda: environ.read_bytes() != b"", timeout=10.0)
+        assert f"{VARIABLE}=1".encode() in environ.read_bytes().split(b"\0")
         link.close()
     finally:
         workers.stop()
