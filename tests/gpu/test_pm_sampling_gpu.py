@@ -5,8 +5,8 @@ records on CUPTI's clock, and fold into ``pm_stats``. A memory-bound elementwise
 busy and the tensor pipes idle; pinned host-to-device copies read PCIe RX at the rate the program
 measured. A program that alternates the matmuls with the elementwise loop gets each kernel its own
 reading in ``pm_kernel_stats``, close to the reading of its single-kernel run. The NVML backend
-(``backend: nvml``, GPM at 100 ms) reads the same loads within the same bounds. About a minute on
-an H100."""
+(``backend: nvml``, GPM at 100 ms) reads the same loads within the same bounds, and gives the
+alternating kernels their own readings with phases of 1.2 s. About a minute and a half on an H100."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import yaml
 import cuptistream
 from cuptistream.cupti.pm_metrics import default_metrics, field_of
 from cuptistream.events import Error, Kernel, Loss, Memcpy, PmKernelStats, PmSamples, PmStats
+from cuptistream.nvml.gpm import metric_name as gpm_metric_name
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,10 +48,12 @@ time.sleep(2.0)
 """
 
 
-# Four rounds of ~0.4 s of bf16 matmuls then ~0.4 s of a memory-bound elementwise loop: each phase
-# spans about 20 samples, so most samples hold one kernel only.
+# Four rounds of bf16 matmuls then a memory-bound elementwise loop, each phase as long as the first
+# argument says (0.4 s by default): a phase spans about 20 samples at 20 ms (12 at 100 ms with
+# 1.2 s), so most samples hold one kernel only.
 ALTERNATING = r"""
-import time, torch
+import sys, time, torch
+phase = float(sys.argv[1]) if len(sys.argv) > 1 else 0.4
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 x = torch.randn(64 << 20, device="cuda")
@@ -59,7 +62,7 @@ time.sleep(1.0)
 for _ in range(4):
     for body in (lambda: a @ b, lambda: x.mul_(1.0001)):
         began = time.monotonic()
-        while time.monotonic() - began < 0.4:
+        while time.monotonic() - began < phase:
             for _ in range(10):
                 body()
             torch.cuda.synchronize()
@@ -278,6 +281,12 @@ def test_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(
         "elementwise": _kernel_reading(recorded(ELEMENTWISE), ("elementwise",), fields),
     }
     print(f"alternating: gemm={gemm} elementwise={elementwise}; alone: {alone}")
+    _assert_own_readings(gemm, elementwise, alone)
+
+
+def _assert_own_readings(
+    gemm: dict[str, float], elementwise: dict[str, float], alone: dict[str, dict[str, float]]
+) -> None:
     assert gemm["tensor_active"] >= 50 and elementwise["tensor_active"] < 5
     assert gemm["tensor_active"] - elementwise["tensor_active"] >= 40
     assert gemm["own"] > 0.5 and elementwise["own"] > 0.5  # most of each one's samples were its own
@@ -308,3 +317,19 @@ def test_gpm_reads_pcie_rx_at_the_copies_rate(recorded: Callable[..., list[Any]]
     print(f"copies measured {measured / 1e9:.2f} GB/s")
     assert readings["pcie_rx_bytes"][0] == pytest.approx(measured, rel=0.1)
     assert readings["pcie_rx_bytes"][1] < 0.01 * measured
+
+
+def test_gpm_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(
+    recorded: Callable[..., list[Any]],
+) -> None:
+    # 1.2 s phases: twelve 100 ms samples each, the one at each end shared with the other kernel.
+    events = recorded(ALTERNATING, "1.2", backend="nvml")
+    fields = {field: gpm_metric_name(field) for field in ("sm_active", "tensor_active", "dram_active")}
+    gemm = _kernel_reading(events, GEMM_NAMES, fields)
+    elementwise = _kernel_reading(events, ("elementwise",), fields)
+    alone = {
+        "gemm": _kernel_reading(recorded(PROGRAM, backend="nvml"), GEMM_NAMES, fields),
+        "elementwise": _kernel_reading(recorded(ELEMENTWISE, backend="nvml"), ("elementwise",), fields),
+    }
+    print(f"gpm alternating: gemm={gemm} elementwise={elementwise}; alone: {alone}")
+    _assert_own_readings(gemm, elementwise, alone)
