@@ -97,7 +97,7 @@ def _expected(
             continue
         span = [traced(a, b) or b - a for a, b, _ in samples]
         means = []
-        for m in range(len(METRICS)):
+        for m in range(len(samples[0][2])):
             pairs = [(w[i], v[m]) for i, (_, _, v) in enumerate(samples) if w[i] and not math.isnan(v[m])]
             weight = sum(x for x, _ in pairs)
             means.append(sum(x * v for x, v in pairs) / weight if weight else math.nan)

@@ -285,9 +285,12 @@ def test_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readings(
 
 
 def _assert_own_readings(
-    gemm: dict[str, float], elementwise: dict[str, float], alone: dict[str, dict[str, float]]
+    gemm: dict[str, float],
+    elementwise: dict[str, float],
+    alone: dict[str, dict[str, float]],
+    idle_tensor: float = 5,
 ) -> None:
-    assert gemm["tensor_active"] >= 50 and elementwise["tensor_active"] < 5
+    assert gemm["tensor_active"] >= 50 and elementwise["tensor_active"] < idle_tensor
     assert gemm["tensor_active"] - elementwise["tensor_active"] >= 40
     assert gemm["own"] > 0.5 and elementwise["own"] > 0.5  # most of each one's samples were its own
     assert gemm["covered"] > 0.9 and elementwise["covered"] > 0.9
@@ -332,4 +335,6 @@ def test_gpm_attribution_gives_a_gemm_and_an_elementwise_kernel_their_own_readin
         "elementwise": _kernel_reading(recorded(ELEMENTWISE, backend="nvml"), ("elementwise",), fields),
     }
     print(f"gpm alternating: gemm={gemm} elementwise={elementwise}; alone: {alone}")
-    _assert_own_readings(gemm, elementwise, alone)
+    # The 100 ms sample in which a GEMM phase gives way to an elementwise one holds both, and the
+    # elementwise kernels in it get the GEMM's tensor activity: low, within the 10 points below.
+    _assert_own_readings(gemm, elementwise, alone, idle_tensor=10)
