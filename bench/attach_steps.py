@@ -77,8 +77,9 @@ def node_runtime(work: Path) -> Path:
     return root
 
 
-def attach(pid: int, window: float, root: Path, config: Path) -> tuple[float, float]:
-    """Attach for ``window`` seconds; the wall times of the ``attached`` and ``detached`` lines."""
+def attach(pid: int, window: float, root: Path, config: Path) -> tuple[float, float, str]:
+    """Attach for ``window`` seconds; the wall times of the ``attached`` and ``detached`` lines, and
+    what the attach said. SystemExit names a failed attach."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUPTISTREAM_")}
     proc = subprocess.Popen([*CLI, "attach", str(pid), "--for", f"{window}s", "-c", str(config), "--root", str(root)],
                             stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -91,9 +92,9 @@ def attach(pid: int, window: float, root: Path, config: Path) -> tuple[float, fl
             attached = time.time()
         elif "detached from pid" in line:
             detached = time.time()
-    if proc.wait() != 0 or not (attached and detached):
+    if proc.wait(120) != 0 or not (attached and detached):
         raise SystemExit(f"attach_steps.py: the attach failed:\n{''.join(lines)}")
-    return attached, detached
+    return attached, detached, "".join(lines)
 
 
 def one_process(
@@ -150,7 +151,7 @@ def main() -> None:
             def attached(pid: int) -> tuple[float, float]:
                 nonlocal took
                 began = time.time()
-                _, detached = attach(pid, args.window, root, config)  # noqa: B023 (called in this round)
+                _, detached, _ = attach(pid, args.window, root, config)  # noqa: B023 (called in this round)
                 took = detached - began
                 return began, detached
 

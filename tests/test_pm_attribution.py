@@ -114,7 +114,9 @@ def _expected(
     return out
 
 
-def _check(rows: list[PmKernelStats], expected: dict[str, dict[str, object]]) -> None:
+def _check(
+    rows: list[PmKernelStats], expected: dict[str, dict[str, object]], metrics: list[str] = METRICS
+) -> None:
     assert {r.name for r in rows} == set(expected) and len(rows) == len(expected)
     for r in rows:
         want = expected[r.name]
@@ -123,7 +125,7 @@ def _check(rows: list[PmKernelStats], expected: dict[str, dict[str, object]]) ->
             want["covered_ns"],
             want["samples"],
         )
-        assert r.metrics == METRICS
+        assert r.metrics == metrics
         assert r.mean == pytest.approx(want["mean"], rel=1e-9, nan_ok=True)
         for key in ("covered_share", "own_share", "all_share"):
             assert getattr(r, key) == pytest.approx(want[key], rel=1e-9), key

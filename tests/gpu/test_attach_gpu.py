@@ -32,6 +32,9 @@ from cuptistream.events import Kernel
 pytestmark = pytest.mark.gpu
 CLI = [sys.executable, "-m", "cuptistream.cli"]
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+from attach_steps import attach, node_runtime  # noqa: E402  (the benchmark's attach, timed the same way)
+
 WINDOW_S = 10
 
 # Each step logs its wall-clock begin and end (it ends synchronized: its kernels ran in between).
@@ -68,16 +71,6 @@ def _gpu() -> None:
         pytest.skip("no CUDA device")
 
 
-def _runtime(tmp_path: Path) -> Path:
-    """The node install's probe runtime for this interpreter, hooked into a throwaway venv only."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    root = tmp_path / "node-root"
-    done = subprocess.run([*CLI, "node", "install", "--python", str(tmp_path / "venv" / "bin" / "python"),
-                           "--root", str(root)], capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return root
-
-
 def _config(tmp_path: Path, out: str) -> Path:
     config = tmp_path / f"{out}.json"
     config.write_text(json.dumps({
@@ -85,25 +78,6 @@ def _config(tmp_path: Path, out: str) -> Path:
         "sinks": [{"type": "file", "directory": str(tmp_path / out)}],
     }))  # fmt: skip
     return config
-
-
-def _attach(pid: int, root: Path, config: Path) -> tuple[float, float, str]:
-    """Run the attach; the wall times of its ``attached`` and ``detached`` lines, and its stderr."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUPTISTREAM_")}
-    attach = subprocess.Popen([*CLI, "attach", str(pid), "--for", f"{WINDOW_S}s", "-c", str(config), "--root", str(root)],
-                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
-    assert attach.stderr is not None
-    attached = detached = 0.0
-    lines = []
-    for line in attach.stderr:
-        lines.append(line)
-        if "attached to pid" in line:
-            attached = time.time()
-        if "detached from pid" in line:
-            detached = time.time()
-    assert attach.wait(120) == 0, "".join(lines)
-    assert attached and detached, "".join(lines)
-    return attached, detached, "".join(lines)
 
 
 def _steps(log: Path) -> list[tuple[float, float]]:
@@ -153,13 +127,13 @@ def _wait_for_steps(log: Path, seconds: float) -> None:
 def test_attach_records_the_window_only_and_the_loop_runs_on_at_its_speed(tmp_path: Path) -> None:
     _gpu()
     per_step = _kernels_of_a_w2_step(tmp_path)
-    root, config, log = _runtime(tmp_path), _config(tmp_path, "out"), tmp_path / "steps.jsonl"
+    root, config, log = node_runtime(tmp_path), _config(tmp_path, "out"), tmp_path / "steps.jsonl"
     loop = subprocess.Popen([sys.executable, "-c", WORKLOAD, "60", str(log), "w2", str(BENCH)],
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     _wait_for_steps(log, seconds=12)  # warm up and measure before
     threads_before = len(os.listdir(f"/proc/{loop.pid}/task"))
     began = time.time()
-    attached, detached, stderr = _attach(loop.pid, root, config)
+    attached, detached, stderr = attach(loop.pid, WINDOW_S, root, config)
     time.sleep(2)
     threads_after = len(os.listdir(f"/proc/{loop.pid}/task"))  # printed: a thread the probe left shows here
     out, _ = loop.communicate(timeout=120)
@@ -185,11 +159,11 @@ def test_attach_records_the_window_only_and_the_loop_runs_on_at_its_speed(tmp_pa
 
 def test_a_cuda_graph_captured_before_the_attach_replays_after_the_detach(tmp_path: Path) -> None:
     _gpu()
-    root, config, log = _runtime(tmp_path), _config(tmp_path, "out"), tmp_path / "steps.jsonl"
+    root, config, log = node_runtime(tmp_path), _config(tmp_path, "out"), tmp_path / "steps.jsonl"
     loop = subprocess.Popen([sys.executable, "-c", WORKLOAD, "20", str(log), "graph"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     time.sleep(3)
-    _, detached, stderr = _attach(loop.pid, root, config)
+    _, detached, stderr = attach(loop.pid, WINDOW_S, root, config)
     out, err = loop.communicate(timeout=120)
     assert loop.returncode == 0 and out == "ok\n", err
     assert any(start > detached for start, _ in _steps(log)), "no replay after the detach"
