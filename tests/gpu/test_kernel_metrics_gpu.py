@@ -97,17 +97,24 @@ def test_a_metrics_window_on_w2_measures_every_kernel_name_in_it(tmp_path: Path)
     # Each range carries its own kernel's name (range i is launch i): its measured duration is that
     # kernel's, as the activity records time it, not a neighbour's. Kernel replay runs each launch
     # alone, with the caches restored before each pass: a kernel of 1-2 µs measures a few µs more
-    # than the trace says (4.7x for a 1.4 µs one on an H100), hence a fixed allowance of 10 µs.
+    # than the trace says (4.7x for a 1.4 µs one on an H100), hence a fixed allowance of 10 µs. One
+    # name can run on tensors of several sizes (W2's elementwise kernels), so a range is held to the
+    # span of its name's traced durations, not to their median.
     traced: dict[str, list[int]] = {}
     for record in in_window:
         traced.setdefault(record.name, []).append(record.end - record.start)
-    pairs = {
-        name: (value, statistics.median(traced[name]))
+    ranges = [
+        (name, value)
         for name, value in zip(measured.names, duration, strict=True)
         if name in traced and value
-    }
-    close = [name for name, (ns, median) in pairs.items() if 0.25 * median <= ns <= 4 * median + 10_000]
-    assert len(close) >= 0.8 * len(pairs), pairs
+    ]
+    off = [
+        (name[:80], value, min(traced[name]), statistics.median(traced[name]), max(traced[name]))
+        for name, value in ranges
+        if not 0.25 * min(traced[name]) <= value <= 4 * max(traced[name]) + 10_000
+    ]
+    print(f"{len(off)} of {len(ranges)} ranges outside their name's traced durations: {off}")
+    assert len(off) <= 0.2 * len(ranges), off
     samples = [e for e in events if isinstance(e, PmSamples)]
     ends = [end for e in samples for end in e.ends]
     assert any(end < window.start for end in ends) and any(end > window.end for end in ends), "PM sampling"
