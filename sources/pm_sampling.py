@@ -177,6 +177,7 @@ class PmSamplingSource(CuptiWorkerSource):
         self.chip = ""
         self.metrics: list[str] = []
         self._left_out_said = False  # the default metrics CUPTI does not sample, named once
+        self._failure_said = ""  # the last reason given for failed GPM samples
         self.stats: dict[str, float] = {
             "decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0, "granted": 0, "grant_wait_s": 0.0,
             "standby_s": 0.0, "standbys": 0,
@@ -427,6 +428,7 @@ class PmSamplingSource(CuptiWorkerSource):
         ends: list[int] = []
         columns: list[list[float]] = [[] for _ in self.metrics]
         overflow = False
+        failed = 0
         for _ in range(_MAX_DECODES_IN_A_ROW):
             got: Decoded = self._call("DecodeData", session.decode, self.config.samples_per_decode)
             starts += got.starts
@@ -434,6 +436,7 @@ class PmSamplingSource(CuptiWorkerSource):
             for column, values in zip(columns, got.values, strict=True):
                 column += values
             overflow = overflow or got.overflow
+            failed += got.failed
             if got.stop_reason != "counter_data_full":
                 if got.stop_reason == "other":
                     self.emitter.report_error(
@@ -444,6 +447,8 @@ class PmSamplingSource(CuptiWorkerSource):
                 break
         self.stats["decodes"] += 1
         self.stats["samples"] += len(ends)
+        if failed:
+            self._report_failed(failed, got.failure)
         if overflow:
             # Oldest kept: the samples past a full buffer were never written. Estimate them from the
             # time since the last decode.
@@ -467,6 +472,20 @@ class PmSamplingSource(CuptiWorkerSource):
                         values=[nan_as_none(column) for column in columns],
                     )
                 ]
+            )
+
+    def _report_failed(self, failed: int, failure: str) -> None:
+        """Samples the device did not give (NVML's GPM): a loss each decode, and a warning each time
+        the reason changes, not every second while it lasts."""
+        self.stats["lost_samples"] += failed
+        self.emitter.report_loss(STAGE, "sample_failed", failed, unit="samples")
+        if failure != self._failure_said:
+            self._failure_said = failure
+            self.emitter.report_error(
+                self._origin,
+                f"{failed} GPM samples of device {self.config.device} failed ({failure}); the intervals "
+                "on either side of each are missing, and sampling goes on",
+                severity="warning",
             )
 
     def _report_gap(self, grant: SamplerGrant, first: int) -> None:

@@ -36,9 +36,12 @@ class StandInNvml:
     c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
     NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
 
-    def __init__(self, gpm: bool = True, driver: bool = True, samples: int = 2) -> None:
+    def __init__(
+        self, gpm: bool = True, driver: bool = True, samples: int = 2, failing: frozenset[int] = frozenset()
+    ) -> None:
         self.gpm, self.driver = gpm, driver
         self.samples_left = samples  # allocations that succeed before NVML answers out of memory
+        self.failing = failing  # which sample gets (1: the first) NVML refuses
         self.samples_taken = 0
         self.freed = 0
         self.shut_down = False
@@ -69,6 +72,8 @@ class StandInNvml:
 
     def nvmlGpmSampleGet(self, handle: str, sample: Any) -> Any:
         self.samples_taken += 1
+        if self.samples_taken in self.failing:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
         return sample
 
     def nvmlGpmMetricsGet(self, request: Any) -> Any:
@@ -123,6 +128,19 @@ def test_a_sample_nvml_cannot_allocate_fails_start_and_frees_the_other() -> None
         session.start()
     session.disable()
     assert nvml.freed == 1 and nvml.samples_taken == 0 and nvml.shut_down
+
+
+def test_a_first_sample_nvml_refuses_fails_start_naming_nvmls_reason() -> None:
+    nvml = StandInNvml(failing=frozenset({1}))
+    session = GpmSession("GPU-1", lambda: 0, nvml=nvml)
+    session.enable()
+    session.configure(list(GPM_METRICS), 100 * MS, 0)
+    with pytest.raises(
+        GpmUnavailable, match="NVML takes no GPM sample of GPU GPU-1: Insufficient Permissions"
+    ):
+        session.start()
+    session.disable()
+    assert nvml.freed == 2 and nvml.shut_down
 
 
 def test_gpm_metric_names_carry_their_field_and_unit() -> None:
@@ -268,3 +286,44 @@ def test_the_default_backend_samples_gpm_where_nvml_offers_it(gpm: bool) -> None
     batches = [e for e in emitter.events if isinstance(e, PmSamples)]
     assert batches and emitter.errors == []
     assert batches[0].metrics[0].startswith("gpm__" if gpm else "gr__")
+
+
+def _gpm_source(nvml: StandInNvml) -> tuple[PmSamplingSource, RecordingEmitter]:
+    cfg = convert({"type": "pm_sampling", "backend": "nvml", "decode_period": "200ms"}, PmSamplingConfig)
+    emitter = RecordingEmitter()
+    source = PmSamplingSource(cfg, emitter)
+    ticks = _clock()
+    source.session_factory = _no_cupti
+    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-1", lambda: next(ticks), nvml=nvml)
+    source.find_context = lambda device: 0xC0
+    return source, emitter
+
+
+@pytest.mark.usefixtures("_cupti_stays_attached")
+def test_a_device_that_gives_no_gpm_sample_is_one_error_naming_nvmls_reason() -> None:
+    source, emitter = _gpm_source(StandInNvml(failing=frozenset(range(1, 100))))
+    source.start()
+    time.sleep(0.3)
+    source.stop()
+    ((_, message, severity, _),) = emitter.errors
+    assert (
+        severity == "error" and "NVML takes no GPM sample of GPU GPU-1: Insufficient Permissions" in message
+    )
+    assert not [e for e in emitter.events if isinstance(e, PmSamples)]
+
+
+@pytest.mark.usefixtures("_cupti_stays_attached")
+def test_samples_nvml_fails_while_sampling_are_lost_counted_and_said_once() -> None:
+    nvml = StandInNvml(failing=frozenset({3, 4, 7}))  # the 3rd, 4th and 7th gets: 5 pairs lose a side
+    source, emitter = _gpm_source(nvml)
+    source.start()
+    time.sleep(1.5)
+    source.stop()
+    failed = [
+        count for _, reason, count, unit in emitter.losses if reason == "sample_failed" and unit == "samples"
+    ]
+    assert sum(failed) == 3
+    warnings = [m for _, m, severity, _ in emitter.errors if severity == "warning"]
+    assert len(warnings) == 1 and "failed (Insufficient Permissions)" in warnings[0], emitter.errors
+    pairs = sum(len(e.ends) for e in emitter.events if isinstance(e, PmSamples))
+    assert pairs == nvml.samples_taken - 1 - 5  # every pair of two good samples, no other

@@ -87,6 +87,8 @@ class Decoded:
     overflow: bool  # the hardware buffer filled up since the last decode: samples were not recorded
     stop_reason: str  # "end_of_records", "counter_data_full" (decode again) or "other"
     image: np.ndarray | None = None  # the counter data image the values came from
+    failed: int = 0  # samples the device did not give since the last decode (NVML's GPM)
+    failure: str = ""  # why, as the last failed one said
 
 
 class PmSamplingSession:

@@ -93,8 +93,10 @@ class GpmSession:
     """GPM sampling of one device, found by ``uuid`` (CUDA's ordinals and NVML's indexes differ where
     ``CUDA_VISIBLE_DEVICES`` is set). ``clock`` stamps the samples; ``nvml`` is the ``pynvml`` module
     (tests without a driver hand in a stand-in). Failure modes: ``GpmUnavailable`` from ``enable``;
-    ``configure`` raises ValueError for an interval below ``MIN_INTERVAL_NS``; a sample that fails
-    while sampling ends the pair it belonged to (its metrics read NaN) and sampling goes on."""
+    ``configure`` raises ValueError for an interval below ``MIN_INTERVAL_NS``; ``start`` raises
+    ``GpmUnavailable`` where the first sample fails; a sample that fails while sampling loses the
+    pairs it belonged to, sampling goes on, and ``decode`` says how many failed and why. A pair whose
+    metrics NVML cannot compute reads NaN."""
 
     def __init__(self, uuid: str, clock: Callable[[], int], nvml: Any = None) -> None:
         if nvml is None:
@@ -109,6 +111,8 @@ class GpmSession:
         self._interval_s = 0.0
         self._pending: list[tuple[int, int, list[float]]] = []
         self._dropped = False
+        self._failed = 0  # samples NVML failed since the last decode
+        self._failure = ""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,8 +150,9 @@ class GpmSession:
         return list(metrics)
 
     def start(self) -> None:
-        """Allocate the two samples and start the thread; an ``NVMLError`` from the allocation is
-        raised here, to the caller, not lost on the thread."""
+        """Allocate the two samples, take the first, and start the thread. An ``NVMLError`` from the
+        allocation is raised here, to the caller, not lost on the thread; a first sample that fails
+        (no permission, the GPU lost) raises ``GpmUnavailable`` naming NVML's error."""
         nv = self._nvml
         samples = [nv.nvmlGpmSampleAlloc()]
         try:
@@ -155,9 +160,16 @@ class GpmSession:
         except nv.NVMLError:
             nv.nvmlGpmSampleFree(samples[0])
             raise
+        try:
+            nv.nvmlGpmSampleGet(self._handle, samples[0])
+        except nv.NVMLError as error:
+            for sample in samples:
+                nv.nvmlGpmSampleFree(sample)
+            raise GpmUnavailable(f"NVML takes no GPM sample of GPU {self.uuid}: {error}") from None
+        first = self._clock()
         self._stopping.clear()
         self._thread = threading.Thread(
-            target=self._run, args=(samples,), name="cuptistream-gpm", daemon=True
+            target=self._run, args=(samples, first), name="cuptistream-gpm", daemon=True
         )
         self._thread.start()
 
@@ -172,9 +184,10 @@ class GpmSession:
         with self._lock:
             pending, self._pending = self._pending, []
             dropped, self._dropped = self._dropped, False
+            failed, self._failed = self._failed, 0
         values = [[row[m] for _, _, row in pending] for m in range(len(self._metrics))]
         starts, ends = [s for s, _, _ in pending], [e for _, e, _ in pending]
-        return Decoded(starts, ends, values, dropped, "end_of_records")
+        return Decoded(starts, ends, values, dropped, "end_of_records", failed=failed, failure=self._failure)
 
     def disable(self) -> None:
         self.stop()
@@ -187,10 +200,10 @@ class GpmSession:
 
     # --- the sampling thread --------------------------------------------------------------------
 
-    def _run(self, samples: list[Any]) -> None:
+    def _run(self, samples: list[Any], first: int) -> None:
         nv = self._nvml
         try:
-            before = self._take(samples[0])
+            before: int | None = first
             while not self._stopping.wait(self._interval_s):
                 after = self._take(samples[1])
                 if before is not None and after is not None:
@@ -202,9 +215,14 @@ class GpmSession:
                 nv.nvmlGpmSampleFree(sample)
 
     def _take(self, sample: Any) -> int | None:
+        """The clock after a sample of the device; None where NVML failed it (counted for ``decode``:
+        the pairs on either side of it are lost)."""
         try:
             self._nvml.nvmlGpmSampleGet(self._handle, sample)
-        except self._nvml.NVMLError:
+        except self._nvml.NVMLError as error:
+            with self._lock:
+                self._failed += 1
+                self._failure = str(error)
             return None
         return self._clock()
 
