@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def main() -> None:
     encode = msgspec.msgpack.encode
     zstd = zstandard.ZstdCompressor(level=3)
 
-    def framed(items: list[object]) -> int:
+    def framed(items: Sequence[object]) -> int:
         return sum(len(zstd.compress(encode(item))) for item in items)
 
     sampled_s = (ends[-1] - starts[0]) / 1e9
@@ -86,6 +87,7 @@ def main() -> None:
         accumulator.buffer_done()
     rows = [e for e in accumulator.close() if isinstance(e, PmKernelStats)]
     intervals_per_hour = HOUR_S / args.interval
+    stats_bytes = framed(stats) / len(stats)  # per interval
     result = {
         "device": captured["device"],
         "metrics": len(captured["metrics"]),
@@ -93,11 +95,11 @@ def main() -> None:
         "sampled_s": round(sampled_s, 3),
         "pm_samples_events": len(events),
         "pm_samples_raw_bytes_per_hour": round(sum(len(encode(e)) for e in events) / sampled_s * HOUR_S),
-        "pm_samples_zstd_bytes_per_hour": round(framed(list(events)) / sampled_s * HOUR_S),
-        "pm_stats_zstd_bytes_per_interval": round(framed(list(stats)) / len(stats)),
-        "pm_stats_zstd_bytes_per_hour": round(framed(list(stats)) / len(stats) * intervals_per_hour),
+        "pm_samples_zstd_bytes_per_hour": round(framed(events) / sampled_s * HOUR_S),
+        "pm_stats_zstd_bytes_per_interval": round(stats_bytes),
+        "pm_stats_zstd_bytes_per_hour": round(stats_bytes * intervals_per_hour),
         "pm_kernel_stats_rows": len(rows),
-        "pm_kernel_stats_zstd_bytes_per_row": round(framed(list(rows)) / len(rows)),
+        "pm_kernel_stats_zstd_bytes_per_row": round(framed(rows) / len(rows)),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))

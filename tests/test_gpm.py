@@ -199,15 +199,27 @@ def _cupti_stays_attached() -> Iterator[None]:
     driver.release("test", finalize=False)
 
 
-@pytest.mark.usefixtures("_cupti_stays_attached")
-def test_the_source_emits_gpm_samples_that_the_statistics_fold() -> None:
-    cfg = convert({"type": "pm_sampling", "backend": "nvml", "decode_period": "200ms"}, PmSamplingConfig)
+def gpm_source(
+    nvml: StandInNvml, stamps: Iterator[int] | None = None, **config: Any
+) -> tuple[PmSamplingSource, RecordingEmitter]:
+    """A ``backend: nvml`` source (decoding every 200 ms unless ``config`` says) whose GPM session
+    talks to ``nvml`` and reads its clock from ``stamps`` (100 ms apart by default); CUPTI is never
+    asked for a session, and the context is a stand-in."""
+    cfg = convert(
+        {"type": "pm_sampling", "backend": "nvml", "decode_period": "200ms", **config}, PmSamplingConfig
+    )
     emitter = RecordingEmitter()
     source = PmSamplingSource(cfg, emitter)
-    ticks = _clock()
+    ticks = stamps if stamps is not None else _clock()
     source.session_factory = _no_cupti
-    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-1", lambda: next(ticks), nvml=StandInNvml())
+    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-1", lambda: next(ticks), nvml=nvml)
     source.find_context = lambda device: 0xC0
+    return source, emitter
+
+
+@pytest.mark.usefixtures("_cupti_stays_attached")
+def test_the_source_emits_gpm_samples_that_the_statistics_fold() -> None:
+    source, emitter = gpm_source(StandInNvml())
     source.start()
     time.sleep(0.7)
     source.stop()
@@ -223,12 +235,7 @@ def test_the_source_emits_gpm_samples_that_the_statistics_fold() -> None:
 
 @pytest.mark.usefixtures("_cupti_stays_attached")
 def test_a_device_without_gpm_is_one_error_naming_the_other_backend() -> None:
-    cfg = convert({"type": "pm_sampling", "backend": "nvml"}, PmSamplingConfig)
-    emitter = RecordingEmitter()
-    source = PmSamplingSource(cfg, emitter)
-    source.session_factory = _no_cupti
-    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-1", lambda: 0, nvml=StandInNvml(gpm=False))
-    source.find_context = lambda device: 0xC0
+    source, emitter = gpm_source(StandInNvml(gpm=False))
     source.start()
     time.sleep(0.2)
     source.stop()
@@ -288,20 +295,9 @@ def test_the_default_backend_samples_gpm_where_nvml_offers_it(gpm: bool) -> None
     assert batches[0].metrics[0].startswith("gpm__" if gpm else "gr__")
 
 
-def _gpm_source(nvml: StandInNvml) -> tuple[PmSamplingSource, RecordingEmitter]:
-    cfg = convert({"type": "pm_sampling", "backend": "nvml", "decode_period": "200ms"}, PmSamplingConfig)
-    emitter = RecordingEmitter()
-    source = PmSamplingSource(cfg, emitter)
-    ticks = _clock()
-    source.session_factory = _no_cupti
-    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-1", lambda: next(ticks), nvml=nvml)
-    source.find_context = lambda device: 0xC0
-    return source, emitter
-
-
 @pytest.mark.usefixtures("_cupti_stays_attached")
 def test_a_device_that_gives_no_gpm_sample_is_one_error_naming_nvmls_reason() -> None:
-    source, emitter = _gpm_source(StandInNvml(failing=frozenset(range(1, 100))))
+    source, emitter = gpm_source(StandInNvml(failing=frozenset(range(1, 100))))
     source.start()
     time.sleep(0.3)
     source.stop()
@@ -315,7 +311,7 @@ def test_a_device_that_gives_no_gpm_sample_is_one_error_naming_nvmls_reason() ->
 @pytest.mark.usefixtures("_cupti_stays_attached")
 def test_samples_nvml_fails_while_sampling_are_lost_counted_and_said_once() -> None:
     nvml = StandInNvml(failing=frozenset({3, 4, 7}))  # the 3rd, 4th and 7th gets: 5 pairs lose a side
-    source, emitter = _gpm_source(nvml)
+    source, emitter = gpm_source(nvml)
     source.start()
     time.sleep(1.5)
     source.stop()

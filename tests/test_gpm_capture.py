@@ -16,19 +16,15 @@ import numpy as np
 import pynvml
 import pytest
 
-from cuptistream.collector.buffer_decoder import Decoder
-from cuptistream.config import convert
-from cuptistream.cupti import capture, driver
+from cuptistream.cupti import driver
 from cuptistream.cupti.names import TableNames
-from cuptistream.cupti.records import RecordLayouts
 from cuptistream.events import PmKernelStats, PmSamples
-from cuptistream.nvml.gpm import GpmSession, metric_name
-from cuptistream.sources.pm_sampling import PmSamplingConfig, PmSamplingSource
+from cuptistream.nvml.gpm import metric_name
 from cuptistream.statistics import Accumulator
 from cuptistream.statistics.pm_fold import PmFold
-from tests.test_gpm import StandInNvml, _no_cupti
+from tests.test_gpm import StandInNvml, gpm_source
 from tests.test_pm_attribution import _check, _expected, _full_traced
-from tests.test_sass_window import RecordingEmitter
+from tests.test_statistics import arrays_of
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpm"
 S = 1_000_000_000
@@ -71,16 +67,7 @@ class ReplayedNvml(StandInNvml):
 def _replayed_batches(captured: dict[str, Any]) -> list[PmSamples]:
     """The source's ``pm_samples`` events with NVML's captured answers behind its GPM session."""
     nvml = ReplayedNvml(captured["device"], captured["answers"])
-    stamps = iter(captured["stamps"])
-    cfg = convert(
-        {"type": "pm_sampling", "backend": "nvml", "metrics": captured["metrics"], "decode_period": "200ms"},
-        PmSamplingConfig,
-    )
-    emitter = RecordingEmitter()
-    source = PmSamplingSource(cfg, emitter)
-    source.session_factory = _no_cupti
-    source.gpm_factory = lambda uuid, clock: GpmSession("GPU-captured", lambda: next(stamps), nvml=nvml)
-    source.find_context = lambda device: 0xC0
+    source, emitter = gpm_source(nvml, iter(captured["stamps"]), metrics=captured["metrics"])
     driver.acquire("test")  # so the source's release does not finalize a CUPTI that has no driver here
     try:
         source.start()
@@ -122,13 +109,8 @@ def test_the_fold_counts_every_sample_once_per_interval(batches: list[PmSamples]
 
 
 def _kernels() -> tuple[list[np.ndarray], TableNames]:
-    cap = capture.read(FIXTURE / "gpm_alternating.cupti")
-    names = TableNames(cap.strings)
-    decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)))
-    arrays = [
-        r for b in cap.buffers for _, e, r in decoder._records(b.data, len(b.data), None) if e == "kernel"
-    ]
-    return arrays, names
+    arrays, names = arrays_of(FIXTURE / "gpm_alternating.cupti")
+    return [r for e, r in arrays if e == "kernel"], names
 
 
 def _attributed(

@@ -6,6 +6,7 @@ handling of trace spans (``WindowRecords``, ``records: on_demand``)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -167,7 +168,12 @@ def test_nccl_kernels_are_flagged_and_summed_per_device() -> None:
 
 
 def _arrays(name: str) -> tuple[list[tuple[str, np.ndarray]], TableNames]:
-    cap = capture.read(CAPTURE_DIR / f"{name}.cupti")
+    return arrays_of(CAPTURE_DIR / f"{name}.cupti")
+
+
+def arrays_of(path: Path) -> tuple[list[tuple[str, np.ndarray]], TableNames]:
+    """The kernel, memcpy and memset record arrays of a capture file, and its names."""
+    cap = capture.read(path)
     names = TableNames(cap.strings)
     decoder = Decoder(names, RecordLayouts(dict(cap.struct_sizes)))
     arrays = [(e, r) for b in cap.buffers for _, e, r in decoder._records(b.data, len(b.data), None)]
