@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import cuptistream
 from cuptistream.collector import memory
 from cuptistream.collector.collector import Collector
@@ -126,6 +128,7 @@ def test_the_collector_trims_its_heap_over_the_memory_budget() -> None:
     assert collector.memory.trim_above_kib == 96 * MIB
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_a_decode_worker_keeps_its_freed_heap_so_buffers_stop_faulting(tmp_path: Path) -> None:
     """A real ``cuptistream run`` with one decode worker over W3's own 4 MiB H100 buffers, replayed
     30 times: with glibc's defaults the worker faulted each buffer's tens of megabytes of

@@ -380,6 +380,7 @@ def _run(tmp: Path, workers: int | str) -> dict[str, Any]:
     return dict(json.loads((tmp / "report.json").read_text()))
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_a_run_whose_workers_split_writes_what_in_thread_decoding_writes(tmp_path: Path) -> None:
     data = {}
     for workers in (0, "auto"):

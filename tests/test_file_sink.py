@@ -32,6 +32,7 @@ def names(directory: Path) -> list[str]:
 # --- round trip ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_million_events_round_trip_byte_exact(tmp_path: Path) -> None:
     per_batch, total = 8192, 1_000_000
     counts = [min(per_batch, total - start) for start in range(0, total, per_batch)]

@@ -71,6 +71,7 @@ def test_the_pooled_cost_is_all_lost_time_over_all_time() -> None:
     assert abs(p["null_base"]) < 0.0005 and abs(p["null_gaps"]) < 0.0005
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_the_resolution_is_one_windows_noise_times_root_windows_over_the_time() -> None:
     quiet = [_session(0.0, 0.02, seed) for seed in range(3)]
     noisy = [_session(0.0, 0.40, seed) for seed in range(3)]
@@ -102,6 +103,7 @@ def test_the_verdict_wants_the_cost_within_1_and_nulls_and_resolution_within_0_3
     assert verdict({**p, "windows": 0}) == {"cost_within_goal": None, "resolved": None}
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_ddp_results_pool_per_rank_against_its_own_and_every_ranks_windows() -> None:
     sessions = []
     for seed in range(3):

@@ -268,6 +268,7 @@ sys.exit(5)
 """
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_a_dead_collector_never_blocks_the_program_and_losses_reach_the_next(tmp_path: Path) -> None:
     socket_path = tmp_path / "c.sock"
     first = _start_collector(tmp_path, "first", socket_path)

@@ -398,6 +398,7 @@ def test_flame_bad_input_is_one_line(tmp_path: Path, args: list[str], expected: 
     assert expected in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_perfetto_export_puts_the_stack_on_kernel_and_api_slices(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "cuptistream.cli", "export", str(CAPTURE), "-o", str(tmp_path / "t.json")],

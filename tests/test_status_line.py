@@ -142,6 +142,7 @@ def _run_cli(tmp_path: Path, stderr_tty: bool) -> str:
     return out.decode(errors="replace")
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_cuptistream_run_shows_the_line_only_on_a_terminal(tmp_path: Path) -> None:
     on_tty = _run_cli(tmp_path / "tty", stderr_tty=True)
     assert "\r\x1b[Kcuptistream: " in on_tty and "events/s" in on_tty and "sinks: file" in on_tty, on_tty

@@ -188,6 +188,7 @@ def test_trace_picks_probes_by_pid_and_rank(tmp_path: Path) -> None:
     assert {w.request for w in windows} == {1, 2, 3}
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_trace_errors_are_one_line(tmp_path: Path) -> None:
     env = _env(tmp_path / "runtime")
 
