@@ -115,6 +115,7 @@ def test_ddp_job_view_counts_the_peers_windows_that_a_rank_waited_for() -> None:
     assert all(rank["window_cost"] < 0.7 * injected for rank in ranks)  # its own windows: about half
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_ddp_summary_is_per_rank_over_sessions(tmp_path: Path) -> None:
     windows = [(5.0 * k + 2.06, 0.06) for k in range(6)]
     sessions = []
@@ -194,6 +195,7 @@ def test_the_verdict_is_issue_32s_goal_per_rank() -> None:
     assert set(verdict(row).values()) == {None}
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_main_under_ddp_summarizes_what_the_ranks_wrote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -103,6 +103,7 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 @pytest.mark.skipif(shutil.which("flock") is None, reason="flock (util-linux) is not installed")
 def test_the_slurm_prolog_and_epilog_run_the_collector_for_the_jobs_on_a_node(tmp_path: Path) -> None:
     config = tmp_path / "collector.yaml"

@@ -152,6 +152,7 @@ def test_the_command_reads_a_results_file_and_refuses_none(tmp_path: Path) -> No
     assert none.returncode == 2 and none.stderr.startswith("usage: ")
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_together_pools_one_workloads_sessions_over_several_runs(tmp_path: Path) -> None:
     """A run cut short (its ``.partial.json``) and a second run of the same workload: --together
     pools their sessions as one run holding both would be pooled."""

@@ -227,12 +227,14 @@ def test_otlp_https_with_the_right_ca_delivers(tmp_path: Path, certs: Certs, htt
     assert outcome.report is not None and outcome.report["losses"] == {}
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_otlp_https_with_another_ca_is_refused(tmp_path: Path, certs: Certs, https_receiver: Any) -> None:
     outcome = run(tmp_path, otlp_sink(https(https_receiver), certs.other_ca), seconds=2.5)
     assert https_receiver.received == []
     assert_refused(outcome, "TLS certificate verify failed: unable to get local issuer certificate")
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_otlp_https_plaintext_client_gets_nothing_through(tmp_path: Path, https_receiver: Any) -> None:
     """The receiver really is TLS only: an ``http://`` endpoint to it delivers nothing."""
     sink = {"type": "otlp", "name": "otlp", "endpoint": https_receiver.endpoint, "signals": ["traces"],
@@ -267,6 +269,7 @@ def test_otlp_grpc_tls_with_the_right_ca_delivers(tmp_path: Path, certs: Certs, 
     assert outcome.report is not None and outcome.report["losses"] == {}
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_otlp_grpc_tls_with_another_ca_is_refused(tmp_path: Path, certs: Certs, grpcs_receiver: Any) -> None:
     endpoint = f"https://127.0.0.1:{grpcs_receiver.tls_port}"
     outcome = run(tmp_path, otlp_sink(endpoint, certs.other_ca, protocol="grpc"), seconds=2.5)

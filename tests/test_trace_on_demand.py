@@ -120,6 +120,7 @@ def _windows(out: Path) -> list[TraceWindow]:
         return [e for e in cuptistream.read(out) if isinstance(e, TraceWindow)]
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_trace_delivers_a_window_of_a_running_job(tmp_path: Path) -> None:
     # Batches wait up to 1.5 s for more events: returning at the window's close would be too early.
     with running_job(tmp_path, "job", REPLAY, batch={"max_latency": "1500ms"}) as job:
@@ -167,6 +168,7 @@ def test_metrics_on_a_probe_without_kernels_to_measure_is_its_refusal(tmp_path: 
     )
 
 
+@pytest.mark.slow  # several seconds: scripts/test.sh --all (CI) runs it
 def test_trace_picks_probes_by_pid_and_rank(tmp_path: Path) -> None:
     with running_job(tmp_path, "two", REPLAY, child=True) as job:
         parent, child = job.pids
