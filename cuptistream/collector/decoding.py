@@ -37,6 +37,8 @@ from cuptistream.statistics import Accumulator
 from cuptistream.statistics.stack_fold import StackFold
 
 _events = msgspec.msgpack.Decoder(list[AnyEvent])
+# cuptiGetVersion of CUPTI 13.5, the first seen to time CUDA graph kernels right in budget windows.
+FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS = 130500
 _pm_samples = msgspec.msgpack.Decoder(PmSamples)
 # How an encoded StackTable or StackChanges begins (its ``type`` key and tag): the probe's event
 # chunks that hold them are found by one scan, none decoded.
@@ -154,6 +156,7 @@ class DecodeStream:
         self.records_withheld = 0  # decoded for the statistics only (``records: on_demand``)
         self._name_failure_reported = False
         self._late_reported = 0
+        self._graph_warned = False
         self._captured: list[capture.CapturedBuffer] = []
 
     @property
@@ -256,6 +259,7 @@ class DecodeStream:
                 if in_graph:
                     window.records["kernel"] -= in_graph
                     window.records["graph_kernel"] += in_graph
+                    self._warn_graph_kernels(window.span)
             if event == "kernel":
                 window.kernel_ns += int(
                     (records["end"].astype(np.int64) - records["start"].astype(np.int64)).sum()
@@ -268,6 +272,25 @@ class DecodeStream:
                     self.statistics.add(event, records)
             except Exception as error:  # never at the cost of the raw events
                 self._statistics_failed(error)
+
+    def _warn_graph_kernels(self, span: TraceSpan) -> None:
+        """Once per stream: CUDA graph kernels traced in a budget window by a CUPTI that times them
+        wrong there. With other GPU work between the replays, CUPTI 13.0 gives many of them one
+        stale correlation id and ends some of them milliseconds late; 13.5 does not (seen on an
+        H100, docs/stacks.md). Window 1 is the stream's first span (full mode's whole run)."""
+        if self._graph_warned or span.on_demand or span.window <= 1:
+            return
+        version = self.info.cupti_version
+        if not 0 < version < FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS:
+            return
+        self._graph_warned = True
+        self.emitter.report_error(
+            self.origin,
+            f"CUDA graph kernels traced in a budget window under CUPTI {version}: CUPTI before 13.5 can "
+            "give them stale correlation ids and late end times there, so budget-mode GPU time of graph "
+            "replays (and GPU time by code) is overstated; install nvidia-cuda-cupti>=13.5",
+            severity="warning",
+        )
 
     def stack_events(self, payload: bytes | memoryview, count: int) -> None:
         """One chunk of the process's events that holds stack events (``StackTable``,
