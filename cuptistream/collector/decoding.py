@@ -37,9 +37,9 @@ from cuptistream.statistics import Accumulator
 from cuptistream.statistics.stack_fold import StackFold
 
 _events = msgspec.msgpack.Decoder(list[AnyEvent])
+_pm_samples = msgspec.msgpack.Decoder(PmSamples)
 # cuptiGetVersion of CUPTI 13.5, the first seen to time CUDA graph kernels right in budget windows.
 FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS = 130500
-_pm_samples = msgspec.msgpack.Decoder(PmSamples)
 # How an encoded StackTable or StackChanges begins (its ``type`` key and tag): the probe's event
 # chunks that hold them are found by one scan, none decoded.
 _has_stacks = re.compile(rb"\xa4type(?:\xabstack_table|\xadstack_changes)").search

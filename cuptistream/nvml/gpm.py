@@ -185,9 +185,10 @@ class GpmSession:
             pending, self._pending = self._pending, []
             dropped, self._dropped = self._dropped, False
             failed, self._failed = self._failed, 0
+            failure = self._failure
         values = [[row[m] for _, _, row in pending] for m in range(len(self._metrics))]
         starts, ends = [s for s, _, _ in pending], [e for _, e, _ in pending]
-        return Decoded(starts, ends, values, dropped, "end_of_records", failed=failed, failure=self._failure)
+        return Decoded(starts, ends, values, dropped, "end_of_records", failed=failed, failure=failure)
 
     def disable(self) -> None:
         self.stop()
