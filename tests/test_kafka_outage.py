@@ -47,7 +47,7 @@ def _rss(pid: int) -> int:
             for line in status:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # the child exited before or while it was read
         pass
     return 0
 
