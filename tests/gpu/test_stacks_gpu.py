@@ -9,7 +9,8 @@ only from ``thread_cos``); the join (``cuptistream.analysis.stacks``) must agree
   backward kernels, launched by autograd's thread, on ``loss.backward()``'s line under
   ``[autograd backward]``; each thread's kernels on its own function;
 - budget mode (windows, ``records: all``) against full mode, turns of 20 ms: each function's share
-  of the GPU time within 3 points.
+  of the GPU time within 3 points, with CUPTI 13.5 or later; before 13.5, which times the graph's
+  kernels wrong in windows, the one warning that names the upgrade.
 
 With ``CUPTISTREAM_GPU_RESULTS=DIR`` the measured shares go to ``DIR/stacks.json``.
 """
@@ -29,7 +30,8 @@ import pytest
 import yaml
 
 import cuptistream
-from cuptistream.events import TraceWindow
+from cuptistream.collector.decoding import FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS
+from cuptistream.events import Error, TraceWindow
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,13 @@ def _gpu() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+
+
+def _cupti_version() -> int:
+    """The version of the CUPTI this process (and the programs it starts) loads."""
+    from cuptistream.cupti.driver import cupti_version
+
+    return cupti_version()
 
 
 def _config(tmp: Path, mode: str) -> Path:
@@ -227,7 +236,19 @@ def test_budget_mode_shares_match_full_mode(tmp_path: Path) -> None:
             f: _shares([r for r in budget["rows"] if r["truth"] == f], "found") for f in FUNCTIONS
         },
     }
+    warnings = [
+        e.message
+        for e in cuptistream.read(tmp_path / "budget" / "rec")
+        if isinstance(e, Error) and "install nvidia-cuda-cupti>=13.5" in e.message
+    ]
+    shares["graph warnings"] = warnings
     _record("stacks_budget.json", shares)
+    if _cupti_version() < FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS:
+        # CUPTI before 13.5 times the graph's kernels wrong in windows (docs/stacks.md): what the
+        # product owes there is the one warning that names the upgrade, not the shares.
+        assert len(warnings) == 1, shares
+        return
+    assert not warnings, shares
     assert set(of_functions) == set(FUNCTIONS), shares
     for function in FUNCTIONS:
         assert abs(shares["budget statistics"][function] - shares["full"].get(function, 0)) <= 0.03, shares
