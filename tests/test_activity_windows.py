@@ -14,7 +14,7 @@ import pytest
 from cuptistream.channel.messages import WindowRecords
 from cuptistream.config import load
 from cuptistream.errors import ConfigError
-from cuptistream.overhead import Governor, Throttle
+from cuptistream.overhead import Governor, Throttle, WindowCost
 from sources.activity.windows import UNIT_COST_S, Windows, price
 
 
@@ -28,6 +28,8 @@ class RecordingTracer:
         self._ids = 0
         self._on_demand: dict[int, bool] = {}
         self.lock = threading.Lock()
+        self.helper_per_window = 0.0  # CPU seconds the window-only helper threads use per window
+        self._helpers_s = 0.0
 
     def begin_window(self, on_demand: bool, request: int) -> int | None:
         if self.refuse:
@@ -41,8 +43,12 @@ class RecordingTracer:
     def end_window(self, window: int) -> None:
         with self.lock:
             self.log.append(("close", window, self._on_demand[window]))
+            self._helpers_s += self.helper_per_window
         if self.records is not None and self.windows is not None:  # the collector's answer
             self.windows.priced(WindowRecords(stream=0, window=window, records=self.records))
+
+    def helper_cpu_s(self) -> float:
+        return self._helpers_s
 
 
 def _throttle(budget: float | None, **kw: float) -> tuple[Governor, Throttle]:
@@ -91,6 +97,23 @@ def test_budget_windows_alternate_open_and_close_and_the_records_set_the_pause()
     assert throttle.unit_cost > 0.6
     assert throttle.plan.pause_s > first_pause
     assert windows.opened == len(opens)
+
+
+def test_a_budget_window_is_charged_the_cpu_its_window_only_helpers_used() -> None:
+    # The stack sampler samples only while a window is open and holds the GIL while it does: its CPU
+    # seconds are the program's Python threads' wait, charged to the window beside the records.
+    tracer = RecordingTracer({"kernel": 10})
+    tracer.helper_per_window = 0.02
+    _, throttle = _throttle(0.10)
+    costs: list[WindowCost] = []
+    take = throttle.window_done
+    throttle.window_done = lambda cost: (costs.append(cost), take(cost))[1]  # type: ignore[method-assign]
+    windows = Windows(tracer, throttle)
+    tracer.windows = windows
+    windows.start()
+    _wait_for(lambda: len(costs) >= 2, timeout=10)
+    windows.stop()
+    assert all(0.02 <= cost.host_s < 0.03 for cost in costs), costs
 
 
 def test_an_on_demand_window_opens_at_once_and_is_not_charged() -> None:

@@ -188,6 +188,9 @@ class Tracer:
     def end_window(self, window: int) -> None:
         self.calls.append("end")
 
+    def helper_cpu_s(self) -> float:
+        return 0.0
+
 
 class Profile:
     def __init__(self, calls: list[str], done: threading.Event) -> None:

@@ -488,3 +488,26 @@ def test_cuptistreams_own_threads_are_not_sampled() -> None:
     sampled.sampler.stop()
     assert sampled.stacks_of(own.ident or 0) == []
     assert sampled.stacks_of(theirs.ident or 0) == [["beta"]]
+
+
+def test_the_sampler_sleeps_between_windows_and_counts_its_cpu_while_one_is_open() -> None:
+    # Between budget windows the sampling thread must not wake every interval: each wake-up takes
+    # the GIL from the program. While a window is open its CPU time is what the window is charged.
+    sampled = Sampled(interval=0.001)
+    sampler = sampled.sampler
+    sampler.start(active=False)
+    thread = sampler._thread
+    assert thread is not None and thread.ident is not None
+    clock = time.pthread_getcpuclockid(thread.ident)
+    idle_from = time.clock_gettime(clock)
+    time.sleep(0.8)
+    idle_cpu = time.clock_gettime(clock) - idle_from
+    assert sampler.samples == 0 and sampler.cpu_s() == 0.0
+    sampler.set_active(True)
+    time.sleep(0.3)
+    sampler.set_active(False)
+    taken, charged = sampler.samples, sampler.cpu_s()
+    sampler.stop()
+    # 800 wake-ups of a 1 ms poll cost several ms of CPU; sleeping until a window opens, none.
+    assert idle_cpu < 0.002, idle_cpu
+    assert taken >= 20 and charged > 0.0, (taken, charged)

@@ -25,6 +25,7 @@ import site
 import sys
 import sysconfig
 import threading
+import time
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Protocol, runtime_checkable
@@ -111,7 +112,9 @@ class StackSampler:
         self._lock = threading.Lock()
         self._active = threading.Event()
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # set_active(True) and stop: the idle thread stops waiting
         self._thread: threading.Thread | None = None
+        self._cpu_s = 0.0  # the sampling thread's CPU seconds, as it last noted them
         self._synthetic = {
             name: self._intern_frame(SYNTHETIC_FILE, name, 0) for name in (TRUNCATED, BACKWARD, TABLE_FULL)
         }
@@ -133,6 +136,7 @@ class StackSampler:
                 if not self._active.is_set():
                     self._sampled_at = self._clock()  # threads seen first from here on were there since
                     self._active.set()
+                    self._wake.set()
                     # A first look now: the sampling thread may wait for the GIL for a switch interval
                     # (5 ms) while the program launches, and a short window's launches before its
                     # first sample would have no stack.
@@ -148,6 +152,7 @@ class StackSampler:
         """Stop sampling and send what is pending. Idempotent."""
         self._stopping.set()
         self._active.clear()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
         with self._lock:
@@ -174,17 +179,29 @@ class StackSampler:
             self._ready.append(self._changes)
             self._changes = StackChanges(process_id=self._pid, interval_ns=self._changes.interval_ns)
 
+    def cpu_s(self) -> float:
+        """CPU seconds the sampling thread has used so far, as it last noted (0 before it ran). It
+        holds the GIL while it samples, so the program's Python threads wait about that long: the
+        budget charges a window what this grew by while the window was open."""
+        return self._cpu_s
+
     def _run(self) -> None:
-        flushed = 0.0
-        elapsed = 0.0
-        while not self._stopping.wait(self.interval_s):
-            with self._lock:
-                if self._active.is_set():  # under the lock: no sample lands after set_active(False)
-                    self._sample()
-            elapsed += self.interval_s
-            if elapsed - flushed >= _FLUSH_S:
-                flushed = elapsed
+        flushed = time.monotonic()
+        while not self._stopping.is_set():
+            if self._active.is_set():
+                if self._stopping.wait(self.interval_s):
+                    break
+                with self._lock:
+                    if self._active.is_set():  # under the lock: no sample lands after set_active(False)
+                        self._sample()
+                self._cpu_s = time.thread_time()  # its own clock: read from here, never from another thread
+            else:  # between budget windows: no wake-up (and no GIL taken) until one opens or a flush is due
+                self._wake.wait(max(0.0, flushed + _FLUSH_S - time.monotonic()))
+                self._wake.clear()
+            if time.monotonic() - flushed >= _FLUSH_S:
+                flushed = time.monotonic()
                 self.flush()
+                self._cpu_s = time.thread_time()
 
     # --- sampling -----------------------------------------------------------------------------
 

@@ -308,6 +308,10 @@ class ActivitySource(Source):
                 self.stacks.set_active(True)
             return window
 
+    def helper_cpu_s(self) -> float:
+        """The stack sampler's CPU seconds so far (``windows.Tracer``); 0 without stacks."""
+        return self.stacks.cpu_s() if self.stacks is not None else 0.0
+
     def end_window(self, window: int) -> None:
         """Disable what the window added (but ``KEPT_ON_KINDS`` where CUPTI stays attached), hand its
         records over, then say that it closed."""

@@ -58,6 +58,10 @@ class Tracer(Protocol):
     def end_window(self, window: int) -> None:
         """Stop the window's kinds, hand over its records, then say it closed."""
 
+    def helper_cpu_s(self) -> float:
+        """CPU seconds used so far by the threads that work only while a window is open (the stack
+        sampler): a budget window is charged what they used meanwhile."""
+
 
 class Profile(Protocol):
     """What runs beside an on-demand window's tracing (``kernel_profile.KernelProfile``)."""
@@ -166,6 +170,7 @@ class Windows:
         """Open, hold and close one window; the plan its measured cost gives."""
         length = throttle.plan.window_s
         began = time.monotonic()
+        helpers = self.tracer.helper_cpu_s()
         host = time.thread_time()
         window = self.tracer.begin_window(False, 0)
         if window is None:  # CUPTI is another tool's now: try again after a pause
@@ -177,7 +182,7 @@ class Windows:
         host = time.thread_time()
         open_s = time.monotonic() - opened
         self.tracer.end_window(window)
-        host_s += time.thread_time() - host
+        host_s += time.thread_time() - host + self.tracer.helper_cpu_s() - helpers
         records = self._wait_priced(window)
         app_s = price(records) if records is not None else throttle.unit_cost * open_s
         cost = WindowCost(open_s=open_s, host_s=host_s, gpu_s=app_s, elapsed_s=time.monotonic() - began)
