@@ -67,6 +67,9 @@ if TYPE_CHECKING:
     from cuptistream.plugin import DeviceGrants
 
 STAGE = "pm_sampling"
+_NVML_INSTEAD = (
+    "on Hopper and later GPUs, pm_sampling.backend: nvml (or auto) reads the same fields through NVML"
+)
 _CONTEXT_POLL_S = 0.5  # how often the worker looks for the device's context before it has one
 _MAX_DECODES_IN_A_ROW = 16  # a counter data image that keeps filling up: decode again at most this often
 # A sampler that was killed: the driver frees its counters as the process ends, about when its
@@ -233,7 +236,10 @@ class PmSamplingSource(CuptiWorkerSource):
                 self._origin, f"{error}; change pm_sampling.metrics or pm_sampling.interval"
             )
         except Exception as error:  # never die silently
-            self.emitter.report_error(self._origin, f"PM sampling stopped: {type(error).__name__}: {error}")
+            message = f"PM sampling stopped: {type(error).__name__}: {error}"
+            if self.config.backend == "cupti":  # e.g. CUPTI_ERROR_UNKNOWN from DecodeData (seen on an H100)
+                message += f"; {_NVML_INSTEAD}"
+            self.emitter.report_error(self._origin, message)
         finally:
             if session is not None and not self._watchdog.wedged.is_set():
                 try:

@@ -147,6 +147,22 @@ def test_a_refused_config_names_the_keys_to_change() -> None:
     assert "refused" in message and "pm_sampling.interval" in message
 
 
+class FailingDecode(StandInSession):
+    """Decodes fail as CUPTI 13.0's did on an H100 (``CUPTI_ERROR_UNKNOWN``); a stand-in: no GPU here."""
+
+    def decode(self, max_samples: int) -> Decoded:
+        raise RuntimeError("ERROR_UNKNOWN (999)")
+
+
+def test_a_failing_cupti_session_is_one_error_that_names_the_nvml_backend() -> None:
+    session = FailingDecode(0)
+    _, emitter = _run_and_get(session, 0.3, backend="cupti")
+    [(_, message, _, _)] = emitter.errors
+    assert message.startswith("PM sampling stopped: RuntimeError: ERROR_UNKNOWN (999)")
+    assert "pm_sampling.backend: nvml" in message and "\n" not in message
+    assert session.calls[-1] == "disable"
+
+
 def test_it_waits_for_a_context_and_stops_while_waiting() -> None:
     session = StandInSession(0)
     source, emitter = _source(session)
