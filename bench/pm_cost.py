@@ -9,8 +9,9 @@ The ``pm_sampling`` source's cost to the program is its sampling session in the 
 (``backend: cupti``, the GPU writes samples into a buffer of its memory), plus a decode every
 ``decode_period`` on the source's thread. Whole-process runs move with the host by several percent
 from one process to the next (``bench/overhead_gpu.py``), far more than this cost, so here one
-process per workload alternates phases: the session as the source runs it (enabled, configured with
-its defaults, started, decoded every second; stopped and disabled between phases) and no session.
+process per workload alternates phases: the session as the source runs it (enabled, configured
+with its defaults, started, decoded every ``decode_period``; stopped and disabled between phases)
+and no session.
 A pair is one phase of each, the order turned every pair; its ratio is the on phase's mean block time
 over the off phase's. Printed per workload: median [min .. max] of the pairs' ratios, and their mean
 with its standard error. The session's start and stop fall outside the timed phases, as they come once
@@ -36,41 +37,43 @@ sys.path.insert(0, str(ROOT))
 
 from workloads import DEFAULT_BLOCK, WORKLOADS, run_blocks  # noqa: E402
 
-DECODE_PERIOD_S = 1.0  # the source's default decode_period
 
-
-def _session(backend: str) -> Any:
-    """A started sampling session of device 0, as the source starts it with its defaults."""
+def _session(backend: str) -> tuple[Any, float]:
+    """A started sampling session of device 0, as the source starts it with its defaults (interval,
+    hardware buffer, default metrics), and the source's decode period in seconds."""
     import torch
 
+    from cuptistream.config import convert
     from cuptistream.cupti.pm_metrics import default_metrics
     from cuptistream.cupti.pm_sampling_api import PmSamplingSession
-    from cuptistream.nvml.gpm import MIN_INTERVAL_NS, GpmSession, resolve_gpm_metrics
+    from cuptistream.nvml.gpm import GpmSession, resolve_gpm_metrics
+    from cuptistream.sources.pm_sampling import PmSamplingConfig
 
+    cfg = convert({"type": "pm_sampling", "backend": backend}, PmSamplingConfig)
     if backend == "nvml":
         uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
         session: Any = GpmSession(uuid, time.monotonic_ns)
         session.enable()
-        session.configure(resolve_gpm_metrics(None), MIN_INTERVAL_NS, 0)
+        session.configure(resolve_gpm_metrics(None), cfg.interval_ns, cfg.hardware_buffer)
     else:
         session = PmSamplingSession(0)
         chip = session.enable()
-        session.configure(default_metrics(chip).metrics, 20_000_000, 64 << 20)
+        session.configure(default_metrics(chip).metrics, cfg.interval_ns, cfg.hardware_buffer)
     session.start()
-    return session
+    return session, float(cfg.decode_period)
 
 
-def _phase(block: Any, n: int, seconds: float, session: Any) -> tuple[float, int]:
-    """Blocks for ``seconds`` (decoding ``session`` every second, where there is one): the mean
-    seconds per iteration and the samples decoded."""
+def _phase(block: Any, n: int, seconds: float, session: Any, decode_period_s: float) -> tuple[float, int]:
+    """Blocks for ``seconds`` (decoding ``session`` every ``decode_period_s``, where there is one):
+    the mean seconds per iteration and the samples decoded."""
     times: list[float] = []
     samples = 0
     end = time.perf_counter() + seconds
-    next_decode = time.perf_counter() + DECODE_PERIOD_S
+    next_decode = time.perf_counter() + decode_period_s
     while time.perf_counter() < end:
         times += run_blocks(block, n, 0.0)
         if session is not None and time.perf_counter() >= next_decode:
-            next_decode += DECODE_PERIOD_S
+            next_decode += decode_period_s
             samples += len(session.decode().starts)
     return sum(times) / (len(times) * n), samples
 
@@ -83,9 +86,9 @@ def measure(workload: str, backend: str, pairs: int, phase_s: float, warmup_s: f
         on_first = pair % 2 == 0
         result: dict[str, Any] = {}
         for on in (on_first, not on_first):
-            session = _session(backend) if on else None
+            session, decode_period_s = _session(backend) if on else (None, 0.0)
             time.sleep(0.2)  # the first samples, outside the timed phase
-            per_iteration, samples = _phase(block, n, phase_s, session)
+            per_iteration, samples = _phase(block, n, phase_s, session, decode_period_s)
             if session is not None:
                 session.stop()
                 samples += len(session.decode().starts)
