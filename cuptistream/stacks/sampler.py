@@ -194,14 +194,13 @@ class StackSampler:
                 with self._lock:
                     if self._active.is_set():  # under the lock: no sample lands after set_active(False)
                         self._sample()
-                self._cpu_s = time.thread_time()  # its own clock: read from here, never from another thread
             else:  # between budget windows: no wake-up (and no GIL taken) until one opens or a flush is due
                 self._wake.wait(max(0.0, flushed + _FLUSH_S - time.monotonic()))
                 self._wake.clear()
             if time.monotonic() - flushed >= _FLUSH_S:
                 flushed = time.monotonic()
                 self.flush()
-                self._cpu_s = time.thread_time()
+            self._cpu_s = time.thread_time()  # its own clock: read here, never from another thread
 
     # --- sampling -----------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import yaml
 
 import cuptistream
 from cuptistream.collector.decoding import FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS
+from cuptistream.cupti.driver import cupti_version
 from cuptistream.events import Error, TraceWindow
 
 pytestmark = pytest.mark.gpu
@@ -45,13 +46,6 @@ def _gpu() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-
-
-def _cupti_version() -> int:
-    """The version of the CUPTI this process (and the programs it starts) loads."""
-    from cuptistream.cupti.driver import cupti_version
-
-    return cupti_version()
 
 
 def _config(tmp: Path, mode: str) -> Path:
@@ -243,7 +237,8 @@ def test_budget_mode_shares_match_full_mode(tmp_path: Path) -> None:
     ]
     shares["graph warnings"] = warnings
     _record("stacks_budget.json", shares)
-    if _cupti_version() < FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS:
+    # The CUPTI this process loads is the one the programs it starts load.
+    if cupti_version() < FIRST_CUPTI_TIMING_GRAPHS_IN_WINDOWS:
         # CUPTI before 13.5 times the graph's kernels wrong in windows (docs/stacks.md): what the
         # product owes there is the one warning that names the upgrade, not the shares.
         assert len(warnings) == 1, shares
