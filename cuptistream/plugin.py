@@ -65,7 +65,7 @@ __all__ = [
 if TYPE_CHECKING:
     import threading
 
-    from cuptistream.channel.messages import OpenStream, SamplerGrant
+    from cuptistream.channel.messages import GpmAsk, OpenStream, SamplerGrant
     from cuptistream.channel.outlet import ActivityOutlet
     from cuptistream.delivery.retry import call_with_retry
     from cuptistream.recording.codec import Chunk
@@ -168,8 +168,13 @@ class DeviceGrants(Protocol):
         """The UUID of CUDA ordinal ``device`` in this process ("": not known)."""
         ...
 
-    def wait(self, uuid: str, source: str, stopping: threading.Event) -> SamplerGrant | None:
-        """Ask for ``uuid`` and wait for the grant; None: ``stopping`` was set first."""
+    def wait(
+        self, uuid: str, source: str, stopping: threading.Event, gpm: GpmAsk | None = None, ask: bool = True
+    ) -> SamplerGrant | None:
+        """Ask for ``uuid`` (``gpm``: how the source would sample it through NVML, which the
+        collector can do in its place) and wait for the grant, or for the collector's word that it
+        samples the device itself (``SamplerGrant.collector``); ``ask`` False: wait on after that
+        word. None: ``stopping`` was set first."""
         ...
 
     def release(self, uuid: str, source: str, last_end: int) -> None:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from cuptistream.channel.messages import GpmAsk
 from cuptistream.config import Duration, SourceConfig, require_at_least, require_positive
 from cuptistream.cupti import counter_holders, counter_loans
 from cuptistream.cupti.pm_metrics import choose_metrics
@@ -183,7 +184,7 @@ class PmSamplingSource(CuptiWorkerSource):
         self._failure_said = ""  # the last reason given for failed GPM samples
         self.stats: dict[str, float] = {
             "decodes": 0, "samples": 0, "lost_samples": 0, "decode_s": 0.0, "granted": 0, "grant_wait_s": 0.0,
-            "standby_s": 0.0, "standbys": 0,
+            "standby_s": 0.0, "standbys": 0, "in_collector": 0,
         }  # fmt: skip
         self._handover: SamplerGrant | None = None  # taken over: the gap is reported at the first samples
         self._granted_at = 0
@@ -207,9 +208,10 @@ class PmSamplingSource(CuptiWorkerSource):
             if not self._wait_for_context():
                 return
             uuid = self.grants.uuid_of(cfg.device) if self.grants is not None else ""
+            backend = self._new_session(uuid)  # not enabled: decides ``auto`` before the ask says how
             if uuid and not self._wait_for_grant(uuid):
                 return
-            session = self._new_session(uuid)
+            session = backend
             if not self._begin_or_stand_by(session):
                 return
             self._last_decode = time.monotonic()
@@ -306,10 +308,30 @@ class PmSamplingSource(CuptiWorkerSource):
         return self._begin_or_stand_by(session)
 
     def _wait_for_grant(self, uuid: str) -> bool:
-        """Ask the collector for the device and wait; False: stopped first."""
+        """Ask the collector for the device and wait; while the collector samples it itself (NVML's
+        GPM), wait on. False: stopped first."""
         assert self.grants is not None
+        cfg = self.config
+        gpm = None
+        if cfg.backend == "nvml":
+            decode_ns = round(float(cfg.decode_period) * 1e9)
+            gpm = GpmAsk(
+                interval_ns=cfg.interval_ns,
+                metrics=resolve_gpm_metrics(cfg.metrics),
+                decode_period_ns=decode_ns,
+            )
         began = time.monotonic()
-        grant = self.grants.wait(uuid, self.name, self._stopping)
+        grant = self.grants.wait(uuid, self.name, self._stopping, gpm)
+        while grant is not None and grant.collector:
+            if not self.stats["in_collector"]:
+                self.emitter.report_error(
+                    self._origin,
+                    f"PM sampling of device {cfg.device} ({uuid}) runs in the collector (NVML's GPM): "
+                    "this process samples nothing while it does",
+                    severity="info",
+                )
+            self.stats["in_collector"] = 1
+            grant = self.grants.wait(uuid, self.name, self._stopping, gpm, ask=False)
         self.stats["grant_wait_s"] = time.monotonic() - began
         if grant is None:
             return False

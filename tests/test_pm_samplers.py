@@ -26,6 +26,7 @@ from cuptistream.channel import messages
 from cuptistream.collector.collector import Collector
 from cuptistream.collector.samplers import RECLAIM_S, SamplerGrants
 from cuptistream.events import Error, Loss, PmSamples
+from tests.test_sass_window import RecordingEmitter
 
 # --- the collector's book, in process -------------------------------------------------------------
 
@@ -33,9 +34,12 @@ from cuptistream.events import Error, Loss, PmSamples
 class _Probe:
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.sent: list[messages.Message] = []
+        self.sent: list[messages.SamplerGrant] = []
+        self.emitter = RecordingEmitter()
+        self.ordinals = {"GPU-0": 0, "GPU-1": 1}
 
     def send(self, message: messages.Message) -> bool:
+        assert isinstance(message, messages.SamplerGrant)
         self.sent.append(message)
         return True
 
@@ -109,6 +113,8 @@ from cuptistream.cupti.pm_sampling_api import Decoded
 from cuptistream.events import DeviceInfo
 from cuptistream.probe import probe as probe_module
 from cuptistream.sources.pm_sampling import PmSamplingSource
+from cuptistream.nvml.gpm import GpmSession
+from tests.test_gpm import StandInNvml
 
 sock, uuid, marks, metric = sys.argv[1:5]
 STEP = 10_000_000  # the configured interval
@@ -130,11 +136,21 @@ class StandIn:  # the device side of PM sampling: samples of STEP on the wall cl
         values = [[50.0] * len(starts) for _ in self.metrics]
         return Decoded(starts, [s + STEP for s in starts], values, False, "end_of_records")
 
+class StandInGpm(GpmSession):  # NVML's side, marking on disk that this process sampled through it
+    def __init__(self, uuid, clock):
+        super().__init__(uuid, clock, nvml=StandInNvml())
+    def start(self):
+        open(marks + ".enabled", "w").close()
+        return super().start()
+
 PmSamplingSource.session_factory = StandIn
+PmSamplingSource.gpm_factory = StandInGpm
 PmSamplingSource.find_context = lambda self, device: 0xC0
 probe_module.visible_devices = lambda: [DeviceInfo(device_id=0, name="stand-in", uuid=uuid)]
 driver.acquire("test")  # no driver here: the source's release must not finalize CUPTI
 sampler = {"type": "pm_sampling", "metrics": [metric], "interval": "10ms", "decode_period": "50ms"}
+if metric.startswith("gpm__"):  # GPM's counters: through NVML, at its shortest interval
+    sampler.update(backend="nvml", interval="100ms", decode_period="100ms")
 with cuptistream.session({"sources": [sampler], "sinks": [{"type": "null"}]}, collector=sock, quiet=True) as s:
     [source] = s.sources
     open(marks + ".started", "w").close()
@@ -178,9 +194,11 @@ class _Node:
         self.out = self.tmp / "out2"
         self.collector = self._collector()
 
-    def probe(self, name: str, uuid: str) -> subprocess.Popen[str]:
+    def probe(self, name: str, uuid: str, metric: str = _METRIC) -> subprocess.Popen[str]:
+        """A probe process whose ``pm_sampling`` source samples ``metric`` (a ``gpm__`` one: through
+        NVML)."""
         marks = str(self.tmp / name)
-        program = [sys.executable, "-c", _PROGRAM, self.sock, uuid, marks, _METRIC]
+        program = [sys.executable, "-c", _PROGRAM, self.sock, uuid, marks, metric]
         process = subprocess.Popen(
             program, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

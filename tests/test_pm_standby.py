@@ -22,7 +22,7 @@ import pytest
 from cupti import cupti
 
 import cuptistream
-from cuptistream.channel.messages import SamplerGrant
+from cuptistream.channel.messages import GpmAsk, SamplerGrant
 from cuptistream.config import convert
 from cuptistream.cupti import counter_holders, driver
 from cuptistream.cupti.pm_sampling_api import CountersHeld, NoCounterPermission, PmSamplingSession
@@ -158,7 +158,9 @@ class _Grants:
     def uuid_of(self, device: int) -> str:
         return self.grant.uuid
 
-    def wait(self, uuid: str, source: str, stopping: threading.Event) -> SamplerGrant:
+    def wait(
+        self, uuid: str, source: str, stopping: threading.Event, gpm: GpmAsk | None = None, ask: bool = True
+    ) -> SamplerGrant:
         return self.grant
 
     def release(self, uuid: str, source: str, last_end: int) -> None:

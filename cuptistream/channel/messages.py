@@ -142,29 +142,43 @@ class WindowAnswer(Message, tag="window_answer"):
     refused: dict[str, str] = {}
 
 
+class GpmAsk(msgspec.Struct, kw_only=True):
+    """How a source would sample a device through NVML's GPM: what the collector needs to sample it
+    in the source's place."""
+
+    interval_ns: int
+    metrics: list[str]  # ``gpm__...`` names
+    decode_period_ns: int
+
+
 class SamplerAsk(Message, tag="sampler_ask"):
     """Probe -> collector: ``source`` would sample the counters of device ``uuid`` (one sampler per
     device on the node: the collector grants it, ``SamplerGrant``). ``ask`` False: it no longer
     samples or waits (stopped; sent after it disabled the counters), ``last_end`` its last sample's
     end (CUPTI clock ns; 0: none). ``holds``: sent again to a new collector (a reconnect) by the
-    source that samples the device now."""
+    source that samples the device now. ``gpm``: the source would sample through NVML, which the
+    collector can do itself (None: through CUPTI, in the probe's CUDA context)."""
 
     uuid: str
     source: str
     ask: bool = True
     last_end: int = 0
     holds: bool = False
+    gpm: GpmAsk | None = None
 
 
 class SamplerGrant(Message, tag="sampler_grant"):
     """Collector -> probe: ``source`` samples device ``uuid`` from now on, until it stops. Taken
     over from ``previous`` (a pid; 0: nobody sampled the device before), whose last sample ended at
-    ``since`` (CUPTI clock ns; 0: not known, it left without saying)."""
+    ``since`` (CUPTI clock ns; 0: not known, it left without saying). ``collector``: the collector
+    samples the device itself (NVML's GPM); the source samples nothing and waits for a grant of its
+    own, which comes only if the collector stops sampling while the source still runs."""
 
     uuid: str
     source: str
     previous: int = 0
     since: int = 0
+    collector: bool = False
 
 
 AnyMessage = Union[  # noqa: UP007

@@ -21,15 +21,17 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
 from cuptistream.channel import messages, sockets
+from cuptistream.channel.messages import GpmAsk
 from cuptistream.channel.shm import ChannelError
 from cuptistream.collector import ondemand, registry, shedding
 from cuptistream.collector.connection import ProbeConnection
 from cuptistream.collector.control import ControlServer, control_path
+from cuptistream.collector.gpm_sampler import CollectorSampler
 from cuptistream.collector.memory import MemoryWatch
 from cuptistream.collector.pm_samples import SampleBoard
 from cuptistream.collector.reply_maps import ReplyMaps
@@ -40,6 +42,7 @@ from cuptistream.collector.windows import WindowRequests
 from cuptistream.collector.worker_pool import AUTO_CONNECTIONS_PER_WORKER, SPLIT_LOAD, WorkerPool
 from cuptistream.config import Config
 from cuptistream.events import ClockSync
+from cuptistream.nvml.gpm import GpmSession
 from cuptistream.pipeline.core import CLOSE_AFTER_DEADLINE_S, Pipeline, PipelineThread, ShutdownReport
 from cuptistream.pipeline.resource import current_resource
 from cuptistream.plugin import Sink
@@ -52,6 +55,10 @@ T = TypeVar("T")
 
 
 class Collector:
+    # NVML's side of the collector's own PM sampling: device UUID and clock -> a GPM session (a
+    # stand-in in tests without a GPU).
+    gpm_factory: Callable[[str, Callable[[], int]], Any] = GpmSession
+
     def __init__(
         self,
         config: Config,
@@ -96,7 +103,7 @@ class Collector:
         self._accepting: threading.Thread | None = None
         self.windows = WindowRequests()  # on-demand windows (``cuptistream trace``) in flight
         self.pm_samples = SampleBoard()  # from the sampling probe to every stream's attribution
-        self.samplers = SamplerGrants()  # one PM sampling probe per device
+        self.samplers = SamplerGrants(own=self._own_sampler)  # one PM sampler per device: here, or a probe
         self.control: ControlServer | None = None
         self.control_problem = ""  # why ``trace`` cannot reach this collector, if it cannot
         self._registered: Path | None = None
@@ -195,6 +202,14 @@ class Collector:
         """Wait until at least one probe came and every probe has left."""
         with self._changed:
             return self._changed.wait_for(lambda: self.served > 0 and not self._connections, timeout)
+
+    def _own_sampler(self, uuid: str, ask: GpmAsk) -> CollectorSampler:
+        """The collector's own GPM sampling of ``uuid`` (``samplers``), stamped on the probes' clock."""
+        statistics = self.config.statistics
+        return CollectorSampler(
+            uuid, ask, lambda: self.clock_sync().cupti_ns, self.pm_samples,
+            statistics.interval_ns if statistics.enabled else 0, type(self).gpm_factory,
+        )  # fmt: skip
 
     # --- clock --------------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """The probe's side of "one sampler per device on the node": a source that would own a device's
 counters asks the collector first (``SamplerAsk``) and starts only once granted (``SamplerGrant``).
+Where the collector samples the device itself (NVML's GPM), its answer says so, and the source
+waits on for a grant of its own, which comes only if the collector stops sampling while it runs.
 
 One message per change (ask, grant, release), nothing per sample. Without a collector (a source
 driven in-process, no ``Probe``) no source is handed a ``DeviceGrants`` and each samples as it
@@ -31,6 +33,7 @@ class DeviceGrants:
         self.link = link
         self._lock = threading.Lock()
         self._arrived: dict[tuple[str, str], threading.Event] = {}
+        self._asks: dict[tuple[str, str], messages.SamplerAsk] = {}  # sent again to a new collector
         self._grants: dict[tuple[str, str], messages.SamplerGrant] = {}
         link.standing.append(self._standing)
 
@@ -38,37 +41,50 @@ class DeviceGrants:
         """The UUID of CUDA ordinal ``device`` in this process ("": not known)."""
         return next((d.uuid for d in self.link.devices if d.device_id == device), "")
 
-    def wait(self, uuid: str, source: str, stopping: threading.Event) -> messages.SamplerGrant | None:
-        """Ask for ``uuid`` and wait for the grant; None: ``stopping`` was set first."""
+    def wait(
+        self, uuid: str, source: str, stopping: threading.Event, gpm: messages.GpmAsk | None = None,
+        ask: bool = True,
+    ) -> messages.SamplerGrant | None:  # fmt: skip
+        """Ask for ``uuid`` (``gpm``: how the source would sample it through NVML, which the collector
+        can do in its place) and wait for the answer: a grant, or the collector's word that it
+        samples the device (``collector``). ``ask`` False: after that word, wait for what comes next
+        without asking again. None: ``stopping`` was set first."""
         key = (uuid, source)
         with self._lock:
             arrived = self._arrived.setdefault(key, threading.Event())
-        # Not sent (no collector now): the next collector hears it at the connect (``_standing``).
-        self.link.post(messages.SamplerAsk(uuid=uuid, source=source), wait=1.0)
+            message = self._asks.setdefault(key, messages.SamplerAsk(uuid=uuid, source=source, gpm=gpm))
+        if ask:  # not sent (no collector now): the next collector hears it at the connect (``_standing``)
+            self.link.post(message, wait=1.0)
         while not arrived.wait(0.1):
             if stopping.is_set():
                 return None
         with self._lock:
-            return self._grants.get(key)
+            grant = self._grants.get(key)
+            if grant is not None and grant.collector:  # not the source's: it waits for the next answer
+                del self._grants[key]
+                arrived.clear()
+            return grant
 
     def release(self, uuid: str, source: str, last_end: int) -> None:
         """``source`` no longer samples or waits for ``uuid`` (its counters disabled, if it had them)."""
         with self._lock:
             self._arrived.pop((uuid, source), None)
+            self._asks.pop((uuid, source), None)
             self._grants.pop((uuid, source), None)
         self.link.post(messages.SamplerAsk(uuid=uuid, source=source, ask=False, last_end=last_end), wait=2.0)
 
     def _standing(self) -> list[messages.Message]:
-        """For a new collector: every device this probe samples (first) or waits for."""
+        """For a new collector: every device this probe samples (first) or waits for, or that the
+        collector before sampled for it (asked again: the new one decides anew)."""
         with self._lock:
-            keys = list(self._arrived)
-            held = set(self._grants)
-        holding = [messages.SamplerAsk(uuid=u, source=s, holds=True) for u, s in keys if (u, s) in held]
-        waiting = [messages.SamplerAsk(uuid=u, source=s) for u, s in keys if (u, s) not in held]
+            asks = dict(self._asks)
+            held = {key for key, grant in self._grants.items() if not grant.collector}
+        holding = [messages.SamplerAsk(uuid=u, source=s, holds=True) for u, s in asks if (u, s) in held]
+        waiting = [message for key, message in asks.items() if key not in held]
         return [*holding, *waiting]
 
     def granted(self, grant: messages.SamplerGrant) -> None:
-        """The collector's grant (on the control thread)."""
+        """The collector's answer (on the control thread)."""
         key = (grant.uuid, grant.source)
         with self._lock:
             self._grants[key] = grant
