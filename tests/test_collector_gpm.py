@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from cuptistream.channel import messages
+from cuptistream.collector import ondemand
 from cuptistream.collector.collector import Collector
+from cuptistream.collector.control import TraceRequest
 from cuptistream.collector.gpm_sampler import CollectorSampler
 from cuptistream.collector.pm_samples import SampleBoard
 from cuptistream.collector.samplers import SamplerGrants
@@ -39,14 +41,15 @@ def _ask(uuid: str = "GPU-0", *, gpm: bool = True, ask: bool = True) -> messages
 class _Book:
     """A collector's book of samplers whose own sampling reads ``StandInNvml``s (one per session)."""
 
-    def __init__(self, driver: bool = True) -> None:
+    def __init__(self, driver: bool = True, samples: int = 8) -> None:
         self.nvmls: list[StandInNvml] = []
         self.board = SampleBoard()
         self.driver = driver
+        self.samples = samples  # GPM samples NVML allocates before it answers out of memory
         self.grants = SamplerGrants(reclaim_s=0, own=self._sampler)
 
     def _gpm(self, uuid: str, clock: Callable[[], int]) -> GpmSession:
-        self.nvmls.append(nvml := StandInNvml(driver=self.driver))
+        self.nvmls.append(nvml := StandInNvml(driver=self.driver, samples=self.samples))
         return GpmSession(uuid, clock, nvml=nvml)
 
     def _sampler(self, uuid: str, ask: messages.GpmAsk) -> CollectorSampler:
@@ -107,6 +110,35 @@ def test_where_nvml_cannot_sample_in_the_collector_the_first_probe_samples_it() 
     assert len(book.nvmls) == 1 and second.emitter.errors == []
 
 
+def test_nvml_failing_to_start_in_the_collector_leaves_the_device_to_the_probe() -> None:
+    book = _Book(samples=0)  # NVML answers out of memory for the first GPM sample
+    first = _Probe(1)
+    book.grants.ask(first, _ask())
+    assert first.sent == [messages.SamplerGrant(uuid="GPU-0", source="pm_sampling")]
+    [(_, said, _, _)] = first.emitter.errors
+    assert "cannot sample GPU GPU-0 through NVML (Insufficient" in said and book.nvmls[0].shut_down
+
+
+def test_a_metrics_window_borrows_the_collectors_sampling_and_the_samples_missed_are_a_loss() -> None:
+    book = _Book()
+    first = _Probe(1)
+    book.grants.ask(first, _ask())
+    _wait_for(lambda: _samples(first), "the collector's first samples")
+    assert book.grants.lend(["GPU-1"]) == []  # not sampled here: nothing to lend
+    lent = book.grants.lend(["GPU-0", "GPU-0"])
+    assert len(lent) == 1 and book.nvmls[0].shut_down  # NVML let go for the window
+    before = len(_samples(first))
+    time.sleep(0.45)  # the window: no samples
+    assert len(_samples(first)) == before
+    book.grants.take_back(lent)
+    [(stage, reason, missed, unit)] = first.emitter.losses
+    assert (stage, reason, unit) == ("pm_sampling", "counters_lent", "samples") and 4 <= missed <= 6
+    _wait_for(lambda: len(_samples(first)) > before, "the samples after the window")
+    book.grants.ask(first, _ask(ask=False))
+    book.grants.take_back(lent)  # stopped meanwhile: it stays stopped
+    assert len(book.nvmls) == 1 and book.nvmls[0].shut_down and len(first.emitter.losses) == 1
+
+
 def test_a_probe_that_still_samples_after_a_collector_restart_keeps_its_device() -> None:
     book = _Book()
     served, sampling = _Probe(1), _Probe(2)
@@ -156,3 +188,29 @@ def test_probes_that_would_sample_through_nvml_leave_it_to_the_collector(
     said = [e.message for _, e in errors]
     assert sum("runs in the collector" in m for m in said) == 3  # the collector's line and each probe's
     assert not losses
+
+
+@pytest.mark.slow  # real collector and probe processes, seconds each
+def test_cuptistream_trace_with_metrics_lends_the_collectors_sampling_of_the_probes_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starts: list[int] = []
+
+    def gpm(uuid: str, clock: Callable[[], int]) -> Any:
+        session = GpmSession(uuid, clock, nvml=StandInNvml(samples=8))
+        begin = session.start
+        session.start = lambda: (starts.append(1), begin())[1]  # type: ignore[method-assign]
+        return session
+
+    monkeypatch.setattr(Collector, "gpm_factory", staticmethod(gpm))
+    node = _Node(tmp_path)
+    try:
+        probe = node.probe("probe", "GPU-same", SM)
+        _wait_for(lambda: node.collector.samplers.sampled_here("GPU-same") == [probe.pid], "the sampling")
+        reply = ondemand.trace(node.collector, TraceRequest(seconds=0.5, metrics="utilization"))
+        assert len(starts) == 2  # stopped for the window, started again after it
+        [result] = reply.probes
+        assert "none of its sources opens windows" in result.problem  # this probe traces nothing
+        node.stop("probe", probe)
+    finally:
+        node.recording()

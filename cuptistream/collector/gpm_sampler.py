@@ -18,6 +18,7 @@ the probe then samples it as before. Samples NVML fails while sampling are count
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -42,7 +43,8 @@ class Served(Protocol):
 
 class CollectorSampler:
     """GPM sampling of device ``uuid`` in the collector, decoded every ``ask.decode_period_ns`` on
-    a thread of its own. ``stats_interval_ns``: the statistics' interval (0: no ``PmStats``)."""
+    a thread of its own. ``stats_interval_ns``: the statistics' interval (0: no ``PmStats``).
+    Thread-safe: the grants and ``cuptistream trace`` call it from their threads."""
 
     def __init__(
         self, uuid: str, ask: GpmAsk, clock: Callable[[], int], board: SampleBoard,
@@ -54,9 +56,12 @@ class CollectorSampler:
         self._session = gpm_factory(uuid, clock)
         self._fold = PmFold(stats_interval_ns) if stats_interval_ns > 0 else None
         self._lock = threading.Lock()  # the target, between the grants' thread and the decode thread
+        self._life = threading.Lock()  # start, lend, take back and stop, one at a time
         self._target: Served | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lent_at = 0.0  # monotonic time the counters were lent to a metrics window (0: not lent)
+        self._stopped = False
         self._failure_said = ""
         self._since = 0
         self.name = ""
@@ -65,11 +70,65 @@ class CollectorSampler:
 
     def start(self, target: Served, since: int = 0) -> None:
         """Enable, configure and start GPM on the device, and the decode thread. ``GpmUnavailable``
-        (nothing left running) where NVML cannot sample it. ``since``: where a probe sampled the
+        (or NVML's own error, where it cannot allocate a sample; nothing left running) where NVML
+        cannot sample it. ``since``: where a probe sampled the
         device before, its last sample's end (CUPTI clock ns): the samples missing from there to
         the first here are a Loss (``sampler_handover``)."""
-        self._target = target
-        self._since = since
+        with self._life:
+            self._target = target
+            self._since = since
+            self._begin()
+
+    def serve(self, target: Served) -> None:
+        """From now on, events go through ``target``'s emitter (the one served before has left)."""
+        with self._lock:
+            self._target = target
+
+    def lend(self) -> None:
+        """Stop sampling while a metrics window of the probes (``cuptistream trace --metrics``)
+        profiles the device's kernels, as a probe's source lends its counters: what was sampled is
+        handed on, the statistics' intervals stay open."""
+        with self._life:
+            if not self._stopped and not self._lent_at:
+                self._end()
+                self._lent_at = time.monotonic()
+
+    def take_back(self) -> None:
+        """Sample again after the window; the samples missed meanwhile are a Loss
+        (``counters_lent``). Where GPM does not start again, one warning says so and the device
+        stays unsampled."""
+        with self._life:
+            if self._stopped or not self._lent_at:
+                return
+            missed = round((time.monotonic() - self._lent_at) * 1e9 / self.ask.interval_ns)
+            self._lent_at = 0.0
+            with self._lock:
+                target = self._target
+            if target is not None:
+                self._lost(target.emitter, "counters_lent", missed)
+            try:
+                self._begin()
+            except Exception as error:  # GpmUnavailable, or NVML's own error (out of memory for a sample)
+                self._stopped = True
+                if target is not None:
+                    target.emitter.report_error(
+                        ORIGIN,
+                        f"GPM sampling of GPU {self.uuid} did not start again after a metrics window "
+                        f"({error}); the device is not sampled",
+                    )
+
+    def stop(self) -> None:
+        """Stop sampling, and hand on what was sampled and the intervals still open."""
+        with self._life:
+            if self._stopped:
+                return
+            self._stopped = True
+            if not self._lent_at:
+                self._end()
+            if self._fold is not None:
+                self._hand_on(list(self._fold.close()))
+
+    def _begin(self) -> None:
         self.name = self._session.enable()
         try:
             self._session.configure(self.ask.metrics, self.ask.interval_ns, 0)
@@ -77,16 +136,14 @@ class CollectorSampler:
         except BaseException:
             self._session.disable()
             raise
-        self._thread = threading.Thread(target=self._run, name="cuptistream-collector-gpm", daemon=True)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stopping,), name="cuptistream-collector-gpm", daemon=True
+        )
         self._thread.start()
 
-    def serve(self, target: Served) -> None:
-        """From now on, events go through ``target``'s emitter (the one served before has left)."""
-        with self._lock:
-            self._target = target
-
-    def stop(self) -> None:
-        """Stop sampling, and hand on what was sampled and the intervals still open."""
+    def _end(self) -> None:
+        """Stop the decode thread and the session, and hand on their last samples."""
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
@@ -94,12 +151,10 @@ class CollectorSampler:
         self._session.stop()
         self._decode()
         self._session.disable()
-        if self._fold is not None:
-            self._hand_on(list(self._fold.close()))
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
         period = self.ask.decode_period_ns / 1e9
-        while not self._stopping.wait(period):
+        while not stopping.wait(period):
             self._decode()
 
     def _decode(self) -> None:

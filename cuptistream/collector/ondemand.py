@@ -15,7 +15,7 @@ probe, and the stages still holding the events are named.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import trio
@@ -37,6 +37,7 @@ class Probe(Protocol):
     pid: int
     producer: Producer | None
     said_goodbye: bool
+    ordinals: dict[str, int]  # the UUIDs of the GPUs its process sees
 
     @property
     def rank(self) -> int | None: ...
@@ -52,10 +53,21 @@ class Stages(Protocol):
     def dropped_by_sinks(self) -> dict[str, int]: ...
 
 
+class Lender(Protocol):
+    """The collector's own PM sampling (``collector.samplers.SamplerGrants``), lent to a metrics window."""
+
+    def lend(self, uuids: Iterable[str]) -> Sequence[Any]: ...
+
+    def take_back(self, lent: Sequence[Any]) -> None: ...
+
+
 class TraceHost(Protocol):
     """What this needs of the collector (``collector.Collector``)."""
 
     windows: WindowRequests
+
+    @property
+    def samplers(self) -> Lender: ...
 
     @property
     def pipeline(self) -> Stages: ...
@@ -92,6 +104,8 @@ def trace(host: TraceHost, ask: TraceRequest) -> TraceReply:
         return TraceReply(error=str(error))
     entries: dict[object, ProbeWindows] = {p: ProbeWindows(pid=p.pid, rank=p.rank) for p in probes}
     request = host.windows.begin(ask.seconds, entries)
+    # A metrics window's range profiler takes the counters the collector may be sampling itself.
+    lent = host.samplers.lend(uuid for p in probes for uuid in p.ordinals) if ask.metrics else []
     try:
         dropped_before = host.in_pipeline(host.pipeline.dropped_by_sinks)
         for probe in probes:
@@ -100,6 +114,8 @@ def trace(host: TraceHost, ask: TraceRequest) -> TraceReply:
         began = time.monotonic()
         host.windows.wait_answers(request, began + _ANSWER_S)
         host.windows.wait(request, began + ask.seconds + ask.timeout)
+        host.samplers.take_back(lent)
+        lent = []
         marks = [entry.mark for entry in entries.values() if entry.closed]
         waiting = _wait_delivered(host, max(marks, default=0), began + ask.seconds + ask.timeout)
         dropped_after = host.in_pipeline(host.pipeline.dropped_by_sinks)
@@ -107,6 +123,7 @@ def trace(host: TraceHost, ask: TraceRequest) -> TraceReply:
         stopped = "the collector stopped before the window was delivered"
         return TraceReply(request=request.number, error=stopped)
     finally:
+        host.samplers.take_back(lent)
         host.windows.end(request)
     grown = {stage: n - dropped_before.get(stage, 0) for stage, n in dropped_after.items()}
     results = [_result(probe, entries[probe], request, waiting) for probe in probes]

@@ -22,12 +22,11 @@ sampling now say so (``holds``) before a device whose counters are still held is
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from cuptistream.channel import messages
-from cuptistream.nvml.gpm import GpmUnavailable
 from cuptistream.plugin import Emitter
 
 
@@ -49,6 +48,10 @@ class OwnSampler(Protocol):
     def start(self, target: Asker, since: int = 0) -> None: ...
 
     def serve(self, target: Asker) -> None: ...
+
+    def lend(self) -> None: ...
+
+    def take_back(self) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -145,6 +148,21 @@ class SamplerGrants:
         self._stop(stops)
         self._send(sends)
 
+    def lend(self, uuids: Iterable[str]) -> list[OwnSampler]:
+        """Stop the collector's own sampling of ``uuids`` for a metrics window (the range profiler
+        takes their counters); returns what to ``take_back`` after it."""
+        with self._lock:
+            lent = [device.own for uuid in set(uuids) if (device := self._devices.get(uuid)) and device.own]
+        for sampler in lent:
+            sampler.lend()
+        return lent
+
+    @staticmethod
+    def take_back(lent: Sequence[OwnSampler]) -> None:
+        """Sample again what ``lend`` stopped (a sampler stopped meanwhile stays stopped)."""
+        for sampler in lent:
+            sampler.take_back()
+
     def sampled(self, asker: Asker, uuid: str, last_end: int) -> None:
         """``asker``'s samples of ``uuid`` reached ``last_end``: where it holds the device, the
         start of the gap a hand-over would leave (known even when the sampler is killed)."""
@@ -235,8 +253,8 @@ class SamplerGrants:
         try:
             sampler = self._own(uuid, ask)
             sampler.start(first[0], since)
-        except GpmUnavailable as error:
-            device.cannot = str(error)
+        except Exception as error:  # GpmUnavailable, or NVML's own error (out of memory for a sample)
+            device.cannot = str(error) or type(error).__name__
             first[0].emitter.report_error(
                 "collector:pm_sampling",
                 f"the collector cannot sample GPU {uuid} through NVML ({error}); a probe samples it",
