@@ -114,7 +114,7 @@ class InCollector:
         cfg = _config("nvml")
         self.decode_period_s = float(cfg.decode_period)
         command = [sys.executable, "-c", _COLLECTOR, _uuid(), str(cfg.interval_ns)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         self._child = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
