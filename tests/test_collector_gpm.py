@@ -9,6 +9,7 @@ are real."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from cuptistream.collector.pm_samples import SampleBoard
 from cuptistream.collector.samplers import SamplerGrants
 from cuptistream.events import PmSamples, PmStats
 from cuptistream.nvml.gpm import GpmSession, metric_name
+from cuptistream.probe.samplers import DeviceGrants
 from tests.test_gpm import StandInNvml
 from tests.test_pm_samplers import _Node, _Probe, _wait_for
 
@@ -151,6 +153,54 @@ def test_a_probe_that_still_samples_after_a_collector_restart_keeps_its_device()
     assert served.sent[-1].collector and book.grants.sampled_here("GPU-0") == [1]  # sampled here again
     book.grants.close()
     assert book.nvmls[1].shut_down
+
+
+class _Link:
+    """The probe's link to its collector, as ``DeviceGrants`` uses it: what it posts, and what it
+    would say to a new collector."""
+
+    def __init__(self) -> None:
+        self.posted: list[messages.Message] = []
+        self.standing: list[Callable[[], list[messages.Message]]] = []
+        self.devices: list[Any] = []
+
+    def post(self, message: messages.Message, wait: float = 0.0) -> bool:
+        self.posted.append(message)
+        return True
+
+
+def test_a_probe_source_waits_on_while_the_collector_samples_and_says_so_to_a_new_collector() -> None:
+    link = _Link()
+    grants = DeviceGrants(link)  # type: ignore[arg-type]
+    stopping = threading.Event()
+    answers: list[messages.SamplerGrant | None] = []
+
+    def wait(ask: bool) -> threading.Thread:
+        thread = threading.Thread(
+            target=lambda: answers.append(grants.wait("GPU-0", "pm", stopping, HOW, ask))
+        )
+        thread.start()
+        return thread
+
+    waiting = wait(ask=True)
+    _wait_for(lambda: link.posted, "the ask")
+    assert link.posted == [messages.SamplerAsk(uuid="GPU-0", source="pm", gpm=HOW)]
+    grants.granted(messages.SamplerGrant(uuid="GPU-0", source="pm", collector=True))
+    waiting.join(5)
+    assert answers == [messages.SamplerGrant(uuid="GPU-0", source="pm", collector=True)]
+    waiting = wait(ask=False)  # waits on, asking nothing more
+    time.sleep(0.3)
+    assert waiting.is_alive() and len(link.posted) == 1
+    [standing] = link.standing
+    assert standing() == [
+        messages.SamplerAsk(uuid="GPU-0", source="pm", gpm=HOW)
+    ]  # a new collector decides anew
+    grants.granted(messages.SamplerGrant(uuid="GPU-0", source="pm", previous=7))  # the collector stopped
+    waiting.join(5)
+    assert answers[-1] == messages.SamplerGrant(uuid="GPU-0", source="pm", previous=7)
+    assert standing() == [messages.SamplerAsk(uuid="GPU-0", source="pm", holds=True)]  # it samples now
+    stopping.set()  # a source that stops while it waits gets no answer
+    assert grants.wait("GPU-1", "pm", stopping, HOW) is None
 
 
 @pytest.mark.slow  # real collector and probe processes, seconds each
