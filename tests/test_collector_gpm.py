@@ -203,17 +203,24 @@ def test_a_probe_source_waits_on_while_the_collector_samples_and_says_so_to_a_ne
     assert grants.wait("GPU-1", "pm", stopping, HOW) is None
 
 
-@pytest.mark.slow  # real collector and probe processes, seconds each
-def test_probes_that_would_sample_through_nvml_leave_it_to_the_collector(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def collector_nvmls(monkeypatch: pytest.MonkeyPatch) -> list[StandInNvml]:
+    """The NVML of each GPM session the collectors of the test start (8 samples' memory each)."""
     nvmls: list[StandInNvml] = []
 
     def gpm(uuid: str, clock: Callable[[], int]) -> Any:
-        nvmls.append(nvml := StandInNvml())
+        nvmls.append(nvml := StandInNvml(samples=8))
         return GpmSession(uuid, clock, nvml=nvml)
 
     monkeypatch.setattr(Collector, "gpm_factory", staticmethod(gpm))
+    return nvmls
+
+
+@pytest.mark.slow  # real collector and probe processes, seconds each
+def test_probes_that_would_sample_through_nvml_leave_it_to_the_collector(
+    tmp_path: Path, collector_nvmls: list[StandInNvml]
+) -> None:
+    nvmls = collector_nvmls
     node = _Node(tmp_path)
     try:
         first = node.probe("first", "GPU-same", SM)
@@ -242,23 +249,15 @@ def test_probes_that_would_sample_through_nvml_leave_it_to_the_collector(
 
 @pytest.mark.slow  # real collector and probe processes, seconds each
 def test_cuptistream_trace_with_metrics_lends_the_collectors_sampling_of_the_probes_gpus(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, collector_nvmls: list[StandInNvml]
 ) -> None:
-    starts: list[int] = []
-
-    def gpm(uuid: str, clock: Callable[[], int]) -> Any:
-        session = GpmSession(uuid, clock, nvml=StandInNvml(samples=8))
-        begin = session.start
-        session.start = lambda: (starts.append(1), begin())[1]  # type: ignore[method-assign]
-        return session
-
-    monkeypatch.setattr(Collector, "gpm_factory", staticmethod(gpm))
     node = _Node(tmp_path)
     try:
         probe = node.probe("probe", "GPU-same", SM)
         _wait_for(lambda: node.collector.samplers.sampled_here("GPU-same") == [probe.pid], "the sampling")
         reply = ondemand.trace(node.collector, TraceRequest(seconds=0.5, metrics="utilization"))
-        assert len(starts) == 2  # stopped for the window, started again after it
+        [nvml] = collector_nvmls
+        assert nvml.samples_left == 8 - 2 * 2  # stopped for the window, started again after it
         [result] = reply.probes
         assert "none of its sources opens windows" in result.problem  # this probe traces nothing
         node.stop("probe", probe)
