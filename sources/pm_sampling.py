@@ -208,10 +208,12 @@ class PmSamplingSource(CuptiWorkerSource):
             if not self._wait_for_context():
                 return
             uuid = self.grants.uuid_of(cfg.device) if self.grants is not None else ""
-            backend = self._new_session(uuid)  # not enabled: decides ``auto`` before the ask says how
+            # Made (``auto`` decided) before the ask, which says how it would sample; named ``session``
+            # only once granted, so that a stop while waiting disables nothing never enabled.
+            prepared = self._new_session(uuid)
             if uuid and not self._wait_for_grant(uuid):
                 return
-            session = backend
+            session = prepared
             if not self._begin_or_stand_by(session):
                 return
             self._last_decode = time.monotonic()

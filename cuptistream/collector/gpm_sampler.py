@@ -36,7 +36,6 @@ ORIGIN = "collector:pm_sampling"
 class Served(Protocol):
     """A probe connection the collector samples for, as the sampler sees it."""
 
-    pid: int
     emitter: Emitter
     ordinals: dict[str, int]  # device UUID -> the process's CUDA ordinal
 
@@ -65,8 +64,6 @@ class CollectorSampler:
         self._failure_said = ""
         self._since = 0
         self.name = ""
-        self.samples = 0
-        self.lost = 0
 
     def start(self, target: Served, since: int = 0) -> None:
         """Enable, configure and start GPM on the device, and the decode thread. ``GpmUnavailable``
@@ -102,8 +99,7 @@ class CollectorSampler:
                 return
             missed = round((time.monotonic() - self._lent_at) * 1e9 / self.ask.interval_ns)
             self._lent_at = 0.0
-            with self._lock:
-                target = self._target
+            target = self._current()
             if target is not None:
                 self._lost(target.emitter, "counters_lent", missed)
             try:
@@ -159,8 +155,7 @@ class CollectorSampler:
 
     def _decode(self) -> None:
         got = self._session.decode()
-        with self._lock:
-            target = self._target
+        target = self._current()
         if target is None:
             return
         if got.failed:
@@ -177,7 +172,6 @@ class CollectorSampler:
             self._lost(target.emitter, "hardware_buffer_full", 1)
         if not got.ends:
             return
-        self.samples += len(got.ends)
         if self._since:
             self._lost(
                 target.emitter,
@@ -196,13 +190,15 @@ class CollectorSampler:
         target.emitter.emit(out)
 
     def _hand_on(self, events: list[Event]) -> None:
-        with self._lock:
-            target = self._target
+        target = self._current()
         if target is not None and events:
             target.emitter.emit(events)
 
-    def _lost(self, emitter: Emitter, reason: str, count: int) -> None:
-        if not count:
-            return
-        self.lost += count
-        emitter.report_loss(STAGE, reason, count, unit="samples")
+    def _current(self) -> Served | None:
+        with self._lock:
+            return self._target
+
+    @staticmethod
+    def _lost(emitter: Emitter, reason: str, count: int) -> None:
+        if count:
+            emitter.report_loss(STAGE, reason, count, unit="samples")

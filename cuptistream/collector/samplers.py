@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from cuptistream.channel import messages
+from cuptistream.collector.gpm_sampler import ORIGIN
 from cuptistream.plugin import Emitter
 
 
@@ -70,7 +71,7 @@ class _Device:
     gpm: dict[Claim, messages.GpmAsk] = field(default_factory=dict)  # claims NVML can serve, and how
     own: OwnSampler | None = None  # the collector samples the device itself
     served: list[Claim] = field(default_factory=list)  # ... for these claims; the first gets the events
-    cannot: str = ""  # why the collector cannot sample the device ("": not tried, or it can)
+    cannot: bool = False  # the collector tried to sample the device and could not
 
 
 class SamplerGrants:
@@ -254,16 +255,16 @@ class SamplerGrants:
             sampler = self._own(uuid, ask)
             sampler.start(first[0], since)
         except Exception as error:  # GpmUnavailable, or NVML's own error (out of memory for a sample)
-            device.cannot = str(error) or type(error).__name__
+            device.cannot = True
             first[0].emitter.report_error(
-                "collector:pm_sampling",
+                ORIGIN,
                 f"the collector cannot sample GPU {uuid} through NVML ({error}); a probe samples it",
                 severity="info",
             )
             return False
         device.own = sampler
         first[0].emitter.report_error(
-            "collector:pm_sampling",
+            ORIGIN,
             f"PM sampling of GPU {uuid} ({sampler.name}) runs in the collector, through NVML's GPM every "
             f"{ask.interval_ns / 1e6:g} ms: no probe samples it, and it takes no GPU memory",
             severity="info",
