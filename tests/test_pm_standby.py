@@ -9,15 +9,18 @@ another source."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from cupti import cupti
 
@@ -242,6 +245,42 @@ def test_other_cupti_failures_pass_through() -> None:
     session._c = _Cupti(999)
     with pytest.raises(cupti.cuptiError):
         session.enable()
+
+
+class _KeepingCupti(_Cupti):
+    """Enable and SetConfig succeed; SetConfig notes the config image's address, as CUPTI keeps it."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.config_address = 0
+
+    def pm_sampling_enable(self, ptr: int) -> None:
+        pass
+
+    def pm_sampling_set_config(self, ptr: int) -> None:
+        self.config_address = cupti.PmSamplingSetConfigParams.from_ptr(ptr).p_config
+
+    def pm_sampling_disable(self, ptr: int) -> None:
+        self.calls.append("disable")
+
+
+def test_the_session_owns_the_config_image_until_disable() -> None:
+    # CUPTI reads SetConfig's image at Start and Decode, by address: freed, decoding fails
+    # (CUPTI_ERROR_UNKNOWN on an H100). No driver here: the cupti calls that need one are replaced.
+    session = PmSamplingSession(0)
+    fake = _KeepingCupti()
+    session._c = fake
+    session.enable()
+    image = np.arange(64, dtype=np.uint8)
+    owner = weakref.ref(image)
+    session._set_config(image, 20_000_000, 64 << 20)
+    assert fake.config_address == image.ctypes.data
+    del image
+    gc.collect()
+    assert owner() is not None, "the config image was freed while CUPTI holds its address"
+    session.disable()
+    gc.collect()
+    assert owner() is None and fake.calls == ["initialize", "disable", "deinitialize"]
 
 
 @pytest.mark.parametrize(

@@ -103,6 +103,7 @@ class PmSamplingSession:
         self._initialized = False
         self._metrics: list[str] = []
         self._host: Any = None
+        self._config: np.ndarray | None = None  # SetConfig's image: CUPTI reads it until Disable
         self.chip = ""
 
     def enable(self) -> str:
@@ -164,6 +165,7 @@ class PmSamplingSession:
         params.trigger_mode = c.PmSamplingTriggerMode.GPU_TIME_INTERVAL
         params.hw_buffer_append_mode = c.PmSamplingHardwareBufferAppendMode.KEEP_OLDEST
         c.pm_sampling_set_config(params.ptr)
+        self._config = image  # CUPTI keeps the pointer, not a copy: freed, Start and Decode read garbage
 
     def _configured(
         self, metrics: list[str], interval_ns: int, hardware_buffer_bytes: int
@@ -331,6 +333,7 @@ class PmSamplingSession:
             params.p_pm_sampling_object = self._object
             self._object = None
             c.pm_sampling_disable(params.ptr)
+        self._config = None
         if self._initialized:
             self._initialized = False
             deinitialize_profiler(c)
