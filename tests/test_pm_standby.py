@@ -265,8 +265,8 @@ class _KeepingCupti(_Cupti):
 
 
 def test_the_session_owns_the_config_image_until_disable() -> None:
-    # CUPTI reads SetConfig's image at Start and Decode, by address: freed, decoding fails
-    # (CUPTI_ERROR_UNKNOWN on an H100). No driver here: the cupti calls that need one are replaced.
+    # CUPTI reads SetConfig's image at Start and Decode, by address: freed, it reads whatever the
+    # memory holds next. No driver here: the cupti calls that need one are replaced.
     session = PmSamplingSession(0)
     fake = _KeepingCupti()
     session._c = fake
